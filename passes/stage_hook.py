@@ -1,0 +1,122 @@
+"""Plug the PTX pass into Triton's compile pipeline through ``knobs.runtime.add_stages_inspection_hook``.
+
+The hook wraps the backend's ``ptx`` stage for kernels compiled with proton_lite's
+instrumentation mode; all other kernels pass through untouched.  It also publishes what
+the launcher and the decoder need in the kernel's metadata: ``profile_scratch_size``
+(bytes per CTA; Triton's launcher asks the profile allocator for that times the grid),
+``profile_scratch_align`` and a ``proton_lite`` entry (scope table, layout, version).
+
+Triton 3.9 also calls the hook with no arguments to fold it into the cache key; it
+returns a constant key there, because the settings already live in
+``instrumentation_mode`` (see ``config.py``).  The hook is installed only while a session
+or ``proton_lite.compile`` needs it, so plain compiles keep Triton's own cache keys.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+from triton import knobs
+
+from proton_lite.layout import LAYOUT_VERSION, BufferLayout
+from proton_lite.passes.config import InstrumentConfig
+from proton_lite.passes.ptx_instrument import (SHARED_STATIC_LIMIT, SHARED_TOTAL_LIMIT, InstrumentationError,
+                                               PtxScan, rewrite, scan, shared_bytes)
+
+PASS_VERSION = "proton_lite-ptx-pass-1"
+_lock = threading.Lock()
+_users = 0
+_previous_hook = None
+
+
+def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int) -> BufferLayout:
+    """Size the buffer from the code: exact for straight-line scopes, else the loop capacity."""
+    if config.granularity == "warpgroup" and num_warps % 4:
+        raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
+                                   f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
+    if config.capacity is not None:
+        capacity = config.capacity
+    elif info.loop_sites:
+        capacity = config.loop_capacity
+    else:
+        capacity = max(1, info.straight_line_records)
+    if config.buffer_mode == "circular":
+        capacity = 1 << (capacity - 1).bit_length()
+    for staging in ("shared", "global"):
+        layout = BufferLayout(config.granularity, num_warps, capacity, staging, config.buffer_mode)
+        need = shared_bytes(layout)
+        if staging == "global" or (need <= SHARED_STATIC_LIMIT and triton_shared + need <= SHARED_TOTAL_LIMIT):
+            return layout
+    raise AssertionError("unreachable")
+
+
+def metadata_entry(info: PtxScan, layout: BufferLayout) -> dict:
+    return {
+        "layout_version": LAYOUT_VERSION,
+        "pass_version": PASS_VERSION,
+        "kernel": info.kernel,
+        "scopes": list(info.scopes),
+        "record_sites": len(info.sites),
+        "loop_record_sites": info.loop_sites,
+        "layout": layout.to_json(),
+        "stride": layout.stride,
+        "shared_staging_bytes": shared_bytes(layout) if layout.staging == "shared" else 0,
+    }
+
+
+def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int) -> str:
+    """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``."""
+    info = scan(ptx)
+    layout = choose_layout(info, config, num_warps, int(metadata.get("shared", 0) or 0))
+    new_ptx = rewrite(ptx, info, layout)
+    metadata["profile_scratch_size"] = layout.stride
+    metadata["profile_scratch_align"] = 16
+    metadata["proton_lite"] = metadata_entry(info, layout)
+    return new_ptx
+
+
+def _hook(*args):
+    if not args:  # Triton 3.9 asks for a cache-key contribution
+        prev = _previous_hook() if _previous_hook is not None else ("", "")
+        key = PASS_VERSION + str(prev[0])
+        return key, hashlib.sha256(key.encode()).hexdigest()
+    backend, stages, options, language, capability = args
+    if _previous_hook is not None:
+        _previous_hook(*args)
+    config = InstrumentConfig.from_mode(getattr(options, "instrumentation_mode", ""))
+    if config is None or "ptx" not in stages:
+        return None
+    make_ptx = stages["ptx"]
+
+    def ptx_stage(src, metadata):
+        return instrument_ptx(make_ptx(src, metadata), metadata, config, options.num_warps)
+
+    stages["ptx"] = ptx_stage
+    return None
+
+
+def install() -> None:
+    """Install the stage hook (reference counted: nested users are fine)."""
+    global _users, _previous_hook
+    with _lock:
+        if _users == 0:
+            current = knobs.runtime.add_stages_inspection_hook
+            _previous_hook = current if current is not _hook else None
+            knobs.runtime.add_stages_inspection_hook = _hook
+        _users += 1
+
+
+def uninstall() -> None:
+    global _users, _previous_hook
+    with _lock:
+        if _users == 0:
+            return
+        _users -= 1
+        if _users == 0:
+            if knobs.runtime.add_stages_inspection_hook is _hook:
+                knobs.runtime.add_stages_inspection_hook = _previous_hook
+            _previous_hook = None
+
+
+def installed() -> bool:
+    return knobs.runtime.add_stages_inspection_hook is _hook

