@@ -8,6 +8,7 @@ commas and only reacts to its own sanitizer names.
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 from proton_lite.language import INSTRUMENTATION_MODE
@@ -16,6 +17,28 @@ from proton_lite.layout import GRANULARITY_WARPS
 GRANULARITIES = tuple(GRANULARITY_WARPS)
 BUFFER_MODES = ("clamp", "circular")
 _PREFIX = "plcfg="
+_VERSION = "plv="
+
+
+CALIBRATION_KERNEL = "proton_lite_calibrate"  # see proton_lite/runtime/calibrate.py
+CALIBRATION_SCOPES = ("calibrate", "record")  # outer scope, back-to-back inner pairs
+
+
+def _pass_fingerprint() -> str:
+    """Hash of the pass sources: Triton 3.6 does not key its cache on stage hooks, so a changed
+    pass must change the compile options to invalidate binaries built by an older pass."""
+    import hashlib
+    from pathlib import Path
+
+    from proton_lite import layout
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")) + [Path(layout.__file__)]:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+PASS_FINGERPRINT = _pass_fingerprint()
+_KERNELS = "plk="
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,7 @@ class InstrumentConfig:
     capacity: int | None = None
     loop_capacity: int = 256
     buffer_mode: str = "clamp"
+    kernels: tuple[str, ...] = ()  # fnmatch patterns of kernel names to instrument; () = all
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -48,7 +72,16 @@ class InstrumentConfig:
 
     def to_mode(self) -> str:
         cap = "auto" if self.capacity is None else str(self.capacity)
-        return f"{INSTRUMENTATION_MODE},{_PREFIX}{self.granularity}.{cap}.{self.loop_capacity}.{self.buffer_mode}"
+        mode = (f"{INSTRUMENTATION_MODE},{_VERSION}{PASS_FINGERPRINT},"
+                f"{_PREFIX}{self.granularity}.{cap}.{self.loop_capacity}.{self.buffer_mode}")
+        if self.kernels:
+            mode += "," + _KERNELS + ".".join(k.encode().hex() for k in self.kernels)
+        return mode
+
+    def selects(self, kernel_name: str) -> bool:
+        if kernel_name == CALIBRATION_KERNEL:  # the session's own record-cost measurement
+            return True
+        return not self.kernels or any(fnmatch.fnmatchcase(kernel_name, pat) for pat in self.kernels)
 
     @classmethod
     def from_mode(cls, mode: str) -> "InstrumentConfig | None":
@@ -56,8 +89,12 @@ class InstrumentConfig:
         parts = [p.strip() for p in (mode or "").split(",")]
         if INSTRUMENTATION_MODE not in parts:
             return None
+        fields: dict = {}
         for part in parts:
             if part.startswith(_PREFIX):
                 gran, cap, loop_cap, buf = part[len(_PREFIX):].split(".")
-                return cls(gran, None if cap == "auto" else int(cap), int(loop_cap), buf)
-        return cls()
+                fields.update(granularity=gran, capacity=None if cap == "auto" else int(cap),
+                              loop_capacity=int(loop_cap), buffer_mode=buf)
+            elif part.startswith(_KERNELS):
+                fields["kernels"] = tuple(bytes.fromhex(h).decode() for h in part[len(_KERNELS):].split(".") if h)
+        return cls(**fields)

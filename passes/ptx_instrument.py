@@ -34,7 +34,7 @@ _RET_RE = re.compile(r"^(\s*)(@!?%p\d+\s+)?ret(\.uni)?;\s*$")
 _LABEL_RE = re.compile(r"^\s*([$\w]+):")
 _BRA_RE = re.compile(r"\bbra(?:\.uni)?\s+([$\w]+);")
 
-SHARED_STATIC_LIMIT = 48 * 1024  # static .shared is limited to 48 KiB per kernel
+STAGING_ALIGN = 128  # bytes; start of the staging area within the dynamic shared memory
 SHARED_TOTAL_LIMIT = 227 * 1024  # opt-in dynamic + static shared per CTA on Hopper
 
 
@@ -118,10 +118,11 @@ class _Emitter:
 
     REGS = (".reg .b32 %pl_r<24>;", ".reg .b64 %pl_d<12>;", ".reg .pred %pl_p<8>;")
 
-    def __init__(self, layout: BufferLayout, param: str, smem_symbol: str) -> None:
+    def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0) -> None:
         self.layout = layout
         self.param = param
         self.smem = smem_symbol
+        self.smem_offset = smem_offset
 
     @property
     def unit_threads(self) -> int:
@@ -155,6 +156,7 @@ class _Emitter:
         ]
         if L.staging == "shared":
             out += [f"mov.u32 %pl_r4, {self.smem};",
+                    f"add.u32 %pl_r4, %pl_r4, {self.smem_offset};",
                     f"mad.lo.u32 %pl_r4, %pl_r1, {L.capacity * RECORD_BYTES}, %pl_r4;"]
         else:
             out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
@@ -166,7 +168,8 @@ class _Emitter:
             "mov.u64 %pl_d5, %clock64;",
             f"mov.u32 %pl_r11, {CTA_MAGIC};",
             "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
-            "st.global.v2.u64 [%pl_d0+8], {%pl_d4, %pl_d5};",
+            "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
+            "st.global.u64 [%pl_d0+16], %pl_d5;",
             f"mov.u32 %pl_r11, {LAYOUT_VERSION};",
             f"mov.u32 %pl_r12, {L.units};",
             "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};",
@@ -222,7 +225,8 @@ class _Emitter:
             f"@!%pl_p0 bra $pl_done_{k};",
             f"mov.u32 %pl_r22, {UNIT_MAGIC};",
             "st.global.v2.u32 [%pl_d2], {%pl_r3, %pl_r22};",
-            "st.global.v2.u64 [%pl_d2+8], {%pl_d8, %pl_d9};",
+            "st.global.u64 [%pl_d2+8], %pl_d8;",
+            "st.global.u64 [%pl_d2+16], %pl_d9;",
             f"$pl_done_{k}:",
         ]
         return out
@@ -232,10 +236,20 @@ def shared_bytes(layout: BufferLayout) -> int:
     return layout.units * layout.capacity * RECORD_BYTES
 
 
-def rewrite(ptx: str, info: PtxScan, layout: BufferLayout) -> str:
+def staging_offset(triton_shared: int) -> int:
+    """Where the staging area starts in the dynamic shared memory: after Triton's own bytes.
+
+    Appending to the dynamic region (and raising the kernel's ``shared`` size) leaves every
+    address Triton uses unchanged; a static ``.shared`` array would instead move the dynamic
+    region and break the 1024-byte alignment that swizzled wgmma/TMA tiles rely on.
+    """
+    return -(-max(triton_shared, 0) // STAGING_ALIGN) * STAGING_ALIGN
+
+
+def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout."""
-    smem_symbol = f"__proton_lite_smem_{info.kernel}"
-    emit = _Emitter(layout, info.profile_param, smem_symbol)
+    smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
+    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared))
     ids = {name: i for i, name in enumerate(info.scopes)}
     site_at = {s.line: s for s in info.sites}
     lines = ptx.split("\n")
@@ -246,7 +260,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout) -> str:
         if not entry_seen and _ENTRY_RE.match(line):
             entry_seen = True
             if layout.staging == "shared":
-                out.append(f".shared .align 16 .b8 {smem_symbol}[{max(shared_bytes(layout), 16)}];")
+                out.append(f".extern .shared .align 16 .b8 {smem_symbol}[];")
             out.append(line)
             continue
         if entry_seen and not in_body:
@@ -285,3 +299,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout) -> str:
         raise InstrumentationError(f"proton_lite: could not find the body or the exits of kernel {info.kernel} in "
                                    "its PTX; please report this with the kernel's PTX")
     return "\n".join(out)
+
+
+def strip_markers(ptx: str) -> str:
+    """Remove the markers of a kernel that is compiled in a session but not selected for profiling."""
+    return "\n".join(line for line in ptx.split("\n") if not _MARKER_RE.match(line))

@@ -20,10 +20,10 @@ from triton import knobs
 
 from proton_lite.layout import LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig
-from proton_lite.passes.ptx_instrument import (SHARED_STATIC_LIMIT, SHARED_TOTAL_LIMIT, InstrumentationError,
-                                               PtxScan, rewrite, scan, shared_bytes)
+from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
+                                               PtxScan, rewrite, scan, shared_bytes, staging_offset, strip_markers)
 
-PASS_VERSION = "proton_lite-ptx-pass-1"
+PASS_VERSION = "proton_lite-ptx-pass-2"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -45,7 +45,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     for staging in ("shared", "global"):
         layout = BufferLayout(config.granularity, num_warps, capacity, staging, config.buffer_mode)
         need = shared_bytes(layout)
-        if staging == "global" or (need <= SHARED_STATIC_LIMIT and triton_shared + need <= SHARED_TOTAL_LIMIT):
+        if staging == "global" or staging_offset(triton_shared) + need <= SHARED_TOTAL_LIMIT:
             return layout
     raise AssertionError("unreachable")
 
@@ -67,8 +67,11 @@ def metadata_entry(info: PtxScan, layout: BufferLayout) -> dict:
 def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int) -> str:
     """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``."""
     info = scan(ptx)
-    layout = choose_layout(info, config, num_warps, int(metadata.get("shared", 0) or 0))
-    new_ptx = rewrite(ptx, info, layout)
+    triton_shared = int(metadata.get("shared", 0) or 0)
+    layout = choose_layout(info, config, num_warps, triton_shared)
+    new_ptx = rewrite(ptx, info, layout, triton_shared)
+    if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
+        metadata["shared"] = staging_offset(triton_shared) + shared_bytes(layout)
     metadata["profile_scratch_size"] = layout.stride
     metadata["profile_scratch_align"] = 16
     metadata["proton_lite"] = metadata_entry(info, layout)
@@ -89,7 +92,10 @@ def _hook(*args):
     make_ptx = stages["ptx"]
 
     def ptx_stage(src, metadata):
-        return instrument_ptx(make_ptx(src, metadata), metadata, config, options.num_warps)
+        ptx = make_ptx(src, metadata)
+        if not config.selects(metadata.get("name") or scan(ptx).kernel):
+            return strip_markers(ptx)  # not selected: plain code, no profile buffer
+        return instrument_ptx(ptx, metadata, config, options.num_warps)
 
     stages["ptx"] = ptx_stage
     return None
