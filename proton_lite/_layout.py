@@ -30,3 +30,4 @@ def ensure_subpackages() -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[full] = module
         spec.loader.exec_module(module)
+        setattr(sys.modules["proton_lite"], sub, module)  # `proton_lite.viewer.x` attribute access

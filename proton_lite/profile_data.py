@@ -1,0 +1,83 @@
+"""The decoded profile: plain numpy arrays that the decoder fills and the trace writers read.
+
+Every time is an int64 nanosecond offset from ``Profile.t0_ns`` (the earliest CTA start
+of the session, on the device's ``%globaltimer`` axis); cycles are kept beside them.
+Kept free of any I/O so that tests can build one by hand.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LAUNCH_DTYPE = np.dtype([
+    ("launch", "<u4"),  # index in the session, in launch order
+    ("kernel", "<u4"),  # index into Profile.kernels
+    ("device", "<u4"),
+    ("grid_x", "<u4"), ("grid_y", "<u4"), ("grid_z", "<u4"),
+    ("num_ctas", "<u4"),
+    ("stream", "<u8"),
+    ("start_ns", "<i8"),  # earliest CTA start
+    ("end_ns", "<i8"),  # latest CTA end
+    ("records", "<u8"),  # records kept
+    ("dropped", "<u8"),  # records that did not fit the buffer
+    ("unmatched", "<u8"),  # records without a partner (after a drop, or a CTA that did not finish)
+    ("missing_ctas", "<u4"),  # CTAs whose header was never written
+])
+
+CTA_DTYPE = np.dtype([
+    ("launch", "<u4"),
+    ("cta", "<u4"),  # linear CTA id: x + nx * (y + ny * z)
+    ("smid", "<u4"),
+    ("start_ns", "<i8"),
+    ("end_ns", "<i8"),
+    ("start_clock", "<u8"),  # raw %clock64 at start / end
+    ("end_clock", "<u8"),
+    ("cycles_per_ns", "<f8"),  # the rate used to convert this CTA's cycles
+    ("measured_cycles_per_ns", "<f8"),  # the CTA's own (end-start) clock/globaltimer ratio; nan if too short
+    ("finished_units", "<u4"),  # units that reached the end of the kernel
+])
+
+INTERVAL_DTYPE = np.dtype([
+    ("launch", "<u4"),
+    ("cta", "<u4"),
+    ("unit", "<u4"),  # warp (or warp group, or 0 for CTA granularity) within the CTA
+    ("scope", "<u4"),  # index into the kernel's scope table
+    ("depth", "<u2"),  # nesting depth, 0 = outermost
+    ("lane", "<u2"),  # 0, or >0 when scopes of one unit overlap without nesting (own track)
+    ("start_ns", "<i8"),
+    ("end_ns", "<i8"),
+    ("cycles", "<i8"),  # end - start in SM cycles (exact, no conversion)
+])
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    scopes: list[str]
+    num_warps: int
+    granularity: str  # "warp" | "warpgroup" | "cta"
+    unit_warps: int
+    capacity: int
+    meta: dict = field(default_factory=dict)  # the full proton_lite metadata entry
+
+
+@dataclass
+class Profile:
+    kernels: list[KernelInfo]
+    launches: np.ndarray  # LAUNCH_DTYPE
+    ctas: np.ndarray  # CTA_DTYPE
+    intervals: np.ndarray  # INTERVAL_DTYPE
+    t0_ns: int = 0  # absolute %globaltimer value of time 0
+    session: dict = field(default_factory=dict)  # name, device, timer tick, versions, warnings
+
+    @property
+    def total_dropped(self) -> int:
+        return int(self.launches["dropped"].sum()) if len(self.launches) else 0
+
+    @property
+    def total_unmatched(self) -> int:
+        return int(self.launches["unmatched"].sum()) if len(self.launches) else 0
+
+    def unit_name(self, kernel: KernelInfo, unit: int) -> str:
+        return {"warp": f"warp {unit}", "warpgroup": f"warpgroup {unit}", "cta": "cta"}[kernel.granularity]

@@ -1,0 +1,195 @@
+"""The raw capture file ``NAME.plraw``: copied-back buffers plus everything needed to decode them.
+
+Layout (little-endian; full description in docs/format.md)::
+
+    file header, 16 bytes:  8s magic b"PLRAW\\r\\n\\x1a"  u32 format_version  u32 flags (0)
+    then chunks, each:      u32 type  u32 crc32(payload)  u64 payload_bytes  payload
+
+    type 1 SESSION  JSON (utf-8): name, device, versions, options, host start time
+    type 2 KERNEL   JSON: id, name, hash, num_warps, and the kernel's proton_lite metadata
+    type 3 LAUNCH   56-byte header then the buffer bytes:
+                      u32 kernel_id  u32 device  u64 launch_index
+                      u32 grid_x  u32 grid_y  u32 grid_z  u32 num_ctas
+                      u64 stream  u64 host_time_ns  u64 buffer_bytes
+    type 4 END      JSON: launches, records and dropped totals, warnings
+
+JSON and fixed binary only: a raw file is never unpickled or evaluated.  A file cut off
+mid-chunk (crash, Ctrl-C) is still readable up to its last whole chunk; the reader says so.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+MAGIC = b"PLRAW\r\n\x1a"
+FORMAT_VERSION = 1
+FILE_HEADER = struct.Struct("<8sII")
+CHUNK_HEADER = struct.Struct("<IIQ")
+LAUNCH_HEADER = struct.Struct("<IIQIIIIQQQ")
+SESSION, KERNEL, LAUNCH, END = 1, 2, 3, 4
+_CHUNK_NAMES = {SESSION: "SESSION", KERNEL: "KERNEL", LAUNCH: "LAUNCH", END: "END"}
+MAX_JSON_CHUNK = 64 << 20
+
+
+class RawFormatError(ValueError):
+    """The file is not a (complete, uncorrupted, supported) proton_lite raw capture."""
+
+
+@dataclass
+class LaunchChunk:
+    kernel_id: int
+    device: int
+    launch_index: int
+    grid: tuple[int, int, int]
+    num_ctas: int
+    stream: int
+    host_time_ns: int
+    buffer: memoryview  # the copied-back profile buffer
+
+
+@dataclass
+class RawCapture:
+    path: str
+    session: dict
+    kernels: dict[int, dict]
+    launches: list[LaunchChunk]
+    end: dict | None  # None when the capture was cut off before stop()
+    truncated_bytes: int  # bytes after the last whole chunk (0 for a clean file)
+
+
+class RawWriter:
+    """Appends chunks to a raw file; each chunk is written whole with one write call."""
+
+    def __init__(self, path: str | os.PathLike, session: dict) -> None:
+        self.path = str(path)
+        self._file: BinaryIO = open(self.path, "wb")
+        self._file.write(FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+        self._json_chunk(SESSION, session)
+
+    def _chunk(self, kind: int, parts: list[bytes | memoryview]) -> None:
+        crc = 0
+        size = 0
+        for part in parts:
+            crc = zlib.crc32(part, crc)
+            size += len(part)
+        self._file.write(CHUNK_HEADER.pack(kind, crc, size))
+        for part in parts:
+            self._file.write(part)
+
+    def _json_chunk(self, kind: int, data: dict) -> None:
+        self._chunk(kind, [json.dumps(data, sort_keys=True, separators=(",", ":")).encode()])
+
+    def kernel(self, data: dict) -> None:
+        self._json_chunk(KERNEL, data)
+
+    def launch(self, kernel_id: int, device: int, launch_index: int, grid: tuple[int, int, int], num_ctas: int,
+               stream: int, host_time_ns: int, buffer) -> None:
+        buf = memoryview(buffer).cast("B")
+        header = LAUNCH_HEADER.pack(kernel_id, device, launch_index, *grid, num_ctas, stream, host_time_ns, len(buf))
+        self._chunk(LAUNCH, [header, buf])
+
+    def end(self, data: dict) -> None:
+        self._json_chunk(END, data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+def _json(payload: memoryview, where: str) -> dict:
+    if len(payload) > MAX_JSON_CHUNK:
+        raise RawFormatError(f"{where}: metadata chunk of {len(payload)} bytes is implausibly large")
+    try:
+        data = json.loads(bytes(payload).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RawFormatError(f"{where}: metadata is not valid JSON ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise RawFormatError(f"{where}: metadata is not a JSON object")
+    return data
+
+
+def iter_chunks(data: memoryview, path: str) -> Iterator[tuple[int, memoryview, int]]:
+    """Yield (type, payload, offset) for each whole chunk; stop at the first partial one."""
+    offset = FILE_HEADER.size
+    while offset + CHUNK_HEADER.size <= len(data):
+        kind, crc, size = CHUNK_HEADER.unpack_from(data, offset)
+        start = offset + CHUNK_HEADER.size
+        if start + size > len(data):
+            return
+        payload = data[start:start + size]
+        if kind not in _CHUNK_NAMES:
+            raise RawFormatError(f"{path}: unknown chunk type {kind} at byte {offset}; the file is corrupted "
+                                 "or written by a newer proton-lite")
+        if zlib.crc32(payload) != crc:
+            raise RawFormatError(f"{path}: {_CHUNK_NAMES[kind]} chunk at byte {offset} is corrupted (checksum "
+                                 "mismatch)")
+        yield kind, payload, offset
+        offset = start + size
+
+
+def read_raw(path: str | os.PathLike) -> RawCapture:
+    """Read a raw capture (memory-mapped: buffers are not copied)."""
+    path = str(path)
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise RawFormatError(f"{path}: cannot read ({e.strerror})") from None
+    if size < FILE_HEADER.size:
+        raise RawFormatError(f"{path}: {'empty file' if size == 0 else 'too short'}; not a proton-lite raw capture")
+    with open(path, "rb") as f:
+        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    magic, version, _flags = FILE_HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise RawFormatError(f"{path}: not a proton-lite raw capture (bad magic)")
+    if version > FORMAT_VERSION:
+        raise RawFormatError(f"{path}: raw format version {version} is newer than this proton-lite supports "
+                             f"({FORMAT_VERSION}); upgrade proton-lite")
+    session, kernels, launches, end = None, {}, [], None
+    last_end = FILE_HEADER.size
+    for kind, payload, offset in iter_chunks(data, path):
+        last_end = offset + CHUNK_HEADER.size + len(payload)
+        where = f"{path} (byte {offset})"
+        if kind == SESSION:
+            session = _json(payload, where)
+        elif kind == KERNEL:
+            k = _json(payload, where)
+            if not isinstance(k.get("id"), int):
+                raise RawFormatError(f"{where}: kernel chunk without an integer id")
+            kernels[k["id"]] = k
+        elif kind == LAUNCH:
+            if len(payload) < LAUNCH_HEADER.size:
+                raise RawFormatError(f"{where}: launch chunk too short")
+            kid, dev, idx, gx, gy, gz, nctas, stream, host_ns, nbytes = LAUNCH_HEADER.unpack_from(payload, 0)
+            if nbytes != len(payload) - LAUNCH_HEADER.size:
+                raise RawFormatError(f"{where}: launch chunk size does not match its buffer size")
+            if kid not in kernels:
+                raise RawFormatError(f"{where}: launch refers to unknown kernel {kid}")
+            launches.append(LaunchChunk(kid, dev, idx, (gx, gy, gz), nctas, stream, host_ns,
+                                        payload[LAUNCH_HEADER.size:]))
+        elif kind == END:
+            end = _json(payload, where)
+    if session is None:
+        raise RawFormatError(f"{path}: no session header; the file is truncated or not a proton-lite capture")
+    return RawCapture(path, session, kernels, launches, end, len(data) - last_end)
+
+
+def is_raw_file(path: str | os.PathLike) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def default_path(name: str, ext: str) -> Path:
+    p = Path(name)
+    return p if p.suffix == ext else p.with_name(p.name + ext)

@@ -1,0 +1,124 @@
+"""The few CUDA driver calls proton_lite needs, through cuda-python (no torch at run time)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # cuda-python < 12.6 spelled it cuda.cuda
+        from cuda import cuda as driver  # type: ignore[no-redef]
+    return driver
+
+
+cu = _driver()
+_SUCCESS = cu.CUresult.CUDA_SUCCESS
+_NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
+
+
+def check(result, call: str):
+    """Unpack a cuda-python result tuple, raising CudaError on failure."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != _SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        raise CudaError(f"{call} failed: {name.decode() if isinstance(name, bytes) else name}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def current_context():
+    return check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+
+
+def set_context(ctx) -> None:
+    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+def current_device() -> int:
+    return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+def device_name(device: int) -> str:
+    raw = check(cu.cuDeviceGetName(256, device), "cuDeviceGetName")
+    return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+
+def device_attribute(device: int, name: str) -> int:
+    attr = getattr(cu.CUdevice_attribute, name)
+    return int(check(cu.cuDeviceGetAttribute(attr, device), f"cuDeviceGetAttribute({name})"))
+
+
+def mem_alloc(size: int) -> int:
+    return int(check(cu.cuMemAlloc(size), f"cuMemAlloc({size} bytes)"))
+
+
+def mem_free(ptr: int) -> None:
+    check(cu.cuMemFree(ptr), "cuMemFree")
+
+
+def mem_get_info() -> tuple[int, int]:
+    free, total = check(cu.cuMemGetInfo(), "cuMemGetInfo")
+    return int(free), int(total)
+
+
+def host_alloc(size: int) -> int:
+    return int(check(cu.cuMemHostAlloc(size, 0), f"cuMemHostAlloc({size} bytes)"))
+
+
+def host_free(ptr: int) -> None:
+    check(cu.cuMemFreeHost(ptr), "cuMemFreeHost")
+
+
+def host_view(ptr: int, size: int) -> np.ndarray:
+    """A numpy uint8 view of pinned host memory (no copy)."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
+
+
+def memcpy_dtoh_async(dst_host: int, src_device: int, size: int, stream: int) -> None:
+    check(cu.cuMemcpyDtoHAsync(dst_host, src_device, size, cu.CUstream(stream)), "cuMemcpyDtoHAsync")
+
+
+def memcpy_htod(dst_device: int, src: np.ndarray) -> None:
+    check(cu.cuMemcpyHtoD(dst_device, src.ctypes.data, src.nbytes), "cuMemcpyHtoD")
+
+
+def memset_d8_async(ptr: int, value: int, size: int, stream: int) -> None:
+    check(cu.cuMemsetD8Async(ptr, value, size, cu.CUstream(stream)), "cuMemsetD8Async")
+
+
+def event_create():
+    return check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+
+
+def event_record(event, stream: int) -> None:
+    check(cu.cuEventRecord(event, cu.CUstream(stream)), "cuEventRecord")
+
+
+def event_done(event) -> bool:
+    err, = cu.cuEventQuery(event)
+    if err == _NOT_READY:
+        return False
+    check((err,), "cuEventQuery")
+    return True
+
+
+def event_synchronize(event) -> None:
+    check(cu.cuEventSynchronize(event), "cuEventSynchronize")
+
+
+def event_destroy(event) -> None:
+    check(cu.cuEventDestroy(event), "cuEventDestroy")
+
+
+def stream_is_capturing(stream: int) -> bool:
+    status = check(cu.cuStreamIsCapturing(cu.CUstream(stream)), "cuStreamIsCapturing")
+    return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+

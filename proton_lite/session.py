@@ -1,0 +1,295 @@
+"""``proton_lite.start`` / ``stop``: a profiling session and its options.
+
+While a session is active, kernels launched in the process are compiled with
+proton_lite's instrumentation mode (a Triton compile option, so instrumented and plain
+binaries never share a cache entry), each launch's buffer is collected, and at ``stop``
+the raw capture is decoded into trace files.  Everything the session installs into
+Triton (mode, stage hook, profile allocator, launch hooks, JIT hook) is removed at stop.
+"""
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from proton_lite.passes import stage_hook
+from proton_lite.passes.config import BUFFER_MODES, GRANULARITIES, InstrumentConfig
+from proton_lite.raw_format import RawWriter
+
+MODES = ("instrumentation",)
+FORMATS = ("perfetto", "chrome")
+_active: "Session | None" = None
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Validated session options (unknown names are rejected with the list of valid ones).
+
+    name: base path of the output files (``NAME.plraw``, ``NAME.pftrace``, ``NAME.json``).
+    formats: trace formats written at stop, any of "perfetto", "chrome"; () = raw only.
+    granularity: "warp" (default), "warpgroup" or "cta": which threads record.
+    kernels: names (fnmatch patterns) of the kernels to instrument; None = all.
+    capacity: records per recording unit; None = sized from the code (see docs/design.md).
+    loop_capacity: records per unit for kernels with scopes inside loops when capacity is None.
+    buffer_mode: "clamp" keeps the first records when full, "circular" the newest.
+    host_buffer_mb: pinned host memory in flight before launches wait for the disk.
+    skip_autotune: leave out the autotuner's timing runs (they are counted and reported).
+    decode: decode and write traces at stop (False: only the raw capture).
+    calibrate: at stop, launch one tiny kernel that measures the cost of a record on this
+        GPU (reported as ``record_cost_cycles`` in the trace metadata).
+    quiet: no summary line at stop.
+    """
+
+    name: str = "proton_lite"
+    formats: tuple[str, ...] = ("perfetto",)
+    granularity: str = "warp"
+    kernels: tuple[str, ...] | None = None
+    capacity: int | None = None
+    loop_capacity: int = 256
+    buffer_mode: str = "clamp"
+    host_buffer_mb: int = 256
+    skip_autotune: bool = True
+    decode: bool = True
+    calibrate: bool = True
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        formats = (self.formats,) if isinstance(self.formats, str) else tuple(self.formats)
+        object.__setattr__(self, "formats", formats)
+        bad = [f for f in formats if f not in FORMATS]
+        if bad:
+            raise ValueError(f"proton_lite: unknown trace format(s) {bad}; valid: {', '.join(FORMATS)}")
+        if self.kernels is not None:
+            kernels = (self.kernels,) if isinstance(self.kernels, str) else tuple(self.kernels)
+            object.__setattr__(self, "kernels", kernels)
+        if self.host_buffer_mb < 1:
+            raise ValueError("proton_lite: host_buffer_mb must be at least 1")
+        self.instrument_config()  # validates granularity, capacity and buffer mode
+
+    def instrument_config(self) -> InstrumentConfig:
+        return InstrumentConfig(self.granularity, self.capacity, self.loop_capacity, self.buffer_mode,
+                                tuple(self.kernels or ()))
+
+    @classmethod
+    def from_kwargs(cls, name: str, options: dict) -> "SessionOptions":
+        valid = [f.name for f in fields(cls) if f.name != "name"]
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise TypeError(f"proton_lite.start: unknown option(s) {', '.join(unknown)}; valid options: "
+                            f"{', '.join(valid)} (granularity: {', '.join(GRANULARITIES)}; buffer_mode: "
+                            f"{', '.join(BUFFER_MODES)}; formats: {', '.join(FORMATS)})")
+        return cls(name=name, **options)
+
+
+@dataclass
+class SessionResult:
+    """What a finished session produced."""
+
+    raw_path: str
+    trace_paths: list[str] = field(default_factory=list)
+    launches: int = 0
+    records: int = 0
+    dropped: int = 0
+    unmatched: int = 0
+    errors: list[str] = field(default_factory=list)
+    summary_line: str = ""
+
+
+class Session:
+    """An active profiling session; also a context manager (``with proton_lite.start(...):``)."""
+
+    def __init__(self, options: SessionOptions) -> None:
+        self.options = options
+        self.raw_path = str(Path(options.name).with_name(Path(options.name).name + ".plraw"))
+        self.result: SessionResult | None = None
+        self._installed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def _install(self) -> None:
+        from triton import knobs
+        from triton.runtime import _allocation
+
+        from proton_lite.runtime import cuda_api
+        from proton_lite.runtime.collector import ATTACHER, Collector
+
+        device = None
+        try:
+            device = cuda_api.current_device()
+        except Exception:
+            pass
+        session_info = {
+            "name": self.options.name, "options": _jsonable(asdict(self.options)),
+            "host_start_ns": time.time_ns(), "triton_version": _triton_version(), "proton_lite_version": _version(),
+            "device": cuda_api.device_name(device) if device is not None else None,
+            "sm_count": cuda_api.device_attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+            if device is not None else None,
+            "python": sys.version.split()[0],
+        }
+        Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
+        self._writer = RawWriter(self.raw_path, session_info)
+        self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune)
+        self._saved_mode = knobs.compilation.instrumentation_mode
+        knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
+        stage_hook.install()
+        self._saved_allocator = _allocation._profile_allocator.get()
+        _allocation.set_profile_allocator(self._collector.allocate)
+        knobs.runtime.launch_enter_hook.add(self._collector.on_launch_enter)
+        knobs.runtime.launch_exit_hook.add(self._collector.on_launch_exit)
+        self._saved_jit_cache_hook = knobs.runtime.jit_cache_hook
+        previous = self._saved_jit_cache_hook
+
+        def jit_cache_hook(*args, **kwargs):
+            fn = kwargs.get("fn")
+            if fn is not None:
+                ATTACHER.attach(fn.jit_function)
+            return previous(*args, **kwargs) if previous is not None else None
+
+        knobs.runtime.jit_cache_hook = jit_cache_hook
+        self._jit_cache_hook = jit_cache_hook
+        ATTACHER.attach_known()
+        self._installed = True
+
+    def _uninstall(self) -> None:
+        from triton import knobs
+        from triton.runtime import _allocation
+
+        from proton_lite.runtime.collector import ATTACHER
+
+        knobs.compilation.instrumentation_mode = self._saved_mode
+        stage_hook.uninstall()
+        _allocation.set_profile_allocator(self._saved_allocator)
+        knobs.runtime.launch_enter_hook.remove(self._collector.on_launch_enter)
+        knobs.runtime.launch_exit_hook.remove(self._collector.on_launch_exit)
+        if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
+            knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook
+        ATTACHER.detach_all()
+        self._installed = False
+
+    def stop(self) -> SessionResult:
+        """Finish collecting, write the raw capture's end, decode and write the traces."""
+        global _active
+        with _lock:
+            if self.result is not None:
+                return self.result
+            user_launches = self._collector.launches
+            if self._installed and self.options.calibrate and user_launches:
+                self._calibrate()
+            if self._installed:
+                self._uninstall()
+            if _active is self:
+                _active = None
+        collector = self._collector
+        collector.finish()
+        self._writer.end({"launches": user_launches, "calibration_launches": collector.launches - user_launches,
+                          "unattributed": collector.unattributed,
+                          "skipped_autotune": collector.skipped_autotune, "errors": collector.errors,
+                          "host_end_ns": time.time_ns()})
+        self._writer.close()
+        result = SessionResult(self.raw_path, launches=user_launches, errors=list(collector.errors))
+        if self.options.decode:
+            from proton_lite.pipeline import raw_to_traces
+            profile, paths = raw_to_traces(self.raw_path, self.options.name, self.options.formats,
+                                           progress=not self.options.quiet)
+            result.trace_paths = paths
+            result.records = int(profile.launches["records"].sum()) if len(profile.launches) else 0
+            result.dropped = profile.total_dropped
+            result.unmatched = profile.total_unmatched
+        result.summary_line = _summary_line(result, collector, self.options)
+        self.result = result
+        if not self.options.quiet:
+            print(result.summary_line, file=sys.stderr)
+        return result
+
+    def _calibrate(self) -> None:
+        """Launch the record-cost kernel (runtime/calibrate.py); a failure only loses the estimate."""
+        from proton_lite.runtime import calibrate
+        try:
+            calibrate.launch()
+        except Exception as e:  # e.g. the context is gone after a kernel fault
+            self._collector.errors.append(f"record-cost calibration skipped: {type(e).__name__}: {e}"[:300])
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+
+def _summary_line(result: SessionResult, collector, options: SessionOptions) -> str:
+    parts = [f"proton_lite: {result.launches} launch{'es' if result.launches != 1 else ''}",
+             f"{result.records:,} records", f"{result.dropped:,} dropped"]
+    if result.unmatched:
+        parts.append(f"{result.unmatched:,} unmatched")
+    if collector.skipped_autotune:
+        parts.append(f"{collector.skipped_autotune} autotuner trial launches skipped")
+    if collector.unattributed:
+        parts.append(f"{collector.unattributed} launches not attributable (not saved)")
+    line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
+    if result.dropped:
+        hint = ("raise loop_capacity=... or capacity=..." if options.buffer_mode == "clamp"
+                else "raise capacity=...")
+        line += (f"\nproton_lite: warning: {result.dropped:,} records did not fit the profile buffer and were "
+                 f"dropped; {hint} in proton_lite.start() to keep them")
+    for err in result.errors:
+        line += f"\nproton_lite: error: {err}"
+    return line
+
+
+def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -> Session:
+    """Start profiling: kernels launched until ``stop()`` are instrumented and recorded."""
+    global _active
+    if mode not in MODES:
+        raise ValueError(f"proton_lite.start: unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    opts = SessionOptions.from_kwargs(name, options)
+    with _lock:
+        if _active is not None:
+            raise RuntimeError(f"proton_lite.start: a session ({_active.options.name!r}) is already active; "
+                               "call proton_lite.stop() first")
+        session = Session(opts)
+        session._install()
+        _active = session
+    return session
+
+
+def stop() -> SessionResult | None:
+    """Stop the active session (no-op returning None when there is none)."""
+    session = _active
+    return session.stop() if session is not None else None
+
+
+def active() -> Session | None:
+    return _active
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """A process that exits without stop() still leaves a complete raw capture."""
+    session = _active
+    if session is not None:
+        try:
+            object.__setattr__(session.options, "decode", False)
+            session.stop()
+        except Exception as e:  # never raise during interpreter shutdown
+            print(f"proton_lite: could not finish the session at exit: {e}", file=sys.stderr)
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except Exception:
+        return "unknown"
+
+
+def _version() -> str:
+    from proton_lite import __version__
+    return __version__

@@ -1,0 +1,315 @@
+"""Overhead and cost benchmark on the GPU: plain vs proton-lite (vs Proton when available), one process.
+
+Usage: python tests/benchmarks/bench.py [--out results.json] [--quick]
+Kernel times are medians of CUPTI kernel durations (torch.profiler), which exclude the
+copy-back and all host work.  Prints a table; writes the raw numbers as JSON.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+import proton_lite  # noqa: E402
+import proton_lite.language as pl  # noqa: E402
+from proton_lite.decode import decode  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+try:
+    import triton.profiler as proton
+    import triton.profiler.language as ppl
+    HAVE_PROTON = True
+except Exception:  # pragma: no cover
+    HAVE_PROTON = False
+    ppl = None
+
+import importlib.util  # noqa: E402
+TRACE_FORMATS = ("perfetto", ) if importlib.util.find_spec("proton_lite.trace.perfetto") else ()
+
+# PROF: 0 plain, 1 proton-lite, 2 Proton; scopes compile away when PROF selects the other one
+
+
+@triton.jit
+def vadd(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr, PROF: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    if PROF == 1:
+        pl.enter_scope("load")
+    if PROF == 2:
+        ppl.enter_scope("load")
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    if PROF == 1:
+        pl.exit_scope("load")
+        pl.enter_scope("store")
+    if PROF == 2:
+        ppl.exit_scope("load")
+        ppl.enter_scope("store")
+    tl.store(o_ptr + offs, x + y, mask=m)
+    if PROF == 1:
+        pl.exit_scope("store")
+    if PROF == 2:
+        ppl.exit_scope("store")
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+       BK: tl.constexpr, PROF: tl.constexpr, PER_ITER: tl.constexpr):
+    pid = tl.program_id(0)
+    nn = tl.cdiv(N, BN)
+    pm, pn = pid // nn, pid % nn
+    om = pm * BM + tl.arange(0, BM)
+    on = pn * BN + tl.arange(0, BN)
+    ok = tl.arange(0, BK)
+    ap = a_ptr + om[:, None] * sam + ok[None, :] * sak
+    bp = b_ptr + ok[:, None] * sbk + on[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if PROF == 1:
+        pl.enter_scope("mainloop")
+    if PROF == 2:
+        ppl.enter_scope("mainloop")
+    for k in range(0, tl.cdiv(K, BK)):
+        if PER_ITER:
+            if PROF == 1:
+                pl.enter_scope("iter")
+            if PROF == 2:
+                ppl.enter_scope("iter")
+        a = tl.load(ap)
+        b = tl.load(bp)
+        acc = tl.dot(a, b, acc)
+        ap += BK * sak
+        bp += BK * sbk
+        if PER_ITER:
+            if PROF == 1:
+                pl.exit_scope("iter")
+            if PROF == 2:
+                ppl.exit_scope("iter")
+    if PROF == 1:
+        pl.exit_scope("mainloop")
+        pl.enter_scope("epilogue")
+    if PROF == 2:
+        ppl.exit_scope("mainloop")
+        ppl.enter_scope("epilogue")
+    tl.store(c_ptr + om[:, None] * scm + on[None, :] * scn, acc.to(tl.float16))
+    if PROF == 1:
+        pl.exit_scope("epilogue")
+    if PROF == 2:
+        ppl.exit_scope("epilogue")
+
+
+@triton.jit
+def smax(x_ptr, o_ptr, stride, n, BLOCK: tl.constexpr, PROF: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n
+    x = tl.load(x_ptr + row * stride + cols, mask=m, other=-float("inf"))
+    if PROF == 1:
+        pl.enter_scope("reduce")
+    if PROF == 2:
+        ppl.enter_scope("reduce")
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    den = tl.sum(num, axis=0)
+    if PROF == 1:
+        pl.exit_scope("reduce")
+        pl.enter_scope("store")
+    if PROF == 2:
+        ppl.exit_scope("reduce")
+        ppl.enter_scope("store")
+    tl.store(o_ptr + row * stride + cols, num / den, mask=m)
+    if PROF == 1:
+        pl.exit_scope("store")
+    if PROF == 2:
+        ppl.exit_scope("store")
+
+
+@triton.jit
+def record_cost(x_ptr, n_iter, INNER: tl.constexpr):
+    v = tl.load(x_ptr + tl.arange(0, 128))
+    pl.enter_scope("loop")
+    for i in range(n_iter):
+        if INNER:
+            pl.enter_scope("r")
+        v = v * 1.000001 + 0.5
+        if INNER:
+            pl.exit_scope("r")
+    pl.exit_scope("loop")
+    tl.store(x_ptr + tl.arange(0, 128), v)
+
+
+def cupti_times_us(fn, name, reps):
+    """CUPTI kernel durations (torch.profiler) of ``reps`` launches of ``fn``; host work excluded."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times = [e.device_time for e in prof.events() if e.name == name and e.device_type.name == "CUDA"]
+    if not times:
+        times = [e.device_time for e in prof.events() if e.name == name]
+    return times
+
+
+def host_launch_us(fn, n=20):
+    """Mean host time of one launch call, over a burst of ``n`` (no synchronization inside)."""
+    fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return dt
+
+
+def cases(quick):
+    n = (1 << 26) if not quick else (1 << 22)
+    x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    o = torch.empty_like(x)
+    S = 4096 if not quick else 1024
+    a = torch.randn(S, S, device="cuda", dtype=torch.float16)
+    b = torch.randn(S, S, device="cuda", dtype=torch.float16)
+    c = torch.empty(S, S, device="cuda", dtype=torch.float16)
+    xs = torch.randn(4096, 4096, device="cuda")
+    os_ = torch.empty_like(xs)
+    yield "vector add 64M fp32", "vadd", lambda p: vadd[(triton.cdiv(n, 1024), )](x, y, o, n, BLOCK=1024, PROF=p)
+    mmgrid = ((S // 128) * (S // 128), )
+    yield "matmul 4096^3 fp16", "mm", lambda p: mm[mmgrid](a, b, c, S, S, S, a.stride(0), a.stride(1), b.stride(
+        0), b.stride(1), c.stride(0), c.stride(1), BM=128, BN=128, BK=64, PROF=p, PER_ITER=False, num_warps=8,
+                                                            num_stages=3)
+    yield "matmul, scope per K iter", "mm", lambda p: mm[mmgrid](a, b, c, S, S, S, a.stride(0), a.stride(
+        1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), BM=128, BN=128, BK=64, PROF=p, PER_ITER=True,
+                                                                  num_warps=8, num_stages=3)
+    yield "softmax 4096x4096 fp32", "smax", lambda p: smax[(4096, )](xs, os_, xs.stride(0), 4096, BLOCK=4096, PROF=p)
+
+
+class ProtonRef:
+    """Triton's Proton, started once and switched on only around its own timing blocks."""
+
+    def __init__(self, tmp):
+        self.error = None
+        self.active = False
+        if not HAVE_PROTON:
+            self.error = "triton.profiler not importable"
+            return
+        try:
+            ppl.enable_semantic("triton")
+            proton.start(os.path.join(tmp, "proton"), backend="instrumentation")
+            proton.deactivate()
+            self.active = True
+        except Exception as e:  # noqa: BLE001
+            self.error = f"{type(e).__name__}: {e}"[:300]
+
+    def times(self, launch, kname, reps):
+        proton.activate()
+        try:
+            return cupti_times_us(lambda: launch(2), kname, reps)
+        finally:
+            proton.deactivate()
+
+
+def overhead_rounds(launch, kname, reps, rounds, tmp, proton_ref):
+    """Interleave plain / proton-lite / Proton blocks so clock and thermal drift hit all alike."""
+    t = {"plain": [], "pl": [], "proton": []}
+    for r in range(rounds):
+        t["plain"] += cupti_times_us(lambda: launch(0), kname, reps)
+        with proton_lite.start(os.path.join(tmp, f"{kname}_r{r}"), quiet=True, decode=False, calibrate=False):
+            t["pl"] += cupti_times_us(lambda: launch(1), kname, reps)
+        if proton_ref.active:
+            try:
+                t["proton"] += proton_ref.times(launch, kname, reps)
+            except Exception as e:  # noqa: BLE001
+                proton_ref.error = f"{type(e).__name__}: {e}"[:300]
+                proton_ref.active = False
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench.json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--reps", type=int, default=10, help="launches per timing block")
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    proton_ref = ProtonRef(tmp)
+    rows = []
+    for label, kname, launch in cases(args.quick):
+        row = {"kernel": label}
+        t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref)
+        row["n_per_variant"] = len(t["plain"])
+        row["plain_us"] = statistics.median(t["plain"])
+        row["pl_us"] = statistics.median(t["pl"])
+        row["pl_overhead_pct"] = 100 * (row["pl_us"] / row["plain_us"] - 1)
+        if t["proton"]:
+            row["proton_us"] = statistics.median(t["proton"])
+            row["proton_overhead_pct"] = 100 * (row["proton_us"] / row["plain_us"] - 1)
+        # host time added per launch: a burst of launches with the session off, then on
+        row["plain_host_us"] = host_launch_us(lambda: launch(0))
+        with proton_lite.start(os.path.join(tmp, kname + "_host"), quiet=True, decode=False, calibrate=False):
+            row["pl_host_us"] = host_launch_us(lambda: launch(1))
+        row["host_added_us"] = row["pl_host_us"] - row["plain_host_us"]
+        # stop -> trace on disk, for a session of 2 launches (as in anchors.md)
+        s = proton_lite.start(os.path.join(tmp, kname + "_trace"), quiet=True, formats=TRACE_FORMATS)
+        launch(1)
+        launch(1)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        res = s.stop()
+        row["stop_to_trace_s"] = time.perf_counter() - t0
+        row["records"] = res.records
+        row["dropped"] = res.dropped
+        row["records_per_launch"] = res.records // 2
+        prof = decode(read_raw(res.raw_path))
+        row["slices"] = int(len(prof.intervals) + len(prof.ctas))
+        row["record_cost_cycles"] = prof.session.get("record_cost_cycles")
+        if res.trace_paths:
+            row["trace_bytes"] = os.path.getsize(res.trace_paths[0])
+            row["bytes_per_slice"] = row["trace_bytes"] / max(row["slices"], 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    # cycles per record: same loop with and without 2 records per iteration, measured in-kernel
+    xr = torch.rand(128, device="cuda")
+    res = {}
+    for inner in (False, True):
+        with proton_lite.start(os.path.join(tmp, f"rc{int(inner)}"), quiet=True, formats=(),
+                               loop_capacity=2050) as s:
+            record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2)
+        prof = decode(read_raw(s.result.raw_path))
+        k = prof.kernels[0]
+        loop_id = k.scopes.index("loop")
+        iv = prof.intervals[prof.intervals["scope"] == loop_id]
+        res[inner] = float(iv["cycles"].mean())
+    cpr = (res[True] - res[False]) / (2 * 1024)
+    print(json.dumps({"cycles_per_record": cpr, "loop_cycles": res}))
+    out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows, "cycles_per_record": cpr,
+           "loop_cycles": {str(k): v for k, v in res.items()}, "proton_error": proton_ref.error}
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"\n{'kernel':26} {'plain us':>8} {'p-lite':>8} {'ovh %':>6} {'Proton %':>8} {'rec/launch':>10} "
+          f"{'drop':>4} {'stop>trace s':>12} {'B/slice':>7} {'host +us':>8}")
+    for r in rows:
+        print(f"{r['kernel'][:26]:26} {r['plain_us']:8.1f} {r['pl_us']:8.1f} {r['pl_overhead_pct']:6.2f} "
+              f"{r.get('proton_overhead_pct', float('nan')):8.2f} {r['records_per_launch']:10d} {r['dropped']:4d} "
+              f"{r['stop_to_trace_s']:12.3f} {r.get('bytes_per_slice', float('nan')):7.1f} "
+              f"{r['host_added_us']:8.1f}")
+    print(f"cycles per record: {cpr:.2f} (loop); calibration kernel: "
+          f"{[r['record_cost_cycles'] for r in rows]}; Proton: {proton_ref.error or 'ok'}")
+    sys.stdout.flush()
+    # Proton keeps every launch's data for its trace; writing it would take minutes (anchors.md
+    # has its stop->trace times), so leave without finalizing it.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

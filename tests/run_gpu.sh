@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
+# Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
+PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
+PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-300} \
+  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py} 2>&1 | tail -40
+echo "pytest rc=${PIPESTATUS[0]}"
+[ -f "$OUT/fidelity.json" ] && cat "$OUT/fidelity.json"
+if [ -n "${SANITIZE:-}" ]; then
+  timeout 180 compute-sanitizer --tool memcheck --print-limit 5 $PT tests/test_gpu.py \
+    -k "overflow or vector_add-warp or loop_scopes-cta or matmul_per_iter-warpgroup" 2>&1 | tail -8
+fi
+if [ -z "${NO_BENCH:-}" ]; then
+  timeout ${BENCH_TIMEOUT:-300} python3 tests/benchmarks/bench.py --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 \
+    | grep -v -i warn | tail -30
+fi
+(cd "$OUT" && tar czf captures.tgz captures 2>/dev/null && rm -rf captures)
+ls -la "$OUT"

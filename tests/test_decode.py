@@ -1,0 +1,68 @@
+"""Decoder on buffers built to the documented layout."""
+import numpy as np
+import pytest
+
+from proton_lite.decode import decode
+from proton_lite.raw_format import read_raw
+
+from synth import simple_capture
+
+
+@pytest.mark.parametrize("gt0", [1_000_000_000, 1_763_800_000_123_456_789])
+def test_decode_pairs_nested_scopes_with_exact_cycles(tmp_path, gt0):
+    """gt0: a real %globaltimer is ns since 1970 (~1.8e18), where float64 steps by 256 ns."""
+    path = str(tmp_path / "s.plraw")
+    simple_capture(path, gt0=gt0)
+    prof = decode(read_raw(path))
+    assert len(prof.ctas) == 6 and prof.total_dropped == 0 and prof.total_unmatched == 0
+    iv = prof.intervals
+    assert len(iv) == 6 * 4 * 2
+    a = iv[iv["scope"] == 0]
+    b = iv[iv["scope"] == 1]
+    assert (a["cycles"] == 3000).all() and (b["cycles"] == 1500).all()
+    assert (a["depth"] == 0).all() and (b["depth"] == 1).all()
+    # rate 1.5 cycles/ns -> 3000 cycles = 2000 ns (the per-SM fit spans two CTAs per SM)
+    assert np.abs((a["end_ns"] - a["start_ns"]) - 2000).max() <= 1
+    assert np.allclose(prof.ctas["cycles_per_ns"], 1.5, rtol=1e-3)
+
+
+def test_lost_exit_is_unmatched_not_misattributed(tmp_path):
+    path = str(tmp_path / "d.plraw")
+    simple_capture(path, drop_last=1, cap=3)  # each unit tried 4 records, only 3 fit: outer exit lost
+    prof = decode(read_raw(path))
+    assert prof.total_dropped == 6 * 4 * 1
+    assert prof.total_unmatched == 6 * 4 * 1  # the outer enter has no partner
+    assert (prof.intervals["scope"] == 1).all()  # only the complete inner scope is kept
+
+
+def test_short_ctas_use_the_pooled_rate_not_their_own_noisy_one(tmp_path):
+    """CTAs of ~10 timer ticks: a two-point rate is off by up to 20%; the pooled one by < 1%."""
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    from synth import kernel_meta, launch_buffer
+
+    rate, tick = 1.755, 32  # cycles per ns, ns
+    rng = np.random.default_rng(0)
+    layout = BufferLayout("warp", 1, 2, "shared")
+    ctas = []
+    for i in range(128):  # one CTA per SM: no per-SM fit possible
+        start_ns = 5_000_000 + int(rng.integers(0, 2000))
+        cycles = int(rng.integers(500, 700))
+        clk0 = int(rng.integers(1 << 20, 1 << 40))
+        q = lambda ns: (ns // tick) * tick  # noqa: E731  %globaltimer ticks every 32 ns
+        end_ns = start_ns + cycles / rate
+        recs = [(encode_tag(0, False), clk0 + 10), (encode_tag(0, True), clk0 + cycles - 10)]
+        ctas.append({"smid": i, "start_gt": q(start_ns), "start_clk": clk0,
+                     "units": [(2, q(int(end_ns)), clk0 + cycles, recs)]})
+    path = str(tmp_path / "short.plraw")
+    w = RawWriter(path, {"name": "short"})
+    w.kernel(kernel_meta(0, "k", ["s"], layout))
+    w.launch(0, 0, 0, (128, 1, 1), 128, 0, 0, launch_buffer(layout, ctas))
+    w.end({})
+    w.close()
+    prof = decode(read_raw(path))
+    own = (prof.ctas["end_clock"] - prof.ctas["start_clock"]) / \
+        np.maximum([c["units"][0][1] - c["start_gt"] for c in ctas], 1)
+    assert np.abs(own / rate - 1).max() > 0.05  # the two-point rates really are noisy here
+    assert np.allclose(prof.ctas["cycles_per_ns"], rate, rtol=0.01)
+    assert np.isnan(prof.ctas["measured_cycles_per_ns"]).all()  # too short to report their own rate

@@ -1,0 +1,191 @@
+"""End to end on the GPU: outputs unchanged, exact record counts, CTAs once, times consistent.
+
+Run on a Hopper GPU with ``python -m pytest -m gpu``; skipped elsewhere.  Set
+``PROTON_LITE_CAPTURE_DIR`` to keep the raw captures (they become tests/data/).
+"""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+import proton_lite  # noqa: E402
+from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
+from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout  # noqa: E402
+from proton_lite.passes import stage_hook  # noqa: E402
+from proton_lite.passes.config import CALIBRATION_KERNEL  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+import kernels as K  # noqa: E402
+
+CAPTURE_DIR = os.environ.get("PROTON_LITE_CAPTURE_DIR")
+# trace writers are checked on the CPU from the captures; also write them here when present
+import importlib.util  # noqa: E402
+TRACE_FORMATS = () if os.environ.get("PROTON_LITE_TEST_TRACES") == "0" else tuple(f for f, mod in (("perfetto", "proton_lite.trace.perfetto"), ("chrome", "proton_lite.trace.chrome"))
+                      if importlib.util.find_spec(mod))
+
+
+def run_case(name, device="cuda"):
+    """Launch test kernel `name`; return (output tensors, grid, expected records per unit, scopes)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    if name == "vector_add":
+        n = 1 << 16
+        x, y = torch.rand(n, device=device, generator=g), torch.rand(n, device=device, generator=g)
+        out = torch.empty_like(x)
+        grid = (triton_cdiv(n, 1024), )
+        K.vector_add[grid](x, y, out, n, BLOCK=1024)
+        return [out], grid, 4, ["load", "store"], 4
+    if name == "softmax":
+        x = torch.randn(256, 1000, device=device, generator=g)
+        out = torch.empty_like(x)
+        grid = (256, )
+        K.softmax[grid](x, out, x.stride(0), 1000, BLOCK=1024)
+        return [out], grid, 4, ["reduce", "store"], 4
+    if name in ("matmul", "matmul_per_iter"):
+        M = N = 512
+        KK = 1024
+        a = torch.randn(M, KK, device=device, dtype=torch.float16, generator=g)
+        b = torch.randn(KK, N, device=device, dtype=torch.float16, generator=g)
+        c = torch.empty(M, N, device=device, dtype=torch.float16)
+        grid = ((M // 128) * (N // 128), )
+        per_iter = name == "matmul_per_iter"
+        K.matmul[grid](a, b, c, M, N, KK, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                       c.stride(1), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, PER_ITER=per_iter, num_warps=8,
+                       num_stages=3)
+        expected = 4 + (2 * (KK // 64) if per_iter else 0)
+        scopes = ["mainloop", "iteration", "epilogue"] if per_iter else ["mainloop", "epilogue"]
+        return [c], grid, expected, scopes, 8
+    if name == "loop_scopes":
+        x = torch.rand(128, device=device, generator=g)
+        grid = (7, )
+        K.loop_scopes[grid](x, 37, BLOCK=128)
+        return [x], grid, 74, ["step"], 4
+    if name == "nested":
+        x = torch.rand(128, device=device, generator=g)
+        grid = (3, )
+        K.nested[grid](x, BLOCK=128)
+        return [x], grid, 6, ["outer", "inner", "innermost"], 4
+    if name == "helper_twice":
+        x, y = torch.rand(128, device=device, generator=g), torch.rand(128, device=device, generator=g)
+        out = torch.empty_like(x)
+        grid = (5, )
+        K.helper_twice[grid](x, y, out, BLOCK=128)
+        return [out], grid, 4, ["load_tile"], 4
+    raise KeyError(name)
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+CASES = ["vector_add", "softmax", "matmul", "matmul_per_iter", "loop_scopes", "nested", "helper_twice"]
+
+
+@pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])
+@pytest.mark.parametrize("name", CASES)
+def test_instrumented_matches_plain_and_records_are_exact(name, granularity, tmp_path):
+    plain, grid, _, _, num_warps = run_case(name)
+    torch.cuda.synchronize()
+    if granularity == "warpgroup" and num_warps % 4:
+        pytest.skip("warpgroup needs a multiple of 4 warps")
+    start_ev, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    base = str(tmp_path / f"{name}_{granularity}")
+    with proton_lite.start(base, granularity=granularity, formats=TRACE_FORMATS, quiet=True) as session:
+        start_ev.record()
+        outs, grid, expected, scopes, num_warps = run_case(name)
+        end_ev.record()
+    torch.cuda.synchronize()
+    kernel_ms = start_ev.elapsed_time(end_ev)
+    # 1. outputs identical to the uninstrumented run
+    for a, b in zip(plain, outs):
+        assert torch.equal(a, b), f"{name}: instrumented output differs"
+    result = session.result
+    assert result.launches == 1 and result.dropped == 0 and result.unmatched == 0
+    # 2. the raw buffer holds exactly the expected records per unit and per CTA
+    cap = read_raw(result.raw_path)
+    (kid, kmeta), = [(k, m) for k, m in cap.kernels.items() if m["name"] != CALIBRATION_KERNEL]
+    layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
+    assert kmeta["proton_lite"]["scopes"] == scopes
+    (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
+    n_ctas = int(np.prod(grid))
+    assert launch.num_ctas == n_ctas
+    blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=n_ctas)
+    assert (blocks["magic"] == CTA_MAGIC).all()  # every CTA wrote its header exactly in its own slot
+    units = blocks["unit"]
+    assert (units["magic"] == UNIT_MAGIC).all()
+    assert (units["count"] == expected).all(), np.unique(units["count"])
+    recs = units["rec"][:, :, :expected, :]
+    tags = recs[..., 0]
+    # ids: the same tag sequence in every unit, with enter/exit alternating as nested
+    assert (tags == tags[0:1, 0:1, :]).all()
+    clk = recs[..., 1].astype(np.int64)
+    steps = np.diff(clk, axis=2) % (1 << 32)
+    assert (steps < (1 << 31)).all()  # timestamps increase within a unit
+    assert len(np.unique(blocks["smid"])) >= 1
+    # 3. decoded: every CTA once, scopes inside their CTA, CTAs inside the kernel's event time
+    prof = decode(cap)
+    assert len(prof.ctas) == n_ctas and len(np.unique(prof.ctas["cta"])) == n_ctas
+    iv = prof.intervals
+    assert len(iv) == n_ctas * layout.units * expected // 2
+    cta_of = {int(c["cta"]): c for c in prof.ctas}
+    starts = np.array([cta_of[int(c)]["start_ns"] for c in iv["cta"]])
+    ends = np.array([cta_of[int(c)]["end_ns"] for c in iv["cta"]])
+    slack = 64  # ns: two globaltimer ticks
+    assert (iv["start_ns"] >= starts - slack).all() and (iv["end_ns"] <= ends + slack).all()
+    span_ns = prof.ctas["end_ns"].max() - prof.ctas["start_ns"].min()
+    assert span_ns <= kernel_ms * 1e6 + 2000, (span_ns, kernel_ms)
+    rates = prof.ctas["cycles_per_ns"]
+    assert ((rates > 0.2) & (rates < 2.5)).all(), rates
+    for path in result.trace_paths:
+        assert os.path.getsize(path) > 0
+    if CAPTURE_DIR and granularity == "warp":
+        os.makedirs(CAPTURE_DIR, exist_ok=True)
+        shutil.copy(result.raw_path, os.path.join(CAPTURE_DIR, f"{name}.plraw"))
+
+
+def test_plain_kernels_run_plain_after_a_session(tmp_path):
+    run_case("vector_add")
+    with proton_lite.start(str(tmp_path / "s"), quiet=True):
+        run_case("vector_add")
+    from triton import knobs
+    from triton.runtime import _allocation
+    assert knobs.compilation.instrumentation_mode == ""
+    assert not stage_hook.installed()
+    # a plain launch with the null profile allocator would raise if it asked for a buffer
+    assert type(_allocation._profile_allocator.get()).__name__ == "NullAllocator"
+    outs, *_ = run_case("vector_add")
+    torch.cuda.synchronize()
+    assert outs[0].isfinite().all()
+
+
+def test_many_launches_stream_to_disk(tmp_path):
+    with proton_lite.start(str(tmp_path / "many"), quiet=True, formats=()) as s:
+        for _ in range(1000):
+            run_case("nested")
+    assert s.result.launches == 1000
+    prof = decode(read_raw(s.result.raw_path))
+    assert len(prof.launches) == 1000 and prof.total_dropped == 0 and prof.total_unmatched == 0
+    assert len(prof.intervals) == 1000 * 3 * 4 * 3
+
+
+def test_overflow_is_counted_not_written(tmp_path):
+    with proton_lite.start(str(tmp_path / "ovf"), quiet=True, loop_capacity=16, formats=()) as s:
+        run_case("loop_scopes")  # 74 records per warp, 16 slots
+    assert s.result.dropped == 7 * 4 * (74 - 16)
+    with proton_lite.start(str(tmp_path / "circ"), quiet=True, loop_capacity=16, buffer_mode="circular",
+                           formats=()) as s2:
+        run_case("loop_scopes")
+    assert s2.result.dropped == 7 * 4 * (74 - 16)
+    prof = decode(read_raw(s2.result.raw_path))
+    # circular keeps the newest 16 records = 8 complete steps per warp
+    assert len(prof.intervals) == 7 * 4 * 8 and prof.total_unmatched == 0
+
+
+def test_second_session_is_an_error(tmp_path):
+    with proton_lite.start(str(tmp_path / "a"), quiet=True, formats=()):
+        with pytest.raises(RuntimeError, match="already active"):
+            proton_lite.start(str(tmp_path / "b"))

@@ -1,0 +1,170 @@
+"""Reliability on the GPU: faults, exits without stop, out of memory, streams and threads,
+CUDA graphs, autotuning.  See docs/reliability.md for what the user sees in each case.
+
+Cases that destroy the CUDA context (a kernel fault) run in a child process.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import proton_lite  # noqa: E402
+import proton_lite.language as pl  # noqa: E402
+from proton_lite.decode import decode  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+import kernels as K  # noqa: E402
+
+HERE = os.path.dirname(__file__)
+REPO = os.path.dirname(HERE)
+
+
+def _child(code, tmp_path):
+    """Run ``code`` as a script file (Triton needs the source of its kernels) in tmp_path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, HERE, os.environ.get("PYTHONPATH", "")]))
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def _vadd(n=1 << 14, stream=None):
+    x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    K.vector_add[(triton.cdiv(n, 1024), )](x, y, out, n, BLOCK=1024)
+    return x, y, out
+
+
+def test_kernel_fault_reaches_user_and_earlier_launches_are_saved(tmp_path):
+    r = _child("""
+        import torch, triton, triton.language as tl, proton_lite, proton_lite.language as pl, kernels as K
+
+        @triton.jit
+        def scribble(x_ptr, off):
+            with pl.scope("scribble"):
+                tl.store(x_ptr + off + tl.arange(0, 128), tl.zeros([128], tl.float32))
+
+        x = torch.rand(4096, device="cuda"); out = torch.empty_like(x)
+        s = proton_lite.start("fault", quiet=True, formats=())
+        for _ in range(3):
+            K.vector_add[(4,)](x, x, out, 4096, BLOCK=1024)
+        torch.cuda.synchronize()
+        scribble[(1,)](x, 1 << 40)  # an address far outside any allocation
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:
+            print("USER-SAW:", type(e).__name__, str(e).splitlines()[0])
+        res = proton_lite.stop()
+        print("LAUNCHES-SAVED:", res.launches, "ERRORS:", res.errors)
+    """, tmp_path)
+    assert "USER-SAW:" in r.stdout and "illegal" in r.stdout.lower(), r.stdout + r.stderr[-2000:]
+    cap = read_raw(str(tmp_path / "fault.plraw"))
+    prof = decode(cap)
+    assert len(prof.launches) >= 3  # the three good launches are on disk and decode
+    assert (prof.launches["records"][:3] == 4 * 4 * 4).all()
+
+
+def test_exit_without_stop_still_writes_the_raw_capture(tmp_path):
+    r = _child("""
+        import torch, proton_lite, kernels as K
+        x = torch.rand(4096, device="cuda"); out = torch.empty_like(x)
+        proton_lite.start("noexit", quiet=True)
+        for _ in range(5):
+            K.vector_add[(4,)](x, x, out, 4096, BLOCK=1024)
+    """, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cap = read_raw(str(tmp_path / "noexit.plraw"))
+    assert cap.end is not None  # END chunk written by the atexit handler
+    prof = decode(cap)
+    assert len(prof.launches) == 5 and prof.total_dropped == 0
+
+
+def test_out_of_memory_for_profile_buffer_is_clear_and_kernel_not_launched(tmp_path):
+    free, total = torch.cuda.mem_get_info()
+    n = 1 << 20
+    x = torch.rand(n * 1024 // 1024, device="cuda")
+    out = torch.full_like(x, -1.0)
+    # capacity so large that size x CTAs exceeds the free memory
+    per_unit = int(free / (n // 1024) / 4 / 8 * 2)
+    with pytest.raises(MemoryError, match=r"out of device memory for a profile buffer.*Reduce"):
+        with proton_lite.start(str(tmp_path / "oom"), quiet=True, capacity=min(per_unit, 1 << 24), formats=()):
+            K.vector_add[(n // 1024, )](x, x, out, n, BLOCK=1024)
+    torch.cuda.synchronize()
+    assert (out == -1.0).all()  # the kernel did not run with a missing buffer
+
+
+def test_streams_and_threads_attribute_every_launch(tmp_path):
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    n_each = 7
+
+    def work(i):
+        with torch.cuda.stream(streams[i]):
+            x = torch.rand(4096 * (i + 1), device="cuda")
+            out = torch.empty_like(x)
+            for _ in range(n_each):
+                K.vector_add[(4 * (i + 1), )](x, x, out, x.numel(), BLOCK=1024)
+
+    with proton_lite.start(str(tmp_path / "mt"), quiet=True, formats=()) as s:
+        threads = [threading.Thread(target=work, args=(i, )) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    torch.cuda.synchronize()
+    prof = decode(read_raw(s.result.raw_path))
+    assert len(prof.launches) == 3 * n_each
+    by_stream = {}
+    for launch in prof.launches:
+        by_stream.setdefault(int(launch["stream"]), set()).add(int(launch["grid_x"]))
+    assert sorted(by_stream) == sorted(st.cuda_stream for st in streams)
+    for i, st in enumerate(streams):
+        assert by_stream[st.cuda_stream] == {4 * (i + 1)}  # each stream saw only its own grid
+    assert (prof.launches["records"] == prof.launches["num_ctas"] * 4 * 4).all()
+    assert len(np.unique(prof.launches["launch"])) == 3 * n_each
+
+
+def test_cuda_graph_capture_is_a_clear_error(tmp_path):
+    x = torch.rand(4096, device="cuda")
+    out = torch.empty_like(x)
+    K.vector_add[(4, )](x, x, out, 4096, BLOCK=1024)  # compiled outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with proton_lite.start(str(tmp_path / "graph"), quiet=True, formats=()):
+        K.vector_add[(4, )](x, x, out, 4096, BLOCK=1024)
+        with pytest.raises(RuntimeError, match="CUDA graph"):
+            with torch.cuda.graph(g):
+                K.vector_add[(4, )](x, x, out, 4096, BLOCK=1024)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})], key=["n"])
+@triton.jit
+def tuned_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    with pl.scope("copy"):
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_autotuner_trials_are_skipped_and_chosen_config_profiled(tmp_path):
+    n = 1 << 16
+    x = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    with proton_lite.start(str(tmp_path / "tune"), quiet=True, formats=()) as s:
+        for _ in range(3):
+            tuned_copy[lambda m: (triton.cdiv(n, m["BLOCK"]), )](x, out, n)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x)
+    prof = decode(read_raw(s.result.raw_path))
+    assert len(prof.launches) == 3  # only the real launches, not the autotuner's trials
+    assert "autotuner trial launches skipped" in s.result.summary_line
+    block = tuned_copy.best_config.kwargs["BLOCK"]
+    assert (prof.launches["grid_x"] == n // block).all()
