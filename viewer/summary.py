@@ -1,0 +1,458 @@
+"""Text summary of a decoded profile: launches, scopes, SMs and warnings.
+
+``summarize`` turns a :class:`~proton_lite.profile_data.Profile` into a plain,
+JSON-serializable dict (same input, same output); ``render_summary`` draws it as rich
+tables that fit an 80-column terminal.
+
+Definitions (also written into the summary under ``"definitions"``):
+
+* **duration** of a launch: ``end_ns - start_ns`` (earliest CTA start to latest CTA end).
+* **SMs used**: distinct ``smid`` values among the launch's recorded CTAs.
+* **max concurrent CTAs per SM**: for every SM, the CTA lifetimes ``[start_ns, end_ns)``
+  of the launch are swept in time order and the largest number alive at once is taken
+  (a CTA ending at ``t`` and another starting at ``t`` do not overlap); the launch's value
+  is the maximum over its SMs, at least 1.  It is what the run showed, which can be lower
+  than the occupancy limit when CTAs are short or start late.
+* **waves**: ``ceil(CTAs / (SMs used * max concurrent CTAs per SM))`` with ``CTAs`` the
+  launch's ``num_ctas`` (the grid), or the recorded CTAs when ``num_ctas`` is 0.
+* **scope statistics** are over the scope's intervals (every unit, CTA and launch of the
+  kernels with that name): ``end_ns - start_ns`` in ns and ``cycles`` in SM cycles.
+  Percentiles use numpy's default (linear interpolation).
+* **share**: sum of the scope's durations at depth 0 divided by the sum over the
+  kernel's CTAs of ``units per CTA * CTA lifetime`` (units: warps, warp groups or 1,
+  from the kernel's granularity).  Only depth-0 time counts, so the shares of a kernel's
+  scopes add up to at most 100% (lane 0; overlapping scopes on extra lanes can add more).
+  A scope that only ever runs nested has share 0; ``inclusive_share`` counts its
+  intervals at every depth.
+* **busy** time of an SM: the length of the union of the lifetimes of the CTAs it ran.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.viewer.render import compact_table, fmt_count, fmt_cycles, fmt_ns, fmt_share
+
+SCHEMA = "proton_lite.summary/1"
+SORT_KEYS = ("total", "mean", "count", "p99", "name")
+COARSE_TIMER_NS = 100  # globaltimer ticks coarser than this get a warning
+CLOCK_RATE_RANGE = (0.3, 2.2)  # plausible SM clock, cycles per ns
+CLOCK_RATE_SM_TOLERANCE = 0.05  # relative deviation from the SM's median rate
+_MAX_EXAMPLES = 5
+
+DEFINITIONS = {
+    "duration_ns": "launch end_ns - start_ns (earliest CTA start to latest CTA end)",
+    "max_ctas_per_sm": "largest number of the launch's CTAs alive at once on one SM, from the "
+                       "[start_ns, end_ns) CTA lifetimes per SM (touching lifetimes do not overlap)",
+    "waves": "ceil(CTAs / (SMs used * max_ctas_per_sm)); CTAs = num_ctas, or recorded CTAs if 0",
+    "share": "sum of the scope's depth-0 durations / sum over the kernel's CTAs of "
+             "(units per CTA * CTA lifetime)",
+    "inclusive_share": "as share, counting the scope's intervals at every depth",
+    "busy_ns": "length of the union of the lifetimes of the CTAs run by the SM",
+    "percentiles": "numpy.percentile, linear interpolation",
+}
+
+_HINT_DROPPED = ('raise `capacity` / `loop_capacity`, or use buffer_mode="circular" (keeps the newest '
+                 'records) or sizing="exact"')
+
+
+# ---------------------------------------------------------------------------------------------
+# summarize
+# ---------------------------------------------------------------------------------------------
+
+def summarize(profile: Profile, kernel: str | None = None, scope: str | None = None, sort: str = "total",
+              top: int | None = None) -> dict:
+    """Summarize ``profile``; see the module docstring for the definitions.
+
+    kernel: keep kernels whose name contains this text (case-insensitive).
+    scope: keep only the scope with exactly this name.
+    sort: order of the scope rows: "total", "mean", "count", "p99" (largest first) or
+        "name" (kernel, then scope, alphabetical).  Ties are broken by kernel and scope name.
+    top: keep the first ``top`` scope rows after sorting (over all kernels).
+    """
+    if sort not in SORT_KEYS:
+        raise ValueError(f"summarize: unknown sort key {sort!r}; choose one of {', '.join(SORT_KEYS)}")
+    if top is not None and (not isinstance(top, (int, np.integer)) or top < 0):
+        raise ValueError(f"summarize: top must be a non-negative int or None, got {top!r}")
+
+    kernels = profile.kernels
+    selected = [i for i, k in enumerate(kernels) if kernel is None or kernel.lower() in k.name.lower()]
+    launches = profile.launches
+    if len(launches):
+        launches = launches[np.isin(launches["kernel"], np.asarray(selected, dtype=np.uint32))]
+        launches = launches[np.argsort(launches["launch"], kind="stable")]
+    launch_ids = launches["launch"]
+    ctas = profile.ctas[np.isin(profile.ctas["launch"], launch_ids)] if len(profile.ctas) else profile.ctas
+    intervals = (profile.intervals[np.isin(profile.intervals["launch"], launch_ids)]
+                 if len(profile.intervals) else profile.intervals)
+    kernel_of_cta = _lookup(launch_ids, launches["kernel"], ctas["launch"])
+    kernel_of_interval = _lookup(launch_ids, launches["kernel"], intervals["launch"])
+
+    warnings: list[dict] = []
+    if kernel is not None and not selected:
+        names = sorted({k.name for k in kernels})
+        warnings.append({"kind": "filter", "message": f"no kernel name contains {kernel!r}; kernels: "
+                                                      + (", ".join(names) or "none")})
+
+    scopes, scopes_total = _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, scope, sort, top)
+    if scope is not None and scopes_total == 0:
+        names = sorted({s for i in selected for s in kernels[i].scopes})
+        warnings.append({"kind": "filter", "message": f"no recorded scope is named {scope!r}; scopes: "
+                                                      + (", ".join(names) or "none")})
+    warnings.extend(_warnings(profile, kernels, launches, ctas))
+
+    session = profile.session or {}
+    span = int(launches["end_ns"].max() - launches["start_ns"].min()) if len(launches) else 0
+    return {
+        "schema": SCHEMA,
+        "session": {
+            "name": _jsonable(session.get("name")),
+            "device": _jsonable(session.get("device")),
+            "timer_tick_ns": _jsonable(session.get("timer_tick_ns")),
+            "launches": int(len(profile.launches)),
+            "launches_shown": int(len(launches)),
+            "span_ns": span,
+        },
+        "filters": {"kernel": kernel, "scope": scope, "sort": sort, "top": None if top is None else int(top)},
+        "definitions": dict(DEFINITIONS),
+        "launches": _launch_rows(kernels, launches, ctas),
+        "scopes": scopes,
+        "scopes_total": scopes_total,
+        "sms": _sm_rows(ctas),
+        "warnings": warnings,
+    }
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """values[i] where keys[i] == query, for every query (keys sorted, every query present)."""
+    if len(query) == 0:
+        return np.zeros(0, dtype=np.int64)
+    pos = np.searchsorted(keys, query)
+    return values[np.minimum(pos, len(keys) - 1)].astype(np.int64)
+
+
+def _units_per_cta(k: KernelInfo) -> int:
+    return max(1, int(k.num_warps) // max(1, int(k.unit_warps)))
+
+
+def _scope_name(k: KernelInfo, index: int) -> str:
+    return k.scopes[index] if 0 <= index < len(k.scopes) else f"scope#{index}"
+
+
+def _stats(values: np.ndarray) -> dict:
+    p50, p90, p99 = (float(x) for x in np.percentile(values, [50, 90, 99]))
+    return {"total": int(values.sum()), "mean": float(values.mean()), "p50": p50, "p90": p90, "p99": p99,
+            "min": int(values.min()), "max": int(values.max())}
+
+
+def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, scope_filter, sort, top):
+    """Rows per (kernel name, scope name): kernels that share a name are merged."""
+    # denominator of the share: units * CTA lifetime, per kernel name
+    unit_time: dict[str, int] = {}
+    if len(ctas):
+        units = np.array([_units_per_cta(k) for k in kernels], dtype=np.int64)
+        life = np.maximum(ctas["end_ns"] - ctas["start_ns"], 0) * units[kernel_of_cta]
+        per_kernel = np.bincount(kernel_of_cta, weights=life, minlength=len(kernels))
+        for i, k in enumerate(kernels):
+            unit_time[k.name] = unit_time.get(k.name, 0) + int(round(per_kernel[i]))
+
+    rows: list[dict] = []
+    if len(intervals):
+        pair = (kernel_of_interval << 32) | intervals["scope"].astype(np.int64)
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        labels: dict[tuple[str, str], int] = {}
+        pair_label = np.empty(len(pairs), dtype=np.int64)
+        for j, p in enumerate(pairs):
+            k = kernels[int(p >> 32)]
+            key = (k.name, _scope_name(k, int(p & 0xFFFFFFFF)))
+            pair_label[j] = labels.setdefault(key, len(labels))
+        label = pair_label[inverse.reshape(-1)]
+        order = np.argsort(label, kind="stable")
+        bounds = np.searchsorted(label[order], np.arange(len(labels) + 1))
+        durations = (intervals["end_ns"] - intervals["start_ns"]).astype(np.int64)
+        cycles = intervals["cycles"].astype(np.int64)
+        depth0 = intervals["depth"] == 0
+        for (kname, sname), li in labels.items():
+            if scope_filter is not None and sname != scope_filter:
+                continue
+            idx = order[bounds[li]:bounds[li + 1]]
+            d, c = durations[idx], cycles[idx]
+            denom = unit_time.get(kname, 0)
+            d0 = int(d[depth0[idx]].sum())
+            ns, cyc = _stats(d), _stats(c)
+            rows.append({
+                "kernel": kname, "scope": sname, "count": int(len(idx)),
+                **ns,
+                "cycles": cyc,
+                "depth0_ns": d0,
+                "unit_time_ns": denom,
+                "share": d0 / denom if denom else None,
+                "inclusive_share": int(d.sum()) / denom if denom else None,
+            })
+
+    def key(r):
+        if sort == "name":
+            return (r["kernel"], r["scope"])
+        return (-r[sort], r["kernel"], r["scope"])
+
+    rows.sort(key=key)
+    total = len(rows)
+    if top is not None:
+        rows = rows[:int(top)]
+    return rows, total
+
+
+def _sweep(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Sweep [start, end) intervals per group.
+
+    Returns (group ids, max overlap per group, union length per group), groups sorted.
+    """
+    ends = np.maximum(ends, starts)
+    n = len(starts)
+    g = np.concatenate([groups, groups])
+    t = np.concatenate([starts, ends])
+    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    order = np.lexsort((delta, t, g))  # by group, then time, ends (-1) before starts (+1)
+    g, t, delta = g[order], t[order], delta[order]
+    alive = np.cumsum(delta)  # each group nets to zero, so the sum restarts at every group
+    gid, first = np.unique(g, return_index=True)
+    max_alive = np.maximum.reduceat(alive, first)
+    step = np.zeros(len(t), dtype=np.int64)
+    step[:-1] = np.where((alive[:-1] > 0) & (g[1:] == g[:-1]), t[1:] - t[:-1], 0)
+    busy = np.add.reduceat(step, first)
+    return gid, max_alive, busy
+
+
+def _launch_rows(kernels, launches, ctas) -> list[dict]:
+    rows = []
+    by_launch = np.argsort(ctas["launch"], kind="stable")
+    sorted_launch = ctas["launch"][by_launch]
+    for row in launches:
+        k = kernels[int(row["kernel"])]
+        lo, hi = np.searchsorted(sorted_launch, [row["launch"], row["launch"] + 1])
+        mine = ctas[by_launch[lo:hi]]
+        recorded = int(len(mine))
+        sms = int(len(np.unique(mine["smid"]))) if recorded else 0
+        conc = 0
+        if recorded:
+            _, max_alive, _ = _sweep(mine["smid"].astype(np.int64), mine["start_ns"], mine["end_ns"])
+            conc = max(1, int(max_alive.max()))
+        num_ctas = int(row["num_ctas"]) or recorded
+        waves = math.ceil(num_ctas / (sms * conc)) if sms and conc else None
+        rows.append({
+            "launch": int(row["launch"]), "kernel": k.name,
+            "grid": [int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])],
+            "warps": int(k.num_warps), "granularity": k.granularity,
+            "device": int(row["device"]), "stream": int(row["stream"]),
+            "start_ns": int(row["start_ns"]), "duration_ns": int(row["end_ns"] - row["start_ns"]),
+            "ctas": num_ctas, "ctas_recorded": recorded, "sms_used": sms, "max_ctas_per_sm": conc,
+            "waves": waves,
+            "records": int(row["records"]), "dropped": int(row["dropped"]), "unmatched": int(row["unmatched"]),
+            "missing_ctas": int(row["missing_ctas"]),
+        })
+    return rows
+
+
+def _sm_rows(ctas) -> list[dict]:
+    if not len(ctas):
+        return []
+    smid = ctas["smid"].astype(np.int64)
+    gid, _, busy = _sweep(smid, ctas["start_ns"], ctas["end_ns"])
+    counts = np.bincount(np.searchsorted(gid, smid), minlength=len(gid))
+    return [{"sm": int(s), "busy_ns": int(b), "ctas": int(c)} for s, b, c in zip(gid, busy, counts)]
+
+
+def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
+    out: list[dict] = []
+    for field, kind, what in (("dropped", "dropped", "records dropped (buffer full)"),
+                              ("unmatched", "unmatched", "records without a partner"),
+                              ("missing_ctas", "missing_ctas", "CTAs without a header")):
+        for name in sorted({kernels[int(i)].name for i in launches["kernel"]}):
+            mine = launches[np.array([kernels[int(i)].name == name for i in launches["kernel"]], dtype=bool)]
+            values = mine[field].astype(np.int64)
+            total = int(values.sum())
+            if not total:
+                continue
+            hit = int((values > 0).sum())
+            item = {"kind": kind, "kernel": name, "count": total, "launches": hit,
+                    "message": f"{name}: {total} {what} in {hit} of {len(mine)} launch(es)"}
+            if kind == "dropped":
+                item["hint"] = _HINT_DROPPED
+                item["message"] += "; the scopes after the drop are missing"
+            elif kind == "unmatched":
+                item["hint"] = "an enter without its exit (or the reverse): follows drops, or a CTA that did not finish"
+            out.append(item)
+
+    tick = (profile.session or {}).get("timer_tick_ns")
+    if tick is not None and float(tick) > COARSE_TIMER_NS:
+        out.append({"kind": "coarse_timer", "timer_tick_ns": _jsonable(tick),
+                    "message": f"%globaltimer ticks every {float(tick):g} ns: nanosecond durations shorter than "
+                               "a few ticks are unreliable; the cycle columns are exact"})
+
+    clock = _clock_warning(ctas)
+    if clock:
+        out.append(clock)
+
+    if (profile.session or {}).get("truncated"):
+        out.append({"kind": "truncated",
+                    "message": "the capture was cut off before stop() (crash or Ctrl-C): launches after the "
+                               "last complete one are missing"})
+
+    for w in (profile.session or {}).get("warnings") or []:
+        out.append({"kind": "session", "message": w if isinstance(w, str) else str(_jsonable(w))})
+    return out
+
+
+def _clock_warning(ctas) -> dict | None:
+    rate = ctas["measured_cycles_per_ns"].astype(np.float64)
+    ok = ~np.isnan(rate)
+    if not ok.any():
+        return None
+    smid = ctas["smid"].astype(np.int64)
+    median = np.full(len(rate), np.nan)
+    for s in np.unique(smid[ok]):
+        on = ok & (smid == s)
+        median[on] = np.median(rate[on])
+    lo, hi = CLOCK_RATE_RANGE
+    with np.errstate(invalid="ignore", divide="ignore"):
+        deviation = np.abs(rate - median) / median
+    out_of_range = ok & ((rate < lo) | (rate > hi))
+    off_median = ok & (deviation > CLOCK_RATE_SM_TOLERANCE)
+    bad = out_of_range | off_median
+    if not bad.any():
+        return None
+    idx = np.flatnonzero(bad)
+    idx = idx[np.lexsort((idx, -np.where(out_of_range[idx], np.inf, deviation[idx])))][:_MAX_EXAMPLES]
+    examples = [{"launch": int(ctas["launch"][i]), "cta": int(ctas["cta"][i]), "sm": int(smid[i]),
+                 "measured_cycles_per_ns": float(rate[i]), "sm_median": float(median[i])} for i in idx]
+    n_range, n_median = int(out_of_range.sum()), int(off_median.sum())
+    return {"kind": "clock_rate", "count": int(bad.sum()), "checked": int(ok.sum()),
+            "out_of_range": n_range, "off_sm_median": n_median, "examples": examples,
+            "message": f"{int(bad.sum())} of {int(ok.sum())} CTAs have an unusual measured clock rate "
+                       f"({n_range} outside {lo}-{hi} cycles/ns; {n_median} deviate more than "
+                       f"{CLOCK_RATE_SM_TOLERANCE:.0%} from their SM's median): the clock changed during "
+                       "the run (throttling, boost) or the timer is unreliable; compare cycles with care"}
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# render
+# ---------------------------------------------------------------------------------------------
+
+def render_summary(summary: dict, console: Console, max_launch_rows: int = 20) -> None:
+    """Draw ``summary`` (from :func:`summarize`) on ``console`` as tables for >= 80 columns."""
+    s = summary["session"]
+    head = Text("proton-lite summary", style="bold")
+    for label, value in (("session", s.get("name")), ("device", s.get("device")),
+                         ("launches", f"{s['launches_shown']} of {s['launches']}"
+                          if s["launches_shown"] != s["launches"] else s["launches"])):
+        if value is not None:
+            head.append(f"  {label}: ", style="dim").append(str(value))
+    console.print(head)
+    if summary["launches"]:
+        console.print(_launch_table(summary["launches"], max_launch_rows))
+    for kernel_name, rows in _by_kernel(summary["scopes"]):
+        console.print(Group(Text(kernel_name, style="bold"), _scope_time_table(rows), _scope_dist_table(rows)))
+    shown, total = len(summary["scopes"]), summary.get("scopes_total", len(summary["scopes"]))
+    if shown < total:
+        console.print(Text(f"showing {shown} of {total} scopes (sorted by {summary['filters']['sort']})",
+                           style="dim"))
+    if summary["sms"]:
+        console.print(Text(f"SMs ({len(summary['sms'])} used): busy = union of CTA lifetimes", style="italic"))
+        console.print(_sm_table(summary["sms"], console.width))
+    for w in summary["warnings"]:
+        text = Text("! ", style="bold yellow").append(w["message"])
+        if w.get("hint"):
+            text.append(f" (hint: {w['hint']})", style="dim")
+        console.print(text)
+
+
+def _by_kernel(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["kernel"], []).append(r)
+    return list(groups.items())
+
+
+def _launch_table(launches: list[dict], max_rows: int) -> Table:
+    t = compact_table("Launches")
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("kernel", overflow="fold", ratio=1)
+    for name in ("grid", "warps", "time", "CTAs", "SMs", "CTA/SM", "waves"):
+        t.add_column(name, justify="right", no_wrap=True)
+    for r in launches[:max_rows]:
+        t.add_row(str(r["launch"]), r["kernel"], "x".join(str(g) for g in r["grid"]), str(r["warps"]),
+                  fmt_ns(r["duration_ns"]), fmt_count(r["ctas"]), str(r["sms_used"]), str(r["max_ctas_per_sm"]),
+                  "-" if r["waves"] is None else str(r["waves"]))
+    if len(launches) > max_rows:
+        t.caption = f"{len(launches) - max_rows} more launches not shown (filter with a kernel name)"
+        t.caption_justify = "left"
+    return t
+
+
+def _scope_time_table(rows: list[dict]) -> Table:
+    t = compact_table("time per scope",
+                      caption="share: depth-0 time / (units x CTA lifetime)")
+    t.add_column("scope", overflow="fold", ratio=1)
+    for name in ("count", "total", "share", "mean", "min", "max"):
+        t.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        share = fmt_share(r["share"])
+        if r["share"] == 0 and r.get("inclusive_share"):
+            share = f"({fmt_share(r['inclusive_share'])})"  # only nested: inclusive share in brackets
+        t.add_row(r["scope"], fmt_count(r["count"]), fmt_ns(r["total"]), share, fmt_ns(r["mean"]),
+                  fmt_ns(r["min"]), fmt_ns(r["max"]))
+    return t
+
+
+def _scope_dist_table(rows: list[dict]) -> Table:
+    t = compact_table("percentiles: time, then cycles")
+    t.add_column("scope", overflow="fold", ratio=1)
+    for name in ("p50", "p90", "p99", "cyc mean", "cyc p50", "cyc p99"):
+        t.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        c = r["cycles"]
+        t.add_row(r["scope"], fmt_ns(r["p50"]), fmt_ns(r["p90"]), fmt_ns(r["p99"]), fmt_cycles(c["mean"]),
+                  fmt_cycles(c["p50"]), fmt_cycles(c["p99"]))
+    return t
+
+
+def _sm_table(sms: list[dict], width: int) -> Table:
+    per_group = 22  # "SM" + "busy" + "CTAs" columns with padding
+    groups = max(1, min(4, width // per_group))
+    rows_needed = math.ceil(len(sms) / groups)
+    groups = math.ceil(len(sms) / rows_needed)
+    t = compact_table()
+    for _ in range(groups):
+        t.add_column("SM", justify="right", no_wrap=True)
+        t.add_column("busy", justify="right", no_wrap=True)
+        t.add_column("CTAs", justify="right", no_wrap=True)
+    for i in range(rows_needed):
+        cells: list[str] = []
+        for g in range(groups):
+            j = g * rows_needed + i
+            if j < len(sms):
+                cells += [str(sms[j]["sm"]), fmt_ns(sms[j]["busy_ns"]), fmt_count(sms[j]["ctas"])]
+            else:
+                cells += ["", "", ""]
+        t.add_row(*cells)
+    return t
