@@ -26,6 +26,8 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 # A rate is taken from a time span only if the span is at least this many %globaltimer
 # ticks long: each end of a span is off by up to one tick, so 200 ticks bound the error at 1%.
 MIN_RATE_SPAN_TICKS = 200
+# A record may precede its CTA's start anchor by at most this many cycles (~8 ms).
+_BEFORE_START = 1 << 24
 
 
 def cta_block_dtype(layout: BufferLayout) -> np.dtype:
@@ -174,7 +176,11 @@ def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float):
     is_end = (tags & 1).astype(bool)
     corrupt = (scope >= n_scopes) | (tags >> 16 != 0)
     sclk = start_clk[ci]
-    full_clk = sclk + ((clo - (sclk & _MASK32)) & _MASK32)
+    # Unwrap the 32-bit clock against the CTA's 64-bit start.  Other warps may record a few
+    # cycles before thread 0 reads the start clock: deltas just below 2^32 are negative.
+    delta = ((clo - (sclk & _MASK32)) & _MASK32).astype(np.int64)
+    delta = np.where(delta >= (1 << 32) - _BEFORE_START, delta - (1 << 32), delta)
+    full_clk = (sclk.astype(np.int64) + delta).astype(np.uint64)
 
     # --- pairing by nesting level within each (CTA, unit) ----------------------------------
     group = ci.astype(np.int64) * layout.units + ui

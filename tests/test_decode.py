@@ -66,3 +66,24 @@ def test_short_ctas_use_the_pooled_rate_not_their_own_noisy_one(tmp_path):
     assert np.abs(own / rate - 1).max() > 0.05  # the two-point rates really are noisy here
     assert np.allclose(prof.ctas["cycles_per_ns"], rate, rtol=0.01)
     assert np.isnan(prof.ctas["measured_cycles_per_ns"]).all()  # too short to report their own rate
+
+
+def test_record_a_few_cycles_before_the_start_anchor_is_not_unwrapped_a_wrap_late(tmp_path):
+    """Warp 1 may record before thread 0 (warp 0) reads the CTA's start clock."""
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    from synth import kernel_meta, launch_buffer
+
+    layout = BufferLayout("warp", 2, 2, "shared")
+    clk0 = (7 << 32) + 5  # low 32 bits just above a wrap: a record 17 cycles earlier is below it
+    recs = [(encode_tag(0, False), clk0 - 17), (encode_tag(0, True), clk0 + 300)]
+    cta = {"smid": 0, "start_gt": 10**18, "start_clk": clk0,
+           "units": [(2, 10**18 + 500, clk0 + 1000, recs), (2, 10**18 + 500, clk0 + 1000, recs)]}
+    path = str(tmp_path / "early.plraw")
+    w = RawWriter(path, {"name": "early"})
+    w.kernel(kernel_meta(0, "k", ["s"], layout))
+    w.launch(0, 0, 0, (1, 1, 1), 1, 0, 0, launch_buffer(layout, [cta]))
+    w.end({})
+    w.close()
+    prof = decode(read_raw(path))
+    assert (prof.intervals["cycles"] == 317).all()

@@ -94,6 +94,9 @@ class Collector:
         if device not in self._contexts:
             self._contexts[device] = cuda_api.current_context()
         buf = self.device_pool.take(size, device)
+        # Pooled buffers hold an older launch's bytes: clear them (async, on the launch's
+        # stream) so a CTA or unit that never writes its header reads as missing, not stale.
+        cuda_api.memset_d8_async(buf.ptr, 0, size, stream)
         self._pending.item = (buf, stream, device)
         return buf
 
