@@ -1,0 +1,270 @@
+"""Read a trace written by ``write_trace`` back into a ``Profile`` (both formats).
+
+Why: the viewer summarizes and diffs trace files as well as raw captures, and the round
+trip is how the writers are tested.  Everything comes from the file itself: slices give
+times, tracks / args give launch, SM, CTA, unit and lane, debug args give cycles; the
+embedded metadata gives kernels, launches, session and the per-CTA clocks.  Files not
+written by proton-lite are refused with a one-line ``ValueError``.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, Profile
+from proton_lite.trace import _check_meta, _kernels_from_meta, _launch_rank, _launches_from_meta, _unpack_columns
+from proton_lite.trace._proto import fields, packet_bounds, parse_messages, read_varint
+
+
+def load_trace(path: str | Path) -> Profile:
+    data = Path(path).read_bytes()
+    is_json = data[:4096].lstrip().startswith(b"{")
+    try:
+        if is_json:  # (our .pftrace starts 0x0a then a length >= 128: never JSON-looking)
+            return _load_chrome(data, path)
+        if data[:1] == b"\x0a":  # the tag of Trace.packet
+            return _load_perfetto(data, path)
+    except ValueError as e:
+        msg = str(e)
+        raise ValueError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
+    except (KeyError, IndexError, TypeError, zlib.error, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: damaged proton-lite trace ({type(e).__name__}: {e})") from None
+    raise ValueError(f"{path}: not a proton-lite trace (neither Perfetto protobuf nor JSON)")
+
+
+def _profile(meta: dict, ctas: dict, iv: dict) -> Profile:
+    """Assemble a Profile from the parsed columns and the metadata (CTA extras joined)."""
+    launches = _launches_from_meta(meta)
+    kernels = _kernels_from_meta(meta)
+    c = np.zeros(len(ctas["cta"]), CTA_DTYPE)
+    lr = _launch_rank(launches, np.asarray(ctas["launch"]), "CTA slices")
+    for k in ("launch", "cta", "smid", "start_ns", "end_ns"):
+        c[k] = ctas[k]
+    order = np.lexsort((c["cta"], c["smid"], lr))  # the writers' CTA order: that of the extras
+    c = c[order]
+    extras = _unpack_columns(meta["ctas"])
+    if int(meta["ctas"]["rows"]) != len(c):
+        raise ValueError(f"{len(c)} CTA slices but metadata for {meta['ctas']['rows']} CTAs")
+    for k, v in extras.items():
+        c[k] = v
+    c["end_clock"] = c["start_clock"] + np.asarray(ctas["cycles"], np.int64)[order].view(np.uint64)
+    c = c[np.lexsort((c["cta"], lr[order]))]  # decode order: launch, then CTA id
+    out = np.zeros(len(iv["cta"]), INTERVAL_DTYPE)
+    for k in INTERVAL_DTYPE.names:
+        out[k] = iv[k]
+    out = out[np.lexsort((out["depth"], -out["end_ns"], out["start_ns"], out["lane"], out["unit"], out["cta"],
+                          out["launch"]))] if len(out) else out
+    return Profile(kernels=kernels, launches=launches, ctas=c, intervals=out, t0_ns=int(meta["t0_ns"]),
+                   session=meta.get("session") or {})
+
+
+# ---- Perfetto ------------------------------------------------------------------------------
+
+def _load_perfetto(data: bytes, path) -> Profile:
+    from proton_lite.trace import perfetto as pf
+    meta = _first_packet_meta(data, pf.META_FIELD, path)
+    # inflate compressed batches in place: one packet stream, in file order
+    starts, ends = packet_bounds(data)
+    buf = np.frombuffer(data, np.uint8)
+    top = parse_messages(buf, starts, ends, {pf.P_COMPRESSED: 2})
+    if top[pf.P_COMPRESSED][0].any():
+        parts, last = [], 0
+        for k in np.flatnonzero(top[pf.P_COMPRESSED][0]).tolist():
+            parts.append(data[last:int(ends[k - 1]) if k else 0])  # packets are contiguous
+            parts.append(zlib.decompress(data[int(top[pf.P_COMPRESSED][1][k]):int(top[pf.P_COMPRESSED][2][k])]))
+            last = int(ends[k])
+        parts.append(data[last:])
+        data = b"".join(parts)
+        starts, ends = packet_bounds(data)
+        buf = np.frombuffer(data, np.uint8)
+    pk = parse_messages(buf, starts, ends, {pf.P_TIMESTAMP: 0, pf.P_TRACK_EVENT: 2, pf.P_TRACK_DESCRIPTOR: 2,
+                                            pf.P_DEFAULTS: 2, pf.P_COMPRESSED: 2})
+    if pk[pf.P_COMPRESSED][0].any():
+        raise ValueError("compressed packets inside compressed packets")
+    incremental = False
+    has, lo, hi = pk[pf.P_DEFAULTS]
+    for k in np.flatnonzero(has).tolist():
+        d = parse_messages(buf, lo[k:k + 1], hi[k:k + 1], {pf.TPD_CLOCK_ID: 0})[pf.TPD_CLOCK_ID]
+        incremental = bool(d[0][0]) and int(d[1][0]) == pf.CLOCK_ID
+    has_ts, ts = pk[pf.P_TIMESTAMP]
+    t_all = np.cumsum(np.where(has_ts, ts, 0).astype(np.int64)) if incremental else ts.astype(np.int64)
+    # track descriptors: uuid -> (parent, rank)
+    has, lo, hi = pk[pf.P_TRACK_DESCRIPTOR]
+    td = parse_messages(buf, lo[has], hi[has], {pf.TD_UUID: 0, pf.TD_PARENT: 0, pf.TD_RANK: 0})
+    t_uuid = td[pf.TD_UUID][1].astype(np.int64)
+    t_parent = np.where(td[pf.TD_PARENT][0], td[pf.TD_PARENT][1].astype(np.int64), -1)
+    t_rank = (td[pf.TD_RANK][1] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    # track events
+    has, lo, hi = pk[pf.P_TRACK_EVENT]
+    if np.any(has & ~has_ts):
+        raise ValueError("a TrackEvent packet without a timestamp")
+    t = t_all[has]
+    te = parse_messages(buf, lo[has], hi[has], {pf.TE_TYPE: 0, pf.TE_TRACK_UUID: 0, pf.TE_NAME_IID: 0,
+                                                pf.TE_ANNOTATIONS: 2})
+    typ = te[pf.TE_TYPE][1].astype(np.int64)
+    track = te[pf.TE_TRACK_UUID][1].astype(np.int64)
+    if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
+        raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
+    a_has, a_lo, a_hi = te[pf.TE_ANNOTATIONS]
+    ann = parse_messages(buf, a_lo[a_has], a_hi[a_has], {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
+    an = np.zeros(len(typ), np.int64)
+    av = np.zeros(len(typ), np.int64)
+    an[a_has] = ann[pf.DA_NAME_IID][1].astype(np.int64)
+    av[a_has] = ann[pf.DA_INT][1].view(np.int64)
+    b, e = _match(track, typ == pf.TYPE_SLICE_END)
+    iid = te[pf.TE_NAME_IID][1].astype(np.int64)[b]
+    cycles = np.where(an[e] == pf.ANN_CYCLES, av[e], np.where(an[b] == pf.ANN_CYCLES, av[b], 0))
+    shift = int(meta["shift_ns"])
+    start, end = t[b] - shift, t[e] - shift
+    depth = np.where(an[b] == pf.ANN_DEPTH, av[b], _nest_level(track, b, e))
+
+    # each slice's track: CTA track (parent SM, grandparent launch) or unit track (one level down)
+    slice_track = track[b]
+    by_uuid = np.argsort(t_uuid)
+    def lookup(u):
+        i = np.searchsorted(t_uuid, u, sorter=by_uuid)
+        i = by_uuid[np.minimum(i, max(len(by_uuid) - 1, 0))] if len(by_uuid) else i
+        ok = (t_uuid[i] == u) if len(by_uuid) else np.zeros(len(u), bool)
+        if not np.all(ok):
+            raise ValueError("slices on a track that has no TrackDescriptor")
+        return i
+    own = lookup(slice_track)
+    up = [own]
+    for _ in range(3):  # walk to the root, at most launch > SM > CTA > unit
+        prev = up[-1]
+        par = t_parent[prev]
+        nxt = np.full(len(prev), -1, np.int64)
+        nxt[par >= 0] = lookup(par[par >= 0]) if np.any(par >= 0) else nxt[par >= 0]
+        nxt[prev < 0] = -1
+        up.append(nxt)
+    n_up = sum((u >= 0).astype(np.int64) for u in up[1:])
+    is_cta = n_up == 2
+    if np.any((n_up != 2) & (n_up != 3)):
+        raise ValueError("slices on a track that is neither a CTA nor a unit track")
+    rank = lambda i: np.where(i >= 0, t_rank[np.maximum(i, 0)], 0)
+    cta_i = np.where(is_cta, own, up[1])
+    sm_i = np.where(is_cta, up[1], up[2])
+    launch_i = np.where(is_cta, up[2], up[3])
+    if np.any(is_cta & (iid != 1)) or np.any(~is_cta & (iid < 2)):
+        raise ValueError(f"slice names do not match their tracks (CTA tracks hold only {pf.CTA_SLICE_NAME!r})")
+    names = np.array([s for _, s in meta["names"]] or [0], np.int64)
+    scope = names[np.clip(iid - 2, 0, len(names) - 1)]
+    u_rank = rank(own)
+    c, u = is_cta, ~is_cta
+    ctas = {"launch": rank(launch_i)[c], "smid": rank(sm_i)[c], "cta": rank(cta_i)[c], "start_ns": start[c],
+            "end_ns": end[c], "cycles": cycles[c]}
+    iv = {"launch": rank(launch_i)[u], "cta": rank(cta_i)[u], "unit": u_rank[u] >> 16, "lane": u_rank[u] & 0xFFFF,
+          "scope": scope[u], "depth": depth[u], "start_ns": start[u], "end_ns": end[u], "cycles": cycles[u]}
+    return _profile(meta, ctas, iv)
+
+
+def _first_packet_meta(data: bytes, meta_field: int, path) -> dict:
+    try:
+        ln, j = read_varint(data, 1)
+        for num, wire, v in fields(data, j, j + ln):
+            if num == meta_field and wire == 2:
+                return _check_meta(json.loads(data[v[0]:v[1]]), path)
+    except (IndexError, ValueError, UnicodeDecodeError):
+        pass
+    raise ValueError(f"{path}: not a proton-lite trace (no proton-lite metadata packet at its start)")
+
+
+def _match(track: np.ndarray, is_end: np.ndarray):
+    """Pair BEGIN/END events (in file order) per track; returns (begin index, end index).
+
+    Per track the events nest, so a BEGIN entered at level d is closed by the next END that
+    leaves level d: sorted by (track, level, position), pairs are adjacent.
+    """
+    n = len(track)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    by_track = np.lexsort((np.arange(n), track))
+    tr = track[by_track]
+    end = is_end[by_track]
+    step = np.where(end, -1, 1)
+    after = np.cumsum(step)
+    first = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]])
+    run = np.diff(np.r_[first, n])
+    lvl = after - np.repeat(after[first] - step[first], run)  # level after each event, per track
+    key = np.where(end, lvl, lvl - 1)  # BEGIN: level it enters from; END: level it returns to
+    if key.min() < 0:
+        raise ValueError("a SLICE_END without an open slice on its track")
+    ev = by_track[np.lexsort((np.arange(n), key, tr))]
+    b, e = ev[0::2], ev[1::2]
+    if len(b) != len(e) or np.any(is_end[b]) or np.any(~is_end[e]) or np.any(track[b] != track[e]):
+        raise ValueError("BEGIN/END events do not pair up on their tracks (a slice left open)")
+    return b, e
+
+
+def _nest_level(track: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Nesting depth of each slice on its track (number of enclosing open slices)."""
+    n = len(track)
+    pos = np.arange(n, dtype=np.int64)
+    is_end = np.zeros(n, bool)
+    is_end[e] = True
+    by_track = np.lexsort((pos, track))
+    step = np.where(is_end[by_track], -1, 1)
+    after = np.cumsum(step)
+    level = np.empty(n, np.int64)
+    level[by_track] = after  # tracks balance, so the running sum is 0 between tracks
+    return level[b] - 1
+
+
+# ---- Chrome JSON ---------------------------------------------------------------------------
+
+def scope_lookup(kernel):
+    """Scope id from a slice name: first index in the kernel's table, else ``scope N``.
+
+    The Chrome writer adds an explicit ``scope`` arg wherever this rule would be wrong.
+    """
+    first: dict[str, int] = {}
+    for s, nm in enumerate(kernel.scopes):
+        first.setdefault(nm, s)
+
+    def lookup(name: str) -> int:
+        if name in first:
+            return first[name]
+        if name.startswith("scope ") and name[6:].isdigit():
+            return int(name[6:])
+        raise ValueError(f"slice name {name!r} is not a scope of kernel {kernel.name!r}")
+    return lookup
+
+def _load_chrome(data: bytes, path) -> Profile:
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: not a proton-lite trace (invalid JSON: {e})") from None
+    meta = doc.get("otherData", {}).get("proton_lite") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a proton-lite trace (no otherData.proton_lite metadata)")
+    _check_meta(meta, path)
+    kernels = _kernels_from_meta(meta)
+    launch_of_pid = {i + 1: la for i, (la, _) in enumerate(meta["processes"])}
+    kernel_of_launch = dict(zip(meta["launches"]["launch"], meta["launches"]["kernel"]))
+    scope_ids = [scope_lookup(k) for k in kernels]
+    shift = int(meta["shift_ns"])
+    xs = [ev for ev in doc.get("traceEvents", ()) if ev.get("ph") == "X"]
+    args = [ev["args"] for ev in xs]
+    is_cta = np.array(["unit" not in a for a in args], bool)
+    launch = np.array([launch_of_pid[ev["pid"]] for ev in xs], np.int64)
+    start = np.rint(np.array([ev["ts"] for ev in xs], np.float64) * 1000).astype(np.int64) - shift
+    end = start + np.rint(np.array([ev["dur"] for ev in xs], np.float64) * 1000).astype(np.int64)
+    cycles = np.array([a["cycles"] for a in args], np.int64)
+    sm = np.array([a["sm"] for a in args], np.int64)
+    cta = np.array([a["cta"] for a in args], np.int64)
+    c, u = is_cta, ~is_cta
+    ctas = {"launch": launch[c], "smid": sm[c], "cta": cta[c], "start_ns": start[c], "end_ns": end[c],
+            "cycles": cycles[c]}
+    ua = [a for a, x in zip(args, is_cta.tolist()) if not x]
+    un = [ev["name"] for ev, x in zip(xs, is_cta.tolist()) if not x]
+    kern = [kernel_of_launch[la] for la in launch[u].tolist()]
+    iv = {"launch": launch[u], "cta": cta[u], "unit": np.array([a["unit"] for a in ua], np.int64),
+          "lane": np.array([a.get("lane", 0) for a in ua], np.int64),
+          "scope": np.array([a["scope"] if "scope" in a else scope_ids[k](nm) for a, k, nm in zip(ua, kern, un)],
+                            np.int64),
+          "depth": np.array([a["depth"] for a in ua], np.int64), "start_ns": start[u], "end_ns": end[u],
+          "cycles": cycles[u]}
+    return _profile(meta, ctas, iv)
