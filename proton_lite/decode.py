@@ -90,7 +90,7 @@ def estimate_tick_ns(values: np.ndarray) -> float:
     return float(np.diff(u).min())
 
 
-def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float):
+def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf):
     """Decode one launch; returns (ctas, pairs, stats) with absolute globaltimer ns as float64."""
     buf = cap_launch.buffer
     n = cap_launch.num_ctas
@@ -151,6 +151,9 @@ def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float):
         pooled = total_gt / total_clk if total_clk > 0 and total_gt > 0 else np.nan
         if not np.isfinite(pooled):  # every CTA is a few ns long: its cycles are ~0 anyway
             pooled = np.nanmedian(ns_per_cycle) if np.isfinite(ns_per_cycle).any() else 1.0
+        # CTAs that start together share their tick phase, so the pooled rate can still be off
+        # by a tick per CTA span; it can never truly exceed the GPU's highest SM clock.
+        pooled = max(pooled, 1.0 / max_rate)
         ns_per_cycle[rest] = pooled
     cta_start = base_gt
     cta_end = base_gt + span_clk * ns_per_cycle
@@ -243,10 +246,12 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         samples.append(starts["unit"]["end_gt"].ravel())
     tick = estimate_tick_ns(np.concatenate(samples)) if samples else float("nan")
 
+    max_khz = capture.session.get("sm_clock_max_khz")
+    max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
     launch_rows, cta_parts, iv_parts = [], [], []
     for i, launch in enumerate(capture.launches):
         ctas, pairs, stats = decode_launch(launch, layouts[launch.kernel_id], len(kinfo[launch.kernel_id].scopes),
-                                           tick)
+                                           tick, max_rate)
         launch_rows.append((launch, stats, ctas))
         cta_parts.append((i, ctas))
         iv_parts.append((i, pairs))

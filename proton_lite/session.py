@@ -127,6 +127,9 @@ class Session:
             "device": cuda_api.device_name(device) if device is not None else None,
             "sm_count": cuda_api.device_attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
             if device is not None else None,
+            # the highest SM clock the GPU reports: an upper bound for rates estimated from short CTAs
+            "sm_clock_max_khz": cuda_api.device_attribute(device, "CU_DEVICE_ATTRIBUTE_CLOCK_RATE")
+            if device is not None else None,
             "python": sys.version.split()[0],
         }
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
