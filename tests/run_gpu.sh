@@ -26,5 +26,7 @@ if [ -z "${NO_BENCH:-}" ]; then
   timeout ${BENCH_TIMEOUT:-300} python3 tests/benchmarks/bench.py --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 \
     | grep -v -i warn | tail -30
 fi
+mkdir -p "$OUT/captures/example"
+timeout 120 python3 docs/examples/matmul.py "$OUT/captures/example/matmul" 2>&1 | tail -3
 (cd "$OUT" && tar czf captures.tgz captures 2>/dev/null && rm -rf captures)
 ls -la "$OUT"
