@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout
+from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
@@ -26,6 +26,7 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 # A rate is taken from a time span only if the span is at least this many %globaltimer
 # ticks long: each end of a span is off by up to one tick, so 200 ticks bound the error at 1%.
 MIN_RATE_SPAN_TICKS = 200
+_MAX_CTA_NS = 3600 * 10**9  # a CTA end anchor later than this after its start is corrupt
 # A record may precede its CTA's start anchor by at most this many cycles (~8 ms).
 _BEFORE_START = 1 << 24
 
@@ -98,7 +99,16 @@ def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, 
         raise RawFormatError(f"launch {cap_launch.launch_index}: buffer holds {len(buf)} bytes, expected "
                              f"{n} CTAs x {layout.stride} bytes")
     blocks = np.frombuffer(buf, dtype=cta_block_dtype(layout), count=n)
-    valid = blocks["magic"] == CTA_MAGIC
+    # a CTA counts only if its header is whole (a kernel that scribbles over the profile
+    # buffer, or a CTA that never ran, leaves it missing: counted, not decoded)
+    valid = (blocks["magic"] == CTA_MAGIC) & (blocks["version"] == LAYOUT_VERSION) & \
+        (blocks["units"] == layout.units)
+    # ... and only if its finished units' end anchors lie after its start, within an hour
+    fin_all = blocks["unit"]["magic"] == UNIT_MAGIC
+    d_gt = blocks["unit"]["end_gt"].astype(np.int64) - blocks["start_gt"].astype(np.int64)[:, None]
+    d_clk = blocks["unit"]["end_clk"].astype(np.int64) - blocks["start_clk"].astype(np.int64)[:, None]
+    plausible = (d_gt >= 0) & (d_gt < _MAX_CTA_NS) & (d_clk >= 0) & (d_clk < 4 * _MAX_CTA_NS)
+    valid &= (plausible | ~fin_all).all(1)
     cta_ids = np.flatnonzero(valid).astype(np.uint32)
     b = blocks[valid]
     units = b["unit"]  # (m, U)
@@ -206,6 +216,10 @@ def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, 
     e_idx, x_idx = e_idx[e_idx_sorted], x_idx[e_idx_sorted]
     unmatched = int(level.size - 2 * e_idx.size)
 
+    # a pair whose times cannot be placed (corrupt anchors) is unmatched, not invented
+    ok_t = np.isfinite(base_gt[ci[e_idx]]) & np.isfinite(ns_per_cycle[ci[e_idx]])
+    unmatched += int(2 * (~ok_t).sum())
+    e_idx, x_idx = e_idx[ok_t], x_idx[ok_t]
     row = ci[e_idx]
     # cycles since the CTA's start, in integers, then scaled (never absolute values in float)
     e_clk = (full_clk[e_idx] - start_clk[row]).astype(np.int64).astype(np.float64)
