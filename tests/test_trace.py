@@ -177,14 +177,36 @@ def test_same_profile_gives_identical_bytes(tmp_path, fmt, ext):
     assert (tmp_path / f"a{ext}").read_bytes() == (tmp_path / f"b{ext}").read_bytes()
 
 
-def test_perfetto_bytes_do_not_depend_on_threads_or_input_order(tmp_path):
-    from proton_lite.trace.perfetto import write_perfetto
+@pytest.mark.parametrize("fmt,ext", FORMATS)
+def test_bytes_do_not_depend_on_threads_chunks_or_input_order(tmp_path, monkeypatch, fmt, ext):
+    import proton_lite.trace.chrome as chrome
+    import proton_lite.trace.perfetto as pf
+    write = {"perfetto": lambda p, path, w: pf.write_perfetto(p, path, workers=w, compress=False),
+             "chrome": lambda p, path, w: chrome.write_chrome(p, path, workers=w)}[fmt]
     p = big_profile(n_ctas=2048, iters=0)
-    write_perfetto(p, tmp_path / "one.pftrace", workers=1)
+    write(p, tmp_path / f"one{ext}", 1)
+    monkeypatch.setattr(pf, "CHUNK", 999)  # many tasks, out of step with everything
+    monkeypatch.setattr(chrome, "CHUNK", 999)
     shuffled = np.random.default_rng(1).permutation(len(p.intervals))
     q = Profile(p.kernels, p.launches, p.ctas[::-1].copy(), p.intervals[shuffled], p.t0_ns, p.session)
-    write_perfetto(q, tmp_path / "four.pftrace", workers=4)
-    assert (tmp_path / "one.pftrace").read_bytes() == (tmp_path / "four.pftrace").read_bytes()
+    write(q, tmp_path / f"four{ext}", 4)
+    assert (tmp_path / f"one{ext}").read_bytes() == (tmp_path / f"four{ext}").read_bytes()
+
+
+@needs_tp
+def test_many_small_compressed_batches(tmp_path, monkeypatch):
+    import proton_lite.trace.perfetto as pf
+    monkeypatch.setattr(pf, "CHUNK", 50)
+    monkeypatch.setattr(pf, "MAX_RAW_BATCH", 300)
+    p = synthetic_profile()
+    stats = pf.write_perfetto(p, tmp_path / "t.pftrace", workers=3)
+    pb, packets, _ = _packets(tmp_path / "t.pftrace")
+    assert sum(1 for k in packets if k.HasField("track_event")) == 2 * stats["slices"]
+    top = pb.Trace()
+    top.ParseFromString(tmp_path.joinpath("t.pftrace").read_bytes())
+    assert sum(k.HasField("compressed_packets") for k in top.packet) >= 10
+    assert tp.bad_stats(str(tmp_path / "t.pftrace")) == []
+    assert_same_profile(p, load_trace(tmp_path / "t.pftrace"))
 
 
 def _random_profile(seed: int) -> Profile:

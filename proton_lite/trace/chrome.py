@@ -56,7 +56,7 @@ def _cta_name(r: Rows, cid, gx, gy, multi) -> None:
 
 
 def write_chrome(profile: Profile, path: str | Path, workers: int | None = None) -> dict:
-    from proton_lite.trace.perfetto import _Done, _workers
+    from proton_lite.trace.perfetto import _run_ordered, _workers
     from proton_lite.trace.readback import scope_lookup
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
@@ -192,24 +192,21 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None)
     tasks = [lambda sel=slice(lo, lo + CHUNK): thread_lines(sel) for lo in range(0, n_cta + n_ut, CHUNK)]
     tasks += [lambda sel=slice(lo, lo + CHUNK): slice_lines(sel) for lo in range(0, len(order), CHUNK)]
     workers = _workers() if workers is None else workers
-    size = 0
+    size, pending = 0, b""
     with open(path, "wb") as f:
-        def put(data: bytes) -> None:
-            nonlocal size
-            f.write(data)
-            size += len(data)
+        def put(data: bytes) -> None:  # one piece held back: the last line loses its comma
+            nonlocal size, pending
+            if data:
+                f.write(pending)
+                size += len(pending)
+                pending = data
         put(('{"otherData":{"proton_lite":' + _meta_json(meta) + '},\n"traceEvents":[\n').encode())
         put("".join(line + ",\n" for line in head).encode())
-        if workers > 1:
-            from concurrent.futures import ThreadPoolExecutor
-            with ThreadPoolExecutor(workers) as pool:
-                futures = [pool.submit(t) for t in tasks]  # results are small next to the profile
-                for fut in futures:
-                    put(fut.result())
-        else:
-            for t in tasks:
-                put(_Done(t()).result())
-        put(b'{"ph":"M","name":"proton_lite_end","pid":0,"tid":0,"args":{}}\n]}\n')
+        for data in _run_ordered(tasks, workers):
+            put(data)
+        tail = (pending[:-2] + b"\n" if pending.endswith(b",\n") else pending) + b"]}\n"
+        f.write(tail)
+        size += len(tail)
     n_slices = n_iv + n_cta
     return {"format": "chrome", "path": str(path), "bytes": size, "slices": n_slices, "processes": n_pid,
             "threads": n_cta + n_ut, "bytes_per_slice": size / n_slices if n_slices else 0.0}

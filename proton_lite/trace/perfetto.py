@@ -1,7 +1,13 @@
 """``NAME.pftrace``: Perfetto's native TrackEvent protobuf, written from numpy arrays.
 
 Why written by hand: the ``perfetto`` package's builders cost ~4 us per packet; here the
-packets are laid out column by column (``_proto.Rows``), about 35 bytes per slice.
+packets are laid out column by column (``_proto.Rows``), in worker threads.
+
+Size: the BEGIN/END packets of a slice take ~37 bytes with its ``cycles`` arg (~30
+without); track descriptors add ~27 bytes per track, which dominates when tracks hold few
+slices (2 scopes per warp: ~52 B/slice in all).  So by default packets go out in
+deflated ``compressed_packets`` batches, which the trace processor inflates natively:
+~13 B/slice for that shape, ~6 with many scopes per warp (``compress=False`` for plain).
 
 Layout (same tree as the Chrome JSON): one track per launch (``_launch_title``) > one per
 SM > one per CTA (holding a CTA-lifetime slice) > one per unit and lane.  Tracks carry
@@ -31,7 +37,7 @@ import numpy as np
 from proton_lite.profile_data import Profile
 from proton_lite.trace import (_cta_extras, _cta_layout, _launch_title, _meta_json, _metadata, _nesting,
                                _scope_names, _sorted_launches, _time_shift, _unique, _unit_tracks)
-from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag, varint
+from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 
 META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
 SEQ_ID = 1
@@ -121,6 +127,26 @@ def _finish(rows: Rows, compress: bool) -> bytes:
     return b"".join(out)
 
 
+def _run_ordered(tasks, workers: int):
+    """Yield the results of ``tasks`` (callables) in order, a few computed ahead in threads.
+
+    numpy's sorting, copying and masking and zlib release the GIL, so tasks really run
+    in parallel; the window bounds memory.
+    """
+    if workers <= 1:
+        for t in tasks:
+            yield t()
+        return
+    with ThreadPoolExecutor(workers) as ex:
+        window = deque()
+        for t in tasks:
+            window.append(ex.submit(t))
+            if len(window) > 2 * workers:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+
+
 def _workers() -> int:
     try:
         n = len(os.sched_getaffinity(0))
@@ -179,7 +205,8 @@ def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: boo
     unit_names = []
     for k in name_keys.tolist():
         g, u, lane = k >> 32, (k >> 16) & 0xFFFF, k & 0xFFFF
-        unit_names.append((("warp {}", "warpgroup {}", "cta")[g].format(u) + (f" lane {lane}" if lane else "")).encode())
+        name = ("warp {}", "warpgroup {}", "cta")[g].format(u) + (f" lane {lane}" if lane else "")
+        unit_names.append(name.encode())
 
     def unit_rows(sel: slice) -> bytes:
         return _finish(_descriptor_rows(np.arange(1, n_units + 1)[sel], cta_uuid0 + ut_cta[sel], ut_rank[sel],
@@ -233,7 +260,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         end = np.concatenate([iv["end_ns"], ctas["end_ns"]]).astype(np.int64) + shift
         depth = np.concatenate([iv["depth"], np.zeros(n_cta, np.uint16)]).astype(np.int64)
         iid = np.concatenate([pair_idx + 2, np.ones(n_cta, np.int64)])
-        cycles = np.concatenate([iv["cycles"].astype(np.int64), (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)])
+        cta_cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
+        cycles = np.concatenate([iv["cycles"].astype(np.int64), cta_cycles])
 
         def where(i: int) -> str:
             if i >= n_iv:

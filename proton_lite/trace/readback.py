@@ -66,24 +66,24 @@ def _profile(meta: dict, ctas: dict, iv: dict) -> Profile:
 def _load_perfetto(data: bytes, path) -> Profile:
     from proton_lite.trace import perfetto as pf
     meta = _first_packet_meta(data, pf.META_FIELD, path)
-    # inflate compressed batches in place: one packet stream, in file order
+    wanted = {pf.P_TIMESTAMP: 0, pf.P_TRACK_EVENT: 2, pf.P_TRACK_DESCRIPTOR: 2, pf.P_DEFAULTS: 2, pf.P_COMPRESSED: 2}
     starts, ends = packet_bounds(data)
     buf = np.frombuffer(data, np.uint8)
-    top = parse_messages(buf, starts, ends, {pf.P_COMPRESSED: 2})
-    if top[pf.P_COMPRESSED][0].any():
+    pk = parse_messages(buf, starts, ends, wanted)
+    comp, c_lo, c_hi = pk[pf.P_COMPRESSED]
+    if comp.any():  # inflate the batches in place: one packet stream, in file order
         parts, last = [], 0
-        for k in np.flatnonzero(top[pf.P_COMPRESSED][0]).tolist():
+        for k in np.flatnonzero(comp).tolist():
             parts.append(data[last:int(ends[k - 1]) if k else 0])  # packets are contiguous
-            parts.append(zlib.decompress(data[int(top[pf.P_COMPRESSED][1][k]):int(top[pf.P_COMPRESSED][2][k])]))
+            parts.append(zlib.decompress(data[int(c_lo[k]):int(c_hi[k])]))
             last = int(ends[k])
         parts.append(data[last:])
         data = b"".join(parts)
         starts, ends = packet_bounds(data)
         buf = np.frombuffer(data, np.uint8)
-    pk = parse_messages(buf, starts, ends, {pf.P_TIMESTAMP: 0, pf.P_TRACK_EVENT: 2, pf.P_TRACK_DESCRIPTOR: 2,
-                                            pf.P_DEFAULTS: 2, pf.P_COMPRESSED: 2})
-    if pk[pf.P_COMPRESSED][0].any():
-        raise ValueError("compressed packets inside compressed packets")
+        pk = parse_messages(buf, starts, ends, wanted)
+        if pk[pf.P_COMPRESSED][0].any():
+            raise ValueError("compressed packets inside compressed packets")
     incremental = False
     has, lo, hi = pk[pf.P_DEFAULTS]
     for k in np.flatnonzero(has).tolist():
