@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from proton_lite.profile_data import LAUNCH_DTYPE, KernelInfo, Profile
+
+if TYPE_CHECKING:
+    from proton_lite.trace._proto import Rows
 
 FORMATS = ("perfetto", "chrome")
 EXTENSIONS = {"perfetto": ".pftrace", "chrome": ".json"}
@@ -420,3 +427,50 @@ def _cta_extras(ctas_sorted: np.ndarray) -> dict:
                           "cycles_per_ns": ctas_sorted["cycles_per_ns"],
                           "measured_cycles_per_ns": ctas_sorted["measured_cycles_per_ns"],
                           "finished_units": ctas_sorted["finished_units"]})
+
+
+def _cta_name(r: Rows, cid, gx, gy, multi) -> None:
+    """``CTA 37``, or ``CTA 37 (5,1,0)`` in a 2-D / 3-D grid."""
+    r.const(b"CTA ")
+    r.decimal(cid)
+    r.const(b" (", multi)
+    r.decimal(cid % gx, multi)
+    r.const(b",", multi)
+    r.decimal((cid // gx) % gy, multi)
+    r.const(b",", multi)
+    r.decimal(cid // (gx * gy), multi)
+    r.const(b")", multi)
+
+
+def _ordered(submit, tasks, ahead: int):
+    """Yield the results of ``tasks`` in order, submitting up to ``ahead`` beyond the one
+    being waited for (``submit`` returns a future); the window bounds memory."""
+    window = deque()
+    for t in tasks:
+        window.append(submit(t))
+        if len(window) > ahead:
+            yield window.popleft().result()
+    while window:
+        yield window.popleft().result()
+
+
+def _run_ordered(tasks, workers: int):
+    """Yield the results of ``tasks`` (callables) in order, a few computed ahead in threads.
+
+    numpy's sorting, copying and masking and zlib release the GIL, so tasks really run
+    in parallel.
+    """
+    if workers <= 1:
+        for t in tasks:
+            yield t()
+        return
+    with ThreadPoolExecutor(workers) as ex:
+        yield from _ordered(ex.submit, tasks, 2 * workers)
+
+
+def _workers() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))

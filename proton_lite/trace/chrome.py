@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace import (_cta_extras, _cta_layout, _launch_title, _meta_json, _metadata, _nesting,
-                               _scope_names, _sorted_launches, _time_shift, _unit_tracks)
+from proton_lite.trace import (_cta_extras, _cta_layout, _cta_name, _launch_title, _meta_json, _metadata, _nesting,
+                               _run_ordered, _scope_names, _sorted_launches, _time_shift, _unit_tracks, _workers)
 from proton_lite.trace._proto import Rows
 
 CTA_SLICE_NAME = "CTA"
@@ -42,21 +42,7 @@ def _int(r: Rows, key: bytes, values, present=None, signed=False) -> None:
     r.decimal(values, present, signed=signed)
 
 
-def _cta_name(r: Rows, cid, gx, gy, multi) -> None:
-    """``CTA 37``, or ``CTA 37 (5,1,0)`` in a 2-D / 3-D grid."""
-    r.const(b"CTA ")
-    r.decimal(cid)
-    r.const(b" (", multi)
-    r.decimal(cid % gx, multi)
-    r.const(b",", multi)
-    r.decimal((cid // gx) % gy, multi)
-    r.const(b",", multi)
-    r.decimal(cid // (gx * gy), multi)
-    r.const(b")", multi)
-
-
 def write_chrome(profile: Profile, path: str | Path, workers: int | None = None) -> dict:
-    from proton_lite.trace.perfetto import _run_ordered, _workers
     from proton_lite.trace.readback import scope_lookup
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)

@@ -26,17 +26,16 @@ checked against the descriptors in the ``perfetto`` package.
 """
 from __future__ import annotations
 
-import os
 import zlib
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace import (_cta_extras, _cta_layout, _launch_title, _meta_json, _metadata, _nesting,
-                               _scope_names, _sorted_launches, _time_shift, _unique, _unit_tracks)
+from proton_lite.trace import (_cta_extras, _cta_layout, _cta_name, _launch_title, _meta_json, _metadata, _nesting,
+                               _ordered, _scope_names, _sorted_launches, _time_shift, _unique, _unit_tracks,
+                               _workers)
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 
 META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
@@ -127,34 +126,6 @@ def _finish(rows: Rows, compress: bool) -> bytes:
     return b"".join(out)
 
 
-def _run_ordered(tasks, workers: int):
-    """Yield the results of ``tasks`` (callables) in order, a few computed ahead in threads.
-
-    numpy's sorting, copying and masking and zlib release the GIL, so tasks really run
-    in parallel; the window bounds memory.
-    """
-    if workers <= 1:
-        for t in tasks:
-            yield t()
-        return
-    with ThreadPoolExecutor(workers) as ex:
-        window = deque()
-        for t in tasks:
-            window.append(ex.submit(t))
-            if len(window) > 2 * workers:
-                yield window.popleft().result()
-        while window:
-            yield window.popleft().result()
-
-
-def _workers() -> int:
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
-
-
 def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: bool):
     """Track uuids and the tasks that encode their descriptors.
 
@@ -186,16 +157,8 @@ def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: boo
         c, x, y = cid[sel], gx[sel], gy[sel]
         m = y * gz[sel] > 1
 
-        def name(r: Rows) -> None:  # CTA 37, or CTA 37 (5,1,0) in a 2-D / 3-D grid
-            r.const(b"CTA ")
-            r.decimal(c)
-            r.const(b" (", m)
-            r.decimal(c % x, m)
-            r.const(b",", m)
-            r.decimal((c // x) % y, m)
-            r.const(b",", m)
-            r.decimal(c // (x * y), m)
-            r.const(b")", m)
+        def name(r: Rows) -> None:
+            _cta_name(r, c, x, y, m)
         return _finish(_descriptor_rows(cta_uuid0 + np.arange(len(ctas))[sel], sm_uuid0 + cta_sm[sel], c, name,
                                         True), compress)
 
@@ -294,13 +257,9 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             for d in descriptors:
                 put("descriptors", d.result())
             put("head", _sequence_start(event_names))
-            window = deque()
-            for lo in range(0, len(ev), CHUNK):
-                window.append(run(event_task(slice(lo, lo + CHUNK))))
-                if len(window) > 2 * workers:
-                    put("events", window.popleft().result())
-            while window:
-                put("events", window.popleft().result())
+            chunks = (event_task(slice(lo, lo + CHUNK)) for lo in range(0, len(ev), CHUNK))
+            for data in _ordered(run, chunks, 2 * workers):
+                put("events", data)
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
