@@ -1,0 +1,269 @@
+"""Raw capture -> Perfetto trace speed on the CPU (no GPU needed).
+
+Builds a synthetic capture to the documented buffer layout (``proton_lite.layout``, as
+``tests/synth.py`` does, but vectorized so that a million records take well under a
+second to build), writes it to a ``.plraw``, then times the path of
+``proton-lite trace FILE.plraw`` in-process: ``read_raw`` + ``decode`` + ``write_perfetto``
+(the same calls as ``proton_lite.pipeline.raw_to_traces``).
+
+Usage::
+
+    python tests/benchmarks/decode_speed.py [--shape mixed|vadd|matmul|nested|launches|all] [--reps 3] [--keep DIR]
+    taskset -c 0,1 python tests/benchmarks/decode_speed.py --shape all
+
+Shapes (CTAs run in waves over 132 SMs, %globaltimer in 32 ns ticks, one %clock64 per
+SM with its own origin, record clocks stored as their low 32 bits, a few warps recording
+before thread 0's start anchor):
+
+- ``vadd``: bench.py's vector add, 65,536 CTAs x 4 warps x (load; store), capacity 4:
+  1.05 M records, per-CTA work dominates.
+- ``matmul``: bench.py's per-K-iteration matmul, 1,024 CTAs x 8 warps x (mainloop > 64
+  x iter; epilogue) = 132 records in the default loop capacity of 256: 1.08 M records.
+- ``nested``: 4,224 CTAs x 4 warps, ``outer`` > (``load``, ``compute``) x 15 (62 records),
+  capacity 64; every 97th unit overflows (dropped records, an unmatched enter): 1.05 M.
+- ``launches``: ``nested`` as 64 launches of 66 CTAs: 1.05 M records, per-launch costs.
+- ``mixed`` (default): half a ``vadd``, half a ``matmul``, a quarter of ``nested`` and
+  the 16-CTA calibration launch that every session ends with: 1.33 M records.
+
+Each repetition runs in a fresh process, as the CLI does: the first pass there (*cold*)
+pays for fresh memory (page faults) that a second pass in the same process (*warm*) does
+not.  Prints, per stage, the best and median wall time over ``--reps`` processes and
+records per second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
+from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout, encode_tag  # noqa: E402
+from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES  # noqa: E402
+from proton_lite.raw_format import RawWriter, read_raw  # noqa: E402
+from proton_lite.trace.perfetto import write_perfetto  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from synth import kernel_meta  # noqa: E402
+
+N_SMS = 132
+WARPS = 4
+RATE = 1.755  # cycles per ns
+TICK = 32  # ns per %globaltimer update
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches")
+
+
+def _tags(pairs) -> np.ndarray:
+    return np.array([encode_tag(s, e) for s, e in pairs], np.uint32)
+
+
+def loop_tags(iters: int) -> np.ndarray:
+    """outer enter, ``iters`` x (load enter, load exit, compute enter, compute exit), outer exit."""
+    body = [(1, False), (1, True), (2, False), (2, True)]
+    return _tags([(0, False)] + body * iters + [(0, True)])
+
+
+def synth_launch(rng, layout: BufferLayout, n_ctas: int, tags: np.ndarray, long_tags: np.ndarray | None,
+                 gt0: int, sm_clk0: np.ndarray, drop_every: int = 97) -> tuple[bytes, int]:
+    """One launch's buffer, every unit recording ``tags``; with ``long_tags`` every
+    ``drop_every``-th unit records that longer sequence instead, which overflows its buffer.
+    Returns (buffer bytes, end of the launch on the %globaltimer axis)."""
+    blocks = np.zeros(n_ctas, dtype=cta_block_dtype(layout))
+    U, cap = layout.units, layout.capacity
+    n_rec = len(tags)
+    assert n_rec <= cap
+    cta = np.arange(n_ctas)
+    sm = cta % N_SMS
+    wave = cta // N_SMS
+    cta_cycles = 160 * n_rec + 1500
+    wave_start = wave * (cta_cycles + 400) + rng.integers(0, 300, n_ctas)
+    start_clk = sm_clk0[sm] + wave_start
+    t_ns = gt0 + wave_start / RATE  # the same instant on the device-wide ns axis
+    blocks["magic"] = CTA_MAGIC
+    blocks["smid"] = sm
+    blocks["start_gt"] = (t_ns // TICK * TICK).astype(np.uint64)
+    blocks["start_clk"] = start_clk.astype(np.uint64)
+    blocks["version"] = LAYOUT_VERSION
+    blocks["units"] = U
+
+    n_gen = max(n_rec, cap if long_tags is not None else 0)
+    steps = rng.integers(20, 300, (n_ctas, U, n_gen))
+    steps[:, :, 0] = rng.integers(-40, 60, (n_ctas, U))  # some warps record before thread 0's anchor
+    clk = start_clk[:, None, None] + np.cumsum(steps, axis=2)
+    unit = blocks["unit"]
+    unit["rec"][:, :, :n_rec, 0] = tags
+    unit["rec"][:, :, :n_rec, 1] = (clk[:, :, :n_rec] & 0xFFFFFFFF).astype(np.uint32)
+    count = np.full((n_ctas, U), n_rec, np.uint32)
+    last = np.full((n_ctas, U), n_rec - 1)
+    if long_tags is not None:
+        over = ((cta[:, None] * U + np.arange(U)[None, :]) % drop_every) == drop_every - 1
+        rec = unit["rec"]
+        ci, ui = np.nonzero(over)
+        rec[ci, ui, :, 0] = long_tags[:cap]
+        rec[ci, ui, :, 1] = (clk[ci, ui, :cap] & 0xFFFFFFFF).astype(np.uint32)
+        count[over] = len(long_tags)
+        last[over] = cap - 1
+    unit["count"] = count
+    unit["magic"] = UNIT_MAGIC
+    end_clk = np.take_along_axis(clk, last[:, :, None], 2)[:, :, 0] + 80
+    unit["end_clk"] = end_clk.astype(np.uint64)
+    end_t = t_ns[:, None] + (end_clk - start_clk[:, None]) / RATE
+    unit["end_gt"] = (end_t // TICK * TICK).astype(np.uint64)
+    return blocks.tobytes(), int(end_t.max())
+
+
+class Capture:
+    def __init__(self, path: str, seed: int = 1) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.w = RawWriter(path, {"name": "decode_speed", "sm_clock_max_khz": 1980000})
+        self.sm_clk = self.rng.integers(1 << 30, 1 << 40, N_SMS)
+        self.gt = 1_700_000_000_000_000_000
+        self.kernels: dict[str, int] = {}
+        self.launches = 0
+        self.records = 0
+
+    def launch(self, name: str, scopes, layout: BufferLayout, n_ctas: int, tags, long_tags=None) -> None:
+        if name not in self.kernels:
+            self.kernels[name] = len(self.kernels)
+            self.w.kernel(kernel_meta(self.kernels[name], name, list(scopes), layout))
+        buf, end = synth_launch(self.rng, layout, n_ctas, tags, long_tags, self.gt, self.sm_clk)
+        self.w.launch(self.kernels[name], 0, self.launches, (n_ctas, 1, 1), n_ctas, 7, 0, buf)
+        gap = end + 20_000 - self.gt  # ns until the next launch starts
+        self.sm_clk = self.sm_clk + int(gap * RATE)
+        self.gt += gap
+        self.launches += 1
+
+    def close(self) -> None:
+        self.w.end({"launches": self.launches})
+        self.w.close()
+
+
+def build_capture(path: str, shape: str, seed: int = 1) -> None:
+    c = Capture(path, seed)
+
+    def vadd(n_ctas):  # bench.py's vector add: load; store (no nesting), 4 records per warp
+        c.launch("vector_add", ["load", "store"], BufferLayout("warp", WARPS, 4, "shared"), n_ctas,
+                 _tags([(0, False), (0, True), (1, False), (1, True)]))
+
+    def matmul(n_ctas):  # bench.py's per-K-iteration matmul: mainloop > iter x 64; epilogue
+        c.launch("matmul", ["mainloop", "iter", "epilogue"], BufferLayout("warp", 8, 256, "shared"), n_ctas,
+                 _tags([(0, False)] + [(1, False), (1, True)] * 64 + [(0, True), (2, False), (2, True)]))
+
+    def nested(n_ctas, cap=64):  # outer > (load, compute) x 15; every 97th unit overflows
+        c.launch("looped", ["outer", "load", "compute"], BufferLayout("warp", WARPS, cap, "shared"), n_ctas,
+                 loop_tags(15), loop_tags(cap))
+
+    if shape == "vadd":
+        vadd(65536)
+    elif shape == "matmul":
+        matmul(1024)
+    elif shape == "nested":
+        nested(4224)
+    elif shape == "launches":
+        for _ in range(64):
+            nested(66)
+    elif shape == "mixed":
+        vadd(32768)
+        matmul(512)
+        nested(1056)
+        # the calibration kernel (runtime/calibrate.py): 16 CTAs, an outer scope around 16 pairs
+        c.launch(CALIBRATION_KERNEL, list(CALIBRATION_SCOPES), BufferLayout("warp", WARPS, 34, "shared"), 16,
+                 _tags([(0, False)] + [(1, False), (1, True)] * 16 + [(0, True)]))
+    else:
+        raise ValueError(shape)
+    c.close()
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def child(raw: str, out: str, passes: int) -> None:
+    """Runs in a fresh process: the stages of ``proton-lite trace`` ``passes`` times; prints JSON."""
+    res = []
+    for _ in range(passes):
+        t_read, cap = timed(lambda: read_raw(raw))
+        t_dec, prof = timed(lambda: decode(cap))
+        t_write, _ = timed(lambda: write_perfetto(prof, out))
+        res.append({"read": t_read, "decode": t_dec, "write": t_write, "total": t_read + t_dec + t_write})
+        del cap, prof
+    print(json.dumps(res))
+
+
+def count_records(raw: str) -> int:
+    """Records kept in the capture's buffers (the calibration launch's included)."""
+    cap = read_raw(raw)
+    n = 0
+    for launch in cap.launches:
+        layout = BufferLayout.from_json(cap.kernels[launch.kernel_id]["proton_lite"]["layout"])
+        units = np.frombuffer(launch.buffer, cta_block_dtype(layout), launch.num_ctas)["unit"]
+        n += int(np.minimum(units["count"], layout.capacity).sum())
+    return n
+
+
+def bench(raw: str, out: str, reps: int) -> dict:
+    """``reps`` fresh processes; in each, the first pass is what the CLI does (cold: new
+    process, fresh memory), a second pass in the same process shows the warm cost."""
+    records = count_records(raw)
+    runs = []
+    for _ in range(reps):
+        p = subprocess.run([sys.executable, __file__, "--child", raw, out], capture_output=True, text=True, check=True)
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    print(f"  {records:,} records in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), trace "
+          f"{os.path.getsize(out) / 1e6:.2f} MB")
+    print(f"  {'':14} {'best s':>7} {'median s':>9} {'M rec/s best':>13} {'M rec/s median':>15}")
+    summary = {"records": records}
+    for which, k in (("cold", 0), ("warm", 1)):
+        for stage in ("read", "decode", "write", "total"):
+            v = [r[k][stage] for r in runs]
+            best, med = min(v), statistics.median(v)
+            summary[f"{which} {stage}"] = (best, med)
+            print(f"  {which + ' ' + stage:14} {best:7.3f} {med:9.3f} {records / best / 1e6:13.2f} "
+                  f"{records / med / 1e6:15.2f}")
+    return summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", default="mixed", choices=SHAPES + ("all",))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--keep", help="folder to keep the .plraw and .pftrace files in (default: a temporary one)")
+    ap.add_argument("--child", nargs=2, metavar=("RAW", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child, passes=2)
+        return 0
+    tmp = None
+    folder = args.keep
+    if folder is None:
+        tmp = tempfile.TemporaryDirectory()
+        folder = tmp.name
+    os.makedirs(folder, exist_ok=True)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count()
+    print(f"{cpus} CPUs usable; best and median of {args.reps} fresh processes; cold = the first pass in a "
+          "process (what `proton-lite trace` does), warm = a second pass in the same process")
+    for shape in SHAPES if args.shape == "all" else (args.shape, ):
+        raw = os.path.join(folder, f"decode_speed_{shape}.plraw")
+        out = os.path.join(folder, f"decode_speed_{shape}.pftrace")
+        t_build, _ = timed(lambda: build_capture(raw, shape))
+        print(f"{shape}: built in {t_build:.2f} s")
+        bench(raw, out, args.reps)
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
