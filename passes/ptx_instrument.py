@@ -181,16 +181,29 @@ class _Emitter:
         L = self.layout
         out = ["// proton_lite: record", "mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;",
                f"mov.u32 %pl_r14, {tag};"]
+        # Warp granularity: every lane of the warp stores the same record to the same address
+        # (Triton's control flow is uniform within a warp), so the store needs no leader
+        # predicate and ptxas may merge adjacent records into one wider store: 15.7 instead
+        # of 20.1 cycles per back-to-back record on the H100 (tests/benchmarks/record_cost.py).
+        # Larger units keep the leader lane: their other warps must not write the unit's slots.
+        leader = "" if self.unit_threads == 32 else "%pl_p0"
+        pred = ""
         if L.mode == "circular":
-            out += [f"and.b32 %pl_r15, %pl_r3, {L.capacity - 1};", "mov.pred %pl_p2, %pl_p0;"]
+            out += [f"and.b32 %pl_r15, %pl_r3, {L.capacity - 1};"]
+            pred = f"@{leader} " if leader else ""
         else:
-            out += ["mov.u32 %pl_r15, %pl_r3;", f"setp.lt.and.u32 %pl_p2, %pl_r3, {L.capacity}, %pl_p0;"]
+            out += ["mov.u32 %pl_r15, %pl_r3;"]
+            if leader:
+                out += [f"setp.lt.and.u32 %pl_p2, %pl_r3, {L.capacity}, {leader};"]
+            else:
+                out += [f"setp.lt.u32 %pl_p2, %pl_r3, {L.capacity};"]
+            pred = "@%pl_p2 "
         if L.staging == "shared":
             out += ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;",
-                    "@%pl_p2 st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};"]
+                    f"{pred}st.shared.v2.u32 [%pl_r16], {{%pl_r14, %pl_r13}};"]
         else:
             out += ["mul.wide.u32 %pl_d7, %pl_r15, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;",
-                    "@%pl_p2 st.global.v2.u32 [%pl_d7], {%pl_r14, %pl_r13};"]
+                    f"{pred}st.global.v2.u32 [%pl_d7], {{%pl_r14, %pl_r13}};"]
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
         return out
 

@@ -1,0 +1,284 @@
+"""Cycles per record of candidate record sequences, measured on the GPU in one process.
+
+Each candidate is a PTX snippet for one record (what the pass emits at a scope boundary).
+The script builds small PTX kernels around it, assembles them with the ``ptxas`` inside
+the triton wheel (so the SASS is inspectable on a machine without a GPU: ``--sass DIR``),
+and on a GPU launches one CTA of 4 warps per SM and reads each warp's ``%clock64`` span:
+
+* ``straight``: 32 back-to-back records (the calibration kernel's pattern);
+* ``loop``: 1024 iterations of {enter record, 8 dependent FMAs, exit record}, the
+  pattern of a scope inside a K loop, against the same loop without records.
+
+cycles per record = (span with records - span without) / records, median over warps.
+
+Usage: python tests/benchmarks/record_cost.py [--sass DIR] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+WARPS = 4
+CAP = 4096  # records per warp in shared memory (loop: 2048 used)
+STRAIGHT = 32
+ITERS = 1024
+
+REGS = """
+ .reg .b32 %r<40>; .reg .b64 %rd<20>; .reg .pred %p<10>; .reg .f32 %f<8>;
+ .reg .b32 %pl_r<24>; .reg .b64 %pl_d<12>; .reg .pred %pl_p<8>;
+"""
+
+
+def _variants():
+    """name -> (setup lines, record(tag, bounded) -> lines, finish lines giving %pl_r3 = cursor)."""
+    v = {}
+
+    # the pass until 2026-11-23: index cursor, lane 0 of the warp stores
+    def cur(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};"]
+        if bounded:
+            out += ["mov.u32 %pl_r15, %pl_r3;", f"setp.lt.and.u32 %pl_p2, %pl_r3, {CAP}, %pl_p0;"]
+        else:
+            out += ["mov.u32 %pl_r15, %pl_r3;", "mov.pred %pl_p2, %pl_p0;"]
+        out += ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;", "@%pl_p2 st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};",
+                "add.u32 %pl_r3, %pl_r3, 1;"]
+        return out
+    v["leader"] = (["mov.u32 %pl_r3, 0;"], cur, [])
+
+    def cur_all(tag, bounded):  # as leader, but every lane stores (no leader predicate): the pass now
+        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+               "mad.lo.u32 %pl_r16, %pl_r3, 8, %pl_r4;"]
+        if bounded:
+            out += [f"setp.lt.u32 %pl_p2, %pl_r3, {CAP};", "@%pl_p2 st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};"]
+        else:
+            out += ["st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};"]
+        return out + ["add.u32 %pl_r3, %pl_r3, 1;"]
+    v["all_lanes"] = (["mov.u32 %pl_r3, 0;"], cur_all, [])
+
+    def cur_tag_first(tag, bounded):  # as leader, the tag is in its register before the timer read
+        out = cur(tag, bounded)
+        return [out[2], out[0], out[1]] + out[3:]
+    v["leader_tag_first"] = (["mov.u32 %pl_r3, 0;"], cur_tag_first, [])
+
+    # byte-address cursor; the end bound is 0 for non-leader lanes, so one compare covers both
+    def ptr_setup():
+        return ["mov.u32 %pl_r5, %pl_r4;",  # cursor (byte address)
+                f"add.u32 %pl_r6, %pl_r4, {CAP * 8};", "selp.u32 %pl_r6, %pl_r6, 0, %pl_p0;"]
+
+    def ptr(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};"]
+        if bounded:
+            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;"]
+            out += ["@%pl_p2 st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
+        else:
+            out += ["@%pl_p0 st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
+        out += ["add.u32 %pl_r5, %pl_r5, 8;"]
+        return out
+    fin = ["sub.u32 %pl_r3, %pl_r5, %pl_r4;", "shr.u32 %pl_r3, %pl_r3, 3;"]
+    v["ptr"] = (ptr_setup(), ptr, fin)
+
+    # as ptr, but the record is one 64-bit value built from the 64-bit timer register
+    def ptr64(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+               "mov.b64 %pl_d7, {%pl_r14, %pl_r13};"]
+        pred = "%pl_p0"
+        if bounded:
+            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;"]
+            pred = "%pl_p2"
+        out += [f"@{pred} st.shared.u64 [%pl_r5], %pl_d7;", "add.u32 %pl_r5, %pl_r5, 8;"]
+        return out
+    v["ptr64"] = (ptr_setup(), ptr64, fin)
+
+    # every lane stores the same record to the same address (no leader predicate when unbounded)
+    def ptr_all(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};"]
+        if bounded:
+            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r7;", "@%pl_p2 st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
+        else:
+            out += ["st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
+        out += ["add.u32 %pl_r5, %pl_r5, 8;"]
+        return out
+    v["ptr_all"] = (["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {CAP * 8};"], ptr_all, fin)
+
+    # the clock goes out through a 64-bit store of the whole %clock64 pair: the tag replaces
+    # the high word with a prmt-free mov into the pair's odd register
+    def pair(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "mov.b64 {%pl_r13, %pl_r12}, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+               "mov.b64 %pl_d7, {%pl_r13, %pl_r14};"]
+        pred = "%pl_p0"
+        if bounded:
+            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;"]
+            pred = "%pl_p2"
+        out += [f"@{pred} st.shared.u64 [%pl_r5], %pl_d7;", "add.u32 %pl_r5, %pl_r5, 8;"]
+        return out
+    v["pair_clk_first"] = (ptr_setup(), pair, fin)
+
+    # clock first, and every lane stores (warp granularity: all lanes hold the same record)
+    def pair_all(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "mov.b64 {%pl_r13, %pl_r12}, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+               "mov.b64 %pl_d7, {%pl_r13, %pl_r14};"]
+        if bounded:
+            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r7;", "@%pl_p2 st.shared.u64 [%pl_r5], %pl_d7;"]
+        else:
+            out += ["st.shared.u64 [%pl_r5], %pl_d7;"]
+        out += ["add.u32 %pl_r5, %pl_r5, 8;"]
+        return out
+    v["pair_all"] = (["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {CAP * 8};"], pair_all, fin)
+
+    # delayed store: a record's timer is read at its site, but it is stored at the next site
+    # (or at the end), so the store never waits on the register the next timer read writes.
+    # Slot 0 takes the dummy first store.
+    def delayed(all_lanes: bool):
+        def rec(tag, bounded):
+            out = ["mov.u64 %pl_d6, %clock64;"]
+            store = "st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"
+            if bounded:
+                out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r7;" if all_lanes else "setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;",
+                        "@%pl_p2 " + store]
+            else:
+                out += [store if all_lanes else "@%pl_p0 " + store]
+            out += ["add.u32 %pl_r5, %pl_r5, 8;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};"]
+            return out
+        setup = ["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {CAP * 8};",
+                 f"add.u32 %pl_r6, %pl_r4, {CAP * 8};", "selp.u32 %pl_r6, %pl_r6, 0, %pl_p0;",
+                 "mov.u32 %pl_r13, 0;", "mov.u32 %pl_r14, 0;"]
+        end = ["st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"] + fin
+        return setup, rec, end
+    v["delayed"] = delayed(False)
+    v["delayed_all"] = delayed(True)
+    return v
+
+
+def kernel_ptx(name: str, variant, pattern: str, records: bool) -> str:
+    setup, record, finish = variant
+    body = [
+        "mov.u32 %r0, %tid.x;", "shr.u32 %pl_r1, %r0, 5;", "and.b32 %pl_r2, %r0, 31;", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
+        "mov.u32 %pl_r4, smem;", f"mad.lo.u32 %pl_r4, %pl_r1, {CAP * 8}, %pl_r4;",
+        "mov.f32 %f0, 0f3F800000;", "mov.f32 %f1, 0f3F000001;",
+    ] + setup + ["bar.sync 0;", "mov.u64 %rd1, %clock64;"]
+    if pattern == "straight":
+        for i in range(STRAIGHT if records else 0):
+            body += record(i & 1, False)
+    else:
+        body += ["mov.u32 %r1, 0;", "LOOP:"]
+        if records:
+            body += record(0, True)
+        body += ["fma.rn.f32 %f0, %f0, %f1, %f1;"] * 8
+        if records:
+            body += record(1, True)
+        body += ["add.u32 %r1, %r1, 1;", f"setp.lt.u32 %p1, %r1, {ITERS};", "@%p1 bra LOOP;"]
+    body += ["mov.u64 %rd2, %clock64;", "sub.u64 %rd3, %rd2, %rd1;"]
+    body += finish if records else ["mov.u32 %pl_r3, 0;"]
+    body += [
+        "ld.param.u64 %rd4, [out];", "mov.u32 %r2, %ctaid.x;", f"mad.lo.u32 %r3, %r2, {WARPS}, %pl_r1;",
+        "mul.wide.u32 %rd5, %r3, 16;", "add.s64 %rd4, %rd4, %rd5;",
+        "ld.shared.u32 %r4, [%pl_r4+4];", "cvt.rzi.u32.f32 %r5, %f0;", "add.u32 %r4, %r4, %r5;",
+        "add.u32 %r4, %r4, %pl_r3;",
+        "@%pl_p0 st.global.u64 [%rd4], %rd3;", "@%pl_p0 st.global.u32 [%rd4+8], %r4;", "ret;",
+    ]
+    return "\n".join([".version 8.0", ".target sm_90a", ".address_size 64",
+                      ".extern .shared .align 16 .b8 smem[];",
+                      f".visible .entry {name}(.param .u64 out)", "{", REGS] + ["\t" + b for b in body] + ["}"])
+
+
+def ptxas_path() -> str:
+    import triton
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def assemble(ptx: str, workdir: str, name: str) -> bytes:
+    src, cubin = os.path.join(workdir, name + ".ptx"), os.path.join(workdir, name + ".cubin")
+    with open(src, "w") as f:
+        f.write(ptx)
+    subprocess.run([ptxas_path(), "-arch=sm_90a", "-O3", src, "-o", cubin], check=True)
+    with open(cubin, "rb") as f:
+        return f.read()
+
+
+def sass(cubin_path: str) -> str:
+    tool = os.path.join(os.path.dirname(ptxas_path()), "cuobjdump")
+    return subprocess.run([tool, "-sass", cubin_path], capture_output=True, text=True).stdout
+
+
+def run_on_gpu(cubins: dict[str, bytes]) -> dict[str, list[int]]:
+    from proton_lite.runtime import cuda_api
+    cu = cuda_api.cu
+    check = cuda_api.check
+    check(cu.cuInit(0), "cuInit")
+    dev = check(cu.cuDeviceGet(0), "cuDeviceGet")
+    ctx = check(cu.cuDevicePrimaryCtxRetain(dev), "retain")
+    check(cu.cuCtxSetCurrent(ctx), "set")
+    sms = cuda_api.device_attribute(0, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+    n = sms * WARPS
+    out = cuda_api.mem_alloc(n * 16)
+    import ctypes
+
+    import numpy as np
+    result = {}
+    for name, cubin in cubins.items():
+        mod = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+        fn = check(cu.cuModuleGetFunction(mod, name.encode()), "cuModuleGetFunction")
+        smem = WARPS * CAP * 8
+        check(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    smem), "attr")
+        arg = ctypes.c_uint64(out)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+        spans = []
+        for _ in range(5):
+            check(cu.cuLaunchKernel(fn, sms, 1, 1, WARPS * 32, 1, 1, smem, 0, ctypes.addressof(params), 0), "launch")
+            check(cu.cuCtxSynchronize(), "sync")
+            host = np.zeros(n * 2, dtype=np.uint64)
+            check(cu.cuMemcpyDtoH(host.ctypes.data, out, n * 16), "dtoh")
+            spans += host[0::2].tolist()
+        result[name] = spans
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sass", help="write PTX, cubin and SASS of every kernel into this folder; no GPU run")
+    ap.add_argument("--json", help="write the per-variant numbers here")
+    ap.add_argument("--variants", default="", help="comma-separated subset")
+    a = ap.parse_args()
+    variants = _variants()
+    if a.variants:
+        variants = {k: variants[k] for k in a.variants.split(",")}
+    workdir = a.sass or tempfile.mkdtemp()
+    os.makedirs(workdir, exist_ok=True)
+    cubins = {}
+    for vname, var in variants.items():
+        for pattern in ("straight", "loop"):
+            for rec in (True, False):
+                name = f"k_{vname}_{pattern}_{int(rec)}"
+                cubins[name] = assemble(kernel_ptx(name, var, pattern, rec), workdir, name)
+                if a.sass:
+                    with open(os.path.join(workdir, name + ".sass"), "w") as f:
+                        f.write(sass(os.path.join(workdir, name + ".cubin")))
+    if a.sass:
+        print(f"wrote {len(cubins)} kernels to {workdir}")
+        return
+    spans = run_on_gpu(cubins)
+    rows = {}
+    print(f"{'variant':16s} {'straight cyc/rec':>17s} {'loop cyc/rec':>13s}")
+    for vname in variants:
+        row = {}
+        for pattern, recs in (("straight", STRAIGHT), ("loop", 2 * ITERS)):
+            w = statistics.median(spans[f"k_{vname}_{pattern}_1"])
+            wo = statistics.median(spans[f"k_{vname}_{pattern}_0"])
+            row[pattern] = (w - wo) / recs
+        rows[vname] = row
+        print(f"{vname:16s} {row['straight']:17.2f} {row['loop']:13.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
