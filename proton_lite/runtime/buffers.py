@@ -3,14 +3,26 @@
 Each pool hands out buffers in power-of-two size classes; a buffer comes back once the
 copy that reads it (device) or the disk write that drains it (host) is finished.  Device
 buffers are what Triton's launcher passes as the kernel's profile-scratch argument.
+
+Allocation is what costs on the launch path (``cuMemHostAlloc`` of 8 MiB takes
+milliseconds), so a class grows in *slabs*: each growth allocates, in one driver call, as
+many buffers as the class already has (1, 1, 2, 4, ... up to ``SLAB_MAX_BYTES`` a slab).
+A burst of launches that outruns the GPU therefore allocates O(log n) times, and once a
+pool has grown to what a session keeps in flight, launches allocate nothing.
+
+Device buffers are handed out zeroed: a new slab is cleared on the launch's stream, and a
+used buffer is cleared by the drain thread before it returns to the pool (``give``), so a
+CTA or unit that never writes its header reads as missing, not as an older launch's data.
 """
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from proton_lite.runtime import cuda_api
 
 MIN_CLASS = 4096
+SLAB_MAX_BYTES = 64 << 20  # a growth step allocates at most this much (or one buffer, if larger)
 
 
 def size_class(size: int) -> int:
@@ -29,57 +41,6 @@ class DeviceBuffer:
         return self.ptr
 
 
-class ProfileBufferOOM(MemoryError):
-    """Not enough device memory for a launch's profile buffer."""
-
-
-class DevicePool:
-    def __init__(self) -> None:
-        self._free: dict[tuple[int, int], list[DeviceBuffer]] = {}
-        self._all: list[DeviceBuffer] = []
-        self._lock = threading.Lock()
-        self.bytes_allocated = 0
-
-    def take(self, size: int, device: int) -> DeviceBuffer:
-        cls = size_class(size)
-        with self._lock:
-            free = self._free.get((device, cls))
-            if free:
-                buf = free.pop()
-                buf.size = size
-                return buf
-        try:
-            ptr = cuda_api.mem_alloc(cls)
-        except cuda_api.CudaError as e:
-            free_b, total = cuda_api.mem_get_info()
-            raise ProfileBufferOOM(
-                f"proton_lite: out of device memory for a profile buffer of {size / 2**20:.1f} MiB "
-                f"({free_b / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB; {e}). The kernel was not launched. "
-                "Reduce it with fewer scopes, granularity='warpgroup' or 'cta', a smaller capacity/loop_capacity, "
-                "or profile fewer kernels (kernels=[...]).") from None
-        buf = DeviceBuffer(ptr, cls, device)
-        buf.size = size
-        with self._lock:
-            self._all.append(buf)
-            self.bytes_allocated += cls
-        return buf
-
-    def give(self, buf: DeviceBuffer) -> None:
-        with self._lock:
-            self._free.setdefault((buf.device, buf.capacity), []).append(buf)
-
-    def release_all(self) -> None:
-        with self._lock:
-            for buf in self._all:
-                try:
-                    cuda_api.mem_free(buf.ptr)
-                except cuda_api.CudaError:
-                    pass  # context already gone (fault or exit): the driver frees it
-            self._all.clear()
-            self._free.clear()
-            self.bytes_allocated = 0
-
-
 class HostBuffer:
     __slots__ = ("ptr", "capacity", "size")
 
@@ -90,46 +51,128 @@ class HostBuffer:
         return cuda_api.host_view(self.ptr, self.size)
 
 
-class PinnedPool:
+class ProfileBufferOOM(MemoryError):
+    """Not enough device memory for a launch's profile buffer."""
+
+
+class _SlabPool:
+    """Free lists per (key, size class), grown in slabs; frees every slab at ``release_all``."""
+
+    def __init__(self, alloc: Callable[[int], int], free: Callable[[int], None]) -> None:
+        self._alloc, self._free_slab = alloc, free
+        self._free: dict[tuple, list] = {}
+        self._count: dict[tuple, int] = {}  # buffers ever made per class
+        self._slabs: list[int] = []
+        self.bytes_allocated = 0
+
+    def _pop(self, key: tuple):
+        free = self._free.get(key)
+        return free.pop() if free else None
+
+    def _grow(self, key: tuple, cls: int, make, limit_bytes: int | None = None) -> tuple[int, list]:
+        """Allocate a slab for class ``cls``; returns (slab pointer, buffers made from it)."""
+        n = max(1, min(self._count.get(key, 0), SLAB_MAX_BYTES // cls))
+        if limit_bytes is not None:
+            n = max(1, min(n, limit_bytes // cls))
+        while True:
+            try:
+                base = self._alloc(n * cls)
+                break
+            except cuda_api.CudaError:
+                if n == 1:
+                    raise
+                n = 1  # a smaller step may still fit
+        self._slabs.append(base)
+        self._count[key] = self._count.get(key, 0) + n
+        self.bytes_allocated += n * cls
+        return base, [make(base + i * cls) for i in range(n)]
+
+    def _put(self, key: tuple, buf) -> None:
+        self._free.setdefault(key, []).append(buf)
+
+    def _release(self) -> None:
+        for base in self._slabs:
+            try:
+                self._free_slab(base)
+            except cuda_api.CudaError:
+                pass  # context already gone (fault or exit): the driver frees it
+        self._slabs.clear()
+        self._free.clear()
+        self._count.clear()
+        self.bytes_allocated = 0
+
+
+class DevicePool(_SlabPool):
+    def __init__(self) -> None:
+        super().__init__(cuda_api.mem_alloc, cuda_api.mem_free)
+        self._lock = threading.Lock()
+
+    def take(self, size: int, device: int, stream: int) -> DeviceBuffer:
+        """A zeroed buffer of at least ``size`` bytes, usable on ``stream`` right away."""
+        cls = size_class(size)
+        key = (device, cls)
+        with self._lock:
+            buf = self._pop(key)
+            if buf is None:
+                try:
+                    base, made = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device))
+                except cuda_api.CudaError as e:
+                    free_b, total = cuda_api.mem_get_info()
+                    raise ProfileBufferOOM(
+                        f"proton_lite: out of device memory for a profile buffer of {size / 2**20:.1f} MiB "
+                        f"({free_b / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB; {e}). The kernel was not "
+                        "launched. Reduce it with fewer scopes, granularity='warpgroup' or 'cta', a smaller "
+                        "capacity/loop_capacity, or profile fewer kernels (kernels=[...]).") from None
+                cuda_api.memset_d8_async(base, 0, len(made) * cls, stream)  # ordered before the launch
+                buf = made.pop()
+                for other in made:
+                    self._put(key, other)
+        buf.size = size
+        return buf
+
+    def give(self, buf: DeviceBuffer) -> None:
+        """Return a buffer that is zero again (the drain thread clears what a launch wrote)."""
+        with self._lock:
+            self._put((buf.device, buf.capacity), buf)
+
+    def release_all(self) -> None:
+        with self._lock:
+            self._release()
+
+
+class PinnedPool(_SlabPool):
     """Pinned host memory, bounded: ``take`` waits when ``limit`` bytes are in flight."""
 
     def __init__(self, limit: int) -> None:
+        super().__init__(cuda_api.host_alloc, cuda_api.host_free)
         self.limit = limit
-        self._free: dict[int, list[HostBuffer]] = {}
-        self._all: list[HostBuffer] = []
         self._in_use = 0
         self._cond = threading.Condition()
 
     def take(self, size: int) -> HostBuffer:
         cls = size_class(size)
+        key = (cls, )
         with self._cond:
             while self._in_use and self._in_use + cls > self.limit:
                 self._cond.wait(timeout=1.0)
             self._in_use += cls
-            free = self._free.get(cls)
-            if free:
-                buf = free.pop()
-                buf.size = size
-                return buf
-        buf = HostBuffer(cuda_api.host_alloc(cls), cls)
+            buf = self._pop(key)
+            if buf is None:
+                _, made = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
+                                     limit_bytes=max(cls, self.limit - self._in_use + cls))
+                buf = made.pop()
+                for other in made:
+                    self._put(key, other)
         buf.size = size
-        with self._cond:
-            self._all.append(buf)
         return buf
 
     def give(self, buf: HostBuffer) -> None:
         with self._cond:
-            self._free.setdefault(buf.capacity, []).append(buf)
+            self._put((buf.capacity, ), buf)
             self._in_use -= buf.capacity
             self._cond.notify_all()
 
     def release_all(self) -> None:
         with self._cond:
-            for buf in self._all:
-                try:
-                    cuda_api.host_free(buf.ptr)
-                except cuda_api.CudaError:
-                    pass
-            self._all.clear()
-            self._free.clear()
+            self._release()
             self._in_use = 0

@@ -8,8 +8,9 @@ Triton calls, for every launch of an instrumented kernel, in this order:
   4. the launch-exit hook (``on_launch_exit``): we enqueue an async copy of the buffer to
      pinned host memory on the launch's stream, record an event, and queue the launch.
 No host synchronization happens on the launch path.  A drain thread waits on each event in
-order, appends the bytes to the raw file and recycles the buffers, so host memory stays
-bounded (``PinnedPool.limit``) however many launches a session has.
+order, clears the device buffer on its own stream and returns it to the pool, appends the
+bytes to the raw file and recycles the pinned buffer, so host memory stays bounded
+(``PinnedPool.limit``) however many launches a session has.
 """
 from __future__ import annotations
 
@@ -57,6 +58,15 @@ class _PendingLaunch:
     event: object
 
 
+@dataclass
+class _Recycle:
+    """A launch whose buffer goes back to the pool without being saved."""
+
+    device: int
+    dev_buf: DeviceBuffer
+    event: object
+
+
 class Collector:
     """Owns buffers, hooks' per-launch work and the drain thread of one session."""
 
@@ -93,10 +103,7 @@ class Collector:
         device = cuda_api.current_device()
         if device not in self._contexts:
             self._contexts[device] = cuda_api.current_context()
-        buf = self.device_pool.take(size, device)
-        # Pooled buffers hold an older launch's bytes: clear them (async, on the launch's
-        # stream) so a CTA or unit that never writes its header reads as missing, not stale.
-        cuda_api.memset_d8_async(buf.ptr, 0, size, stream)
+        buf = self.device_pool.take(size, device, stream)  # zeroed (see buffers.py)
         self._pending.item = (buf, stream, device)
         return buf
 
@@ -111,17 +118,17 @@ class Collector:
         dev_buf, stream, device = pending
         info = launch_metadata.get().get(_LAUNCH_INFO_KEY) if launch_metadata is not None else None
         if info is None:
-            self.unattributed += 1
-            self.device_pool.give(dev_buf)  # not safe to read without knowing the layout; counted
+            self.unattributed += 1  # not safe to read without knowing the layout; counted
+            self._recycle(dev_buf, stream, device)
             return
         grid, metadata = info
         entry = getattr(metadata, "proton_lite", None)
         if entry is None:
-            self.device_pool.give(dev_buf)
+            self._recycle(dev_buf, stream, device)
             return
         if self.skip_autotune and _in_autotuner_benchmark():
             self.skipped_autotune += 1
-            self.device_pool.give(dev_buf)
+            self._recycle(dev_buf, stream, device)
             return
         kernel_id = self._kernel_id(metadata, entry)
         grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
@@ -138,6 +145,13 @@ class Collector:
                                        host_buf, event))
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def _recycle(self, dev_buf: DeviceBuffer, stream: int, device: int) -> None:
+        """A launch whose records are not kept: its buffer returns to the pool once the kernel
+        is done with it and the drain thread has cleared it."""
+        event = self._event()
+        cuda_api.event_record(event, stream)
+        self._queue.put(_Recycle(device, dev_buf, event))
+
     def _kernel_id(self, metadata, entry: dict) -> int:
         key = metadata.hash
         kid = self._kernels.get(key)
@@ -162,30 +176,52 @@ class Collector:
         return cuda_api.event_create()
 
     def _drain(self) -> None:
-        ctx_set = set()
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, tuple):
-                self.writer.kernel(item[1])
-                continue
-            if item.device not in ctx_set and item.device in self._contexts:
-                cuda_api.set_context(self._contexts[item.device])
-                ctx_set.add(item.device)
+        streams: dict[int, int] = {}  # device -> this thread's stream for clearing buffers
+        current = None  # device whose context this thread has current
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                if isinstance(item, tuple):
+                    self.writer.kernel(item[1])
+                    continue
+                saved = isinstance(item, _PendingLaunch)
+                if not self.failed:
+                    try:
+                        if item.device != current:
+                            cuda_api.set_context(self._contexts[item.device])
+                            current = item.device
+                            if item.device not in streams:
+                                streams[item.device] = cuda_api.stream_create()
+                        cuda_api.event_synchronize(item.event)
+                        # the device buffer is free once the copy is done: clear it and hand it
+                        # back before the (slower) disk write, so launches meanwhile reuse it
+                        self._clear_and_give(item.dev_buf, streams[item.device])
+                        if saved:
+                            self.writer.launch(item.kernel_id, item.device, item.index, item.grid, item.num_ctas,
+                                               item.stream, item.host_ns, item.host_buf.view())
+                    except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
+                        self.failed = True
+                        which = f"launch {item.index}" if saved else "a launch that was not saved"
+                        self.errors.append(f"{which}: {e}; this and later launches were not saved")
+                if saved:
+                    self.pinned_pool.give(item.host_buf)
+                if not self.failed:
+                    with self._events_lock:
+                        self._events.append(item.event)
+        finally:
             if not self.failed:
-                try:
-                    cuda_api.event_synchronize(item.event)
-                    self.writer.launch(item.kernel_id, item.device, item.index, item.grid, item.num_ctas,
-                                       item.stream, item.host_ns, item.host_buf.view())
-                except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
-                    self.failed = True
-                    self.errors.append(f"launch {item.index}: {e}; this and later launches were not saved")
-            self.pinned_pool.give(item.host_buf)
-            if not self.failed:
-                self.device_pool.give(item.dev_buf)
-                with self._events_lock:
-                    self._events.append(item.event)
+                for stream in streams.values():
+                    try:
+                        cuda_api.stream_destroy(stream)
+                    except cuda_api.CudaError:
+                        pass
+
+    def _clear_and_give(self, buf: DeviceBuffer, stream: int) -> None:
+        cuda_api.memset_d8_async(buf.ptr, 0, buf.size, stream)
+        cuda_api.stream_synchronize(stream)
+        self.device_pool.give(buf)
 
     def finish(self) -> None:
         """Wait for every queued copy, then free buffers (safe to call once)."""

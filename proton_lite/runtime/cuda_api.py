@@ -94,6 +94,20 @@ def memset_d8_async(ptr: int, value: int, size: int, stream: int) -> None:
     check(cu.cuMemsetD8Async(ptr, value, size, cu.CUstream(stream)), "cuMemsetD8Async")
 
 
+def stream_create() -> int:
+    """A stream that does not synchronize with the legacy default stream (for the drain thread)."""
+    stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+    return int(stream)
+
+
+def stream_synchronize(stream: int) -> None:
+    check(cu.cuStreamSynchronize(cu.CUstream(stream)), "cuStreamSynchronize")
+
+
+def stream_destroy(stream: int) -> None:
+    check(cu.cuStreamDestroy(cu.CUstream(stream)), "cuStreamDestroy")
+
+
 def event_create():
     return check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
 

@@ -1,0 +1,138 @@
+"""Host time that a session adds to each launch, and where it goes (GPU needed).
+
+A small kernel (one CTA per launch, two scopes) is launched in bursts with no
+synchronization inside a burst, with the session off and on.  With the session on, the
+first burst grows the buffer pools; the following bursts are the steady state that a long
+session lives in.  Reported: mean host µs per launch call for each, and the difference.
+With ``--profile`` a cProfile of steady-state launches shows which calls the time goes to.
+
+Usage: python tests/benchmarks/host_overhead.py [--launches 2000] [--profile] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+import proton_lite  # noqa: E402
+import proton_lite.language as pl  # noqa: E402
+
+
+@triton.jit
+def small(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    with pl.scope("load"):
+        x = tl.load(x_ptr + offs)
+    with pl.scope("store"):
+        tl.store(o_ptr + offs, x + 1)
+
+
+def burst_us(fn, n: int) -> float:
+    """Mean host µs of one launch call over ``n`` calls; the GPU is idle before and after."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return dt
+
+
+def time_inside_hooks(session, launch, n: int) -> dict:
+    """Mean µs spent inside proton_lite's allocator and launch hooks per launch (steady state)."""
+    from triton import knobs
+    from triton.runtime import _allocation
+    col = session._collector
+    spent = {"allocate": 0.0, "exit": 0.0}
+
+    def timed(name, fn):
+        def wrapper(*args):
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent[name] += time.perf_counter() - t
+        return wrapper
+
+    alloc, exit_hook = timed("allocate", col.allocate), timed("exit", col.on_launch_exit)
+    _allocation.set_profile_allocator(alloc)
+    knobs.runtime.launch_exit_hook.remove(col.on_launch_exit)
+    knobs.runtime.launch_exit_hook.add(exit_hook)
+    try:
+        total = burst_us(launch, n)
+    finally:
+        knobs.runtime.launch_exit_hook.remove(exit_hook)
+        knobs.runtime.launch_exit_hook.add(col.on_launch_exit)
+        _allocation.set_profile_allocator(col.allocate)
+    return {"burst_us": total, **{k: v / n * 1e6 for k, v in spent.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launches", type=int, default=2000, help="launches per burst")
+    ap.add_argument("--bursts", type=int, default=5)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    x = torch.rand(1024, device="cuda")
+    o = torch.empty_like(x)
+
+    def launch():
+        small[(1, )](x, o, BLOCK=1024)
+
+    launch()
+    plain = [burst_us(launch, a.launches) for _ in range(a.bursts)]
+    tmp = tempfile.mkdtemp()
+    with proton_lite.start(os.path.join(tmp, "host"), quiet=True, decode=False, calibrate=False) as s:
+        launch()  # compile the instrumented kernel outside the timed bursts
+        torch.cuda.synchronize()
+        bursts = [burst_us(launch, a.launches) for _ in range(a.bursts)]
+        inside = time_inside_hooks(s, launch, a.launches) if a.profile else {}
+        prof_text = ""
+        if a.profile:
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(a.launches):
+                launch()
+            pr.disable()
+            torch.cuda.synchronize()
+            buf = io.StringIO()
+            pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(30)
+            pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(30)
+            prof_text = buf.getvalue()
+    res = s.result
+    out = {
+        "device": torch.cuda.get_device_name(), "triton": triton.__version__, "launches_per_burst": a.launches,
+        "plain_us": statistics.median(plain), "first_burst_us": bursts[0],
+        "steady_us": statistics.median(bursts[1:]), "bursts_us": bursts, "plain_bursts_us": plain,
+        "saved_launches": res.launches, "errors": res.errors, "inside_hooks_us": inside,
+    }
+    out["added_first_us"] = out["first_burst_us"] - out["plain_us"]
+    out["added_steady_us"] = out["steady_us"] - out["plain_us"]
+    if prof_text:
+        print(prof_text)
+        if a.json:
+            with open(a.json + ".prof.txt", "w") as f:
+                f.write(prof_text)
+    print(json.dumps(out, indent=1))
+    print(f"host µs per launch: plain {out['plain_us']:.1f}, session first burst {out['first_burst_us']:.1f} "
+          f"(+{out['added_first_us']:.1f}), steady {out['steady_us']:.1f} (+{out['added_steady_us']:.1f})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
