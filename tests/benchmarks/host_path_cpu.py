@@ -1,0 +1,111 @@
+"""Python cost of the per-launch host path, with the CUDA driver calls stubbed out (no GPU).
+
+What this isolates: the Python that proton_lite runs for each launch in the launching
+thread (profile allocator + launch-exit hook) and in the drain thread (wait, clear, write
+the chunk), for ``--launches`` simulated launches of a small kernel through the real
+``Collector`` and ``RawWriter``.  Driver calls are replaced by functions that return at
+once, so the numbers are a floor: on a GPU the driver calls and the GIL hand-offs between
+the two threads come on top (``host_overhead.py`` measures the whole on the device).
+
+This is an analysis tool for the host-time target (<= 10 µs per launch), not a test.
+
+Usage: python tests/benchmarks/host_path_cpu.py [--launches 20000] [--bytes 4096]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def stub_driver():
+    """Replace the driver calls in proton_lite.runtime.cuda_api by no-ops (host memory stays real)."""
+    from proton_lite.runtime import cuda_api
+    keep = []
+    counter = iter(range(1 << 20, 1 << 62, 1 << 24))
+
+    def host_alloc(size):
+        buf = ctypes.create_string_buffer(size)
+        keep.append(buf)
+        return ctypes.addressof(buf)
+
+    noop = lambda *a, **k: None  # noqa: E731
+    for name in ("memset_d8_async", "memcpy_dtoh_async", "event_record", "event_synchronize", "stream_synchronize",
+                 "set_context", "mem_free", "host_free", "event_destroy", "stream_destroy"):
+        setattr(cuda_api, name, noop)
+    cuda_api.stream_is_capturing = lambda stream: False
+    cuda_api.current_device = lambda: 0
+    cuda_api.current_context = lambda: "ctx"
+    cuda_api.mem_alloc = lambda size: next(counter)
+    cuda_api.host_alloc = host_alloc
+    cuda_api.event_create = lambda: object()
+    cuda_api.stream_create = lambda: 7
+    return keep
+
+
+class _Meta:
+    """The attributes of Triton's kernel metadata that the collector reads."""
+
+    def __init__(self, scratch: int) -> None:
+        self.name, self.hash, self.num_warps, self.num_ctas, self.shared = "small", "h0", 4, 1, 0
+        self.profile_scratch_size = scratch
+        self.proton_lite = {"scopes": ["load", "store"], "layout": {}}
+
+
+class _LazyDict:
+    """Stands for Triton's LazyDict: ``get()`` evaluates the attached launch-metadata function."""
+
+    def __init__(self, fn, args) -> None:
+        self.fn, self.args = fn, args
+
+    def get(self):
+        return self.fn(*self.args)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launches", type=int, default=20000)
+    ap.add_argument("--bytes", type=int, default=4096, help="profile buffer bytes per launch")
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    stub_driver()
+    from proton_lite.raw_format import RawWriter
+    from proton_lite.runtime.collector import Collector, launch_metadata_fn
+
+    meta = _Meta(a.bytes)
+    md = _LazyDict(launch_metadata_fn, ((1, 1, 1), meta, {}))
+    rows = []
+    for _ in range(a.rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            col = Collector(RawWriter(os.path.join(tmp, "x.plraw"), {}), 256 << 20)
+            t_alloc = t_exit = 0.0
+            t0 = time.perf_counter()
+            for _ in range(a.launches):
+                t = time.perf_counter()
+                col.allocate(a.bytes, 16, 0)
+                t1 = time.perf_counter()
+                col.on_launch_exit(md)
+                t_exit += time.perf_counter() - t1
+                t_alloc += t1 - t
+            t_launch = time.perf_counter() - t0
+            col.finish()
+            t_total = time.perf_counter() - t0
+            col.writer.close()
+        n = a.launches
+        rows.append({"allocate": t_alloc / n * 1e6, "exit": t_exit / n * 1e6, "launch_thread": t_launch / n * 1e6,
+                     "with_drain": t_total / n * 1e6})
+    print(f"{a.launches} simulated launches of {a.bytes} B, driver stubbed; µs per launch, median of {a.rounds}:")
+    for key, label in (("allocate", "profile allocator"), ("exit", "launch-exit hook"),
+                       ("launch_thread", "launching thread, whole loop"),
+                       ("with_drain", "until the drain thread is done")):
+        print(f"  {label:32s} {statistics.median(r[key] for r in rows):7.2f}")
+
+
+if __name__ == "__main__":
+    main()
