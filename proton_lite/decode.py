@@ -12,12 +12,18 @@ Steps per launch (see docs/design.md, "Decoding" and "Time alignment"):
 3. Unwrap each record's 32-bit clock against its CTA's 64-bit start clock.
 4. Pair enter/exit records per recording unit by nesting level, so a lost record leaves
    its partner *unmatched* (counted and reported) instead of being paired wrong.
+
+Speed: launches of one kernel are decoded together (``_decode_batch``: one set of arrays,
+fits keyed by (launch, SM)), so a session of many small launches costs no per-launch
+Python; records are gathered by count (never over the buffer's full capacity) and paired
+level by level without a sort.  Every result is the same as decoding launch by launch.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout
+from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, RECORD_BYTES, UNIT_HEADER_BYTES,
+                                UNIT_MAGIC, BufferLayout)
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
@@ -40,12 +46,21 @@ def cta_block_dtype(layout: BufferLayout) -> np.dtype:
     return dt
 
 
-def kernel_info(meta: dict) -> KernelInfo:
+def kernel_info(meta: dict, layout: BufferLayout | None = None) -> KernelInfo:
     pl = meta["proton_lite"]
-    layout = BufferLayout.from_json(pl["layout"])
+    layout = BufferLayout.from_json(pl["layout"]) if layout is None else layout
     return KernelInfo(name=meta.get("name", pl.get("kernel", "?")), scopes=list(pl["scopes"]),
                       num_warps=layout.num_warps, granularity=layout.granularity, unit_warps=layout.unit_warps,
                       capacity=layout.capacity, meta=pl)
+
+
+def _dense_unique(keys: np.ndarray):
+    """``np.unique(keys, return_inverse=True)`` for small non-negative integer keys (a table, no sort)."""
+    if not len(keys) or int(keys.min()) < 0 or int(keys.max()) > 4 * len(keys) + 4096:
+        return np.unique(keys, return_inverse=True)
+    present = np.bincount(keys) > 0
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present).astype(keys.dtype), rank[keys]
 
 
 def sm_fits(smid: np.ndarray, clk: np.ndarray, gt: np.ndarray, tick: float):
@@ -56,9 +71,10 @@ def sm_fits(smid: np.ndarray, clk: np.ndarray, gt: np.ndarray, tick: float):
     of 256 ns.  Returns (sm_index_of_each_point, c_ref (uint64), g_at_c_ref (float, same
     origin as ``gt``), ns_per_cycle, steady) per SM; ``steady`` is False where the points
     stray from the line by more than two timer ticks plus 64 ns (the SM clock changed
-    speed) or a line cannot be fitted.
+    speed) or a line cannot be fitted.  ``smid`` may be any non-negative integer key (the
+    decoder fits each (launch, SM) of a batch of launches at once).
     """
-    uniq, inv = np.unique(smid, return_inverse=True)
+    uniq, inv = _dense_unique(smid)
     k = len(uniq)
     c_ref = np.full(k, np.iinfo(np.uint64).max, dtype=np.uint64)
     np.minimum.at(c_ref, inv, clk.astype(np.uint64))
@@ -85,49 +101,165 @@ def sm_fits(smid: np.ndarray, clk: np.ndarray, gt: np.ndarray, tick: float):
 
 def estimate_tick_ns(values: np.ndarray) -> float:
     """The %globaltimer update period, from the smallest step between distinct readings."""
-    u = np.unique(values)
-    if u.size < 2:
-        return float("nan")
-    return float(np.diff(u).min())
+    d = np.diff(np.sort(values))
+    d = d[d != 0]
+    return float(d.min()) if d.size else float("nan")
 
 
-def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf):
-    """Decode one launch; returns (ctas, pairs, stats) with absolute globaltimer ns as float64."""
-    buf = cap_launch.buffer
-    n = cap_launch.num_ctas
-    if len(buf) != n * layout.stride:
-        raise RawFormatError(f"launch {cap_launch.launch_index}: buffer holds {len(buf)} bytes, expected "
-                             f"{n} CTAs x {layout.stride} bytes")
+def _records(buf, layout: BufferLayout, cta_ids: np.ndarray, counts: np.ndarray, kept: np.ndarray):
+    """The kept records of every (valid CTA, unit), in (CTA, unit, age) order.
+
+    Returns (records as uint64 words: tag | clock << 32, group = CTA row * units + unit of
+    each, index of the first record of each non-empty group).  Works on the records that
+    exist: one gather from the buffer viewed as 8-byte words.
+    """
+    cap, n_units = layout.capacity, layout.units
+    kept_f = kept.ravel()
+    groups = np.flatnonzero(kept_f)
+    k = kept_f[groups]
+    first = np.cumsum(k) - k
+    total = int(k.sum())
+    # word of slot 0 of each group: CTA header, then unit blocks (unit header, records)
+    base = (cta_ids.astype(np.int64)[groups // n_units] * (layout.stride // RECORD_BYTES) +
+            CTA_HEADER_BYTES // RECORD_BYTES + (groups % n_units) * (layout.unit_bytes // RECORD_BYTES) +
+            UNIT_HEADER_BYTES // RECORD_BYTES)
+    if layout.mode == "circular":  # oldest kept record sits at count % cap once the ring wrapped
+        c = counts.ravel()[groups]
+        oldest = np.where(c > cap, c % cap, 0)
+        word = np.repeat(base, k) + (np.arange(total) - np.repeat(first - oldest, k)) % cap
+    else:
+        word = np.arange(total) + np.repeat(base - first, k)
+    words = np.frombuffer(buf, dtype="<u8", count=len(buf) // RECORD_BYTES)
+    return words[word], np.repeat(groups, k), first
+
+
+def _pair(tags: np.ndarray, group: np.ndarray, first: np.ndarray, n_scopes: int):
+    """Pair enter/exit records by nesting level within each group (a CTA's unit).
+
+    An enter pairs with the next record of its group at its own level if that record is the
+    exit of the same scope; a corrupt record (scope outside the table) never pairs and does
+    not change the level.  Returns (enter index, exit index, level of each record), pairs
+    in record order.
+    """
+    n = len(tags)
+    corrupt = tags >= min(2 * n_scopes, 1 << 16)  # scope >= n_scopes, or a tag above 16 bits
+    is_end = (tags & 1).astype(np.int64)
+    step = 1 - 2 * is_end
+    step[corrupt] = 0
+    if n:  # levels restart in every group: the first step of a group undoes the previous group's sum
+        step[first[1:]] -= np.add.reduceat(step, first)[:-1]
+    level = np.cumsum(step)
+    level += is_end  # an exit sits at the level of the enter it closes
+    # one integer per record: group, then the tag (a corrupt record gets an odd value that
+    # no enter's tag + 1 can equal); an enter and the exit of its scope differ by exactly 1
+    low = np.where(corrupt, 2 * n_scopes + 1, tags)
+    span = 2 * n_scopes + 2
+    lo = int(level.min()) if n else 0
+    n_levels = int(level.max()) - lo + 1 if n else 0
+    if n and n_levels <= 64 and (int(group[-1]) + 1) * span < 1 << 62:
+        key = group * span + low
+        enters, exits = [], []
+        for v in range(lo, lo + n_levels):  # records of one level, in record order
+            at = np.flatnonzero(level == v)
+            kv = key[at]
+            ok = (kv[1:] == kv[:-1] + 1) & ((kv[:-1] & 1) == 0)
+            enters.append(at[:-1][ok])
+            exits.append(at[1:][ok])
+        e_idx, x_idx = np.concatenate(enters), np.concatenate(exits)
+    else:  # many levels (a corrupt buffer): sort by (group, level)
+        order = np.lexsort((np.arange(n), level, group))
+        a, b = order[:-1], order[1:]
+        ok = ((is_end[a] == 0) & (is_end[b] == 1) & (group[a] == group[b]) & (level[a] == level[b]) &
+              (tags[a] >> 1 == tags[b] >> 1) & ~corrupt[a] & ~corrupt[b])
+        e_idx, x_idx = a[ok], b[ok]
+    by_enter = np.argsort(e_idx, kind="stable")  # sorted runs, one per level: a cheap merge
+    return e_idx[by_enter], x_idx[by_enter], level
+
+
+def _segment_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per segment (rows ``starts[i]``.. of ``counts[i]`` rows, in order) sums; 0 where empty."""
+    out = np.zeros(len(starts), values.dtype)
+    full = counts > 0
+    if full.any():
+        out[full] = np.add.reduceat(values, starts[full])
+    return out
+
+
+def _check_size(launch, layout: BufferLayout) -> None:
+    if len(launch.buffer) != launch.num_ctas * layout.stride:
+        raise RawFormatError(f"launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, expected "
+                             f"{launch.num_ctas} CTAs x {layout.stride} bytes")
+
+
+def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf) -> dict:
+    """Decode launches of one kernel at once (rows of all of them in one set of arrays).
+
+    Every step is per CTA, per (launch, SM) or per launch, exactly as if each launch were
+    decoded alone; batching only saves the per-launch overhead.  Times are float64 ns after
+    each launch's ``ref_gt``.  Returns per-launch arrays (``ref_gt`` as ints, ``records``,
+    ``dropped``, ``unmatched``, ``missing_ctas``, ``unfinished_units``, ``row_start``,
+    ``rows``), per-CTA-row arrays (``ctas``, with ``launch``: index into ``batch``) and
+    per-pair arrays (``pairs``, ``cta_row`` indexing the CTA rows).
+    """
+    for launch in batch:
+        _check_size(launch, layout)
+    n_l = len(batch)
+    n_ctas = np.array([la.num_ctas for la in batch], np.int64)
+    n = int(n_ctas.sum())
+    buf = batch[0].buffer if n_l == 1 else b"".join(la.buffer for la in batch)
     blocks = np.frombuffer(buf, dtype=cta_block_dtype(layout), count=n)
+    unit_all = blocks["unit"]
     # a CTA counts only if its header is whole (a kernel that scribbles over the profile
     # buffer, or a CTA that never ran, leaves it missing: counted, not decoded)
     valid = (blocks["magic"] == CTA_MAGIC) & (blocks["version"] == LAYOUT_VERSION) & \
         (blocks["units"] == layout.units)
     # ... and only if its finished units' end anchors lie after its start, within an hour
-    fin_all = blocks["unit"]["magic"] == UNIT_MAGIC
-    d_gt = blocks["unit"]["end_gt"].astype(np.int64) - blocks["start_gt"].astype(np.int64)[:, None]
-    d_clk = blocks["unit"]["end_clk"].astype(np.int64) - blocks["start_clk"].astype(np.int64)[:, None]
-    plausible = (d_gt >= 0) & (d_gt < _MAX_CTA_NS) & (d_clk >= 0) & (d_clk < 4 * _MAX_CTA_NS)
+    # (0 <= end - start < limit as int64 is end - start < limit as uint64)
+    fin_all = unit_all["magic"] == UNIT_MAGIC
+    plausible = ((unit_all["end_gt"] - blocks["start_gt"][:, None]) < np.uint64(_MAX_CTA_NS)) & \
+        ((unit_all["end_clk"] - blocks["start_clk"][:, None]) < np.uint64(4 * _MAX_CTA_NS))
     valid &= (plausible | ~fin_all).all(1)
-    cta_ids = np.flatnonzero(valid).astype(np.uint32)
-    b = blocks[valid]
-    units = b["unit"]  # (m, U)
-    finished = units["magic"] == UNIT_MAGIC
-    # %globaltimer relative to this launch's first CTA, in integers (see sm_fits); ``ref_gt``
+    rows_at = np.flatnonzero(valid)  # CTA rows: index into the batch's blocks
+    m = len(rows_at)
+    all_valid = m == n
+    if all_valid:
+        def rows(a):
+            return np.ascontiguousarray(a)
+    else:
+        def rows(a):
+            return a[valid]
+    block_start = np.cumsum(n_ctas) - n_ctas
+    if n_l == 1:
+        lrow = np.zeros(m, np.int64)
+        cta_ids = rows_at.astype(np.uint32)
+    else:
+        lrow = np.repeat(np.arange(n_l), n_ctas)
+        lrow = lrow if all_valid else lrow[rows_at]
+        cta_ids = (rows_at - block_start[lrow]).astype(np.uint32)
+    m_l = np.bincount(lrow, minlength=n_l) if n_l > 1 else np.array([m])
+    row_start = np.cumsum(m_l) - m_l
+    b_start_gt = rows(blocks["start_gt"])
+    start_clk = rows(blocks["start_clk"])
+    smid = rows(blocks["smid"])
+    u_count, u_end_gt, u_end_clk = rows(unit_all["count"]), rows(unit_all["end_gt"]), rows(unit_all["end_clk"])
+    finished = rows(fin_all)
+    # %globaltimer relative to each launch's first CTA, in integers (see sm_fits); ``ref_gt``
     # is returned so that the caller can put launches on one axis without float rounding
-    ref_gt = int(b["start_gt"].min()) if len(b) else 0
-    start_gt = (b["start_gt"] - np.uint64(ref_gt)).astype(np.int64)
-    start_clk = b["start_clk"]
-    end_gt_abs = np.where(finished.any(1), np.where(finished, units["end_gt"], 0).max(1), b["start_gt"])
-    end_gt = (end_gt_abs.astype(np.uint64) - np.uint64(ref_gt)).astype(np.int64)
-    end_clk = np.where(finished.any(1), np.where(finished, units["end_clk"], 0).max(1), start_clk)
-    smid = b["smid"]
+    ref = np.zeros(n_l, np.uint64)
+    if m:
+        ref[m_l > 0] = np.minimum.reduceat(b_start_gt, row_start[m_l > 0])
+    ref_row = ref[lrow] if n_l > 1 else ref[0]
+    start_gt = (b_start_gt - ref_row).astype(np.int64)
+    any_fin = finished.any(1)
+    end_gt_abs = np.where(any_fin, np.where(finished, u_end_gt, 0).max(1), b_start_gt)
+    end_gt = (end_gt_abs.astype(np.uint64) - ref_row).astype(np.int64)
+    end_clk = np.where(any_fin, np.where(finished, u_end_clk, 0).max(1), start_clk)
 
     # --- time alignment: per-SM fit, per-CTA fallback, launch-wide fallback -------------------
-    m = len(b)
     tick_or_default = tick if np.isfinite(tick) else 32.0
     min_span = MIN_RATE_SPAN_TICKS * tick_or_default  # below this a rate is off by > 1% from the ticks alone
-    both_sm = np.concatenate([smid, smid])
+    fit_key = smid if n_l == 1 else lrow * (int(smid.max()) + 1 if m else 1) + smid  # (launch, SM)
+    both_sm = np.concatenate([fit_key, fit_key])
     both_gt = np.concatenate([start_gt, end_gt])
     inv, c_ref, g_at_ref, slope, steady = sm_fits(both_sm, np.concatenate([start_clk, end_clk]), both_gt,
                                                   tick_or_default)
@@ -157,200 +289,278 @@ def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, 
         # CTAs too short to measure alone: pool every CTA of the launch (all SMs share one
         # clock), sum(gt spans) / sum(clock spans); the tick error shrinks with the total span.
         pos = (span_clk > 0) & (span_gt >= 0)
-        total_gt, total_clk = span_gt[pos].sum(), span_clk[pos].sum()
-        pooled = total_gt / total_clk if total_clk > 0 and total_gt > 0 else np.nan
-        if not np.isfinite(pooled):  # every CTA is a few ns long: its cycles are ~0 anyway
-            pooled = np.nanmedian(ns_per_cycle) if np.isfinite(ns_per_cycle).any() else 1.0
+        need = _segment_sums(rest.astype(np.int64), row_start, m_l) > 0
+        # The spans are whole numbers; while their sums stay below 2**53 every partial sum
+        # is exact, so the per-launch sums below equal a plain ``sum()`` in any order.
+        total_gt = _segment_sums(np.where(pos, span_gt, 0.0), row_start, m_l)
+        total_clk = _segment_sums(np.where(pos, span_clk, 0.0), row_start, m_l)
+        exact = (total_gt < 2.0 ** 53) & (total_clk < 2.0 ** 53)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pooled = np.where((total_clk > 0) & (total_gt > 0), total_gt / total_clk, np.nan)
+        floor = 1.0 / max_rate
+        for i in np.flatnonzero(need & ~(exact & np.isfinite(pooled))).tolist():
+            sl = slice(row_start[i], row_start[i] + m_l[i])
+            ok = pos[sl]
+            t_gt, t_clk = span_gt[sl][ok].sum(), span_clk[sl][ok].sum()
+            p = t_gt / t_clk if t_clk > 0 and t_gt > 0 else np.nan
+            if not np.isfinite(p):  # every CTA is a few ns long: its cycles are ~0 anyway
+                npc = ns_per_cycle[sl]
+                p = np.nanmedian(npc) if np.isfinite(npc).any() else 1.0
+            pooled[i] = p
         # CTAs that start together share their tick phase, so the pooled rate can still be off
         # by a tick per CTA span; it can never truly exceed the GPU's highest SM clock.
-        pooled = max(pooled, 1.0 / max_rate)
-        ns_per_cycle[rest] = pooled
+        pooled = np.where(floor > pooled, floor, pooled)
+        ns_per_cycle[rest] = pooled[lrow[rest]]
     cta_start = base_gt
     cta_end = base_gt + span_clk * ns_per_cycle
 
     # --- records ------------------------------------------------------------------------------
     cap = layout.capacity
-    counts = np.where(finished, units["count"], 0).astype(np.int64)  # (m, U)
+    counts = np.where(finished, u_count, 0).astype(np.int64)  # (m, U)
     kept = np.minimum(counts, cap)
-    dropped = int((counts - kept).sum())
-    j = np.arange(cap)[None, None, :]
-    mask = j < kept[:, :, None]
-    if layout.mode == "circular":  # oldest kept record sits at count % cap once the ring wrapped
-        first = np.where(counts > cap, counts % cap, 0)[:, :, None]
-        slot = (first + j) % cap
-    else:
-        slot = np.broadcast_to(j, mask.shape)
-    recs = units["rec"]  # (m, U, cap, 2)
-    ci, ui, ji = np.nonzero(mask)
-    si = slot[ci, ui, ji] if layout.mode == "circular" else ji
-    tags = recs[ci, ui, si, 0]
-    clo = recs[ci, ui, si, 1].astype(np.uint64)
-    scope = (tags >> 1).astype(np.int64)
-    is_end = (tags & 1).astype(bool)
-    corrupt = (scope >= n_scopes) | (tags >> 16 != 0)
-    sclk = start_clk[ci]
-    # Unwrap the 32-bit clock against the CTA's 64-bit start.  Other warps may record a few
-    # cycles before thread 0 reads the start clock: deltas just below 2^32 are negative.
-    delta = ((clo - (sclk & _MASK32)) & _MASK32).astype(np.int64)
-    delta = np.where(delta >= (1 << 32) - _BEFORE_START, delta - (1 << 32), delta)
-    full_clk = (sclk.astype(np.int64) + delta).astype(np.uint64)
-
-    # --- pairing by nesting level within each (CTA, unit) ----------------------------------
-    group = ci.astype(np.int64) * layout.units + ui
-    step = np.where(is_end, -1, 1)
-    step[corrupt] = 0
-    cs = np.cumsum(step)
-    if cs.size:
-        starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
-        before = np.repeat(np.r_[0, cs[starts[1:] - 1]] if starts.size > 1 else np.array([0]),
-                           np.diff(np.r_[starts, cs.size]))
-        cs = cs - before
-    level = np.where(is_end, cs + 1, cs)
-    order = np.lexsort((np.arange(level.size), level, group))
-    o_enter, o_next = order[:-1], order[1:]
-    pair = ((~is_end[o_enter]) & is_end[o_next] & (group[o_enter] == group[o_next]) &
-            (level[o_enter] == level[o_next]) & (scope[o_enter] == scope[o_next]) &
-            ~corrupt[o_enter] & ~corrupt[o_next])
-    e_idx, x_idx = o_enter[pair], o_next[pair]
-    e_idx_sorted = np.argsort(e_idx, kind="stable")
-    e_idx, x_idx = e_idx[e_idx_sorted], x_idx[e_idx_sorted]
-    unmatched = int(level.size - 2 * e_idx.size)
+    words, group, first = _records(buf, layout, rows_at, counts, kept)
+    rec = words.view("<u4")
+    tags, clo = rec[0::2], rec[1::2]
+    e_idx, x_idx, level = _pair(tags, group, first, n_scopes)
+    kept_row = kept.sum(1)
+    records = _segment_sums(kept_row, row_start, m_l)
+    dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
+    g = group[e_idx]
+    row = g // layout.units
+    unmatched = records - 2 * np.bincount(lrow[row], minlength=n_l)
 
     # a pair whose times cannot be placed (corrupt anchors) is unmatched, not invented
-    ok_t = np.isfinite(base_gt[ci[e_idx]]) & np.isfinite(ns_per_cycle[ci[e_idx]])
-    unmatched += int(2 * (~ok_t).sum())
-    e_idx, x_idx = e_idx[ok_t], x_idx[ok_t]
-    row = ci[e_idx]
-    # cycles since the CTA's start, in integers, then scaled (never absolute values in float)
-    e_clk = (full_clk[e_idx] - start_clk[row]).astype(np.int64).astype(np.float64)
-    x_clk = (full_clk[x_idx] - start_clk[row]).astype(np.int64).astype(np.float64)
+    placeable = np.isfinite(base_gt) & np.isfinite(ns_per_cycle)
+    if not placeable.all():
+        ok_t = placeable[row]
+        unmatched += 2 * np.bincount(lrow[row[~ok_t]], minlength=n_l)
+        e_idx, x_idx, g, row = e_idx[ok_t], x_idx[ok_t], g[ok_t], row[ok_t]
+    # Unwrap the 32-bit clocks against the CTA's 64-bit start.  Other warps may record a few
+    # cycles before thread 0 reads the start clock: deltas just below 2^32 are negative.
+    # The deltas are the cycles since the CTA's start, in integers, then scaled (never
+    # absolute values in float).
+    s_lo = start_clk[row] & _MASK32
+    e_d = ((clo[e_idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
+    e_d[e_d >= (1 << 32) - _BEFORE_START] -= 1 << 32
+    x_d = ((clo[x_idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
+    x_d[x_d >= (1 << 32) - _BEFORE_START] -= 1 << 32
+    b_row, r_row = base_gt[row], ns_per_cycle[row]
     pairs = {
         "cta_row": row,
-        "unit": ui[e_idx],
-        "scope": scope[e_idx],
+        "unit": g % layout.units,
+        "scope": (tags[e_idx] >> 1).astype(np.int64),
         "depth": np.maximum(level[e_idx] - 1, 0),
-        "start": base_gt[row] + e_clk * ns_per_cycle[row],
-        "end": base_gt[row] + x_clk * ns_per_cycle[row],
-        "cycles": (full_clk[x_idx].astype(np.int64) - full_clk[e_idx].astype(np.int64)),
+        "start": b_row + e_d.astype(np.float64) * r_row,
+        "end": b_row + x_d.astype(np.float64) * r_row,
+        "cycles": x_d - e_d,
     }
     ctas = {
-        "cta": cta_ids, "smid": smid, "start": cta_start, "end": cta_end, "start_clock": start_clk,
+        "launch": lrow, "cta": cta_ids, "smid": smid, "start": cta_start, "end": cta_end, "start_clock": start_clk,
         "end_clock": end_clk, "cycles_per_ns": 1.0 / ns_per_cycle, "measured": own_rate,
         "finished_units": finished.sum(1).astype(np.uint32),
     }
-    stats = {"ref_gt": ref_gt, "records": int(kept.sum()), "dropped": dropped, "unmatched": unmatched,
-             "missing_ctas": int(n - m), "unfinished_units": int((~finished).sum())}
-    return ctas, pairs, stats
+    unfinished = _segment_sums((~finished).sum(1), row_start, m_l)
+    return {"ref_gt": [int(r) for r in ref.tolist()], "records": records, "dropped": dropped,
+            "unmatched": unmatched, "missing_ctas": n_ctas - m_l, "unfinished_units": unfinished,
+            "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs}
+
+
+def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf):
+    """Decode one launch; returns (ctas, pairs, stats) with absolute globaltimer ns as float64."""
+    d = _decode_batch([cap_launch], layout, n_scopes, tick, max_rate)
+    ctas = {k: v for k, v in d["ctas"].items() if k != "launch"}
+    stats = {"ref_gt": d["ref_gt"][0], "records": int(d["records"][0]), "dropped": int(d["dropped"][0]),
+             "unmatched": int(d["unmatched"][0]), "missing_ctas": int(d["missing_ctas"][0]),
+             "unfinished_units": int(d["unfinished_units"][0])}
+    return ctas, d["pairs"], stats
+
+
+# Launches of one kernel are decoded together up to this many buffer bytes (they are
+# copied into one buffer); a launch at least half this size is decoded alone, in place.
+BATCH_BYTES = 32 << 20
+
+
+def _batches(capture: RawCapture, layouts: dict):
+    """Launch indices grouped by kernel, in launch order, each group small enough to copy."""
+    by_kernel: dict = {}
+    for i, launch in enumerate(capture.launches):
+        by_kernel.setdefault(launch.kernel_id, []).append(i)
+    out = []
+    for kid, idx in by_kernel.items():
+        cur, size = [], 0
+        for i in idx:
+            b = len(capture.launches[i].buffer)
+            if cur and (size + b > BATCH_BYTES or 2 * b >= BATCH_BYTES):
+                out.append(cur)
+                cur, size = [], 0
+            cur.append(i)
+            size += b
+        if cur:
+            out.append(cur)
+    return out
 
 
 def decode(capture: RawCapture, progress=None) -> Profile:
     """Decode a whole raw capture into a Profile (deterministic: same file, same arrays)."""
     kernel_ids = sorted(capture.kernels)
-    kinfo = {kid: kernel_info(capture.kernels[kid]) for kid in kernel_ids}
-    layouts = {kid: BufferLayout.from_json(capture.kernels[kid]["proton_lite"]["layout"]) for kid in kernel_ids}
+    layouts, kinfo = {}, {}
+    for kid in kernel_ids:  # each kernel's layout is parsed once
+        layouts[kid] = BufferLayout.from_json(capture.kernels[kid]["proton_lite"]["layout"])
+        kinfo[kid] = kernel_info(capture.kernels[kid], layouts[kid])
     index_of = {kid: i for i, kid in enumerate(kernel_ids)}
 
     # the timer tick, from all start anchors of the capture (needs several CTAs)
     samples = []
     for launch in capture.launches[:64]:
-        lay = layouts[launch.kernel_id]
-        starts = np.frombuffer(launch.buffer, dtype=cta_block_dtype(lay), count=launch.num_ctas)
-        starts = starts[starts["magic"] == CTA_MAGIC]
-        samples.append(starts["start_gt"])
-        samples.append(starts["unit"]["end_gt"].ravel())
+        blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layouts[launch.kernel_id]),
+                               count=launch.num_ctas)
+        started = blocks["magic"] == CTA_MAGIC
+        samples.append(blocks["start_gt"][started])
+        samples.append(blocks["unit"]["end_gt"][started].ravel())
     tick = estimate_tick_ns(np.concatenate(samples)) if samples else float("nan")
 
     max_khz = capture.session.get("sm_clock_max_khz")
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
-    launch_rows, cta_parts, iv_parts = [], [], []
-    for i, launch in enumerate(capture.launches):
-        ctas, pairs, stats = decode_launch(launch, layouts[launch.kernel_id], len(kinfo[launch.kernel_id].scopes),
-                                           tick, max_rate)
-        launch_rows.append((launch, stats, ctas))
-        cta_parts.append((i, ctas))
-        iv_parts.append((i, pairs))
+    launches_in = capture.launches
+    n_launch = len(launches_in)
+    for launch in launches_in:  # the first broken launch, in launch order, is the one reported
+        _check_size(launch, layouts[launch.kernel_id])
+    batches = _batches(capture, layouts)
+    results = []
+    done = 0
+    for idx in batches:
+        kid = launches_in[idx[0]].kernel_id
+        results.append(_decode_batch([launches_in[i] for i in idx], layouts[kid], len(kinfo[kid].scopes), tick,
+                                     max_rate))
         if progress is not None:
-            progress(i + 1, len(capture.launches))
+            for _ in idx:
+                done += 1
+                progress(done, n_launch)
 
-    refs = [stats["ref_gt"] for _, stats, _ in launch_rows]
-    t0_int = min((refs[i] + int(np.floor(c["start"].min())) for i, c in cta_parts if len(c["start"])), default=0)
+    # per launch, in launch order
+    refs = [0] * n_launch
+    stat = np.zeros((5, n_launch), np.int64)
+    n_rows = np.zeros(n_launch, np.int64)
+    cta_min = np.zeros(n_launch)
+    cta_max = np.zeros(n_launch)
+    for idx, r in zip(batches, results):
+        pos = np.asarray(idx)
+        for j, i in enumerate(idx):
+            refs[i] = r["ref_gt"][j]
+        for k, name in enumerate(("records", "dropped", "unmatched", "missing_ctas")):
+            stat[k, pos] = r[name]
+        n_rows[pos] = r["rows"]
+        full = r["rows"] > 0
+        if full.any():
+            cta_min[pos[full]] = np.minimum.reduceat(r["ctas"]["start"], r["row_start"][full])
+            cta_max[pos[full]] = np.maximum.reduceat(r["ctas"]["end"], r["row_start"][full])
+    has = n_rows > 0
+    t0_int = min((refs[i] + int(np.floor(cta_min[i])) for i in np.flatnonzero(has).tolist()), default=0)
+    offset = np.array([float(r - t0_int) for r in refs])  # launch i's times (float ns after its own reference)
 
-    def rel(x, i):
-        """Launch i's times (float ns after its own reference) -> int ns after t0."""
-        return np.rint(np.asarray(x) + float(refs[i] - t0_int)).astype(np.int64)
+    def rel(x, off):
+        """-> int ns after t0."""
+        return np.rint(np.asarray(x) + off).astype(np.int64)
 
-    launches = np.zeros(len(launch_rows), dtype=LAUNCH_DTYPE)
-    for i, (launch, stats, ctas) in enumerate(launch_rows):
+    start_ns = rel(np.where(has, cta_min, 0.0), offset)
+    end_ns = rel(np.where(has, cta_max, 0.0), offset)
+    launches = np.zeros(n_launch, dtype=LAUNCH_DTYPE)
+    for i, launch in enumerate(launches_in):
         launches[i] = (launch.launch_index, index_of[launch.kernel_id], launch.device, *launch.grid,
-                       launch.num_ctas, launch.stream,
-                       rel(ctas["start"].min(), i) if len(ctas["start"]) else 0,
-                       rel(ctas["end"].max(), i) if len(ctas["end"]) else 0,
-                       stats["records"], stats["dropped"], stats["unmatched"], stats["missing_ctas"])
-    ctas_out = []
-    for i, c in cta_parts:
-        a = np.zeros(len(c["cta"]), dtype=CTA_DTYPE)
-        a["launch"] = launches["launch"][i]
-        a["cta"] = c["cta"]
-        a["smid"] = c["smid"]
-        a["start_ns"] = rel(c["start"], i)
-        a["end_ns"] = rel(c["end"], i)
-        a["start_clock"] = c["start_clock"]
-        a["end_clock"] = c["end_clock"]
-        a["cycles_per_ns"] = c["cycles_per_ns"]
-        a["measured_cycles_per_ns"] = c["measured"]
-        a["finished_units"] = c["finished_units"]
-        ctas_out.append(a)
-    ivs_out = []
-    for i, p in iv_parts:
-        c = cta_parts[i][1]
-        a = np.zeros(len(p["scope"]), dtype=INTERVAL_DTYPE)
-        a["launch"] = launches["launch"][i]
-        a["cta"] = c["cta"][p["cta_row"]]
-        a["unit"] = p["unit"]
-        a["scope"] = p["scope"]
-        a["depth"] = p["depth"]
-        a["start_ns"] = rel(p["start"], i)
-        a["end_ns"] = np.maximum(rel(p["end"], i), a["start_ns"])
-        a["cycles"] = p["cycles"]
-        ivs_out.append(a)
+                       launch.num_ctas, launch.stream, start_ns[i] if has[i] else 0, end_ns[i] if has[i] else 0,
+                       stat[0, i], stat[1, i], stat[2, i], stat[3, i])
+
+    # The session's record-cost launches (see runtime/calibrate.py) go into its metadata:
+    # their CTAs and intervals are left out, and time 0 becomes the earliest user CTA.
+    kernels = [kinfo[k] for k in kernel_ids]
+    names = [k.name for k in kernels]
+    cal = names.index(CALIBRATION_KERNEL) if CALIBRATION_KERNEL in names else None
+    if cal is not None:
+        is_cal = launches["kernel"] == cal
+        drop = np.isin(launches["launch"], launches["launch"][is_cal])  # by launch index, as the rows carry it
+    else:
+        drop = np.zeros(n_launch, bool)
+
+    # CTAs, in launch order
+    parts, order_key = [], []
+    for idx, r in zip(batches, results):
+        c = r["ctas"]
+        lpos = np.asarray(idx)[c["launch"]]
+        keep = ~drop[lpos]
+        sel = (lambda a: a) if keep.all() else (lambda a: a[keep])
+        lpos = sel(lpos)
+        a = np.zeros(len(lpos), dtype=CTA_DTYPE)
+        a["launch"] = launches["launch"][lpos]
+        a["cta"] = sel(c["cta"])
+        a["smid"] = sel(c["smid"])
+        off = offset[lpos]
+        a["start_ns"] = rel(sel(c["start"]), off)
+        a["end_ns"] = rel(sel(c["end"]), off)
+        a["start_clock"] = sel(c["start_clock"])
+        a["end_clock"] = sel(c["end_clock"])
+        a["cycles_per_ns"] = sel(c["cycles_per_ns"])
+        a["measured_cycles_per_ns"] = sel(c["measured"])
+        a["finished_units"] = sel(c["finished_units"])
+        parts.append(a)
+        order_key.append(lpos)
+    ctas = _in_launch_order(parts, order_key, CTA_DTYPE)
+    shift = int(ctas["start_ns"].min()) if cal is not None and len(ctas) else 0
+    if shift:
+        ctas["start_ns"] -= shift
+        ctas["end_ns"] -= shift
+
+    def intervals_of(want_dropped: bool) -> np.ndarray:
+        parts, order_key = [], []
+        for idx, r in zip(batches, results):
+            p = r["pairs"]
+            c = r["ctas"]
+            lpos = np.asarray(idx)[c["launch"][p["cta_row"]]]
+            keep = drop[lpos] if want_dropped else ~drop[lpos]
+            sel = (lambda a: a) if keep.all() else (lambda a: a[keep])
+            lpos = sel(lpos)
+            a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
+            a["launch"] = launches["launch"][lpos]
+            a["cta"] = c["cta"][sel(p["cta_row"])]
+            a["unit"] = sel(p["unit"])
+            a["scope"] = sel(p["scope"])
+            a["depth"] = sel(p["depth"])
+            off = offset[lpos]
+            a["start_ns"] = rel(sel(p["start"]), off)
+            a["end_ns"] = np.maximum(rel(sel(p["end"]), off), a["start_ns"])
+            a["cycles"] = sel(p["cycles"])
+            parts.append(a)
+            order_key.append(lpos)
+        return _in_launch_order(parts, order_key, INTERVAL_DTYPE)
+
+    intervals = intervals_of(False)
     session = dict(capture.session)
     session["timer_tick_ns"] = tick
     session["truncated"] = capture.end is None
-    profile = Profile(kernels=[kinfo[k] for k in kernel_ids], launches=launches,
-                      ctas=np.concatenate(ctas_out) if ctas_out else np.zeros(0, CTA_DTYPE),
-                      intervals=np.concatenate(ivs_out) if ivs_out else np.zeros(0, INTERVAL_DTYPE),
-                      t0_ns=t0_int, session=session)
-    return _take_calibration(profile)
-
-
-def _take_calibration(profile: Profile) -> Profile:
-    """Move the session's record-cost launch (see runtime/calibrate.py) into session metadata."""
-    names = [k.name for k in profile.kernels]
-    if CALIBRATION_KERNEL not in names:
-        return profile
-    kid = names.index(CALIBRATION_KERNEL)
-    is_cal = profile.launches["kernel"] == kid
-    cal_launches = set(profile.launches["launch"][is_cal].tolist())
-    iv_cal = np.isin(profile.intervals["launch"], list(cal_launches))
-    cost = record_cost(profile.kernels[kid].scopes, profile.intervals[iv_cal])
-    session = dict(profile.session)
-    session["record_cost_cycles"] = cost
+    if cal is None:
+        return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
+                       session=session)
+    session["record_cost_cycles"] = record_cost(kernels[cal].scopes, intervals_of(True))
     session["record_cost_source"] = "measured at stop by proton_lite_calibrate (median over warps)"
-    launches = profile.launches[~is_cal].copy()
-    launches["kernel"] -= (launches["kernel"] > kid).astype(launches["kernel"].dtype)
-    ctas = profile.ctas[~np.isin(profile.ctas["launch"], list(cal_launches))]
-    intervals = profile.intervals[~iv_cal]
-    t0 = profile.t0_ns
-    if len(ctas):  # time 0 is the earliest user CTA
-        shift = int(ctas["start_ns"].min())
-        t0 += shift
-        ctas = ctas.copy()
-        intervals = intervals.copy()
-        for arr in (ctas, intervals, launches):
-            arr["start_ns"] -= shift
-            arr["end_ns"] -= shift
-    kernels = profile.kernels[:kid] + profile.kernels[kid + 1:]
-    return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0, session=session)
+    launches = launches[~is_cal]
+    launches["kernel"] -= (launches["kernel"] > cal).astype(launches["kernel"].dtype)
+    if shift:
+        intervals["start_ns"] -= shift
+        intervals["end_ns"] -= shift
+        launches["start_ns"] -= shift
+        launches["end_ns"] -= shift
+    return Profile(kernels=kernels[:cal] + kernels[cal + 1:], launches=launches, ctas=ctas, intervals=intervals,
+                   t0_ns=t0_int + shift, session=session)
+
+
+def _in_launch_order(parts: list, keys: list, dtype) -> np.ndarray:
+    """Concatenate per-batch rows; rows of launches of several kernels interleave by launch."""
+    if not parts:
+        return np.zeros(0, dtype)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    key = keys[0] if len(keys) == 1 else np.concatenate(keys)
+    if len(key) > 1 and np.any(key[1:] < key[:-1]):
+        out = out[np.argsort(key, kind="stable")]
+    return out
 
 
 def record_cost(scopes: list[str], intervals: np.ndarray) -> float | None:
