@@ -145,10 +145,19 @@ def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: boo
     cta_sm = np.cumsum(new_sm) - 1  # SM track index of each CTA
     sm_uuid0 = cta_uuid0 + len(ctas)
     launch_uuid0 = sm_uuid0 + len(sm_first)
-    small = [_descriptor(launch_uuid0 + i, _launch_title(kernels[int(la["kernel"])], la), None,
-                         int(la["launch"]), True) for i, la in enumerate(launches)]
-    small += [_descriptor(sm_uuid0 + j, f"SM {int(ctas['smid'][c])}", launch_uuid0 + int(cta_lr[c]),
-                          int(ctas["smid"][c]), True) for j, c in enumerate(sm_first)]
+    sm_id = ctas["smid"][sm_first].astype(np.int64)
+    sm_parent = launch_uuid0 + cta_lr[sm_first]
+
+    def launch_rows() -> bytes:
+        return b"".join(_descriptor(launch_uuid0 + i, _launch_title(kernels[int(la["kernel"])], la), None,
+                                    int(la["launch"]), True) for i, la in enumerate(launches))
+
+    def sm_rows(sel: slice) -> bytes:  # not deflated: few, and they go out with the launches'
+        def name(r: Rows) -> None:
+            r.const(b"SM ")
+            r.decimal(sm_id[sel])
+        return _descriptor_rows(sm_uuid0 + np.arange(len(sm_first))[sel], sm_parent[sel], sm_id[sel], name,
+                                True).tobytes()
     cid = ctas["cta"].astype(np.int64)
     grid = np.maximum(np.stack([launches["grid_x"], launches["grid_y"], launches["grid_z"]], 1).astype(np.int64), 1)
     gx, gy, gz = (grid[cta_lr, k] for k in range(3))
@@ -175,7 +184,8 @@ def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: boo
         return _finish(_descriptor_rows(np.arange(1, n_units + 1)[sel], cta_uuid0 + ut_cta[sel], ut_rank[sel],
                                         lambda r: r.table(unit_names, name_idx[sel]), False), compress)
 
-    tasks = [lambda: b"".join(small)]
+    tasks = [launch_rows]
+    tasks += [lambda sel=slice(lo, lo + CHUNK): sm_rows(sel) for lo in range(0, len(sm_first), CHUNK)]
     tasks += [lambda sel=slice(lo, lo + CHUNK): cta_rows(sel) for lo in range(0, len(ctas), CHUNK)]
     tasks += [lambda sel=slice(lo, lo + CHUNK): unit_rows(sel) for lo in range(0, n_units, CHUNK)]
     n_tracks = n_units + len(ctas) + len(sm_first) + len(launches)

@@ -8,7 +8,7 @@ second to build), writes it to a ``.plraw``, then times the path of
 
 Usage::
 
-    python tests/benchmarks/decode_speed.py [--shape mixed|vadd|matmul|nested|launches|all] [--reps 3] [--keep DIR]
+    python tests/benchmarks/decode_speed.py [--shape mixed|vadd|...|all] [--reps 3] [--keep DIR]
     taskset -c 0,1 python tests/benchmarks/decode_speed.py --shape all
 
 Shapes (CTAs run in waves over 132 SMs, %globaltimer in 32 ns ticks, one %clock64 per
@@ -22,6 +22,9 @@ before thread 0's start anchor):
 - ``nested``: 4,224 CTAs x 4 warps, ``outer`` > (``load``, ``compute``) x 15 (62 records),
   capacity 64; every 97th unit overflows (dropped records, an unmatched enter): 1.05 M.
 - ``launches``: ``nested`` as 64 launches of 66 CTAs: 1.05 M records, per-launch costs.
+- ``sparse``: 14,592 CTAs x 4 warps x ``outer`` > (``load``, ``compute``) x 4 (18 records)
+  in the default loop capacity of 256: 1.05 M records in a 121 MB buffer.
+- ``small``: 1,024 launches of a 64-CTA ``vadd``: 1.05 M records, per-launch costs.
 - ``mixed`` (default): half a ``vadd``, half a ``matmul``, a quarter of ``nested`` and
   the 16-CTA calibration launch that every session ends with: 1.33 M records.
 
@@ -57,7 +60,7 @@ N_SMS = 132
 WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
-SHAPES = ("mixed", "vadd", "matmul", "nested", "launches")
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small")
 
 
 def _tags(pairs) -> np.ndarray:
@@ -169,6 +172,12 @@ def build_capture(path: str, shape: str, seed: int = 1) -> None:
     elif shape == "launches":
         for _ in range(64):
             nested(66)
+    elif shape == "sparse":  # a short loop in the default loop capacity: 18 of 256 slots used
+        c.launch("short_loop", ["outer", "load", "compute"], BufferLayout("warp", WARPS, 256, "shared"), 14592,
+                 loop_tags(4))
+    elif shape == "small":  # many small launches, e.g. the kernels of a few training steps
+        for _ in range(1024):
+            vadd(64)
     elif shape == "mixed":
         vadd(32768)
         matmul(512)
