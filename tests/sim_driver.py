@@ -1,0 +1,201 @@
+"""A simulated CUDA driver for testing the collector's logic on machines without a GPU.
+
+The real driver cannot run in CI, and the collector (allocator, launch hooks, drain
+thread) is otherwise only exercised by ``pytest -m gpu``.  This stands in for the few
+``proton_lite.runtime.cuda_api`` calls it makes, with the semantics that matter: device
+memory that keeps its bytes (slabs, offsets), streams whose operations run in order and
+only when someone waits (``event_synchronize`` / ``stream_synchronize``), pinned host
+memory that is real memory, and a fault that makes every later wait fail.  A "kernel"
+is an operation the test enqueues on a stream that writes bytes into a device buffer.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import deque
+
+from proton_lite.runtime import cuda_api
+
+_FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async",
+              "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
+              "stream_create", "stream_synchronize", "stream_destroy", "stream_is_capturing", "current_device",
+              "current_context", "set_context")
+
+
+class KernelRun:
+    """A queued simulated kernel: where it writes, and whether it has run."""
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.ptr, self.size, self.done = ptr, size, False
+
+
+class _Event:
+    def __init__(self) -> None:
+        self.done = True  # an event never recorded counts as complete, as in CUDA
+        self.stream = None
+
+
+class SimDriver:
+
+    def __init__(self, device_bytes: int = 1 << 30) -> None:
+        self._lock = threading.RLock()
+        self.device_bytes = device_bytes
+        self.device_mem: dict[int, bytearray] = {}  # slab base -> bytes
+        self.host_mem: dict[int, ctypes.Array] = {}
+        self.streams: dict[int, deque] = {}
+        self._next_base = 1 << 40
+        self._next_stream = 100
+        self.fault_after_kernels: int | None = None  # the kernel with this index faults
+        self.kernels_run = 0
+        self.faulted = False
+        self.calls: dict[str, int] = {}
+        self.device = 0
+        self.contexts_set: list = []
+        self.capturing: set[int] = set()
+
+    # -- install ---------------------------------------------------------------------------------
+    def install(self, monkeypatch) -> "SimDriver":
+        for name in _FUNCTIONS:
+            monkeypatch.setattr(cuda_api, name, self._counted(name, getattr(self, name)))
+        return self
+
+    def _counted(self, name, fn):
+        def call(*args):
+            with self._lock:
+                self.calls[name] = self.calls.get(name, 0) + 1
+            return fn(*args)
+        return call
+
+    # -- memory ----------------------------------------------------------------------------------
+    def _resolve(self, ptr: int, size: int) -> tuple[bytearray, int]:
+        for base, mem in self.device_mem.items():
+            if base <= ptr and ptr + size <= base + len(mem):
+                return mem, ptr - base
+        raise AssertionError(f"device access outside any allocation: {ptr:#x} + {size}")
+
+    def mem_alloc(self, size: int) -> int:
+        with self._lock:
+            if sum(map(len, self.device_mem.values())) + size > self.device_bytes:
+                raise cuda_api.CudaError(f"cuMemAlloc({size} bytes) failed: CUDA_ERROR_OUT_OF_MEMORY")
+            base = self._next_base
+            self._next_base += max(size, 1 << 20) * 2
+            self.device_mem[base] = bytearray(b"\xa5" * size)  # not zero: allocations are dirty
+            return base
+
+    def mem_free(self, ptr: int) -> None:
+        with self._lock:
+            del self.device_mem[ptr]
+
+    def mem_get_info(self):
+        used = sum(map(len, self.device_mem.values()))
+        return self.device_bytes - used, self.device_bytes
+
+    def host_alloc(self, size: int) -> int:
+        buf = (ctypes.c_uint8 * size)()
+        ctypes.memset(buf, 0x5A, size)
+        ptr = ctypes.addressof(buf)
+        with self._lock:
+            self.host_mem[ptr] = buf
+        return ptr
+
+    def host_free(self, ptr: int) -> None:
+        with self._lock:
+            del self.host_mem[ptr]
+
+    # -- streams and events ------------------------------------------------------------------------
+    def _enqueue(self, stream: int, op) -> None:
+        with self._lock:
+            self.streams.setdefault(int(stream), deque()).append(op)
+
+    def memset_d8_async(self, ptr: int, value: int, size: int, stream: int) -> None:
+        def op():
+            mem, off = self._resolve(ptr, size)
+            mem[off:off + size] = bytes([value]) * size
+        self._enqueue(stream, op)
+
+    def memcpy_dtoh_async(self, dst_host: int, src_device: int, size: int, stream: int) -> None:
+        def op():
+            mem, off = self._resolve(src_device, size)
+            ctypes.memmove(dst_host, bytes(mem[off:off + size]), size)
+        self._enqueue(stream, op)
+
+    def kernel(self, stream: int, ptr: int, data: bytes) -> "KernelRun":
+        """Enqueue a kernel that writes ``data`` at ``ptr`` (a fault if it is the chosen one)."""
+        run = KernelRun(ptr, len(data))
+
+        def op():
+            index = self.kernels_run
+            self.kernels_run += 1
+            run.done = True
+            if self.fault_after_kernels is not None and index >= self.fault_after_kernels:
+                self.faulted = True
+                return
+            mem, off = self._resolve(ptr, len(data))
+            mem[off:off + len(data)] = data
+        self._enqueue(stream, op)
+        return run
+
+    def event_create(self):
+        return _Event()
+
+    def event_record(self, event: _Event, stream: int) -> None:
+        with self._lock:
+            event.done, event.stream = False, int(stream)
+
+        def op():
+            event.done = True
+        self._enqueue(stream, op)
+
+    def _run_until(self, stream: int, stop=None) -> None:
+        q = self.streams.get(int(stream), deque())
+        while q:
+            if self.faulted:
+                raise cuda_api.CudaError("cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+            q.popleft()()
+            if stop is not None and stop():
+                break
+        if self.faulted:
+            raise cuda_api.CudaError("cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    def event_synchronize(self, event: _Event) -> None:
+        with self._lock:
+            if not event.done:
+                self._run_until(event.stream, lambda: event.done)
+            elif self.faulted:
+                raise cuda_api.CudaError("cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    def event_destroy(self, event) -> None:
+        pass
+
+    def stream_create(self) -> int:
+        with self._lock:
+            self._next_stream += 1
+            return self._next_stream
+
+    def stream_synchronize(self, stream: int) -> None:
+        with self._lock:
+            self._run_until(stream)
+
+    def stream_destroy(self, stream: int) -> None:
+        pass
+
+    def stream_is_capturing(self, stream: int) -> bool:
+        return int(stream or 0) in self.capturing
+
+    def current_device(self) -> int:
+        return self.device
+
+    def current_context(self):
+        return f"ctx{self.device}"
+
+    def set_context(self, ctx) -> None:
+        self.contexts_set.append(ctx)
+
+    def run_all(self) -> None:
+        """Let the 'GPU' finish everything queued so far (what time does on a real one)."""
+        with self._lock:
+            for stream in list(self.streams):
+                try:
+                    self._run_until(stream)
+                except cuda_api.CudaError:
+                    pass
