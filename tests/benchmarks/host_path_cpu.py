@@ -4,7 +4,8 @@ What this isolates: the Python that proton_lite runs for each launch in the laun
 thread (profile allocator + launch-exit hook) and in the drain thread (wait, clear, write
 the chunk), for ``--launches`` simulated launches of a small kernel through the real
 ``Collector`` and ``RawWriter``.  Driver calls are replaced by functions that return at
-once, so the numbers are a floor: on a GPU the driver calls and the GIL hand-offs between
+once (after releasing and re-taking the GIL, as the real bindings do), so the numbers are
+a floor: on a GPU the driver calls and the GIL hand-offs between
 the two threads come on top (``host_overhead.py`` measures the whole on the device).
 
 This is an analysis tool for the host-time target (<= 10 µs per launch), not a test.
@@ -35,12 +36,18 @@ def stub_driver():
         keep.append(buf)
         return ctypes.addressof(buf)
 
-    noop = lambda *a, **k: None  # noqa: E731
+    # Each stub makes one foreign call through ctypes, which releases and re-takes the GIL as
+    # cuda-bindings does around every driver call: the points where the launching and the
+    # drain thread hand the GIL to each other.
+    release_gil = ctypes.CDLL(None).getpid
+
+    def noop(*a, **k):
+        release_gil()
     for name in ("memset_d8_async", "memcpy_dtoh_async", "event_record", "event_synchronize", "stream_synchronize",
                  "set_context", "mem_free", "host_free", "event_destroy", "stream_destroy"):
         setattr(cuda_api, name, noop)
-    cuda_api.stream_is_capturing = lambda stream: False
-    cuda_api.current_device = lambda: 0
+    cuda_api.stream_is_capturing = lambda stream: bool(release_gil()) and False
+    cuda_api.current_device = lambda: release_gil() and 0
     cuda_api.current_context = lambda: "ctx"
     cuda_api.mem_alloc = lambda size: next(counter)
     cuda_api.host_alloc = host_alloc
