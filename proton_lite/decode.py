@@ -360,8 +360,13 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         "finished_units": finished.sum(1).astype(np.uint32),
     }
     unfinished = _segment_sums((~finished).sum(1), row_start, m_l)
+    most = np.zeros(n_l, np.int64)  # per launch, the records its busiest unit tried to write
+    if m:
+        nonempty = m_l > 0
+        most[nonempty] = np.maximum.reduceat(counts.max(1), row_start[nonempty])
     return {"ref_gt": [int(r) for r in ref.tolist()], "records": records, "dropped": dropped,
             "unmatched": unmatched, "missing_ctas": n_ctas - m_l, "unfinished_units": unfinished,
+            "unit_records_max": most,
             "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs}
 
 
@@ -439,7 +444,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     # per launch, in launch order
     refs = [0] * n_launch
-    stat = np.zeros((5, n_launch), np.int64)
+    stat = np.zeros((5, n_launch), np.int64)  # records, dropped, unmatched, missing CTAs, busiest unit
     n_rows = np.zeros(n_launch, np.int64)
     cta_min = np.zeros(n_launch)
     cta_max = np.zeros(n_launch)
@@ -447,7 +452,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         pos = np.asarray(idx)
         for j, i in enumerate(idx):
             refs[i] = r["ref_gt"][j]
-        for k, name in enumerate(("records", "dropped", "unmatched", "missing_ctas")):
+        for k, name in enumerate(("records", "dropped", "unmatched", "missing_ctas", "unit_records_max")):
             stat[k, pos] = r[name]
         n_rows[pos] = r["rows"]
         full = r["rows"] > 0
@@ -468,7 +473,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     for i, launch in enumerate(launches_in):
         launches[i] = (launch.launch_index, index_of[launch.kernel_id], launch.device, *launch.grid,
                        launch.num_ctas, launch.stream, start_ns[i] if has[i] else 0, end_ns[i] if has[i] else 0,
-                       stat[0, i], stat[1, i], stat[2, i], stat[3, i])
+                       stat[0, i], stat[1, i], stat[2, i], stat[3, i], stat[4, i])
 
     # The session's record-cost launches (see runtime/calibrate.py) go into its metadata:
     # their CTAs and intervals are left out, and time 0 becomes the earliest user CTA.

@@ -23,6 +23,7 @@ LAUNCH_DTYPE = np.dtype([
     ("dropped", "<u8"),  # records that did not fit the buffer
     ("unmatched", "<u8"),  # records without a partner (after a drop, or a CTA that did not finish)
     ("missing_ctas", "<u4"),  # CTAs whose header was never written
+    ("unit_records_max", "<u4"),  # most records one unit tried to write: the capacity that drops none
 ])
 
 CTA_DTYPE = np.dtype([
@@ -78,6 +79,28 @@ class Profile:
     @property
     def total_unmatched(self) -> int:
         return int(self.launches["unmatched"].sum()) if len(self.launches) else 0
+
+    def keep_all_hint(self, kernel_ids=None) -> str | None:
+        """The start() option that would have kept every dropped record (of the given kernel
+        indices, or of all), from the records the busiest unit tried to write; None when
+        nothing was dropped."""
+        launches = self.launches
+        if kernel_ids is not None:
+            launches = launches[np.isin(launches["kernel"], np.asarray(list(kernel_ids), dtype=np.uint32))]
+        launches = launches[launches["dropped"] > 0]
+        if not len(launches):
+            return None
+        need = int(launches["unit_records_max"].max())
+        circular = any(self.kernels[int(k)].meta.get("layout", {}).get("mode") == "circular"
+                       for k in np.unique(launches["kernel"]))
+        if need == 0:  # a trace from before unit_records_max existed
+            return ('raise capacity= (or loop_capacity= for scopes inside loops) in proton_lite.start(), '
+                    'or buffer_mode="circular" to keep the newest records')
+        if circular:
+            size = 1 << (need - 1).bit_length()
+            return f"capacity={size} in proton_lite.start() keeps them (the busiest unit wrote {need:,} records)"
+        return (f"loop_capacity={need} (or capacity={need}) in proton_lite.start() keeps them (the busiest unit "
+                f"wrote {need:,} records); buffer_mode=\"circular\" keeps the newest instead")
 
     def unit_name(self, kernel: KernelInfo, unit: int) -> str:
         return {"warp": f"warp {unit}", "warpgroup": f"warpgroup {unit}", "cta": "cta"}[kernel.granularity]

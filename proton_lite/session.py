@@ -97,6 +97,7 @@ class SessionResult:
     unmatched: int = 0
     errors: list[str] = field(default_factory=list)
     summary_line: str = ""
+    keep_all_hint: str | None = None  # the start() option that keeps every dropped record
 
 
 class Session:
@@ -200,6 +201,7 @@ class Session:
             result.trace_paths = paths
             result.records = int(profile.launches["records"].sum()) if len(profile.launches) else 0
             result.dropped = profile.total_dropped
+            result.keep_all_hint = profile.keep_all_hint()
             result.unmatched = profile.total_unmatched
         result.summary_line = _summary_line(result, collector, self.options)
         self.result = result
@@ -234,10 +236,10 @@ def _summary_line(result: SessionResult, collector, options: SessionOptions) -> 
         parts.append(f"{collector.unattributed} launches not attributable (not saved)")
     line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
     if result.dropped:
-        hint = ("raise loop_capacity=... or capacity=..." if options.buffer_mode == "clamp"
-                else "raise capacity=...")
+        hint = result.keep_all_hint or ("raise loop_capacity=... or capacity=... in proton_lite.start() to keep them"
+                                        if options.buffer_mode == "clamp" else "raise capacity=... to keep them")
         line += (f"\nproton_lite: warning: {result.dropped:,} records did not fit the profile buffer and were "
-                 f"dropped; {hint} in proton_lite.start() to keep them")
+                 f"dropped; {hint}")
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line

@@ -421,6 +421,8 @@ def test_trace_warns_about_dropped_records(captures, tmp_path, capsys, fake_writ
     rc, out, err = call(capsys, "trace", captures["synth-two-kernels-dropped"], "-o", tmp_path / "t")
     assert rc == 0
     assert "records were dropped" in err and err.startswith("proton-lite: warning: ")
+    # every unit of that capture tried 6 records (outer, inner, epilogue) into 4 slots
+    assert "loop_capacity=6 (or capacity=6)" in err and "wrote 6 records" in err
 
 
 def test_trace_of_a_trace_file_is_refused(tmp_path, capsys, fake_writer):

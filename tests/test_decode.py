@@ -87,3 +87,29 @@ def test_record_a_few_cycles_before_the_start_anchor_is_not_unwrapped_a_wrap_lat
     w.close()
     prof = decode(read_raw(path))
     assert (prof.intervals["cycles"] == 317).all()
+
+
+@pytest.mark.parametrize("mode,hint", [("clamp", "loop_capacity=9 (or capacity=9)"), ("circular", "capacity=16")])
+def test_dropped_records_name_the_capacity_that_keeps_them(tmp_path, mode, hint):
+    """Each launch reports the most records one unit tried to write; the hint turns the busiest
+    unit of any launch with drops into the start() option (a power of two when circular)."""
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    layout = BufferLayout("warp", 2, 4, "shared", mode)
+    path = str(tmp_path / "d.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", ["a"], layout))
+    pair = [(encode_tag(0, False), 1100), (encode_tag(0, True), 1200)]
+    for index, counts in enumerate([(2, 2), (9, 4), (6, 2)]):  # records each unit tried to write
+        ctas = [{"smid": 0, "start_gt": 10**9, "start_clk": 1000,
+                 "units": [(c, 10**9 + 500, 1800, (pair * 5)[:c]) for c in counts]}]
+        w.launch(0, 0, index, (1, 1, 1), 1, 0, 0, launch_buffer(layout, ctas))
+    w.close()
+    prof = decode(read_raw(path))
+    assert prof.launches["unit_records_max"].tolist() == [2, 9, 6]
+    assert prof.launches["dropped"].tolist() == [0, 5, 2]
+    assert hint in prof.keep_all_hint() and "9 records" in prof.keep_all_hint()
+    clean = prof.launches["dropped"] == 0
+    prof.launches = prof.launches[clean]
+    assert prof.keep_all_hint() is None

@@ -57,6 +57,7 @@ def make_profile(timer_tick_ns=32, rates=None):
         mine = ctas[ctas["launch"] == row["launch"]]
         row["start_ns"], row["end_ns"] = mine["start_ns"].min(), mine["end_ns"].max()
     launches["dropped"] = [0, 7, 0]
+    launches["unit_records_max"] = [3, 41, 2]
     launches["unmatched"] = [0, 2, 0]
     launches["missing_ctas"] = [0, 0, 1]
 
@@ -217,8 +218,10 @@ def test_bad_sort_key_is_refused(profile):
 def test_warnings_dropped_unmatched_missing(profile):
     w = {x["kind"]: x for x in summarize(profile)["warnings"]}
     assert w["dropped"]["count"] == 7 and w["dropped"]["launches"] == 1
-    for word in ("capacity", "loop_capacity", 'buffer_mode="circular"', 'sizing="exact"'):
+    # the option that keeps them, with the number the busiest unit needed (launch 1: 41)
+    for word in ("loop_capacity=41", "capacity=41", 'buffer_mode="circular"'):
         assert word in w["dropped"]["hint"]
+    assert w["dropped"]["keep_all_records"] == 41
     assert "7" in w["dropped"]["message"]
     assert w["unmatched"]["count"] == 2
     assert w["missing_ctas"]["count"] == 1

@@ -234,7 +234,8 @@ def _capture_warnings(profile) -> None:
     if not len(profile.launches):
         _warn("the capture holds no launch: no instrumented kernel ran inside the session")
     if profile.total_dropped:
-        _warn(f"{profile.total_dropped} records were dropped (buffer full); see `{PROG} summary` for the kernels")
+        _warn(f"{profile.total_dropped} records were dropped (buffer full); {profile.keep_all_hint()}; "
+              f"see `{PROG} summary` for the kernels")
 
 
 def cmd_trace(args) -> int:

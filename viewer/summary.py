@@ -58,10 +58,6 @@ DEFINITIONS = {
     "percentiles": "numpy.percentile, linear interpolation",
 }
 
-_HINT_DROPPED = ('raise `capacity` / `loop_capacity`, or use buffer_mode="circular" (keeps the newest '
-                 'records) or sizing="exact"')
-
-
 # ---------------------------------------------------------------------------------------------
 # summarize
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +279,8 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
             item = {"kind": kind, "kernel": name, "count": total, "launches": hit,
                     "message": f"{name}: {total} {what} in {hit} of {len(mine)} launch(es)"}
             if kind == "dropped":
-                item["hint"] = _HINT_DROPPED
+                item["hint"] = profile.keep_all_hint(np.unique(mine["kernel"]).tolist())
+                item["keep_all_records"] = int(mine["unit_records_max"].max())
                 item["message"] += "; the scopes after the drop are missing"
             elif kind == "unmatched":
                 item["hint"] = "an enter without its exit (or the reverse): follows drops, or a CTA that did not finish"

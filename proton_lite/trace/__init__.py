@@ -310,7 +310,8 @@ def _launches_from_meta(meta: dict) -> np.ndarray:
     n = len(cols["launch"])
     out = np.zeros(n, LAUNCH_DTYPE)
     for name in LAUNCH_DTYPE.names:
-        out[name] = np.asarray(cols[name], dtype=LAUNCH_DTYPE[name]) if n else out[name]
+        if n and name in cols:  # traces written before a column existed leave it 0
+            out[name] = np.asarray(cols[name], dtype=LAUNCH_DTYPE[name])
     return out
 
 

@@ -1,0 +1,36 @@
+"""Session options and the line a session prints at stop (no GPU needed)."""
+from types import SimpleNamespace
+
+import pytest
+
+from proton_lite.decode import decode
+from proton_lite.raw_format import read_raw
+from proton_lite.session import SessionOptions, SessionResult, _summary_line
+from synth import simple_capture
+
+
+def test_unknown_options_are_refused_with_the_valid_ones_listed():
+    with pytest.raises(TypeError, match=r"unknown option\(s\) loopcap, sizing; valid options: .*loop_capacity"):
+        SessionOptions.from_kwargs("s", {"loopcap": 3, "sizing": "exact"})
+    with pytest.raises(ValueError, match="granularity 'thread'.*warp, warpgroup, cta"):
+        SessionOptions.from_kwargs("s", {"granularity": "thread"})
+    with pytest.raises(ValueError, match="buffer_mode 'ring'"):
+        SessionOptions.from_kwargs("s", {"buffer_mode": "ring"})
+    with pytest.raises(ValueError, match="trace format"):
+        SessionOptions.from_kwargs("s", {"formats": ("svg", )})
+
+
+def test_the_stop_line_counts_drops_once_and_names_the_option_that_keeps_them(tmp_path):
+    path = str(tmp_path / "d.plraw")
+    simple_capture(path, drop_last=1, cap=3)  # every unit tried 4 records; 3 fit
+    prof = decode(read_raw(path))
+    result = SessionResult(path, launches=1, records=int(prof.launches["records"].sum()),
+                           dropped=prof.total_dropped, unmatched=prof.total_unmatched,
+                           keep_all_hint=prof.keep_all_hint())
+    counters = SimpleNamespace(skipped_autotune=0, unattributed=0)
+    line = _summary_line(result, counters, SessionOptions())
+    first, warning = line.split("\n")
+    assert first.startswith("proton_lite: 1 launch, 72 records, 24 dropped, 24 unmatched -> ")
+    assert warning == ("proton_lite: warning: 24 records did not fit the profile buffer and were dropped; "
+                       "loop_capacity=4 (or capacity=4) in proton_lite.start() keeps them (the busiest unit wrote "
+                       "4 records); buffer_mode=\"circular\" keeps the newest instead")
