@@ -203,7 +203,7 @@ class Session:
             result.dropped = profile.total_dropped
             result.keep_all_hint = profile.keep_all_hint()
             result.unmatched = profile.total_unmatched
-        result.summary_line = _summary_line(result, collector, self.options)
+        result.summary_line = _summary_line(result, collector)
         self.result = result
         if not self.options.quiet:
             print(result.summary_line, file=sys.stderr)
@@ -225,7 +225,7 @@ class Session:
         return False
 
 
-def _summary_line(result: SessionResult, collector, options: SessionOptions) -> str:
+def _summary_line(result: SessionResult, collector) -> str:
     parts = [f"proton_lite: {result.launches} launch{'es' if result.launches != 1 else ''}",
              f"{result.records:,} records", f"{result.dropped:,} dropped"]
     if result.unmatched:
@@ -236,8 +236,7 @@ def _summary_line(result: SessionResult, collector, options: SessionOptions) -> 
         parts.append(f"{collector.unattributed} launches not attributable (not saved)")
     line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
     if result.dropped:
-        hint = result.keep_all_hint or ("raise loop_capacity=... or capacity=... in proton_lite.start() to keep them"
-                                        if options.buffer_mode == "clamp" else "raise capacity=... to keep them")
+        hint = result.keep_all_hint or "raise capacity= or loop_capacity= in proton_lite.start() to keep them"
         line += (f"\nproton_lite: warning: {result.dropped:,} records did not fit the profile buffer and were "
                  f"dropped; {hint}")
     for err in result.errors:

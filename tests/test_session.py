@@ -28,7 +28,7 @@ def test_the_stop_line_counts_drops_once_and_names_the_option_that_keeps_them(tm
                            dropped=prof.total_dropped, unmatched=prof.total_unmatched,
                            keep_all_hint=prof.keep_all_hint())
     counters = SimpleNamespace(skipped_autotune=0, unattributed=0)
-    line = _summary_line(result, counters, SessionOptions())
+    line = _summary_line(result, counters)
     first, warning = line.split("\n")
     assert first.startswith("proton_lite: 1 launch, 72 records, 24 dropped, 24 unmatched -> ")
     assert warning == ("proton_lite: warning: 24 records did not fit the profile buffer and were dropped; "
