@@ -185,10 +185,10 @@ def _segment_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) ->
     return out
 
 
-def _check_size(launch, layout: BufferLayout) -> None:
+def _check_size(launch, layout: BufferLayout, where: str = "") -> None:
     if len(launch.buffer) != launch.num_ctas * layout.stride:
-        raise RawFormatError(f"launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, expected "
-                             f"{launch.num_ctas} CTAs x {layout.stride} bytes")
+        raise RawFormatError(f"{where}launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, "
+                             f"expected {launch.num_ctas} CTAs x {layout.stride} bytes")
 
 
 def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf) -> dict:
@@ -413,6 +413,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         layouts[kid] = BufferLayout.from_json(capture.kernels[kid]["proton_lite"]["layout"])
         kinfo[kid] = kernel_info(capture.kernels[kid], layouts[kid])
     index_of = {kid: i for i, kid in enumerate(kernel_ids)}
+    for launch in capture.launches:  # the first broken launch, in launch order, is the one reported
+        _check_size(launch, layouts[launch.kernel_id], f"{capture.path}: " if capture.path else "")
 
     # the timer tick, from all start anchors of the capture (needs several CTAs)
     samples = []
@@ -428,8 +430,6 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
     launches_in = capture.launches
     n_launch = len(launches_in)
-    for launch in launches_in:  # the first broken launch, in launch order, is the one reported
-        _check_size(launch, layouts[launch.kernel_id])
     batches = _batches(capture, layouts)
     results = []
     done = 0

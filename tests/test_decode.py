@@ -113,3 +113,21 @@ def test_dropped_records_name_the_capacity_that_keeps_them(tmp_path, mode, hint)
     clean = prof.launches["dropped"] == 0
     prof.launches = prof.launches[clean]
     assert prof.keep_all_hint() is None
+
+
+def test_a_launch_whose_buffer_does_not_match_its_grid_is_named(tmp_path):
+    """A LAUNCH chunk with fewer bytes than its CTAs need (a corrupted or hand-edited file) is
+    refused with the launch and the sizes, before any of it is read."""
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout
+    from proton_lite.raw_format import RawFormatError, RawWriter
+    layout = BufferLayout("warp", 2, 4, "shared")
+    path = str(tmp_path / "bad.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", ["a"], layout))
+    cta = {"smid": 0, "start_gt": 10**9, "start_clk": 1000, "units": [(0, 10**9 + 5, 1100, [])] * 2}
+    w.launch(0, 0, 0, (3, 1, 1), 3, 0, 0, launch_buffer(layout, [cta]))  # 3 CTAs, bytes for 1
+    w.close()
+    with pytest.raises(RawFormatError, match=rf"bad.plraw: launch 0: buffer holds {layout.stride} bytes, expected 3 CTAs x "
+                                             rf"{layout.stride} bytes"):
+        decode(read_raw(path))
