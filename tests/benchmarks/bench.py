@@ -22,6 +22,9 @@ import proton_lite.language as pl  # noqa: E402
 from proton_lite.decode import decode  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+from host_overhead import burst_us  # noqa: E402
+
 try:
     import triton.profiler as proton
     import triton.profiler.language as ppl
@@ -160,15 +163,9 @@ def cupti_times_us(fn, name, reps):
 
 
 def host_launch_us(fn, n=20):
-    """Mean host time of one launch call, over a burst of ``n`` (no synchronization inside)."""
+    """Mean host time of one launch call, over a burst of ``n`` after one warm-up launch."""
     fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    dt = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return dt
+    return burst_us(fn, n)
 
 
 def cases(quick):

@@ -71,66 +71,35 @@ def _variants():
     def ptr_setup():
         return ["mov.u32 %pl_r5, %pl_r4;",  # cursor (byte address)
                 f"add.u32 %pl_r6, %pl_r4, {CAP * 8};", "selp.u32 %pl_r6, %pl_r6, 0, %pl_p0;"]
-
-    def ptr(tag, bounded):
-        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};"]
-        if bounded:
-            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;"]
-            out += ["@%pl_p2 st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
-        else:
-            out += ["@%pl_p0 st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
-        out += ["add.u32 %pl_r5, %pl_r5, 8;"]
-        return out
+    all_setup = ["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {CAP * 8};"]  # same end for every lane
     fin = ["sub.u32 %pl_r3, %pl_r5, %pl_r4;", "shr.u32 %pl_r3, %pl_r3, 3;"]
-    v["ptr"] = (ptr_setup(), ptr, fin)
 
-    # as ptr, but the record is one 64-bit value built from the 64-bit timer register
-    def ptr64(tag, bounded):
-        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
-               "mov.b64 %pl_d7, {%pl_r14, %pl_r13};"]
-        pred = "%pl_p0"
+    def guarded(store: str, bounded: bool, all_lanes: bool) -> list[str]:
+        """The store at the byte cursor (bounds-checked in loops), then the cursor bump."""
         if bounded:
-            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;"]
-            pred = "%pl_p2"
-        out += [f"@{pred} st.shared.u64 [%pl_r5], %pl_d7;", "add.u32 %pl_r5, %pl_r5, 8;"]
-        return out
-    v["ptr64"] = (ptr_setup(), ptr64, fin)
+            end = "%pl_r7" if all_lanes else "%pl_r6"
+            out = [f"setp.lt.u32 %pl_p2, %pl_r5, {end};", f"@%pl_p2 {store}"]
+        else:
+            out = [store if all_lanes else f"@%pl_p0 {store}"]
+        return out + ["add.u32 %pl_r5, %pl_r5, 8;"]
 
+    timer_tag = lambda tag: ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;",  # noqa: E731
+                             f"mov.u32 %pl_r14, {tag};"]
+    v2 = "st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"
+    u64 = "st.shared.u64 [%pl_r5], %pl_d7;"
+    v["ptr"] = (ptr_setup(), lambda tag, b: timer_tag(tag) + guarded(v2, b, False), fin)
+    # the record as one 64-bit value built from the two words
+    v["ptr64"] = (ptr_setup(), lambda tag, b: timer_tag(tag) + ["mov.b64 %pl_d7, {%pl_r14, %pl_r13};"]
+                  + guarded(u64, b, False), fin)
     # every lane stores the same record to the same address (no leader predicate when unbounded)
-    def ptr_all(tag, bounded):
-        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};"]
-        if bounded:
-            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r7;", "@%pl_p2 st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
-        else:
-            out += ["st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"]
-        out += ["add.u32 %pl_r5, %pl_r5, 8;"]
-        return out
-    v["ptr_all"] = (["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {CAP * 8};"], ptr_all, fin)
+    v["ptr_all"] = (all_setup, lambda tag, b: timer_tag(tag) + guarded(v2, b, True), fin)
 
-    # the clock goes out through a 64-bit store of the whole %clock64 pair: the tag replaces
-    # the high word with a prmt-free mov into the pair's odd register
-    def pair(tag, bounded):
-        out = ["mov.u64 %pl_d6, %clock64;", "mov.b64 {%pl_r13, %pl_r12}, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
-               "mov.b64 %pl_d7, {%pl_r13, %pl_r14};"]
-        pred = "%pl_p0"
-        if bounded:
-            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r6;"]
-            pred = "%pl_p2"
-        out += [f"@{pred} st.shared.u64 [%pl_r5], %pl_d7;", "add.u32 %pl_r5, %pl_r5, 8;"]
-        return out
-    v["pair_clk_first"] = (ptr_setup(), pair, fin)
-
-    # clock first, and every lane stores (warp granularity: all lanes hold the same record)
-    def pair_all(tag, bounded):
-        out = ["mov.u64 %pl_d6, %clock64;", "mov.b64 {%pl_r13, %pl_r12}, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
-               "mov.b64 %pl_d7, {%pl_r13, %pl_r14};"]
-        if bounded:
-            out += ["setp.lt.u32 %pl_p2, %pl_r5, %pl_r7;", "@%pl_p2 st.shared.u64 [%pl_r5], %pl_d7;"]
-        else:
-            out += ["st.shared.u64 [%pl_r5], %pl_d7;"]
-        out += ["add.u32 %pl_r5, %pl_r5, 8;"]
-        return out
-    v["pair_all"] = (["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {CAP * 8};"], pair_all, fin)
+    # the clock first: a 64-bit store of {clock_lo, tag} made from the %clock64 pair
+    def clock_first(tag):
+        return ["mov.u64 %pl_d6, %clock64;", "mov.b64 {%pl_r13, %pl_r12}, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+                "mov.b64 %pl_d7, {%pl_r13, %pl_r14};"]
+    v["pair_clk_first"] = (ptr_setup(), lambda tag, b: clock_first(tag) + guarded(u64, b, False), fin)
+    v["pair_all"] = (all_setup, lambda tag, b: clock_first(tag) + guarded(u64, b, True), fin)
 
     # delayed store: a record's timer is read at its site, but it is stored at the next site
     # (or at the end), so the store never waits on the register the next timer read writes.
