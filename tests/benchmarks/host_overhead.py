@@ -4,7 +4,10 @@ A small kernel (one CTA per launch, two scopes) is launched in bursts with no
 synchronization inside a burst, with the session off and on.  With the session on, the
 first burst grows the buffer pools; the following bursts are the steady state that a long
 session lives in.  Reported: mean host µs per launch call for each, and the difference.
-With ``--profile`` a cProfile of steady-state launches shows which calls the time goes to.
+Two more bursts split the steady-state cost: one with the drain thread parked (what its
+competition for the GIL costs the launching thread) and one with our allocator and exit
+hook reduced to nothing (what Triton itself adds once hooks are installed).  With
+``--profile``, the time inside our two hooks and a cProfile of steady-state launches.
 
 Usage: python tests/benchmarks/host_overhead.py [--launches 2000] [--profile] [--json FILE]
 """
@@ -19,6 +22,7 @@ import pstats
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -79,6 +83,52 @@ def time_inside_hooks(session, launch, n: int) -> dict:
     return {"burst_us": total, **{k: v / n * 1e6 for k, v in spent.items()}}
 
 
+def burst_with_drain_held(session, launch, n: int) -> float:
+    """A burst while the drain thread is parked (it waits before writing its first launch), so
+    that it cannot compete for the GIL: the difference to a normal burst is what the drain
+    thread costs the launching thread."""
+    col = session._collector
+    gate = threading.Event()
+    write = col.writer.launch
+
+    def held(*args):
+        gate.wait()
+        return write(*args)
+
+    col.writer.launch = held
+    try:
+        return burst_us(launch, n)
+    finally:
+        col.writer.launch = write
+        gate.set()
+
+
+def burst_with_idle_hooks(session, launch, n: int) -> float:
+    """A burst with proton_lite's allocator handing out one fixed buffer and its exit hook doing
+    nothing: what Triton itself adds for an instrumented kernel with hooks installed (the
+    profile-scratch call, launch metadata, the hook calls), without any of our work."""
+    from triton import knobs
+    from triton.runtime import _allocation
+    col = session._collector
+    scratch = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")  # ample for one 1-CTA launch
+
+    def allocate(size, alignment, stream):
+        return scratch
+
+    def nothing(metadata):
+        return None
+
+    _allocation.set_profile_allocator(allocate)
+    knobs.runtime.launch_exit_hook.remove(col.on_launch_exit)
+    knobs.runtime.launch_exit_hook.add(nothing)
+    try:
+        return burst_us(launch, n)
+    finally:
+        knobs.runtime.launch_exit_hook.remove(nothing)
+        knobs.runtime.launch_exit_hook.add(col.on_launch_exit)
+        _allocation.set_profile_allocator(col.allocate)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=2000, help="launches per burst")
@@ -100,6 +150,10 @@ def main() -> None:
         torch.cuda.synchronize()
         bursts = [burst_us(launch, a.launches) for _ in range(a.bursts)]
         inside = time_inside_hooks(s, launch, a.launches) if a.profile else {}
+        # the first held burst grows the pools to a whole burst in flight; the second is timed
+        held = [burst_with_drain_held(s, launch, a.launches) for _ in range(2)][-1]
+        time.sleep(1.0)  # let the released drain thread catch up before the next burst
+        idle = burst_with_idle_hooks(s, launch, a.launches)
         prof_text = ""
         if a.profile:
             pr = cProfile.Profile()
@@ -118,6 +172,7 @@ def main() -> None:
         "plain_us": statistics.median(plain), "first_burst_us": bursts[0],
         "steady_us": statistics.median(bursts[1:]), "bursts_us": bursts, "plain_bursts_us": plain,
         "saved_launches": res.launches, "errors": res.errors, "inside_hooks_us": inside,
+        "drain_held_us": held, "idle_hooks_us": idle,
     }
     out["added_first_us"] = out["first_burst_us"] - out["plain_us"]
     out["added_steady_us"] = out["steady_us"] - out["plain_us"]
@@ -128,7 +183,11 @@ def main() -> None:
                 f.write(prof_text)
     print(json.dumps(out, indent=1))
     print(f"host µs per launch: plain {out['plain_us']:.1f}, session first burst {out['first_burst_us']:.1f} "
-          f"(+{out['added_first_us']:.1f}), steady {out['steady_us']:.1f} (+{out['added_steady_us']:.1f})")
+          f"(+{out['added_first_us']:.1f}), steady {out['steady_us']:.1f} (+{out['added_steady_us']:.1f}), "
+          f"drain thread held {held:.1f}, our hooks idle (Triton's own share) {idle:.1f}")
+    if inside:
+        print(f"inside our allocator {inside['allocate']:.1f} µs, inside our exit hook {inside['exit']:.1f} µs "
+              f"(burst {inside['burst_us']:.1f})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
