@@ -20,6 +20,7 @@ from triton import knobs
 
 from proton_lite.layout import LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig
+from proton_lite.passes.record_bound import record_bound
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
                                                PtxScan, rewrite, scan, shared_bytes, staging_offset, strip_markers)
 
@@ -29,15 +30,17 @@ _users = 0
 _previous_hook = None
 
 
-def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int) -> BufferLayout:
-    """Size the buffer from the code: exact for straight-line scopes, else the loop capacity."""
+def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
+                  bound: int | None = None) -> BufferLayout:
+    """Size the buffer from the code: exact for straight-line scopes and for loops whose trip
+    counts are compile-time constants (``bound``, from the TTIR), else the loop capacity."""
     if config.granularity == "warpgroup" and num_warps % 4:
         raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
     if config.capacity is not None:
         capacity = config.capacity
     elif info.loop_sites:
-        capacity = config.loop_capacity
+        capacity = config.loop_capacity if bound is None else max(1, bound)
     else:
         capacity = max(1, info.straight_line_records)
     if config.buffer_mode == "circular":
@@ -50,7 +53,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     raise AssertionError("unreachable")
 
 
-def metadata_entry(info: PtxScan, layout: BufferLayout) -> dict:
+def metadata_entry(info: PtxScan, layout: BufferLayout, bound: int | None = None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -58,23 +61,25 @@ def metadata_entry(info: PtxScan, layout: BufferLayout) -> dict:
         "scopes": list(info.scopes),
         "record_sites": len(info.sites),
         "loop_record_sites": info.loop_sites,
+        "records_per_unit_max": bound,  # from the TTIR; None when a loop bound is a run-time value
         "layout": layout.to_json(),
         "stride": layout.stride,
         "shared_staging_bytes": shared_bytes(layout) if layout.staging == "shared" else 0,
     }
 
 
-def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int) -> str:
+def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int,
+                   bound: int | None = None) -> str:
     """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``."""
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
-    layout = choose_layout(info, config, num_warps, triton_shared)
+    layout = choose_layout(info, config, num_warps, triton_shared, bound)
     new_ptx = rewrite(ptx, info, layout, triton_shared)
     if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
         metadata["shared"] = staging_offset(triton_shared) + shared_bytes(layout)
     metadata["profile_scratch_size"] = layout.stride
     metadata["profile_scratch_align"] = 16
-    metadata["proton_lite"] = metadata_entry(info, layout)
+    metadata["proton_lite"] = metadata_entry(info, layout, bound)
     return new_ptx
 
 
@@ -90,12 +95,23 @@ def _hook(*args):
     if config is None or "ptx" not in stages:
         return None
     make_ptx = stages["ptx"]
+    bounds: dict[int, int | None] = {}  # id(metadata) -> records per unit, from this compile's TTIR
+
+    if "ttir" in stages:
+        make_ttir = stages["ttir"]
+
+        def ttir_stage(src, metadata):
+            mod = make_ttir(src, metadata)
+            bounds[id(metadata)] = record_bound(str(mod))
+            return mod
+
+        stages["ttir"] = ttir_stage
 
     def ptx_stage(src, metadata):
         ptx = make_ptx(src, metadata)
         if not config.selects(metadata.get("name") or scan(ptx).kernel):
             return strip_markers(ptx)  # not selected: plain code, no profile buffer
-        return instrument_ptx(ptx, metadata, config, options.num_warps)
+        return instrument_ptx(ptx, metadata, config, options.num_warps, bounds.pop(id(metadata), None))
 
     stages["ptx"] = ptx_stage
     return None

@@ -123,6 +123,17 @@ def loop_scopes(x_ptr, n_iter, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def const_loop(x_ptr, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+    """A scope in a loop whose trip count is a constexpr: the buffer is sized exactly."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for i in range(0, STEPS):
+        with pl.scope("step"):
+            acc = acc * 1.0001 + 1.0
+    tl.store(x_ptr + offs, acc)
+
+
+@triton.jit
 def nested(x_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     with pl.scope("outer"):
@@ -163,6 +174,8 @@ def signature(kernel):
         return sig
     if name == "loop_scopes":
         return {"x_ptr": "*fp32", "n_iter": "i32"}
+    if name == "const_loop":
+        return {"x_ptr": "*fp32"}
     if name == "nested":
         return {"x_ptr": "*fp32"}
     if name == "helper_twice":
@@ -179,6 +192,7 @@ CASES = {
     "matmul_per_iter": (matmul, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "PER_ITER": True}, 8, 6,
                         ["mainloop", "iteration", "epilogue"]),
     "loop_scopes": (loop_scopes, {"BLOCK": 128}, 4, 2, ["step"]),
+    "const_loop": (const_loop, {"BLOCK": 128, "STEPS": 300}, 4, 2, ["step"]),
     "nested": (nested, {"BLOCK": 128}, 4, 6, ["outer", "inner", "innermost"]),
     "helper_twice": (helper_twice, {"BLOCK": 128}, 4, 4, ["load_tile"]),
 }

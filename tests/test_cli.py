@@ -771,7 +771,9 @@ def test_compile_report_matches_the_kernel(case, capsys):
     if r["loop_record_sites"]:
         assert r["records_per_unit"]["exact"] is None
         assert r["records_per_unit"]["outside_loops"] == sites - r["loop_record_sites"]
-        assert cap == 256
+        at_most = r["records_per_unit"]["at_most"]
+        assert cap == (256 if at_most is None else at_most)
+        assert (at_most is not None) == (case == "const_loop")
     else:
         assert r["records_per_unit"]["exact"] == sites == cap
 

@@ -64,6 +64,11 @@ def run_case(name, device="cuda"):
         grid = (7, )
         K.loop_scopes[grid](x, 37, BLOCK=128)
         return [x], grid, 74, ["step"], 4
+    if name == "const_loop":  # 300 trips x 2 records: more than loop_capacity, sized from the TTIR
+        x = torch.rand(128, device=device, generator=g)
+        grid = (5, )
+        K.const_loop[grid](x, BLOCK=128, STEPS=300)
+        return [x], grid, 600, ["step"], 4
     if name == "nested":
         x = torch.rand(128, device=device, generator=g)
         grid = (3, )
@@ -82,7 +87,7 @@ def triton_cdiv(a, b):
     return (a + b - 1) // b
 
 
-CASES = ["vector_add", "softmax", "matmul", "matmul_per_iter", "loop_scopes", "nested", "helper_twice"]
+CASES = ["vector_add", "softmax", "matmul", "matmul_per_iter", "loop_scopes", "const_loop", "nested", "helper_twice"]
 
 
 @pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])

@@ -39,6 +39,18 @@ def test_instrumented_kernel_compiles_assembles_and_asks_for_a_buffer(name):
     assert not stage_hook.installed()  # compile() leaves no hook behind
 
 
+def test_loops_with_compile_time_bounds_get_an_exact_buffer():
+    """range(0, STEPS) with STEPS constexpr: 300 trips x 2 records, more than loop_capacity
+    (256) would keep; the TTIR bound sizes the buffer so that the default drops nothing."""
+    k = compile_case("const_loop")
+    assert k.profile["loop_record_sites"] == 2
+    assert k.profile["records_per_unit_max"] == 600
+    assert k.profile["layout"]["capacity"] == 600
+    assert k.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + 4 * (UNIT_HEADER_BYTES + 600 * RECORD_BYTES)
+    assert compile_case("const_loop", capacity=64).profile["layout"]["capacity"] == 64  # explicit wins
+    assert compile_case("const_loop", buffer_mode="circular").profile["layout"]["capacity"] == 1024
+
+
 def test_capacity_is_exact_without_loops_and_loop_capacity_with_them():
     assert compile_case("vector_add").profile["layout"]["capacity"] == 4
     assert compile_case("nested").profile["layout"]["capacity"] == 6
@@ -46,6 +58,7 @@ def test_capacity_is_exact_without_loops_and_loop_capacity_with_them():
     assert loop.profile["loop_record_sites"] == 2
     assert loop.profile["layout"]["capacity"] == 256
     assert compile_case("loop_scopes", loop_capacity=1000).profile["layout"]["capacity"] == 1000
+    assert loop.profile["records_per_unit_max"] is None  # the trip count is a kernel argument
     # matmul per-iteration: the K-loop sites are found inside the loop, the others are not
     per_iter = compile_case("matmul_per_iter").profile
     assert per_iter["loop_record_sites"] == 2 and per_iter["record_sites"] == 6
@@ -82,10 +95,29 @@ def test_records_read_the_64_bit_clock_and_use_no_fences():
     assert "%clock64" in body and "%clock;" not in body
     assert "st.shared.v2.u32" in body
     # none of the code the pass adds (prologue, every record, epilogue) has a fence
-    added = [part.split("\n\n")[0] for part in ptx.split("// proton_lite: ")[1:]]
-    assert len(added) >= 8
+    added = _added_snippets(ptx)
+    assert len(added) == 1 + 6 + 1 and all(len(s) > 3 for s in added)  # prologue, 6 records, 1 ret
     for snippet in added:
-        assert "membar" not in snippet and "fence" not in snippet, snippet
+        text = "\n".join(snippet)
+        assert "membar" not in text and "fence" not in text, text
+
+
+def _added_snippets(ptx: str) -> list[list[str]]:
+    """Each block of PTX the pass inserted, from its '// proton_lite: ...' line to its last line."""
+    ends = {"prologue": lambda ln: ln.startswith("$pl_prologue_done:"),
+            "record": lambda ln: ln.startswith("add.u32 %pl_r3, %pl_r3, 1;"),
+            "epilogue": lambda ln: ln.startswith("$pl_done_")}
+    blocks, current, end = [], None, None
+    for line in (ln.strip() for ln in ptx.split("\n")):
+        if line.startswith("// proton_lite: "):
+            current, end = [line], ends[line.split()[2]]
+            continue
+        if current is not None:
+            current.append(line)
+            if end(line):
+                blocks.append(current)
+                current = None
+    return blocks
 
 
 @pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])

@@ -513,6 +513,7 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
             "exact": None if loop or sites is None else sites,
             "outside_loops": None if sites is None else sites - loop,
             "per_loop_iteration": loop,
+            "at_most": pl.get("records_per_unit_max") if loop else None,  # every loop bound a constant
         },
     }
 
@@ -542,6 +543,8 @@ def render_compile_report(r: dict, console) -> None:
     rec = r["records_per_unit"]
     if rec["exact"] is not None:
         estimate = f"{rec['exact']} (no record site inside a loop)"
+    elif rec.get("at_most") is not None:
+        estimate = f"at most {rec['at_most']} (every loop around a scope has compile-time bounds)"
     else:
         estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration "
                     f"(loop sites: capacity {r['capacity']})")
