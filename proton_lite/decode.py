@@ -185,6 +185,25 @@ def _segment_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) ->
     return out
 
 
+def _near_launch_median(start_gt: np.ndarray, valid: np.ndarray, n_ctas: np.ndarray) -> np.ndarray:
+    """True for CTAs that started within ``_MAX_CTA_NS`` of the median start of their launch's
+    valid CTAs.  A corrupt start anchor (a kernel scribbling over the buffer) would otherwise
+    become the launch's time reference or put a CTA years away, beyond int64 nanoseconds."""
+    launch = np.repeat(np.arange(len(n_ctas)), n_ctas)
+    cand = np.flatnonzero(valid)
+    if not cand.size:
+        return valid
+    order = cand[np.lexsort((start_gt[cand], launch[cand]))]
+    count = np.bincount(launch[cand], minlength=len(n_ctas))
+    mid = np.cumsum(count) - count + count // 2
+    median = np.zeros(len(n_ctas), np.uint64)
+    has = count > 0
+    median[has] = start_gt[order[mid[has]]]
+    med = median[launch]
+    limit = np.uint64(_MAX_CTA_NS)
+    return ((start_gt - med) < limit) | ((med - start_gt) < limit)  # |start - median| < limit, in uint64
+
+
 def _check_size(launch, layout: BufferLayout, where: str = "") -> None:
     if len(launch.buffer) != launch.num_ctas * layout.stride:
         raise RawFormatError(f"{where}launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, "
@@ -219,6 +238,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     plausible = ((unit_all["end_gt"] - blocks["start_gt"][:, None]) < np.uint64(_MAX_CTA_NS)) & \
         ((unit_all["end_clk"] - blocks["start_clk"][:, None]) < np.uint64(4 * _MAX_CTA_NS))
     valid &= (plausible | ~fin_all).all(1)
+    valid &= _near_launch_median(blocks["start_gt"], valid, n_ctas)
     rows_at = np.flatnonzero(valid)  # CTA rows: index into the batch's blocks
     m = len(rows_at)
     all_valid = m == n

@@ -131,3 +131,32 @@ def test_a_launch_whose_buffer_does_not_match_its_grid_is_named(tmp_path):
     with pytest.raises(RawFormatError, match=rf"bad.plraw: launch 0: buffer holds {layout.stride} bytes, expected 3 CTAs x "
                                              rf"{layout.stride} bytes"):
         decode(read_raw(path))
+
+
+@pytest.mark.parametrize("shift_ns", [2 * 3600 * 10**9, (1 << 63) - 10**18, -(10**18)])
+def test_a_cta_whose_start_anchor_is_far_from_its_launch_is_counted_missing(tmp_path, shift_ns):
+    """A scribbled start anchor (hours or years away from the launch's other CTAs, its end
+    anchors moved with it so they still look plausible) must not set the launch's time axis
+    or overflow int64 ns: the CTA is counted missing, the others decode as before."""
+    import warnings
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    layout = BufferLayout("warp", 1, 2, "shared")
+    gt0 = 1_795_000_000_000_000_000
+    recs = [(encode_tag(0, False), 1100), (encode_tag(0, True), 1700)]
+    ctas = [{"smid": c % 4, "start_gt": gt0 + 400 * c, "start_clk": 1000 + 800 * c,
+             "units": [(2, gt0 + 400 * c + 500, 1000 + 800 * c + 1000, recs)]} for c in range(8)]
+    ctas[3]["start_gt"] += shift_ns
+    ctas[3]["units"] = [(2, ctas[3]["start_gt"] + 500, 3400 + 1000, recs)]
+    path = str(tmp_path / "far.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", ["a"], layout))
+    w.launch(0, 0, 0, (8, 1, 1), 8, 0, 0, launch_buffer(layout, ctas))
+    w.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast of an impossible time
+        prof = decode(read_raw(path))
+    assert prof.launches["missing_ctas"].tolist() == [1]
+    assert sorted(prof.ctas["cta"].tolist()) == [0, 1, 2, 4, 5, 6, 7]
+    assert prof.ctas["start_ns"].min() == 0 and prof.ctas["end_ns"].max() < 10_000
