@@ -190,9 +190,9 @@ def build_capture(path: str, shape: str, seed: int = 1) -> None:
     c.close()
 
 
-def timed(fn):
+def timed(fn, *args):
     t = time.perf_counter()
-    out = fn()
+    out = fn(*args)
     return time.perf_counter() - t, out
 
 
@@ -200,9 +200,9 @@ def child(raw: str, out: str, passes: int) -> None:
     """Runs in a fresh process: the stages of ``proton-lite trace`` ``passes`` times; prints JSON."""
     res = []
     for _ in range(passes):
-        t_read, cap = timed(lambda: read_raw(raw))
-        t_dec, prof = timed(lambda: decode(cap))
-        t_write, _ = timed(lambda: write_perfetto(prof, out))
+        t_read, cap = timed(read_raw, raw)
+        t_dec, prof = timed(decode, cap)
+        t_write, _ = timed(write_perfetto, prof, out)
         res.append({"read": t_read, "decode": t_dec, "write": t_write, "total": t_read + t_dec + t_write})
         del cap, prof
     print(json.dumps(res))
@@ -266,7 +266,7 @@ def main() -> int:
     for shape in SHAPES if args.shape == "all" else (args.shape, ):
         raw = os.path.join(folder, f"decode_speed_{shape}.plraw")
         out = os.path.join(folder, f"decode_speed_{shape}.pftrace")
-        t_build, _ = timed(lambda: build_capture(raw, shape))
+        t_build, _ = timed(build_capture, raw, shape)
         print(f"{shape}: built in {t_build:.2f} s")
         bench(raw, out, args.reps)
     if tmp is not None:
