@@ -9,6 +9,7 @@ within its limit; graph capture is refused; the drain thread follows device chan
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -167,3 +168,32 @@ def test_the_drain_thread_follows_device_changes(collector, sim, tmp_path):
     cap = finish(collector, tmp_path)
     assert [ln.device for ln in cap.launches] == [0, 1, 1, 0]
     assert sim.contexts_set == ["ctx0", "ctx1", "ctx0"]
+
+
+def test_a_failed_pinned_allocation_does_not_hold_its_share_of_the_limit(monkeypatch, sim):
+    """A host allocation that fails raises to the launch; it must not stay counted as in
+    flight, or later launches would wait for pinned memory that never comes back."""
+    from proton_lite.runtime import cuda_api
+    from proton_lite.runtime.buffers import PinnedPool
+    real, out_of_memory = cuda_api.host_alloc, [True]
+
+    def host_alloc(size):
+        if out_of_memory[0]:
+            raise cuda_api.CudaError("cuMemHostAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
+        return real(size)
+
+    monkeypatch.setattr(cuda_api, "host_alloc", host_alloc)
+    pool = PinnedPool(limit=2 * 4096)
+    for _ in range(2):  # together as much as the limit
+        with pytest.raises(cuda_api.CudaError):
+            pool.take(4096)
+    out_of_memory[0] = False
+    got = []
+    taker = threading.Thread(target=lambda: got.extend([pool.take(4096), pool.take(4096)]), daemon=True)
+    taker.start()
+    taker.join(timeout=5)  # the whole limit is still available: no wait at all
+    assert not taker.is_alive(), "take() waits for pinned memory held by failed allocations"
+    assert got[0].ptr != got[1].ptr
+    for buf in got:
+        pool.give(buf)
+    pool.release_all()

@@ -69,8 +69,9 @@ class _SlabPool:
         free = self._free.get(key)
         return free.pop() if free else None
 
-    def _grow(self, key: tuple, cls: int, make, limit_bytes: int | None = None) -> tuple[int, list]:
-        """Allocate a slab for class ``cls``; returns (slab pointer, buffers made from it)."""
+    def _grow(self, key: tuple, cls: int, make, limit_bytes: int | None = None):
+        """Allocate a slab for class ``cls``, keep all but one of its buffers in the free list;
+        returns (that buffer, slab pointer, slab bytes)."""
         n = max(1, min(self._count.get(key, 0), SLAB_MAX_BYTES // cls))
         if limit_bytes is not None:
             n = max(1, min(n, limit_bytes // cls))
@@ -85,7 +86,9 @@ class _SlabPool:
         self._slabs.append(base)
         self._count[key] = self._count.get(key, 0) + n
         self.bytes_allocated += n * cls
-        return base, [make(base + i * cls) for i in range(n)]
+        for i in range(1, n):
+            self._put(key, make(base + i * cls))
+        return make(base), base, n * cls
 
     def _put(self, key: tuple, buf) -> None:
         self._free.setdefault(key, []).append(buf)
@@ -115,7 +118,7 @@ class DevicePool(_SlabPool):
             buf = self._pop(key)
             if buf is None:
                 try:
-                    base, made = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device))
+                    buf, base, nbytes = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device))
                 except cuda_api.CudaError as e:
                     free_b, total = cuda_api.mem_get_info()
                     raise ProfileBufferOOM(
@@ -123,10 +126,7 @@ class DevicePool(_SlabPool):
                         f"({free_b / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB; {e}). The kernel was not "
                         "launched. Reduce it with fewer scopes, granularity='warpgroup' or 'cta', a smaller "
                         "capacity/loop_capacity, or profile fewer kernels (kernels=[...]).") from None
-                cuda_api.memset_d8_async(base, 0, len(made) * cls, stream)  # ordered before the launch
-                buf = made.pop()
-                for other in made:
-                    self._put(key, other)
+                cuda_api.memset_d8_async(base, 0, nbytes, stream)  # ordered before the launch
         buf.size = size
         return buf
 
@@ -155,14 +155,11 @@ class PinnedPool(_SlabPool):
         with self._cond:
             while self._in_use and self._in_use + cls > self.limit:
                 self._cond.wait(timeout=1.0)
-            self._in_use += cls
             buf = self._pop(key)
-            if buf is None:
-                _, made = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
-                                     limit_bytes=max(cls, self.limit - self._in_use + cls))
-                buf = made.pop()
-                for other in made:
-                    self._put(key, other)
+            if buf is None:  # on failure nothing is counted in flight, so later takes do not wait for it
+                buf, _, _ = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
+                                       limit_bytes=max(cls, self.limit - self._in_use))
+            self._in_use += cls
         buf.size = size
         return buf
 
