@@ -12,6 +12,11 @@ Layout (little-endian; full description in docs/format.md)::
                       u32 grid_x  u32 grid_y  u32 grid_z  u32 num_ctas
                       u64 stream  u64 host_time_ns  u64 buffer_bytes
     type 4 END      JSON: launches, records and dropped totals, warnings
+    type 5 BATCH    several launches copied back together (format version 2):
+                      u32 count  u32 reserved (0)
+                      count x 64-byte entries: the LAUNCH header's fields, then
+                        u64 buffer_offset (into the data below)  u64 buffer_bytes
+                      then the data: every entry's buffer bytes
 
 JSON and fixed binary only: a raw file is never unpickled or evaluated.  A file cut off
 mid-chunk (crash, Ctrl-C) is still readable up to its last whole chunk; the reader says so.
@@ -27,14 +32,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+import numpy as np
+
 MAGIC = b"PLRAW\r\n\x1a"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added BATCH chunks; version 1 files (LAUNCH chunks only) still read
 FILE_HEADER = struct.Struct("<8sII")
 CHUNK_HEADER = struct.Struct("<IIQ")
 LAUNCH_HEADER = struct.Struct("<IIQIIIIQQQ")
-SESSION, KERNEL, LAUNCH, END = 1, 2, 3, 4
-_CHUNK_NAMES = {SESSION: "SESSION", KERNEL: "KERNEL", LAUNCH: "LAUNCH", END: "END"}
+BATCH_HEADER = struct.Struct("<II")
+BATCH_ENTRY = np.dtype([("kernel_id", "<u4"), ("device", "<u4"), ("launch_index", "<u8"), ("grid", "<u4", (3, )),
+                        ("num_ctas", "<u4"), ("stream", "<u8"), ("host_time_ns", "<u8"), ("buffer_offset", "<u8"),
+                        ("buffer_bytes", "<u8")])
+assert BATCH_ENTRY.itemsize == 64
+SESSION, KERNEL, LAUNCH, END, BATCH = 1, 2, 3, 4, 5
+_CHUNK_NAMES = {SESSION: "SESSION", KERNEL: "KERNEL", LAUNCH: "LAUNCH", END: "END", BATCH: "BATCH"}
 MAX_JSON_CHUNK = 64 << 20
+MAX_LAUNCH_INDEX = 2**32 - 1  # launch indices are u32 in a decoded profile
 
 
 class RawFormatError(ValueError):
@@ -93,6 +106,12 @@ class RawWriter:
         buf = memoryview(buffer).cast("B")
         header = LAUNCH_HEADER.pack(kernel_id, device, launch_index, *grid, num_ctas, stream, host_time_ns, len(buf))
         self._chunk(LAUNCH, [header, buf])
+
+    def batch(self, entries: np.ndarray, data) -> None:
+        """Several launches in one chunk (one write): ``entries`` of dtype ``BATCH_ENTRY`` whose
+        ``buffer_offset`` / ``buffer_bytes`` point into ``data``."""
+        entries = np.ascontiguousarray(entries, dtype=BATCH_ENTRY)
+        self._chunk(BATCH, [BATCH_HEADER.pack(len(entries), 0), entries.data.cast("B"), memoryview(data).cast("B")])
 
     def end(self, data: dict) -> None:
         self._json_chunk(END, data)
@@ -173,13 +192,43 @@ def read_raw(path: str | os.PathLike) -> RawCapture:
                 raise RawFormatError(f"{where}: launch chunk size does not match its buffer size")
             if kid not in kernels:
                 raise RawFormatError(f"{where}: launch refers to unknown kernel {kid}")
+            if idx > MAX_LAUNCH_INDEX:
+                raise RawFormatError(f"{where}: launch index {idx} is out of range; the file is corrupted")
             launches.append(LaunchChunk(kid, dev, idx, (gx, gy, gz), nctas, stream, host_ns,
                                         payload[LAUNCH_HEADER.size:]))
+        elif kind == BATCH:
+            launches.extend(_batch_launches(payload, where, kernels))
         elif kind == END:
             end = _json(payload, where)
     if session is None:
         raise RawFormatError(f"{path}: no session header; the file is truncated or not a proton-lite capture")
+    # batches of different streams reach the file in the order their copies finished
+    launches.sort(key=lambda launch: launch.launch_index)
     return RawCapture(path, session, kernels, launches, end, len(data) - last_end)
+
+
+def _batch_launches(payload: memoryview, where: str, kernels: dict) -> list[LaunchChunk]:
+    if len(payload) < BATCH_HEADER.size:
+        raise RawFormatError(f"{where}: batch chunk too short")
+    count, _reserved = BATCH_HEADER.unpack_from(payload, 0)
+    table_end = BATCH_HEADER.size + count * BATCH_ENTRY.itemsize
+    if table_end > len(payload):
+        raise RawFormatError(f"{where}: batch chunk says {count} launches but is too short for their table")
+    entries = np.frombuffer(payload, BATCH_ENTRY, count, BATCH_HEADER.size)
+    data = payload[table_end:]
+    ends = entries["buffer_offset"].astype(object) + entries["buffer_bytes"].astype(object)  # no u64 wrap
+    if count and max(ends) > len(data):
+        raise RawFormatError(f"{where}: a launch in a batch chunk points past the chunk's data")
+    if count and int(entries["launch_index"].max()) > MAX_LAUNCH_INDEX:
+        raise RawFormatError(f"{where}: launch index {int(entries['launch_index'].max())} is out of range; the file "
+                             "is corrupted")
+    unknown = sorted(set(entries["kernel_id"].tolist()) - set(kernels))
+    if unknown:
+        raise RawFormatError(f"{where}: launch refers to unknown kernel {unknown[0]}")
+    return [LaunchChunk(int(e["kernel_id"]), int(e["device"]), int(e["launch_index"]), tuple(int(g) for g in e["grid"]),
+                        int(e["num_ctas"]), int(e["stream"]), int(e["host_time_ns"]),
+                        data[int(e["buffer_offset"]):int(e["buffer_offset"]) + int(e["buffer_bytes"])])
+            for e in entries]
 
 
 def is_raw_file(path: str | os.PathLike) -> bool:

@@ -37,6 +37,10 @@ class SessionOptions:
     loop_capacity: records per unit for kernels with scopes inside loops when capacity is None.
     buffer_mode: "clamp" keeps the first records when full, "circular" the newest.
     host_buffer_mb: pinned host memory in flight before launches wait for the disk.
+    copy_every: launches of a burst on one stream copied back together (one driver copy per
+        batch keeps host time per launch low); a launch after idle time is copied at once.
+        If a kernel faults, launches of its batch not yet copied are lost and reported;
+        1 copies after every launch.
     skip_autotune: leave out the autotuner's timing runs (they are counted and reported).
     decode: decode and write traces at stop (False: only the raw capture).
     calibrate: at stop, launch one tiny kernel that measures the cost of a record on this
@@ -52,6 +56,7 @@ class SessionOptions:
     loop_capacity: int = 256
     buffer_mode: str = "clamp"
     host_buffer_mb: int = 256
+    copy_every: int = 32
     skip_autotune: bool = True
     decode: bool = True
     calibrate: bool = True
@@ -68,6 +73,9 @@ class SessionOptions:
             object.__setattr__(self, "kernels", kernels)
         if self.host_buffer_mb < 1:
             raise ValueError("proton_lite: host_buffer_mb must be at least 1")
+        if not isinstance(self.copy_every, int) or isinstance(self.copy_every, bool) or self.copy_every < 1:
+            raise ValueError(f"proton_lite: copy_every must be a whole number of launches >= 1 (got "
+                             f"{self.copy_every!r}); 1 copies each launch back right after it")
         self.instrument_config()  # validates granularity, capacity and buffer mode
 
     def instrument_config(self) -> InstrumentConfig:
@@ -95,6 +103,7 @@ class SessionResult:
     records: int = 0
     dropped: int = 0
     unmatched: int = 0
+    lost: int = 0  # launches a kernel fault kept from being copied back (named in errors)
     errors: list[str] = field(default_factory=list)
     summary_line: str = ""
     keep_all_hint: str | None = None  # the start() option that keeps every dropped record
@@ -135,7 +144,8 @@ class Session:
         }
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
         self._writer = RawWriter(self.raw_path, session_info)
-        self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune)
+        self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune,
+                                    self.options.copy_every)
         self._saved_mode = knobs.compilation.instrumentation_mode
         knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
         stage_hook.install()
@@ -190,10 +200,11 @@ class Session:
         collector.finish()
         self._writer.end({"launches": user_launches, "calibration_launches": collector.launches - user_launches,
                           "unattributed": collector.unattributed,
-                          "skipped_autotune": collector.skipped_autotune, "errors": collector.errors,
+                          "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
+                          "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
-        result = SessionResult(self.raw_path, launches=user_launches, errors=list(collector.errors))
+        result = SessionResult(self.raw_path, launches=user_launches, lost=collector.lost, errors=list(collector.errors))
         if self.options.decode:
             from proton_lite.pipeline import raw_to_traces
             profile, paths = raw_to_traces(self.raw_path, self.options.name, self.options.formats,

@@ -59,7 +59,7 @@ def launch(col, sim, stream: int, grid=(4, 1, 1), payload: bytes = b"", meta=Non
     size = meta.profile_scratch_size * grid[0] * grid[1] * grid[2]
     buf = col.allocate(size, 16, stream)
     if check is not None:
-        check(buf)
+        check(buf.ptr, size)
     run = sim.kernel(stream, buf.ptr, payload)
     col.on_launch_exit(_LaunchMetadata(grid, meta, attributed))
     return run
@@ -71,16 +71,20 @@ def finish(col, tmp_path):
     return read_raw(tmp_path / "c.plraw")
 
 
+def chunks_allocated(col) -> int:
+    return col.device_pool.bytes_allocated // size_class(col.chunk_bytes)
+
+
 def test_every_launch_is_saved_once_in_order_with_only_its_own_bytes(collector, sim, tmp_path):
     n = 60
     full = b"\xff" * (SCRATCH * 4)
     for i in range(n):
-        # launch 0 fills its whole buffer; the others write 8 bytes: any byte of an older
-        # launch that survived into a reused buffer would show after those 8
+        # launch 0 fills its whole slice; the others write 8 bytes: any byte of an older
+        # launch that survived into a reused chunk would show after those 8
         payload = full if i == 0 else i.to_bytes(4, "little") * 2
         launch(collector, sim, stream=1 + i % 2, payload=payload)
         if i % 3 == 0:
-            time.sleep(0.001)  # let the drain thread return buffers, so that they get reused
+            time.sleep(0.002)  # idle streams: their chunks are copied, cleared and reused
     cap = finish(collector, tmp_path)
     assert [ln.launch_index for ln in cap.launches] == list(range(n))
     assert [ln.stream for ln in cap.launches] == [1 + i % 2 for i in range(n)]
@@ -90,42 +94,136 @@ def test_every_launch_is_saved_once_in_order_with_only_its_own_bytes(collector, 
         assert bytes(data[:8]) == i.to_bytes(4, "little") * 2
         assert not data[8:].any(), f"launch {i} holds bytes it did not write"
     assert bytes(cap.launches[0].buffer) == full
-    # the pool was reused rather than grown once per launch
-    assert collector.device_pool.bytes_allocated < n * size_class(SCRATCH * 4) // 4
+    # chunks were reused rather than allocated once per copy (there were over 20 copies)
+    assert collector.copies > 20 and chunks_allocated(collector) <= 8
 
 
-def test_a_buffer_returns_to_the_pool_only_after_its_kernel_ran(collector, sim, tmp_path):
-    """Launches that are not saved (autotuner trials, unattributed) must not hand their buffer
-    to another stream while their kernel may still write into it."""
+def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
+    # no launch counts as coming after idle time, however slow this machine is, except the first
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12)
+    n = 200
+    for i in range(n):
+        launch(col, sim, stream=3, payload=i.to_bytes(8, "little"))
+    copies_before_stop = sim.calls.get("memcpy_dtoh_async", 0)
+    cap = finish(col, tmp_path)
+    # the first launch came after idle time (copied alone), then one copy per 16 launches
+    assert copies_before_stop == 1 + (n - 1) // 16
+    assert sim.calls["memcpy_dtoh_async"] == copies_before_stop + 1  # the rest, at stop
+    assert sim.calls["event_record"] == sim.calls["memcpy_dtoh_async"]
+    assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(n))
+
+
+def test_a_launch_after_idle_time_is_copied_at_once(collector, sim, tmp_path):
+    for i in range(3):
+        launch(collector, sim, stream=1, payload=b"\x07" * 8)
+        assert sim.calls.get("memcpy_dtoh_async", 0) == i + 1  # on its way before the next call
+        time.sleep(0.002)
+    assert len(finish(collector, tmp_path).launches) == 3
+
+
+def test_launches_of_a_burst_are_copied_before_a_launch_after_idle_time(collector, sim, tmp_path):
+    """The copy of the earlier launches is enqueued before the next kernel, so a fault in that
+    kernel (it follows a synchronize, say) cannot take them along."""
+    for i in range(5):
+        launch(collector, sim, stream=1, payload=b"\x08" * 8)
+    time.sleep(0.002)
+    sim.fault_after_kernels = 5  # the next kernel faults
+    launch(collector, sim, stream=1, payload=b"\x09" * 8)
+    cap = finish(collector, tmp_path)
+    assert [ln.launch_index for ln in cap.launches] == [0, 1, 2, 3, 4]
+    assert collector.failed and collector.errors[0].startswith("launch 5:")
+    assert collector.lost == 1
+
+
+@pytest.mark.parametrize("copy_every, saved", [(1, [0, 1, 2, 3, 4]), (32, [0])])
+def test_a_fault_in_a_burst_keeps_what_was_copied_and_reports_what_was_not(tmp_path, sim, copy_every, saved):
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=copy_every,
+                    idle_ns=10**12)
+    sim.fault_after_kernels = 5
+    for i in range(10):
+        launch(col, sim, stream=1, payload=b"\x02" * 8)
+    cap = finish(col, tmp_path)
+    assert [ln.launch_index for ln in cap.launches] == saved
+    assert col.failed and col.lost == 10 - len(saved)
+    assert col.errors[0].startswith(f"launch {len(saved)}:")
+    assert "ILLEGAL_ADDRESS" in col.errors[0] and "not saved" in col.errors[0]
+    assert f"{10 - len(saved)} launch(es) from this one on were still on the GPU" in col.errors[0]
+    assert len(col.errors) == 1
+
+
+def test_copies_that_finished_before_a_fault_are_kept_though_no_event_can_say_so(tmp_path, sim):
+    """After a fault every CUDA call fails, also the wait on an event that completed before
+    it.  The copies that ran are recognised by their data and kept; the rest are counted."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=1, idle_ns=10**12)
+    gate = threading.Event()
+    write_kernel = col.writer.kernel
+    col.writer.kernel = lambda data: (gate.wait(5), write_kernel(data))  # the drain thread waits here
+    sim.fault_after_kernels = 5
+    for i in range(6):
+        launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
+    sim.run_all()  # the GPU runs everything, copies 0-4 included, then kernel 5 faults
+    gate.set()
+    cap = finish(col, tmp_path)
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(5)]
+    assert col.lost == 1 and col.errors[0].startswith("launch 5:") and "1 launch(es)" in col.errors[0]
+
+
+def test_a_chunk_is_not_copied_while_another_thread_still_has_to_launch_into_it(tmp_path, sim):
+    """Two threads on one stream: thread A takes its slice, then thread B launches and fills
+    the chunk's quota.  The copy must wait for A's kernel, or A's records would be zeros."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=1, idle_ns=10**12)
+    got_slice, go_on = threading.Event(), threading.Event()
+
+    def thread_a():
+        buf = col.allocate(SCRATCH * 4, 16, 5)
+        got_slice.set()
+        go_on.wait(5)
+        sim.kernel(5, buf.ptr, b"\xaa" * 8)
+        col.on_launch_exit(_LaunchMetadata((4, 1, 1), _Meta()))
+
+    a = threading.Thread(target=thread_a)
+    a.start()
+    assert got_slice.wait(5)
+    launch(col, sim, stream=5, payload=b"\xbb" * 8)  # thread B: fills the quota of one launch
+    assert sim.calls.get("memcpy_dtoh_async", 0) == 0  # A's kernel is not enqueued yet
+    go_on.set()
+    a.join(5)
+    cap = finish(col, tmp_path)
+    assert sorted(bytes(ln.buffer[:8]) for ln in cap.launches) == [b"\xaa" * 8, b"\xbb" * 8]
+
+
+def test_a_launch_that_never_reached_its_exit_hook_does_not_hold_its_chunk(tmp_path, sim):
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=2, idle_ns=10**12)
+    col.allocate(SCRATCH * 4, 16, 1)  # its cuLaunchKernel failed: Triton never calls the exit hook
+    for i in range(4):
+        launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
+    copies = sim.calls.get("memcpy_dtoh_async", 0)
+    cap = finish(col, tmp_path)
+    assert copies >= 2  # batches went out during the burst, not only at stop
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x01", b"\x02", b"\x03", b"\x04"]
+
+
+def test_a_slice_is_never_handed_out_while_a_queued_kernel_may_write_into_it(collector, sim, tmp_path):
+    """Launches that are not saved (autotuner trials, unattributed) share chunks with saved
+    ones; a chunk returns to the pool only once every kernel in it has run."""
     runs = []
     handed_out_while_queued = []
 
-    def no_queued_kernel_writes_into(buf):
+    def no_queued_kernel_writes_into(ptr, size):
         for run in runs:
-            if not run.done and run.ptr < buf.ptr + buf.size and buf.ptr < run.ptr + run.size:
-                handed_out_while_queued.append(buf.ptr)
+            if not run.done and run.ptr < ptr + size and ptr < run.ptr + run.size:
+                handed_out_while_queued.append(ptr)
 
     for i in range(200):
         runs.append(launch(collector, sim, stream=1 + i % 3, payload=b"\x01" * 8, attributed=i % 2 == 0,
                            check=no_queued_kernel_writes_into))
         if i % 10 == 0:
-            time.sleep(0.002)  # let the drain thread return buffers
+            time.sleep(0.002)  # let the drain thread return chunks
     cap = finish(collector, tmp_path)
     assert not handed_out_while_queued
-    assert collector.device_pool.bytes_allocated < 200 * size_class(SCRATCH * 4) // 2  # buffers were reused
-    assert len(cap.launches) == 100
+    assert chunks_allocated(collector) <= 12  # over 40 copies, chunks reused
+    assert len(cap.launches) == 100 and all(bytes(ln.buffer[:8]) == b"\x01" * 8 for ln in cap.launches)
     assert collector.unattributed == 100
-
-
-def test_a_fault_keeps_the_launches_before_it_and_names_the_first_lost(collector, sim, tmp_path):
-    sim.fault_after_kernels = 5
-    for i in range(10):
-        launch(collector, sim, stream=1, payload=b"\x02" * 8)
-    cap = finish(collector, tmp_path)
-    assert [ln.launch_index for ln in cap.launches] == [0, 1, 2, 3, 4]
-    assert collector.failed
-    assert len(collector.errors) == 1 and collector.errors[0].startswith("launch 5:")
-    assert "ILLEGAL_ADDRESS" in collector.errors[0] and "not saved" in collector.errors[0]
 
 
 def test_pinned_memory_in_flight_stays_within_its_limit(tmp_path, sim):
@@ -154,10 +252,13 @@ def test_out_of_device_memory_names_the_size_and_the_ways_out(tmp_path, monkeypa
     try:
         with pytest.raises(ProfileBufferOOM, match=r"4\.0 MiB.*not launched.*granularity='warpgroup'"):
             col.allocate(4 << 20, 16, 1)
+        # a launch smaller than a chunk still gets a buffer of its own size
+        launch(col, sim, stream=1, payload=b"\x05" * 8)
     finally:
         col.finish()
         writer.close()
-    assert sim.calls.get("memset_d8_async", 0) == 0
+    assert sim.calls.get("memset_d8_async", 0) >= 1
+    assert len(read_raw(tmp_path / "c.plraw").launches) == 1
 
 
 def test_the_drain_thread_follows_device_changes(collector, sim, tmp_path):

@@ -18,6 +18,10 @@ def test_unknown_options_are_refused_with_the_valid_ones_listed():
         SessionOptions.from_kwargs("s", {"buffer_mode": "ring"})
     with pytest.raises(ValueError, match="trace format"):
         SessionOptions.from_kwargs("s", {"formats": ("svg", )})
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=r"copy_every must be a whole number of launches >= 1.*1 copies each"):
+            SessionOptions.from_kwargs("s", {"copy_every": bad})
+    assert SessionOptions.from_kwargs("s", {"copy_every": 1}).copy_every == 1
 
 
 def test_the_stop_line_counts_drops_once_and_names_the_option_that_keeps_them(tmp_path):

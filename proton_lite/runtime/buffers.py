@@ -1,8 +1,9 @@
 """Pools of device and pinned-host buffers, reused across launches.
 
 Each pool hands out buffers in power-of-two size classes; a buffer comes back once the
-copy that reads it (device) or the disk write that drains it (host) is finished.  Device
-buffers are what Triton's launcher passes as the kernel's profile-scratch argument.
+copy that reads it (device) or the disk write that drains it (host) is finished.  A device
+buffer is a *chunk* that the collector hands out in slices, one per launch, as the
+kernels' profile-scratch argument (see collector.py).
 
 Allocation is what costs on the launch path (``cuMemHostAlloc`` of 8 MiB takes
 milliseconds), so a class grows in *slabs*: each growth allocates, in one driver call, as
@@ -30,7 +31,7 @@ def size_class(size: int) -> int:
 
 
 class DeviceBuffer:
-    """What Triton's launcher receives from the profile allocator (it calls ``data_ptr()``)."""
+    """A pooled device buffer (the collector's chunk; launches get slices of it)."""
 
     __slots__ = ("ptr", "capacity", "size", "device")
 
@@ -120,6 +121,8 @@ class DevicePool(_SlabPool):
                 try:
                     buf, base, nbytes = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device))
                 except cuda_api.CudaError as e:
+                    if "OUT_OF_MEMORY" not in str(e):
+                        raise  # e.g. the context is gone after a kernel fault: say that, not OOM
                     free_b, total = cuda_api.mem_get_info()
                     raise ProfileBufferOOM(
                         f"proton_lite: out of device memory for a profile buffer of {size / 2**20:.1f} MiB "
@@ -157,8 +160,9 @@ class PinnedPool(_SlabPool):
                 self._cond.wait(timeout=1.0)
             buf = self._pop(key)
             if buf is None:  # on failure nothing is counted in flight, so later takes do not wait for it
-                buf, _, _ = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
-                                       limit_bytes=max(cls, self.limit - self._in_use))
+                buf, base, nbytes = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
+                                               limit_bytes=max(cls, self.limit - self._in_use))
+                cuda_api.host_memset(base, 0, nbytes)  # zero before any copy: see Collector._salvage
             self._in_use += cls
         buf.size = size
         return buf

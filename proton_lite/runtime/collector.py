@@ -1,16 +1,28 @@
-"""Per-launch work while a session runs: give each launch a buffer, copy it back, stream it to disk.
+"""Per-launch work while a session runs: hand each launch a slice of a device chunk, copy
+chunks back in batches, stream them to disk.
 
 Triton calls, for every launch of an instrumented kernel, in this order:
   1. the profile allocator (``allocate``) with ``profile_scratch_size x CTAs``: we hand out
-     a pooled device buffer and remember it for this thread;
+     the next slice of the open *chunk* of the launch's (device, stream);
   2. the launch-enter hook (nothing to do; it makes Triton build the launch metadata);
   3. ``cuLaunchKernel``;
-  4. the launch-exit hook (``on_launch_exit``): we enqueue an async copy of the buffer to
-     pinned host memory on the launch's stream, record an event, and queue the launch.
-No host synchronization happens on the launch path.  A drain thread waits on each event in
-order, clears the device buffer on its own stream and returns it to the pool, appends the
-bytes to the raw file and recycles the pinned buffer, so host memory stays bounded
-(``PinnedPool.limit``) however many launches a session has.
+  4. the launch-exit hook (``on_launch_exit``): we note the launch in its chunk.
+Neither hook calls the driver in the common case: a launch costs a capture check, a device
+query and some bookkeeping.  A chunk is *sealed* -- one async copy of its used bytes to
+pinned host memory on its stream, then one event -- when:
+  - the next launch does not fit, or it holds ``copy_every`` launches (a burst: two driver
+    calls per ``copy_every`` launches instead of two per launch);
+  - a launch comes after its stream was idle for ``IDLE_NS``: sealed *before* that launch,
+    so a fault in it cannot take the earlier launches along;
+  - a launch came after such an idle time itself: sealed right after it (an isolated launch
+    is on its way to the host at once);
+  - the session stops.
+No host synchronization happens on the launch path.  A drain thread waits on each sealed
+chunk's event, clears the chunk on its own stream and returns it to the pool, and appends
+the chunk's launches to the raw file in one write, so host memory stays bounded
+(``PinnedPool.limit``) however many launches a session has.  If a kernel faults, the
+launches of chunks not yet copied are lost with it: they are counted and named in the
+session's errors (``copy_every=1`` copies after every launch).
 """
 from __future__ import annotations
 
@@ -20,11 +32,17 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from proton_lite.raw_format import RawWriter
+import numpy as np
+
+from proton_lite.raw_format import BATCH_ENTRY, RawWriter
 from proton_lite.runtime import cuda_api
-from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool
+from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool, ProfileBufferOOM
 
 _LAUNCH_INFO_KEY = "proton_lite_launch"
+IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it holds is copied
+CHUNK_BYTES = 4 << 20  # device bytes per chunk; a launch that needs more gets a chunk of its own
+SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
+DEFAULT_COPY_EVERY = 32
 
 
 def launch_metadata_fn(grid, metadata, args):
@@ -44,47 +62,75 @@ class _Chained:
         return data
 
 
-@dataclass
-class _PendingLaunch:
-    kernel_id: int
-    device: int
-    index: int
-    grid: tuple
-    num_ctas: int
-    stream: int
-    host_ns: int
-    dev_buf: DeviceBuffer
-    host_buf: HostBuffer
-    event: object
+class _Slice:
+    """What Triton's launcher receives from the profile allocator (it calls ``data_ptr()``)."""
+
+    __slots__ = ("ptr", )
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class _Chunk:
+    """A device buffer that the launches of one (device, stream) fill in order."""
+
+    __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed", "last_ns",
+                 "skipped_bytes")
+
+    def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, now_ns: int) -> None:
+        self.buf, self.device, self.stream = buf, device, stream
+        self.limit = limit  # bytes of slices it takes (its copy-back must fit the pinned limit)
+        self.used = 0
+        self.launches: list[tuple] = []  # BATCH_ENTRY rows, buffer_offset within this chunk
+        self.inflight = 0  # slices handed out whose launch has not reached its exit hook
+        self.closed = False  # takes no more slices; sealed once ``inflight`` is 0
+        self.sealed = False
+        self.last_ns = now_ns  # when the last slice was handed out
+        self.skipped_bytes = 0  # bytes of slices whose launches are not saved
 
 
 @dataclass
-class _Recycle:
-    """A launch whose buffer goes back to the pool without being saved."""
+class _Sealed:
+    """A chunk whose copy (if it holds saved launches) and event are enqueued on its stream."""
 
-    device: int
-    dev_buf: DeviceBuffer
+    chunk: _Chunk
+    host_buf: HostBuffer | None
     event: object
 
 
 class Collector:
     """Owns buffers, hooks' per-launch work and the drain thread of one session."""
 
-    def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True) -> None:
+    def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
+                 copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS) -> None:
         self.writer = writer
         self.device_pool = DevicePool()
         self.pinned_pool = PinnedPool(host_limit_bytes)
+        self.copy_every = copy_every
+        self.idle_ns = idle_ns
+        # a chunk's copy needs as much pinned memory: a few chunks in flight fit the limit
+        self.chunk_bytes = max(SLICE_ALIGN, min(CHUNK_BYTES, host_limit_bytes // 4))
         self._events: list = []
         self._events_lock = threading.Lock()
-        self._pending = threading.local()
+        self._tls = threading.local()
+        self._lock = threading.Lock()  # chunks, launch indices, counters (launching threads only)
+        self._errors_lock = threading.Lock()  # failed, fault, lost (also the drain thread)
+        self._fault: str | None = None  # the first CUDA error after the GPU failed
+        self._first_lost: int | None = None
+        self._open: dict[tuple[int, int], _Chunk] = {}
+        self._last_slice_ns: dict[tuple[int, int], int] = {}
         self._kernels: dict[str, int] = {}
-        self._kernels_lock = threading.Lock()
         self._launch_index = 0
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="proton_lite-drain", daemon=True)
         self._thread.start()
         self.launches = 0
+        self.copies = 0  # chunks sealed (driver copies enqueued)
         self.unattributed = 0
+        self.lost = 0  # saved launches whose records a fault kept from reaching the host
         self.errors: list[str] = []
         self.failed = False
         self.skip_autotune = skip_autotune
@@ -92,7 +138,7 @@ class Collector:
         self._contexts: dict[int, object] = {}
 
     # -- called by Triton ----------------------------------------------------------------------
-    def allocate(self, size: int, alignment: int, stream) -> DeviceBuffer:
+    def allocate(self, size: int, alignment: int, stream) -> _Slice:
         stream = int(stream or 0)
         if cuda_api.stream_is_capturing(stream):
             raise RuntimeError(
@@ -101,68 +147,157 @@ class Collector:
                 "write into the same buffer and no copy-back could follow a replay. Stop the session "
                 "(proton_lite.stop()) before capturing graphs, or profile the kernels outside the graph.")
         device = cuda_api.current_device()
-        if device not in self._contexts:
-            self._contexts[device] = cuda_api.current_context()
-        buf = self.device_pool.take(size, device, stream)  # zeroed (see buffers.py)
-        self._pending.item = (buf, stream, device)
-        return buf
+        key = (device, stream)
+        now = time.monotonic_ns()
+        stale = getattr(self._tls, "item", None)
+        self._tls.item = None
+        with self._lock:
+            if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
+                self._slice_done(stale[0])
+            if device not in self._contexts:
+                self._contexts[device] = cuda_api.current_context()
+            last = self._last_slice_ns.get(key)
+            idle = last is None or now - last > self.idle_ns
+            self._last_slice_ns[key] = now
+            chunk = self._open.get(key)
+            offset = 0
+            if chunk is not None:
+                offset = -(-chunk.used // SLICE_ALIGN) * SLICE_ALIGN
+                if idle or offset + size > chunk.limit:
+                    self._close(chunk)  # copied before this launch runs
+                    chunk = None
+            if chunk is None:
+                chunk = self._new_chunk(key, size, stream, now)
+                offset = 0
+            chunk.used = offset + size
+            chunk.inflight += 1
+            chunk.last_ns = now
+        self._tls.item = (chunk, offset, size, idle)
+        return _Slice(chunk.buf.ptr + offset)
 
     def on_launch_enter(self, launch_metadata) -> None:
         return None
 
     def on_launch_exit(self, launch_metadata) -> None:
-        pending = getattr(self._pending, "item", None)
-        if pending is None:
+        item = getattr(self._tls, "item", None)
+        if item is None:
             return  # not an instrumented launch
-        self._pending.item = None
-        dev_buf, stream, device = pending
+        self._tls.item = None
+        chunk, offset, size, idle = item
+        row = None
         info = launch_metadata.get().get(_LAUNCH_INFO_KEY) if launch_metadata is not None else None
-        if info is None:
-            self.unattributed += 1  # not safe to read without knowing the layout; counted
-            self._recycle(dev_buf, stream, device)
+        entry = getattr(info[1], "proton_lite", None) if info is not None else None
+        trial = entry is not None and self.skip_autotune and _in_autotuner_benchmark()
+        if entry is not None and not trial:
+            grid, metadata = info
+            kernel_id = self._kernel_id(metadata, entry)
+            gx, gy, gz = (int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
+            num_ctas = gx * gy * gz * int(getattr(metadata, "num_ctas", 1))
+            row = [kernel_id, chunk.device, 0, (gx, gy, gz), num_ctas, chunk.stream, time.time_ns(), offset,
+                   num_ctas * int(metadata.profile_scratch_size)]
+        with self._lock:
+            if row is not None:
+                row[2] = self._launch_index
+                self._launch_index += 1
+                self.launches += 1
+                chunk.launches.append(tuple(row))
+            else:  # its slice is cleared and reused with the chunk; never copied
+                chunk.skipped_bytes += size
+                if info is None:
+                    self.unattributed += 1  # not safe to read without knowing the layout; counted
+                elif trial:
+                    self.skipped_autotune += 1
+            if not chunk.closed and (idle or len(chunk.launches) >= self.copy_every):
+                self._close(chunk)
+            self._slice_done(chunk)
+
+    # -- chunks (called with self._lock held) ---------------------------------------------------
+    def _new_chunk(self, key: tuple[int, int], size: int, stream: int, now: int) -> _Chunk:
+        device = key[0]
+        limit = max(size, self.chunk_bytes)
+        try:
+            buf = self.device_pool.take(limit, device, stream)  # zeroed
+        except ProfileBufferOOM:
+            if size >= limit:
+                raise
+            limit = size  # a chunk just for this launch may still fit
+            buf = self.device_pool.take(size, device, stream)
+        chunk = _Chunk(buf, limit, device, stream, now)
+        self._open[key] = chunk
+        return chunk
+
+    def _close(self, chunk: _Chunk) -> None:
+        """No more slices for this chunk; it is sealed as soon as its last launch is in."""
+        if chunk.closed:
             return
-        grid, metadata = info
-        entry = getattr(metadata, "proton_lite", None)
-        if entry is None:
-            self._recycle(dev_buf, stream, device)
+        chunk.closed = True
+        key = (chunk.device, chunk.stream)
+        if self._open.get(key) is chunk:
+            del self._open[key]
+        if chunk.inflight == 0:
+            self._seal(chunk)
+
+    def _slice_done(self, chunk: _Chunk) -> None:
+        chunk.inflight -= 1
+        if chunk.closed and chunk.inflight == 0 and not chunk.sealed:
+            self._seal(chunk)
+
+    def _seal(self, chunk: _Chunk) -> None:
+        """Enqueue the chunk's copy-back and event on its stream (after every launch in it)."""
+        chunk.sealed = True
+        host_buf = None
+        if self.failed:  # the context is gone: nothing can be copied any more
+            self._count_lost(chunk.launches)
             return
-        if self.skip_autotune and _in_autotuner_benchmark():
-            self.skipped_autotune += 1
-            self._recycle(dev_buf, stream, device)
+        try:
+            if chunk.launches:
+                host_buf = self.pinned_pool.take(chunk.used)  # waits while the disk is behind
+                cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, chunk.used, chunk.stream)
+                self.copies += 1
+            event = self._event()
+            cuda_api.event_record(event, chunk.stream)
+        except cuda_api.CudaError as e:  # an earlier kernel faulted; the user sees it from their next call
+            if host_buf is not None:
+                self.pinned_pool.give(host_buf)
+            self._failed(e)
+            self._count_lost(chunk.launches)
             return
-        kernel_id = self._kernel_id(metadata, entry)
-        grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
-        num_ctas = grid[0] * grid[1] * grid[2] * int(getattr(metadata, "num_ctas", 1))
-        size = num_ctas * int(metadata.profile_scratch_size)
-        host_buf = self.pinned_pool.take(size)
-        cuda_api.memcpy_dtoh_async(host_buf.ptr, dev_buf.ptr, size, stream)
-        event = self._event()
-        cuda_api.event_record(event, stream)
-        index = self._launch_index
-        self._launch_index += 1
-        self.launches += 1
-        self._queue.put(_PendingLaunch(kernel_id, device, index, grid, num_ctas, stream, time.time_ns(), dev_buf,
-                                       host_buf, event))
+        self._queue.put(_Sealed(chunk, host_buf, event))
+
+    def _failed(self, error: Exception) -> None:
+        """A CUDA call failed: the context is gone (a kernel fault).  From now on nothing is
+        enqueued; chunks already sealed are kept as far as their copies got (``_salvage``)."""
+        with self._errors_lock:  # not self._lock: the drain thread never waits for a launching thread
+            if not self.failed:
+                self.failed = True
+                self._fault = str(error)
+
+    def _count_lost(self, rows: list) -> None:
+        if not rows:
+            return
+        with self._errors_lock:
+            self.lost += len(rows)
+            first = min(row[2] for row in rows)
+            self._first_lost = first if self._first_lost is None else min(first, self._first_lost)
+
+    def _fault_message(self) -> str:
+        if self._first_lost is None:
+            return f"{self._fault}; every saved launch was copied back before the GPU failed"
+        return (f"launch {self._first_lost}: {self._fault}; {self.lost} launch(es) from this one on were still on "
+                "the GPU when it failed and were not saved (copy_every=1 copies each launch right after it)")
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _recycle(self, dev_buf: DeviceBuffer, stream: int, device: int) -> None:
-        """A launch whose records are not kept: its buffer returns to the pool once the kernel
-        is done with it and the drain thread has cleared it."""
-        event = self._event()
-        cuda_api.event_record(event, stream)
-        self._queue.put(_Recycle(device, dev_buf, event))
-
     def _kernel_id(self, metadata, entry: dict) -> int:
         key = metadata.hash
         kid = self._kernels.get(key)
         if kid is not None:
             return kid
-        with self._kernels_lock:
+        with self._lock:
             kid = self._kernels.get(key)
             if kid is None:
                 kid = len(self._kernels)
                 self._kernels[key] = kid
-                self._queue.put(("kernel", {
+                self._queue.put(("kernel", {  # queued before any chunk that holds one of its launches
                     "id": kid, "name": metadata.name, "hash": key, "num_warps": metadata.num_warps,
                     "num_ctas": getattr(metadata, "num_ctas", 1), "shared": metadata.shared,
                     "profile_scratch_size": metadata.profile_scratch_size, "proton_lite": entry,
@@ -175,6 +310,7 @@ class Collector:
                 return self._events.pop()
         return cuda_api.event_create()
 
+    # -- drain thread --------------------------------------------------------------------------
     def _drain(self) -> None:
         streams: dict[int, int] = {}  # device -> this thread's stream for clearing buffers
         current = None  # device whose context this thread has current
@@ -186,26 +322,29 @@ class Collector:
                 if isinstance(item, tuple):
                     self.writer.kernel(item[1])
                     continue
-                saved = isinstance(item, _PendingLaunch)
-                if not self.failed:
+                chunk = item.chunk
+                if self.failed:  # the context is gone; the copy may still have run before the fault
+                    self._salvage(chunk, item.host_buf)
+                else:
                     try:
-                        if item.device != current:
-                            cuda_api.set_context(self._contexts[item.device])
-                            current = item.device
-                            if item.device not in streams:
-                                streams[item.device] = cuda_api.stream_create()
+                        if chunk.device != current:
+                            cuda_api.set_context(self._contexts[chunk.device])
+                            current = chunk.device
+                            if chunk.device not in streams:
+                                streams[chunk.device] = cuda_api.stream_create()
                         cuda_api.event_synchronize(item.event)
-                        # the device buffer is free once the copy is done: clear it and hand it
-                        # back before the (slower) disk write, so launches meanwhile reuse it
-                        self._clear_and_give(item.dev_buf, streams[item.device])
-                        if saved:
-                            self.writer.launch(item.kernel_id, item.device, item.index, item.grid, item.num_ctas,
-                                               item.stream, item.host_ns, item.host_buf.view())
+                        # the chunk is free once its copy is done: clear it and hand it back
+                        # before the (slower) disk write, so launches meanwhile reuse it
+                        cuda_api.memset_d8_async(chunk.buf.ptr, 0, chunk.used, streams[chunk.device])
+                        cuda_api.stream_synchronize(streams[chunk.device])
+                        self.device_pool.give(chunk.buf)
+                        if item.host_buf is not None:
+                            self._write(chunk, item.host_buf)
                     except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
-                        self.failed = True
-                        which = f"launch {item.index}" if saved else "a launch that was not saved"
-                        self.errors.append(f"{which}: {e}; this and later launches were not saved")
-                if saved:
+                        self._failed(e)
+                        self._salvage(chunk, item.host_buf)
+                if item.host_buf is not None:
+                    cuda_api.host_memset(item.host_buf.ptr, 0, chunk.used)  # zero again for the next copy
                     self.pinned_pool.give(item.host_buf)
                 if not self.failed:
                     with self._events_lock:
@@ -218,15 +357,60 @@ class Collector:
                     except cuda_api.CudaError:
                         pass
 
-    def _clear_and_give(self, buf: DeviceBuffer, stream: int) -> None:
-        cuda_api.memset_d8_async(buf.ptr, 0, buf.size, stream)
-        cuda_api.stream_synchronize(stream)
-        self.device_pool.give(buf)
+    def _salvage(self, chunk: _Chunk, host_buf: HostBuffer | None) -> None:
+        """After a fault no event says whether this chunk's copy ran before it.  Pinned buffers
+        are zero before each copy and every instrumented CTA writes a non-zero header, so a
+        launch whose slice holds any non-zero byte was copied (whole, unless the fault hit
+        another stream mid-copy: the decoder counts such CTAs missing).  The rest are lost."""
+        if host_buf is None:
+            self._count_lost(chunk.launches)
+            return
+        host_buf.size = chunk.used
+        data = host_buf.view()
+        copied = [row for row in chunk.launches if data[row[7]:row[7] + row[8]].any()]
+        self._count_lost([row for row in chunk.launches if row not in copied])
+        if copied:
+            self._write(chunk, host_buf, copied)
+
+    def _write(self, chunk: _Chunk, host_buf: HostBuffer, rows: list | None = None) -> None:
+        """The chunk's saved launches as one BATCH chunk of the raw file."""
+        rows = chunk.launches if rows is None else rows
+        entries = np.array(rows, dtype=BATCH_ENTRY)
+        host_buf.size = chunk.used
+        data = host_buf.view()
+        if chunk.skipped_bytes or len(rows) < len(chunk.launches):  # only the slices of saved launches
+            parts = [data[o:o + n] for o, n in zip(entries["buffer_offset"].tolist(), entries["buffer_bytes"].tolist())]
+            entries["buffer_offset"] = np.concatenate(([0], np.cumsum(entries["buffer_bytes"])[:-1]))
+            data = np.concatenate(parts)
+        self.writer.batch(entries, data)
 
     def finish(self) -> None:
-        """Wait for every queued copy, then free buffers (safe to call once)."""
+        """Copy back what the open chunks hold, wait for every copy, free buffers (call once)."""
+        here = None
+        with self._lock:
+            open_chunks = list(self._open.values())
+            if open_chunks and not self.failed:
+                try:
+                    here = cuda_api.current_context()
+                except cuda_api.CudaError:
+                    here = None
+            for chunk in open_chunks:
+                chunk.inflight = 0  # a launch still between allocator and exit hook is not waited for
+                if not self.failed and self._contexts.get(chunk.device) is not None:
+                    try:
+                        cuda_api.set_context(self._contexts[chunk.device])
+                    except cuda_api.CudaError as e:
+                        self._failed(e)
+                self._close(chunk)
+            if here is not None and not self.failed:
+                try:
+                    cuda_api.set_context(here)
+                except cuda_api.CudaError:
+                    pass
         self._queue.put(None)
         self._thread.join()
+        if self.failed:
+            self.errors.append(self._fault_message())
         self.writer.flush()
         if not self.failed:
             with self._events_lock:

@@ -42,7 +42,33 @@ def set_context(ctx) -> None:
     check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+def _libcuda():
+    """The driver library itself, for the two queries made on every launch (see below)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    lib.cuCtxGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.cuStreamIsCapturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    return lib
+
+
+# cuda-python wraps every result in Python enum objects, which costs about a microsecond per
+# call; the two queries on the launch path call the driver through ctypes instead
+# (tests/benchmarks/host_overhead.py --calls times both).  Everything else uses cuda-python.
+_lib = _libcuda()
+
+
 def current_device() -> int:
+    if _lib is not None:
+        dev = ctypes.c_int()
+        err = _lib.cuCtxGetDevice(ctypes.byref(dev))
+        if err == 0:
+            return dev.value
+    return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+def current_device_cuda_python() -> int:
     return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
 
 
@@ -80,6 +106,11 @@ def host_free(ptr: int) -> None:
 def host_view(ptr: int, size: int) -> np.ndarray:
     """A numpy uint8 view of pinned host memory (no copy)."""
     return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
+
+
+def host_memset(ptr: int, value: int, size: int) -> None:
+    """Fill pinned host memory (no driver call; ctypes releases the GIL while it runs)."""
+    ctypes.memset(ptr, value, size)
 
 
 def memcpy_dtoh_async(dst_host: int, src_device: int, size: int, stream: int) -> None:
@@ -133,6 +164,15 @@ def event_destroy(event) -> None:
 
 
 def stream_is_capturing(stream: int) -> bool:
+    if _lib is not None:
+        status = ctypes.c_int()
+        err = _lib.cuStreamIsCapturing(stream or None, ctypes.byref(status))
+        if err == 0:
+            return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE
+    return stream_is_capturing_cuda_python(stream)
+
+
+def stream_is_capturing_cuda_python(stream: int) -> bool:
     status = check(cu.cuStreamIsCapturing(cu.CUstream(stream)), "cuStreamIsCapturing")
     return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 

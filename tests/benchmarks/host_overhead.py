@@ -9,7 +9,10 @@ competition for the GIL costs the launching thread) and one with our allocator a
 hook reduced to nothing (what Triton itself adds once hooks are installed).  With
 ``--profile``, the time inside our two hooks and a cProfile of steady-state launches.
 
-Usage: python tests/benchmarks/host_overhead.py [--launches 2000] [--profile] [--json FILE]
+A last session with ``copy_every=1`` (a copy after every launch) shows what batching saves;
+``--calls`` times the driver queries made on every launch, through cuda-python and ctypes.
+
+Usage: python tests/benchmarks/host_overhead.py [--launches 2000] [--profile] [--calls] [--json FILE]
 """
 from __future__ import annotations
 
@@ -89,17 +92,17 @@ def burst_with_drain_held(session, launch, n: int) -> float:
     thread costs the launching thread."""
     col = session._collector
     gate = threading.Event()
-    write = col.writer.launch
+    write = col.writer.batch
 
     def held(*args):
         gate.wait()
         return write(*args)
 
-    col.writer.launch = held
+    col.writer.batch = held
     try:
         return burst_us(launch, n)
     finally:
-        col.writer.launch = write
+        col.writer.batch = write
         gate.set()
 
 
@@ -129,12 +132,43 @@ def burst_with_idle_hooks(session, launch, n: int) -> float:
         _allocation.set_profile_allocator(col.allocate)
 
 
+def driver_call_us(n: int = 20000) -> dict:
+    """Host µs of the driver queries on the launch path, through cuda-python and through ctypes."""
+    from proton_lite.runtime import cuda_api
+    stream = torch.cuda.current_stream().cuda_stream
+    calls = {
+        "is_capturing_ctypes": lambda: cuda_api.stream_is_capturing(stream),
+        "is_capturing_cuda_python": lambda: cuda_api.stream_is_capturing_cuda_python(stream),
+        "current_device_ctypes": cuda_api.current_device,
+        "current_device_cuda_python": cuda_api.current_device_cuda_python,
+        "torch_current_device": torch.cuda.current_device,
+    }
+    out = {}
+    for name, fn in calls.items():
+        fn()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out[name] = (time.perf_counter() - t) / n * 1e6
+    return out
+
+
+def session_bursts(launch, n: int, bursts: int, **options) -> tuple[list, object]:
+    tmp = tempfile.mkdtemp()
+    with proton_lite.start(os.path.join(tmp, "host"), quiet=True, decode=False, calibrate=False, **options) as s:
+        launch()
+        torch.cuda.synchronize()
+        times = [burst_us(launch, n) for _ in range(bursts)]
+    return times, s.result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=2000, help="launches per burst")
     ap.add_argument("--bursts", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--calls", action="store_true", help="also time the driver queries of the launch path")
     a = ap.parse_args()
     x = torch.rand(1024, device="cuda")
     o = torch.empty_like(x)
@@ -174,6 +208,11 @@ def main() -> None:
         "saved_launches": res.launches, "errors": res.errors, "inside_hooks_us": inside,
         "drain_held_us": held, "idle_hooks_us": idle,
     }
+    every1, res1 = session_bursts(launch, a.launches, 3, copy_every=1)
+    out["copy_every_1_steady_us"] = statistics.median(every1[1:])
+    out["copy_every_1_saved"] = res1.launches
+    if a.calls:
+        out["driver_calls_us"] = driver_call_us()
     out["added_first_us"] = out["first_burst_us"] - out["plain_us"]
     out["added_steady_us"] = out["steady_us"] - out["plain_us"]
     if prof_text:
@@ -184,7 +223,8 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     print(f"host µs per launch: plain {out['plain_us']:.1f}, session first burst {out['first_burst_us']:.1f} "
           f"(+{out['added_first_us']:.1f}), steady {out['steady_us']:.1f} (+{out['added_steady_us']:.1f}), "
-          f"drain thread held {held:.1f}, our hooks idle (Triton's own share) {idle:.1f}")
+          f"drain thread held {held:.1f}, our hooks idle (Triton's own share) {idle:.1f}, "
+          f"copy_every=1 steady {out['copy_every_1_steady_us']:.1f}")
     if inside:
         print(f"inside our allocator {inside['allocate']:.1f} µs, inside our exit hook {inside['exit']:.1f} µs "
               f"(burst {inside['burst_us']:.1f})")
