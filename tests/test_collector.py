@@ -298,3 +298,18 @@ def test_a_failed_pinned_allocation_does_not_hold_its_share_of_the_limit(monkeyp
     for buf in got:
         pool.give(buf)
     pool.release_all()
+
+
+def test_exact_buffers_give_each_launch_an_allocation_of_its_own_size(tmp_path, sim, monkeypatch):
+    """PROTON_LITE_EXACT_BUFFERS=1 (for compute-sanitizer runs): a write past a launch's buffer
+    must leave its allocation, not land in a neighbour's slice."""
+    monkeypatch.setenv("PROTON_LITE_EXACT_BUFFERS", "1")
+    sizes = []
+    real_alloc = sim.mem_alloc
+    monkeypatch.setattr("proton_lite.runtime.cuda_api.mem_alloc", lambda n: (sizes.append(n), real_alloc(n))[1])
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    for i in range(5):
+        launch(col, sim, stream=1, grid=(3, 1, 1), payload=bytes([i + 1]) * 8)
+    cap = finish(col, tmp_path)
+    assert sizes == [3 * SCRATCH] * 5
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(5)]

@@ -107,19 +107,25 @@ class _SlabPool:
 
 
 class DevicePool(_SlabPool):
-    def __init__(self) -> None:
+    """Device buffers in size classes.  ``exact``: every buffer is its own allocation of exactly
+    the size asked for and is never reused, so ``compute-sanitizer`` sees a write one byte past
+    a launch's buffer as out of bounds (set by PROTON_LITE_EXACT_BUFFERS=1; for checking only)."""
+
+    def __init__(self, exact: bool = False) -> None:
         super().__init__(cuda_api.mem_alloc, cuda_api.mem_free)
         self._lock = threading.Lock()
+        self.exact = exact
 
     def take(self, size: int, device: int, stream: int) -> DeviceBuffer:
         """A zeroed buffer of at least ``size`` bytes, usable on ``stream`` right away."""
-        cls = size_class(size)
+        cls = max(size, 1) if self.exact else size_class(size)
         key = (device, cls)
         with self._lock:
-            buf = self._pop(key)
+            buf = None if self.exact else self._pop(key)
             if buf is None:
                 try:
-                    buf, base, nbytes = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device))
+                    buf, base, nbytes = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device),
+                                                   limit_bytes=cls if self.exact else None)
                 except cuda_api.CudaError as e:
                     if "OUT_OF_MEMORY" not in str(e):
                         raise  # e.g. the context is gone after a kernel fault: say that, not OOM
@@ -135,6 +141,8 @@ class DevicePool(_SlabPool):
 
     def give(self, buf: DeviceBuffer) -> None:
         """Return a buffer that is zero again (the drain thread clears what a launch wrote)."""
+        if self.exact:
+            return  # freed at release_all
         with self._lock:
             self._put((buf.device, buf.capacity), buf)
 

@@ -26,6 +26,7 @@ session's errors (``copy_every=1`` copies after every launch).
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -107,12 +108,15 @@ class Collector:
     def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
                  copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS) -> None:
         self.writer = writer
-        self.device_pool = DevicePool()
+        exact = os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") not in ("", "0")
+        self.device_pool = DevicePool(exact=exact)
         self.pinned_pool = PinnedPool(host_limit_bytes)
         self.copy_every = copy_every
         self.idle_ns = idle_ns
         # a chunk's copy needs as much pinned memory: a few chunks in flight fit the limit
         self.chunk_bytes = max(SLICE_ALIGN, min(CHUNK_BYTES, host_limit_bytes // 4))
+        if exact:
+            self.chunk_bytes = 1  # one launch per chunk, allocated to its exact size
         self._events: list = []
         self._events_lock = threading.Lock()
         self._tls = threading.local()
