@@ -18,7 +18,7 @@ from proton_lite.runtime import cuda_api
 
 _FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async",
               "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
-              "stream_create", "stream_synchronize", "stream_destroy", "stream_is_capturing", "current_device",
+              "stream_is_capturing", "current_device",
               "current_context", "set_context")
 
 

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
+import types
 import weakref
 from dataclasses import dataclass
 
@@ -43,7 +45,7 @@ _LAUNCH_INFO_KEY = "proton_lite_launch"
 IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it holds is copied
 CHUNK_BYTES = 4 << 20  # device bytes per chunk; a launch that needs more gets a chunk of its own
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
-DEFAULT_COPY_EVERY = 32
+DEFAULT_COPY_EVERY = 64
 
 
 def launch_metadata_fn(grid, metadata, args):
@@ -61,18 +63,6 @@ class _Chained:
         data = dict(self.user(grid, metadata, args) or {})
         data.update(launch_metadata_fn(grid, metadata, args))
         return data
-
-
-class _Slice:
-    """What Triton's launcher receives from the profile allocator (it calls ``data_ptr()``)."""
-
-    __slots__ = ("ptr", )
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-
-    def data_ptr(self) -> int:
-        return self.ptr
 
 
 class _Chunk:
@@ -142,7 +132,9 @@ class Collector:
         self._contexts: dict[int, object] = {}
 
     # -- called by Triton ----------------------------------------------------------------------
-    def allocate(self, size: int, alignment: int, stream) -> _Slice:
+    def allocate(self, size: int, alignment: int, stream) -> int:
+        """The device address of this launch's slice.  An int, not an object with
+        ``data_ptr()``: Triton's launcher takes it as is, with no ``cuPointerGetAttribute``."""
         stream = int(stream or 0)
         if cuda_api.stream_is_capturing(stream):
             raise RuntimeError(
@@ -177,7 +169,7 @@ class Collector:
             chunk.inflight += 1
             chunk.last_ns = now
         self._tls.item = (chunk, offset, size, idle)
-        return _Slice(chunk.buf.ptr + offset)
+        return chunk.buf.ptr + offset
 
     def on_launch_enter(self, launch_metadata) -> None:
         return None
@@ -258,6 +250,9 @@ class Collector:
                 host_buf = self.pinned_pool.take(chunk.used)  # waits while the disk is behind
                 cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, chunk.used, chunk.stream)
                 self.copies += 1
+            # cleared on the same stream, so the chunk is ready for reuse once the event is
+            # reached: the drain thread then only waits (fewer GIL hand-overs in a burst)
+            cuda_api.memset_d8_async(chunk.buf.ptr, 0, chunk.used, chunk.stream)
             event = self._event()
             cuda_api.event_record(event, chunk.stream)
         except cuda_api.CudaError as e:  # an earlier kernel faulted; the user sees it from their next call
@@ -316,50 +311,37 @@ class Collector:
 
     # -- drain thread --------------------------------------------------------------------------
     def _drain(self) -> None:
-        streams: dict[int, int] = {}  # device -> this thread's stream for clearing buffers
         current = None  # device whose context this thread has current
-        try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                if isinstance(item, tuple):
-                    self.writer.kernel(item[1])
-                    continue
-                chunk = item.chunk
-                if self.failed:  # the context is gone; the copy may still have run before the fault
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, tuple):
+                self.writer.kernel(item[1])
+                continue
+            chunk = item.chunk
+            if self.failed:  # the context is gone; the copy may still have run before the fault
+                self._salvage(chunk, item.host_buf)
+            else:
+                try:
+                    if chunk.device != current:
+                        cuda_api.set_context(self._contexts[chunk.device])
+                        current = chunk.device
+                    cuda_api.event_synchronize(item.event)
+                    # copied and cleared: back to the pool before the (slower) disk write
+                    self.device_pool.give(chunk.buf)
+                    if item.host_buf is not None:
+                        self._write(chunk, item.host_buf)
+                except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
+                    self._failed(e)
                     self._salvage(chunk, item.host_buf)
-                else:
-                    try:
-                        if chunk.device != current:
-                            cuda_api.set_context(self._contexts[chunk.device])
-                            current = chunk.device
-                            if chunk.device not in streams:
-                                streams[chunk.device] = cuda_api.stream_create()
-                        cuda_api.event_synchronize(item.event)
-                        # the chunk is free once its copy is done: clear it and hand it back
-                        # before the (slower) disk write, so launches meanwhile reuse it
-                        cuda_api.memset_d8_async(chunk.buf.ptr, 0, chunk.used, streams[chunk.device])
-                        cuda_api.stream_synchronize(streams[chunk.device])
-                        self.device_pool.give(chunk.buf)
-                        if item.host_buf is not None:
-                            self._write(chunk, item.host_buf)
-                    except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
-                        self._failed(e)
-                        self._salvage(chunk, item.host_buf)
-                if item.host_buf is not None:
-                    cuda_api.host_memset(item.host_buf.ptr, 0, chunk.used)  # zero again for the next copy
-                    self.pinned_pool.give(item.host_buf)
-                if not self.failed:
-                    with self._events_lock:
-                        self._events.append(item.event)
-        finally:
+            if item.host_buf is not None:
+                item.host_buf.size = chunk.used
+                item.host_buf.view()[:] = 0  # zero again for the next copy (see _salvage)
+                self.pinned_pool.give(item.host_buf)
             if not self.failed:
-                for stream in streams.values():
-                    try:
-                        cuda_api.stream_destroy(stream)
-                    except cuda_api.CudaError:
-                        pass
+                with self._events_lock:
+                    self._events.append(item.event)
 
     def _salvage(self, chunk: _Chunk, host_buf: HostBuffer | None) -> None:
         """After a fault no event says whether this chunk's copy ran before it.  Pinned buffers
@@ -428,12 +410,34 @@ class Collector:
         self.pinned_pool.release_all()
 
 
+_trial_codes: frozenset | None = None
+
+
+def _autotuner_trial_codes() -> frozenset:
+    """The code of Triton's ``Autotuner._bench`` and the functions nested in it (its
+    ``kernel_call``): a launch with one of them on the stack is a timing trial."""
+    module = sys.modules.get("triton.runtime.autotuner")
+    code = getattr(getattr(getattr(module, "Autotuner", None), "_bench", None), "__code__", None)
+    if code is None:
+        return frozenset()
+    return frozenset([code, *(c for c in code.co_consts if isinstance(c, types.CodeType))])
+
+
 def _in_autotuner_benchmark() -> bool:
     """True while Triton's autotuner times its candidate configs (their launches are trials)."""
-    import sys
-    if "triton.runtime.autotuner" not in sys.modules:
+    global _trial_codes
+    if _trial_codes is None:
+        if "triton.runtime.autotuner" not in sys.modules:
+            return False
+        _trial_codes = _autotuner_trial_codes()
+    if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook)
+        frame, depth = sys._getframe(2), 0
+        while frame is not None and depth < 12:
+            if frame.f_code in _trial_codes:
+                return True
+            frame, depth = frame.f_back, depth + 1
         return False
-    frame, depth = sys._getframe(2), 0
+    frame, depth = sys._getframe(2), 0  # a Triton without Autotuner._bench: go by names
     while frame is not None and depth < 16:
         depth += 1
         code = frame.f_code

@@ -10,7 +10,7 @@ hook reduced to nothing (what Triton itself adds once hooks are installed).  Wit
 ``--profile``, the time inside our two hooks and a cProfile of steady-state launches.
 
 A last session with ``copy_every=1`` (a copy after every launch) shows what batching saves;
-``--calls`` times the driver queries made on every launch, through cuda-python and ctypes.
+``--calls`` times the driver queries made on every launch.
 
 Usage: python tests/benchmarks/host_overhead.py [--launches 2000] [--profile] [--calls] [--json FILE]
 """
@@ -133,14 +133,14 @@ def burst_with_idle_hooks(session, launch, n: int) -> float:
 
 
 def driver_call_us(n: int = 20000) -> dict:
-    """Host µs of the driver queries on the launch path, through cuda-python and through ctypes."""
+    """Host µs of the driver queries on the launch path (capture check: Triton's C query where
+    this Triton has one, else cuda-python; device: cuda-python), and alternatives."""
     from proton_lite.runtime import cuda_api
     stream = torch.cuda.current_stream().cuda_stream
     calls = {
-        "is_capturing_ctypes": lambda: cuda_api.stream_is_capturing(stream),
+        "is_capturing_in_use": lambda: cuda_api.stream_is_capturing(stream),
         "is_capturing_cuda_python": lambda: cuda_api.stream_is_capturing_cuda_python(stream),
-        "current_device_ctypes": cuda_api.current_device,
-        "current_device_cuda_python": cuda_api.current_device_cuda_python,
+        "current_device_cuda_python": cuda_api.current_device,
         "torch_current_device": torch.cuda.current_device,
     }
     out = {}
@@ -165,7 +165,7 @@ def session_bursts(launch, n: int, bursts: int, **options) -> tuple[list, object
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=2000, help="launches per burst")
-    ap.add_argument("--bursts", type=int, default=5)
+    ap.add_argument("--bursts", type=int, default=5, help="rounds of plain burst / session bursts")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--calls", action="store_true", help="also time the driver queries of the launch path")
@@ -177,12 +177,20 @@ def main() -> None:
         small[(1, )](x, o, BLOCK=1024)
 
     launch()
-    plain = [burst_us(launch, a.launches) for _ in range(a.bursts)]
+    # plain bursts and session bursts interleaved, round by round, so that drifts of the
+    # machine (clocks, other load) fall on both; each round: plain, then a fresh session's
+    # first burst (pools grow) and a steady one
+    plain, firsts, steadies = [], [], []
+    for _ in range(a.bursts):
+        plain.append(burst_us(launch, a.launches))
+        times, _res = session_bursts(launch, a.launches, 2)
+        firsts.append(times[0])
+        steadies.append(times[1])
     tmp = tempfile.mkdtemp()
     with proton_lite.start(os.path.join(tmp, "host"), quiet=True, decode=False, calibrate=False) as s:
         launch()  # compile the instrumented kernel outside the timed bursts
         torch.cuda.synchronize()
-        bursts = [burst_us(launch, a.launches) for _ in range(a.bursts)]
+        bursts = [burst_us(launch, a.launches) for _ in range(3)]
         inside = time_inside_hooks(s, launch, a.launches) if a.profile else {}
         # the first held burst grows the pools to a whole burst in flight; the second is timed
         held = [burst_with_drain_held(s, launch, a.launches) for _ in range(2)][-1]
@@ -203,8 +211,10 @@ def main() -> None:
     res = s.result
     out = {
         "device": torch.cuda.get_device_name(), "triton": triton.__version__, "launches_per_burst": a.launches,
-        "plain_us": statistics.median(plain), "first_burst_us": bursts[0],
-        "steady_us": statistics.median(bursts[1:]), "bursts_us": bursts, "plain_bursts_us": plain,
+        "plain_us": statistics.median(plain), "first_burst_us": statistics.median(firsts),
+        "steady_us": statistics.median(steadies), "plain_bursts_us": plain, "first_bursts_us": firsts,
+        "steady_bursts_us": steadies, "one_session_bursts_us": bursts,
+        "added_steady_per_round_us": [st - p for st, p in zip(steadies, plain)],
         "saved_launches": res.launches, "errors": res.errors, "inside_hooks_us": inside,
         "drain_held_us": held, "idle_hooks_us": idle,
     }
@@ -213,16 +223,17 @@ def main() -> None:
     out["copy_every_1_saved"] = res1.launches
     if a.calls:
         out["driver_calls_us"] = driver_call_us()
-    out["added_first_us"] = out["first_burst_us"] - out["plain_us"]
-    out["added_steady_us"] = out["steady_us"] - out["plain_us"]
+    out["added_first_us"] = statistics.median(f - p for f, p in zip(firsts, plain))
+    out["added_steady_us"] = statistics.median(out["added_steady_per_round_us"])
     if prof_text:
         print(prof_text)
         if a.json:
             with open(a.json + ".prof.txt", "w") as f:
                 f.write(prof_text)
     print(json.dumps(out, indent=1))
-    print(f"host µs per launch: plain {out['plain_us']:.1f}, session first burst {out['first_burst_us']:.1f} "
-          f"(+{out['added_first_us']:.1f}), steady {out['steady_us']:.1f} (+{out['added_steady_us']:.1f}), "
+    print(f"host µs per launch (medians of {a.bursts} interleaved rounds): plain {out['plain_us']:.1f}, session "
+          f"first burst {out['first_burst_us']:.1f} (+{out['added_first_us']:.1f}), steady {out['steady_us']:.1f} "
+          f"(+{out['added_steady_us']:.1f}); in one long session: "
           f"drain thread held {held:.1f}, our hooks idle (Triton's own share) {idle:.1f}, "
           f"copy_every=1 steady {out['copy_every_1_steady_us']:.1f}")
     if inside:
