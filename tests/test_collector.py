@@ -169,27 +169,30 @@ def test_copies_that_finished_before_a_fault_are_kept_though_no_event_can_say_so
 
 
 def test_a_chunk_is_not_copied_while_another_thread_still_has_to_launch_into_it(tmp_path, sim):
-    """Two threads on one stream: thread A takes its slice, then thread B launches and fills
-    the chunk's quota.  The copy must wait for A's kernel, or A's records would be zeros."""
-    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=1, idle_ns=10**12)
+    """Two threads on one stream: thread A takes its slice, then thread B launches twice and
+    its second launch finds the chunk full.  The chunk's copy must wait for A's kernel, or
+    A's records would be zeros."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=2, idle_ns=10**12)
     got_slice, go_on = threading.Event(), threading.Event()
 
     def thread_a():
-        buf = col.allocate(SCRATCH * 4, 16, 5)
+        ptr = col.allocate(SCRATCH * 4, 16, 5)
         got_slice.set()
         go_on.wait(5)
-        sim.kernel(5, buf, b"\xaa" * 8)
+        sim.kernel(5, ptr, b"\xaa" * 8)
         col.on_launch_exit(_LaunchMetadata((4, 1, 1), _Meta()))
 
     a = threading.Thread(target=thread_a)
     a.start()
     assert got_slice.wait(5)
-    launch(col, sim, stream=5, payload=b"\xbb" * 8)  # thread B: fills the quota of one launch
+    launch(col, sim, stream=5, payload=b"\xbb" * 8)  # thread B: the chunk's second slice
+    launch(col, sim, stream=5, payload=b"\xcc" * 8)  # no room left: the chunk is closed
     assert sim.calls.get("memcpy_dtoh_async", 0) == 0  # A's kernel is not enqueued yet
     go_on.set()
     a.join(5)
+    assert sim.calls.get("memcpy_dtoh_async", 0) == 1  # A's exit hook sealed it
     cap = finish(col, tmp_path)
-    assert sorted(bytes(ln.buffer[:8]) for ln in cap.launches) == [b"\xaa" * 8, b"\xbb" * 8]
+    assert sorted(bytes(ln.buffer[:8]) for ln in cap.launches) == [b"\xaa" * 8, b"\xbb" * 8, b"\xcc" * 8]
 
 
 def test_a_launch_that_never_reached_its_exit_hook_does_not_hold_its_chunk(tmp_path, sim):

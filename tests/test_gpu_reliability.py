@@ -88,11 +88,13 @@ def test_a_fault_right_after_a_burst_loses_only_what_it_reports(tmp_path, copy_e
 
         x = torch.rand(4096, device="cuda"); out = torch.empty_like(x)
         s = proton_lite.start("burst", quiet=True, formats=(), copy_every={copy_every})
-        scribble[(1,)](x, 0); K.vector_add[(4,)](x, x, out, 4096, BLOCK=1024)  # compiled before the burst
+        # compiled before the burst, with an offset of the same specialization (i32, multiple
+        # of 16) as the faulting one, so that no compile pause separates it from the burst
+        scribble[(1,)](x, 16); K.vector_add[(4,)](x, x, out, 4096, BLOCK=1024)
         torch.cuda.synchronize()
         for _ in range(10):
             K.vector_add[(4,)](x, x, out, 4096, BLOCK=1024)
-        scribble[(1,)](x, 1 << 40)
+        scribble[(1,)](x, (1 << 31) - 1024)  # 8 GiB past x
         try:
             torch.cuda.synchronize()
         except Exception as e:

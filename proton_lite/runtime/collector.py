@@ -68,10 +68,10 @@ class _Chained:
 class _Chunk:
     """A device buffer that the launches of one (device, stream) fill in order."""
 
-    __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed", "last_ns",
+    __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed",
                  "skipped_bytes")
 
-    def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, now_ns: int) -> None:
+    def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int) -> None:
         self.buf, self.device, self.stream = buf, device, stream
         self.limit = limit  # bytes of slices it takes (its copy-back must fit the pinned limit)
         self.used = 0
@@ -79,7 +79,6 @@ class _Chunk:
         self.inflight = 0  # slices handed out whose launch has not reached its exit hook
         self.closed = False  # takes no more slices; sealed once ``inflight`` is 0
         self.sealed = False
-        self.last_ns = now_ns  # when the last slice was handed out
         self.skipped_bytes = 0  # bytes of slices whose launches are not saved
 
 
@@ -116,7 +115,8 @@ class Collector:
         self._first_lost: int | None = None
         self._open: dict[tuple[int, int], _Chunk] = {}
         self._last_slice_ns: dict[tuple[int, int], int] = {}
-        self._kernels: dict[str, int] = {}
+        self._kernels: dict[int, tuple] = {}  # id(metadata) -> (metadata, _kernel() result)
+        self._kernel_ids: dict[str, int] = {}  # kernel hash -> id in the raw file
         self._launch_index = 0
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="proton_lite-drain", daemon=True)
@@ -163,11 +163,10 @@ class Collector:
                     self._close(chunk)  # copied before this launch runs
                     chunk = None
             if chunk is None:
-                chunk = self._new_chunk(key, size, stream, now)
+                chunk = self._new_chunk(key, size, stream)
                 offset = 0
             chunk.used = offset + size
             chunk.inflight += 1
-            chunk.last_ns = now
         self._tls.item = (chunk, offset, size, idle)
         return chunk.buf.ptr + offset
 
@@ -175,28 +174,27 @@ class Collector:
         return None
 
     def on_launch_exit(self, launch_metadata) -> None:
-        item = getattr(self._tls, "item", None)
+        tls = self._tls
+        item = getattr(tls, "item", None)
         if item is None:
             return  # not an instrumented launch
-        self._tls.item = None
+        tls.item = None
         chunk, offset, size, idle = item
-        row = None
         info = launch_metadata.get().get(_LAUNCH_INFO_KEY) if launch_metadata is not None else None
-        entry = getattr(info[1], "proton_lite", None) if info is not None else None
-        trial = entry is not None and self.skip_autotune and _in_autotuner_benchmark()
-        if entry is not None and not trial:
-            grid, metadata = info
-            kernel_id = self._kernel_id(metadata, entry)
-            gx, gy, gz = (int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
-            num_ctas = gx * gy * gz * int(getattr(metadata, "num_ctas", 1))
-            row = [kernel_id, chunk.device, 0, (gx, gy, gz), num_ctas, chunk.stream, time.time_ns(), offset,
-                   num_ctas * int(metadata.profile_scratch_size)]
+        kernel = self._kernel(info[1]) if info is not None else None
+        trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
+        if kernel is not None and not trial:
+            kernel_id, ctas_per_block, scratch = kernel
+            grid = info[0]
+            gx, gy, gz = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
+            num_ctas = gx * gy * gz * ctas_per_block
+            now_ns = time.time_ns()
         with self._lock:
-            if row is not None:
-                row[2] = self._launch_index
+            if kernel is not None and not trial:
+                chunk.launches.append((kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas,
+                                       chunk.stream, now_ns, offset, num_ctas * scratch))
                 self._launch_index += 1
                 self.launches += 1
-                chunk.launches.append(tuple(row))
             else:  # its slice is cleared and reused with the chunk; never copied
                 chunk.skipped_bytes += size
                 if info is None:
@@ -208,9 +206,10 @@ class Collector:
             self._slice_done(chunk)
 
     # -- chunks (called with self._lock held) ---------------------------------------------------
-    def _new_chunk(self, key: tuple[int, int], size: int, stream: int, now: int) -> _Chunk:
+    def _new_chunk(self, key: tuple[int, int], size: int, stream: int) -> _Chunk:
         device = key[0]
-        limit = max(size, self.chunk_bytes)
+        # room for copy_every launches like this one (small launches: small chunks), at most chunk_bytes
+        limit = max(size, min(self.chunk_bytes, -(-size // SLICE_ALIGN) * SLICE_ALIGN * self.copy_every))
         try:
             buf = self.device_pool.take(limit, device, stream)  # zeroed
         except ProfileBufferOOM:
@@ -218,7 +217,7 @@ class Collector:
                 raise
             limit = size  # a chunk just for this launch may still fit
             buf = self.device_pool.take(size, device, stream)
-        chunk = _Chunk(buf, limit, device, stream, now)
+        chunk = _Chunk(buf, limit, device, stream)
         self._open[key] = chunk
         return chunk
 
@@ -286,22 +285,28 @@ class Collector:
                 "the GPU when it failed and were not saved (copy_every=1 copies each launch right after it)")
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _kernel_id(self, metadata, entry: dict) -> int:
-        key = metadata.hash
-        kid = self._kernels.get(key)
-        if kid is not None:
-            return kid
+    def _kernel(self, metadata) -> tuple[int, int, int] | None:
+        """(kernel id in this session, CTAs per grid point, profile bytes per CTA), or None for
+        a kernel without instrumentation.  Registered once per compiled kernel."""
+        known = self._kernels.get(id(metadata))
+        if known is not None and known[0] is metadata:
+            return known[1]
+        entry = getattr(metadata, "proton_lite", None)
+        if entry is None:
+            return None
         with self._lock:
-            kid = self._kernels.get(key)
+            kid = self._kernel_ids.get(metadata.hash)
             if kid is None:
-                kid = len(self._kernels)
-                self._kernels[key] = kid
+                kid = len(self._kernel_ids)
+                self._kernel_ids[metadata.hash] = kid
                 self._queue.put(("kernel", {  # queued before any chunk that holds one of its launches
-                    "id": kid, "name": metadata.name, "hash": key, "num_warps": metadata.num_warps,
+                    "id": kid, "name": metadata.name, "hash": metadata.hash, "num_warps": metadata.num_warps,
                     "num_ctas": getattr(metadata, "num_ctas", 1), "shared": metadata.shared,
                     "profile_scratch_size": metadata.profile_scratch_size, "proton_lite": entry,
                 }))
-        return kid
+            kernel = (kid, int(getattr(metadata, "num_ctas", 1)), int(metadata.profile_scratch_size))
+            self._kernels[id(metadata)] = (metadata, kernel)  # holds metadata: its id stays unique
+        return kernel
 
     def _event(self):
         with self._events_lock:
@@ -410,7 +415,7 @@ class Collector:
         self.pinned_pool.release_all()
 
 
-_trial_codes: frozenset | None = None
+_trial_codes: frozenset | None = None  # id() of code objects: hashing a code object hashes its contents
 
 
 def _autotuner_trial_codes() -> frozenset:
@@ -420,7 +425,7 @@ def _autotuner_trial_codes() -> frozenset:
     code = getattr(getattr(getattr(module, "Autotuner", None), "_bench", None), "__code__", None)
     if code is None:
         return frozenset()
-    return frozenset([code, *(c for c in code.co_consts if isinstance(c, types.CodeType))])
+    return frozenset(id(c) for c in (code, *code.co_consts) if isinstance(c, types.CodeType))
 
 
 def _in_autotuner_benchmark() -> bool:
@@ -433,7 +438,7 @@ def _in_autotuner_benchmark() -> bool:
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook)
         frame, depth = sys._getframe(2), 0
         while frame is not None and depth < 12:
-            if frame.f_code in _trial_codes:
+            if id(frame.f_code) in _trial_codes:
                 return True
             frame, depth = frame.f_back, depth + 1
         return False
