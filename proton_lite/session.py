@@ -21,6 +21,7 @@ from proton_lite.raw_format import RawWriter
 
 MODES = ("instrumentation",)
 FORMATS = ("perfetto", "chrome")
+SIZINGS = ("code", "exact")
 _active: "Session | None" = None
 _lock = threading.Lock()
 
@@ -34,6 +35,10 @@ class SessionOptions:
     granularity: "warp" (default), "warpgroup" or "cta": which threads record.
     kernels: names (fnmatch patterns) of the kernels to instrument; None = all.
     capacity: records per recording unit; None = sized from the code (see docs/design.md).
+    sizing: "code" (default): buffers sized from the code, loops with run-time trip counts
+        get loop_capacity; "exact": a launch whose records did not fit runs again with a
+        buffer sized from its counts (the kernel runs twice then: only for kernels whose
+        outputs do not depend on their previous contents; see runtime/exact.py).
     loop_capacity: records per unit for kernels with scopes inside loops when capacity is None.
     buffer_mode: "clamp" keeps the first records when full, "circular" the newest.
     host_buffer_mb: pinned host memory in flight before launches wait for the disk.
@@ -53,6 +58,7 @@ class SessionOptions:
     granularity: str = "warp"
     kernels: tuple[str, ...] | None = None
     capacity: int | None = None
+    sizing: str = "code"
     loop_capacity: int = 256
     buffer_mode: str = "clamp"
     host_buffer_mb: int = 256
@@ -73,6 +79,11 @@ class SessionOptions:
             object.__setattr__(self, "kernels", kernels)
         if self.host_buffer_mb < 1:
             raise ValueError("proton_lite: host_buffer_mb must be at least 1")
+        if self.sizing not in SIZINGS:
+            raise ValueError(f"proton_lite: unknown sizing {self.sizing!r}; valid: {', '.join(SIZINGS)}")
+        if self.sizing == "exact" and self.capacity is not None:
+            raise ValueError("proton_lite: sizing='exact' sizes the buffers itself; leave capacity unset (or use "
+                             "sizing='code' with your capacity)")
         if not isinstance(self.copy_every, int) or isinstance(self.copy_every, bool) or self.copy_every < 1:
             raise ValueError(f"proton_lite: copy_every must be a whole number of launches >= 1 (got "
                              f"{self.copy_every!r}); 1 copies each launch back right after it")
@@ -144,8 +155,12 @@ class Session:
         }
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
         self._writer = RawWriter(self.raw_path, session_info)
+        resizer = None
+        if self.options.sizing == "exact":
+            from proton_lite.runtime.exact import Resizer
+            resizer = Resizer(self.options.instrument_config())
         self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune,
-                                    self.options.copy_every)
+                                    self.options.copy_every, resizer=resizer)
         self._saved_mode = knobs.compilation.instrumentation_mode
         knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
         stage_hook.install()
@@ -201,6 +216,7 @@ class Session:
         self._writer.end({"launches": user_launches, "calibration_launches": collector.launches - user_launches,
                           "unattributed": collector.unattributed,
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
+                          "exact_reruns": collector.resizer.reruns if collector.resizer else 0,
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
@@ -243,6 +259,9 @@ def _summary_line(result: SessionResult, collector) -> str:
         parts.append(f"{result.unmatched:,} unmatched")
     if collector.skipped_autotune:
         parts.append(f"{collector.skipped_autotune} autotuner trial launches skipped")
+    reruns = collector.resizer.reruns if getattr(collector, "resizer", None) else 0
+    if reruns:
+        parts.append(f"{reruns} launch{'es' if reruns != 1 else ''} run again with a larger buffer (sizing='exact')")
     if collector.unattributed:
         parts.append(f"{collector.unattributed} launches not attributable (not saved)")
     line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)

@@ -18,7 +18,7 @@ from proton_lite.runtime import cuda_api
 
 _FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async",
               "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
-              "stream_is_capturing", "current_device",
+              "stream_is_capturing", "stream_synchronize", "memcpy_dtoh", "current_device",
               "current_context", "set_context")
 
 
@@ -118,6 +118,12 @@ class SimDriver:
             mem, off = self._resolve(src_device, size)
             ctypes.memmove(dst_host, bytes(mem[off:off + size]), size)
         self._enqueue(stream, op)
+
+    def memcpy_dtoh(self, dst, src_device: int) -> None:
+        """Synchronous copy into a numpy array (the caller has synchronized the stream)."""
+        with self._lock:
+            mem, off = self._resolve(src_device, dst.nbytes)
+            dst.view("u1").reshape(-1)[:] = memoryview(mem)[off:off + dst.nbytes]
 
     def kernel(self, stream: int, ptr: int, data: bytes) -> "KernelRun":
         """Enqueue a kernel that writes ``data`` at ``ptr`` (a fault if it is the chosen one)."""

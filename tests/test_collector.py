@@ -15,9 +15,10 @@ import time
 import numpy as np
 import pytest
 
+from proton_lite.layout import CTA_HEADER_BYTES, UNIT_HEADER_BYTES, BufferLayout
 from proton_lite.raw_format import RawWriter, read_raw
 from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
-from proton_lite.runtime.collector import Collector, launch_metadata_fn
+from proton_lite.runtime.collector import Collector, LaunchInfo
 from sim_driver import SimDriver
 
 SCRATCH = 256  # profile bytes per CTA
@@ -29,17 +30,22 @@ class _Meta:
     def __init__(self, name: str = "k", scratch: int = SCRATCH) -> None:
         self.name, self.hash, self.num_warps, self.num_ctas, self.shared = name, "hash-" + name, 4, 1, 0
         self.profile_scratch_size = scratch
-        self.proton_lite = {"scopes": ["a"], "layout": {}}
+        # one CTA-wide unit: 32 + 24 + 8 * capacity bytes per CTA
+        layout = BufferLayout("cta", 4, (scratch - CTA_HEADER_BYTES - UNIT_HEADER_BYTES) // 8, "global")
+        assert layout.stride == scratch
+        self.proton_lite = {"scopes": ["a"], "layout": layout.to_json()}
 
 
 class _LaunchMetadata:
     """Stands for Triton's LazyDict: ``get()`` evaluates the attached launch-metadata function."""
 
-    def __init__(self, grid, meta, attributed: bool = True) -> None:
-        self.grid, self.meta, self.attributed = grid, meta, attributed
+    def __init__(self, grid, meta, attributed: bool = True, jit_fn=None, args=None) -> None:
+        self.grid, self.meta, self.attributed, self.jit_fn, self.args = grid, meta, attributed, jit_fn, args or {}
 
     def get(self):
-        return launch_metadata_fn(self.grid, self.meta, {}) if self.attributed else {"name": self.meta.name}
+        if not self.attributed:
+            return {"name": self.meta.name}
+        return LaunchInfo(self.jit_fn)(self.grid, self.meta, self.args)
 
 
 @pytest.fixture
@@ -345,3 +351,76 @@ def test_autotuner_trials_are_recognised_from_triton_s_own_autotuner_code():
     tuner._bench(config=Config({}))  # a timing trial
     JitFunction().run()  # the launch the user makes afterwards
     assert seen == [True, False]
+
+
+def _cta_unit_counts(counts) -> bytes:
+    """CTA blocks (one CTA-wide unit each) holding only the unit ``count`` fields."""
+    out = b""
+    for count in counts:
+        out += bytes(CTA_HEADER_BYTES) + count.to_bytes(4, "little") + bytes(UNIT_HEADER_BYTES - 4)
+    return out
+
+
+def test_exact_sizing_runs_a_launch_again_with_a_buffer_from_its_counts(tmp_path, sim, monkeypatch):
+    """sizing="exact": the exit hook reads the counts; a launch whose records did not fit is
+    discarded and the kernel launched again, compiled with a capacity that holds them."""
+    from triton import knobs
+
+    from proton_lite.passes.config import InstrumentConfig
+    from proton_lite.runtime.exact import Resizer
+    config = InstrumentConfig(granularity="cta", loop_capacity=4)
+    monkeypatch.setattr(knobs.compilation, "instrumentation_mode", config.to_mode())
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, resizer=Resizer(config))
+    relaunches = []
+
+    class JitFunction:  # kernel[grid](**args, **options), compiled under the session's mode now
+        def __getitem__(self, grid):
+            def run(**kwargs):
+                relaunches.append((grid, kwargs))
+                capacity = InstrumentConfig.from_mode(knobs.compilation.instrumentation_mode).loop_capacity
+                meta = _Meta(scratch=CTA_HEADER_BYTES + UNIT_HEADER_BYTES + 8 * capacity)
+                ptr = col.allocate(meta.profile_scratch_size * 2, 16, 1)
+                sim.kernel(1, ptr, _cta_unit_counts([11, 3]))
+                col.on_launch_exit(_LaunchMetadata(grid, meta, jit_fn=self, args={"n": 11}))
+            return run
+
+    jit = JitFunction()
+    small = _Meta(scratch=CTA_HEADER_BYTES + UNIT_HEADER_BYTES + 8 * 4)  # 4 records per unit
+    ptr = col.allocate(small.profile_scratch_size * 2, 16, 1)
+    sim.kernel(1, ptr, _cta_unit_counts([11, 3]))  # CTA 0 tried 11 records: 7 did not fit
+    col.on_launch_exit(_LaunchMetadata((2, 1, 1), small, jit_fn=jit, args={"n": 11}))
+    ptr = col.allocate(small.profile_scratch_size * 2, 16, 1)  # a launch that fits: kept as it is
+    sim.kernel(1, ptr, _cta_unit_counts([2, 3]))
+    col.on_launch_exit(_LaunchMetadata((2, 1, 1), small, jit_fn=jit, args={"n": 2}))
+    cap = finish(col, tmp_path)
+    assert relaunches == [((2, 1, 1), {"n": 11, "num_warps": 4, "num_ctas": 1})]
+    assert col.resizer.reruns == 1 and col.resizer.loop_capacity == 16
+    assert InstrumentConfig.from_mode(knobs.compilation.instrumentation_mode).loop_capacity == 16  # kept
+    # saved: the second run (16 records per unit) and the launch that fit; not the first run
+    sizes = sorted(len(ln.buffer) // 2 for ln in cap.launches)
+    assert sizes == [small.profile_scratch_size, CTA_HEADER_BYTES + UNIT_HEADER_BYTES + 8 * 16]
+
+
+def test_exact_sizing_helpers():
+    from proton_lite.runtime.exact import capacity_for, max_unit_count
+    layout = BufferLayout("warp", 4, 2, "shared")  # 4 units of 2 records
+    blocks = bytearray(layout.stride * 3)
+    for cta, unit, count in ((0, 3, 5), (2, 1, 9), (1, 0, 1)):
+        at = cta * layout.stride + CTA_HEADER_BYTES + unit * layout.unit_bytes
+        blocks[at:at + 4] = count.to_bytes(4, "little")
+    assert max_unit_count(np.frombuffer(bytes(blocks), np.uint8), layout, 3) == 9
+    assert [capacity_for(n) for n in (1, 2, 3, 9, 256, 257)] == [1, 2, 4, 16, 256, 512]
+
+
+def test_a_rerun_repeats_the_compile_options_the_user_chose():
+    """relaunch_options reads them from a real compiled kernel's metadata (sm_90, no GPU)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import kernels as K
+    from proton_lite.runtime.exact import relaunch_options
+    src = ASTSource(K.vector_add, {**K.signature(K.vector_add), "BLOCK": "constexpr"}, {"BLOCK": 1024})
+    chosen = dict(num_warps=8, num_stages=2, enable_fp_fusion=False, maxnreg=128)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=chosen)
+    assert relaunch_options(compiled.metadata).items() >= chosen.items()

@@ -114,6 +114,42 @@ def test_a_fault_right_after_a_burst_loses_only_what_it_reports(tmp_path, copy_e
         assert int(lost) > 1 and "were still on the GPU" in errors and "copy_every=1" in errors
 
 
+@triton.jit
+def loop_out_of_place(x_ptr, o_ptr, n_iter, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for i in range(n_iter):  # trip count from a launch argument: loop_capacity (256) by default
+        pl.enter_scope("step")
+        acc = acc * 1.0001 + 1.0
+        pl.exit_scope("step")
+    tl.store(o_ptr + offs, acc)
+
+
+def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path):
+    x = torch.rand(7 * 128, device="cuda")
+    iters = (300, 300, 40)  # 600, 600 and 80 records per warp
+    plain = []
+    for n in iters:
+        o = torch.empty_like(x)
+        loop_out_of_place[(7, )](x, o, n, BLOCK=128)
+        plain.append(o)
+    outs = []
+    with proton_lite.start(str(tmp_path / "exact"), quiet=True, sizing="exact", formats=()) as s:
+        for n in iters:
+            o = torch.full_like(x, -1.0)
+            loop_out_of_place[(7, )](x, o, n, BLOCK=128)
+            outs.append(o)
+    torch.cuda.synchronize()
+    for o, p in zip(outs, plain):
+        assert torch.equal(o, p)  # the second run wrote the same outputs
+    cap = read_raw(s.result.raw_path)
+    prof = decode(cap)
+    assert s.result.dropped == 0 and prof.total_dropped == 0 and prof.total_unmatched == 0
+    assert prof.launches["records"].tolist() == [7 * 4 * 2 * n for n in iters]
+    assert cap.end["exact_reruns"] == 1  # the first launch only: the session kept the larger capacity
+    assert "run again with a larger buffer" in s.result.summary_line
+
+
 def test_exit_without_stop_still_writes_the_raw_capture(tmp_path):
     r = _child("""
         import torch, proton_lite, kernels as K

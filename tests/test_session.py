@@ -10,8 +10,12 @@ from synth import simple_capture
 
 
 def test_unknown_options_are_refused_with_the_valid_ones_listed():
-    with pytest.raises(TypeError, match=r"unknown option\(s\) loopcap, sizing; valid options: .*loop_capacity"):
-        SessionOptions.from_kwargs("s", {"loopcap": 3, "sizing": "exact"})
+    with pytest.raises(TypeError, match=r"unknown option\(s\) loopcap, sizes; valid options: .*loop_capacity"):
+        SessionOptions.from_kwargs("s", {"loopcap": 3, "sizes": "exact"})
+    with pytest.raises(ValueError, match=r"unknown sizing 'counted'; valid: code, exact"):
+        SessionOptions.from_kwargs("s", {"sizing": "counted"})
+    with pytest.raises(ValueError, match=r"sizing='exact' sizes the buffers itself; leave capacity unset"):
+        SessionOptions.from_kwargs("s", {"sizing": "exact", "capacity": 64})
     with pytest.raises(ValueError, match="granularity 'thread'.*warp, warpgroup, cta"):
         SessionOptions.from_kwargs("s", {"granularity": "thread"})
     with pytest.raises(ValueError, match="buffer_mode 'ring'"):

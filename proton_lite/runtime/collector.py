@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from proton_lite.layout import BufferLayout
 from proton_lite.raw_format import BATCH_ENTRY, RawWriter
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool, ProfileBufferOOM
@@ -48,20 +49,34 @@ SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks f
 DEFAULT_COPY_EVERY = 64
 
 
+class LaunchInfo:
+    """Attached as a JIT function's ``launch_metadata``: tells the exit hook what was launched
+    (grid, compiled kernel's metadata, arguments by name, and the JIT function itself, which
+    ``sizing="exact"`` needs to launch it again)."""
+
+    __slots__ = ("jit_fn", )
+
+    def __init__(self, jit_fn=None) -> None:
+        self.jit_fn = jit_fn
+
+    def __call__(self, grid, metadata, args):
+        return {_LAUNCH_INFO_KEY: (grid, metadata, args, self.jit_fn)}
+
+
 def launch_metadata_fn(grid, metadata, args):
-    """Attached as ``JITFunction.launch_metadata``: tells the exit hook what was launched."""
-    return {_LAUNCH_INFO_KEY: (grid, metadata)}
+    """``LaunchInfo`` of no particular JIT function (for tests and tools)."""
+    return {_LAUNCH_INFO_KEY: (grid, metadata, args, None)}
 
 
 class _Chained:
     """A user's own launch_metadata function followed by ours."""
 
-    def __init__(self, user) -> None:
-        self.user = user
+    def __init__(self, user, ours: LaunchInfo) -> None:
+        self.user, self.ours = user, ours
 
     def __call__(self, grid, metadata, args):
         data = dict(self.user(grid, metadata, args) or {})
-        data.update(launch_metadata_fn(grid, metadata, args))
+        data.update(self.ours(grid, metadata, args))
         return data
 
 
@@ -95,13 +110,14 @@ class Collector:
     """Owns buffers, hooks' per-launch work and the drain thread of one session."""
 
     def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
-                 copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS) -> None:
+                 copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS, resizer=None) -> None:
         self.writer = writer
         exact = os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") not in ("", "0")
         self.device_pool = DevicePool(exact=exact)
         self.pinned_pool = PinnedPool(host_limit_bytes)
         self.copy_every = copy_every
         self.idle_ns = idle_ns
+        self.resizer = resizer  # runtime.exact.Resizer when sizing="exact", else None
         # a chunk's copy needs as much pinned memory: a few chunks in flight fit the limit
         self.chunk_bytes = max(SLICE_ALIGN, min(CHUNK_BYTES, host_limit_bytes // 4))
         if exact:
@@ -183,27 +199,34 @@ class Collector:
         info = launch_metadata.get().get(_LAUNCH_INFO_KEY) if launch_metadata is not None else None
         kernel = self._kernel(info[1]) if info is not None else None
         trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
+        rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
         if kernel is not None and not trial:
-            kernel_id, ctas_per_block, scratch = kernel
+            kernel_id, ctas_per_block, scratch, layout = kernel
             grid = info[0]
             gx, gy, gz = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
             num_ctas = gx * gy * gz * ctas_per_block
             now_ns = time.time_ns()
+            if self.resizer is not None and not self.resizer.relaunching and info[3] is not None:
+                rerun = self.resizer.needed_capacity(chunk.buf.ptr + offset, chunk.stream, layout, num_ctas)
         with self._lock:
-            if kernel is not None and not trial:
+            if kernel is not None and not trial and rerun is None:
                 chunk.launches.append((kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas,
                                        chunk.stream, now_ns, offset, num_ctas * scratch))
                 self._launch_index += 1
                 self.launches += 1
             else:  # its slice is cleared and reused with the chunk; never copied
                 chunk.skipped_bytes += size
-                if info is None:
+                if rerun is not None:
+                    pass  # replaced by the run below
+                elif info is None:
                     self.unattributed += 1  # not safe to read without knowing the layout; counted
                 elif trial:
                     self.skipped_autotune += 1
             if not chunk.closed and (idle or len(chunk.launches) >= self.copy_every):
                 self._close(chunk)
             self._slice_done(chunk)
+        if rerun is not None:
+            self.resizer.relaunch(info[3], (gx, gy, gz), info[2], info[1], rerun)
 
     # -- chunks (called with self._lock held) ---------------------------------------------------
     def _new_chunk(self, key: tuple[int, int], size: int, stream: int) -> _Chunk:
@@ -285,9 +308,9 @@ class Collector:
                 "the GPU when it failed and were not saved (copy_every=1 copies each launch right after it)")
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _kernel(self, metadata) -> tuple[int, int, int] | None:
-        """(kernel id in this session, CTAs per grid point, profile bytes per CTA), or None for
-        a kernel without instrumentation.  Registered once per compiled kernel."""
+    def _kernel(self, metadata) -> tuple | None:
+        """(kernel id in this session, CTAs per grid point, profile bytes per CTA, layout), or
+        None for a kernel without instrumentation.  Registered once per compiled kernel."""
         known = self._kernels.get(id(metadata))
         if known is not None and known[0] is metadata:
             return known[1]
@@ -304,7 +327,8 @@ class Collector:
                     "num_ctas": getattr(metadata, "num_ctas", 1), "shared": metadata.shared,
                     "profile_scratch_size": metadata.profile_scratch_size, "proton_lite": entry,
                 }))
-            kernel = (kid, int(getattr(metadata, "num_ctas", 1)), int(metadata.profile_scratch_size))
+            kernel = (kid, int(getattr(metadata, "num_ctas", 1)), int(metadata.profile_scratch_size),
+                      BufferLayout.from_json(entry["layout"]))
             self._kernels[id(metadata)] = (metadata, kernel)  # holds metadata: its id stays unique
         return kernel
 
@@ -462,10 +486,11 @@ class LaunchMetadataAttacher:
     def attach(self, jit_fn) -> None:
         self._known.add(jit_fn)
         current = jit_fn.launch_metadata
-        if current is launch_metadata_fn or isinstance(current, _Chained):
+        if isinstance(current, (LaunchInfo, _Chained)):
             return
         self._originals[id(jit_fn)] = current
-        jit_fn.launch_metadata = launch_metadata_fn if current is None else _Chained(current)
+        ours = LaunchInfo(jit_fn)
+        jit_fn.launch_metadata = ours if current is None else _Chained(current, ours)
 
     def attach_known(self) -> None:
         for fn in list(self._known):

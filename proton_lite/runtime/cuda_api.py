@@ -111,6 +111,15 @@ def memcpy_dtoh_async(dst_host: int, src_device: int, size: int, stream: int) ->
     check(cu.cuMemcpyDtoHAsync(dst_host, src_device, size, cu.CUstream(stream)), "cuMemcpyDtoHAsync")
 
 
+def memcpy_dtoh(dst: np.ndarray, src_device: int) -> None:
+    """Synchronous copy of ``dst.nbytes`` bytes from the device into a numpy array."""
+    check(cu.cuMemcpyDtoH(dst.ctypes.data, src_device, dst.nbytes), "cuMemcpyDtoH")
+
+
+def stream_synchronize(stream: int) -> None:
+    check(cu.cuStreamSynchronize(cu.CUstream(stream)), "cuStreamSynchronize")
+
+
 def memcpy_htod(dst_device: int, src: np.ndarray) -> None:
     check(cu.cuMemcpyHtoD(dst_device, src.ctypes.data, src.nbytes), "cuMemcpyHtoD")
 
