@@ -86,7 +86,7 @@ def test_a_batch_whose_table_does_not_fit_is_refused_in_one_line(tmp_path, damag
         entries["buffer_bytes"] = len(la.buffer) + 1
     elif damage == "kernel":
         entries["kernel_id"] = 999
-    count = 1000 if damage == "count" else 1
+    count = len(la.buffer) // BATCH_ENTRY.itemsize + 2 if damage == "count" else 1  # a table longer than the chunk
     _write_raw_batch(cap, tmp_path / "x.plraw", BATCH_HEADER.pack(count, 0) + entries.tobytes(), bytes(la.buffer))
     with pytest.raises(RawFormatError, match=message) as e:
         read_raw(tmp_path / "x.plraw")

@@ -17,6 +17,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 CAPTURES = sorted(glob.glob(os.path.join(DATA, "*.plraw")))
 # intervals each recording unit has, from the kernels in tests/kernels.py, fidelity_kernels.py
 PER_UNIT = {"vector_add": 2, "softmax": 2, "matmul": 2, "loop_scopes": 37, "nested": 3, "helper_twice": 2,
+            "const_loop": 300,  # format version 2 (BATCH chunks), 2026-11-23; the others are version 1
             "fidelity_instant": 1}
 MAX_CYCLES_PER_NS = 1.98 * 1.01  # the H100's max SM clock, 1980 MHz, and 1% for the timer ticks
 
