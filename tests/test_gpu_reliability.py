@@ -3,6 +3,7 @@ CUDA graphs, autotuning.  See docs/reliability.md for what the user sees in each
 
 Cases that destroy the CUDA context (a kernel fault) run in a child process.
 """
+import json
 import os
 import subprocess
 import sys
@@ -207,6 +208,31 @@ def test_streams_and_threads_attribute_every_launch(tmp_path):
         assert by_stream[st.cuda_stream] == {4 * (i + 1)}  # each stream saw only its own grid
     assert (prof.launches["records"] == prof.launches["num_ctas"] * 4 * 4).all()
     assert len(np.unique(prof.launches["launch"])) == 3 * n_each
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs in one process (device kind "
+                    "nvidia-h200-x2); the single-GPU machines skip it")
+def test_two_gpus_in_one_process_keep_their_launches_apart(tmp_path):
+    runs = []
+    with proton_lite.start(str(tmp_path / "two"), quiet=True, formats=("chrome", ), calibrate=False) as s:
+        for device in (0, 1, 1, 0):
+            with torch.cuda.device(device):
+                x = torch.rand(4096 * (device + 1), device=f"cuda:{device}")
+                out = torch.empty_like(x)
+                K.vector_add[(4 * (device + 1), )](x, x, out, x.numel(), BLOCK=1024)
+                runs.append((x, out))
+    for device in (0, 1):
+        torch.cuda.synchronize(device)
+    for x, out in runs:
+        assert torch.equal(out, x + x)
+    prof = decode(read_raw(s.result.raw_path))
+    assert prof.launches["device"].tolist() == [0, 1, 1, 0]
+    assert prof.launches["grid_x"].tolist() == [4, 8, 8, 4]  # each launch's buffer came back from its own GPU
+    assert (prof.launches["records"] == prof.launches["num_ctas"] * 4 * 4).all() and prof.total_dropped == 0
+    doc = json.loads(open(s.result.trace_paths[0]).read())  # the trace names each launch's GPU
+    titles = {e["args"]["name"].rsplit(" SM ", 1)[0] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    # e.g. "#1 vector_add grid=(8,1,1) warps=4 GPU 1"
+    assert {(t.split()[0], t.split(" GPU ")[-1]) for t in titles} == {("#0", "0"), ("#1", "1"), ("#2", "1"), ("#3", "0")}
 
 
 def test_cuda_graph_capture_is_a_clear_error(tmp_path):

@@ -456,3 +456,20 @@ def test_nesting_check_finds_every_crossing():
             assert not crossing, (a, b)
         except ValueError:
             assert crossing, (a, b)
+
+
+@pytest.mark.parametrize("fmt, ext", [("perfetto", ".pftrace"), ("chrome", ".json")])
+def test_launches_of_two_gpus_name_their_device(tmp_path, fmt, ext):
+    """A session on two GPUs: each launch's track says which GPU ran it (one GPU: not said)."""
+    p = synthetic_profile()
+    p.launches["device"] = p.launches["launch"] % 2
+    write_trace(p, tmp_path / f"t{ext}", fmt)
+    if fmt == "perfetto":
+        _, packets, _ = _packets(tmp_path / "t.pftrace")
+        names = {k.track_descriptor.name for k in packets if k.HasField("track_descriptor")}
+        assert {"#1 attn grid=(2,2,1) warps=8 GPU 1", "#2 matmul grid=(3,1,1) warps=4 GPU 0"} <= names
+    else:
+        doc = json.loads((tmp_path / "t.json").read_text())
+        names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+        assert {"#1 attn grid=(2,2,1) warps=8 GPU 1 SM 3", "#2 matmul grid=(3,1,1) warps=4 GPU 0 SM 5"} <= names
+    assert_same_profile(p, load_trace(tmp_path / f"t{ext}"))  # the device survives the round trip

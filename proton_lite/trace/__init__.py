@@ -48,11 +48,17 @@ def load_trace(path: str | Path) -> Profile:
 # ---------------------------------------------------------------------------------------
 # Shared by the writers and the reader.
 
-def _launch_title(kernel: KernelInfo, launch) -> str:
-    """Track / process title of one launch, e.g. ``#3 matmul grid=(32,32,1) warps=8``."""
-    return (f"#{int(launch['launch'])} {kernel.name} "
-            f"grid=({int(launch['grid_x'])},{int(launch['grid_y'])},{int(launch['grid_z'])}) "
-            f"warps={kernel.num_warps}")
+def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
+    """Track / process title of one launch, e.g. ``#3 matmul grid=(32,32,1) warps=8``, and
+    ``... GPU 1`` when the capture holds launches of more than one device."""
+    title = (f"#{int(launch['launch'])} {kernel.name} "
+             f"grid=({int(launch['grid_x'])},{int(launch['grid_y'])},{int(launch['grid_z'])}) "
+             f"warps={kernel.num_warps}")
+    return title + f" GPU {int(launch['device'])}" if show_device else title
+
+
+def _several_devices(launches) -> bool:
+    return len(launches) > 0 and len(np.unique(launches["device"])) > 1
 
 
 def _time_shift(profile: Profile) -> int:

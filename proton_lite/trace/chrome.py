@@ -22,7 +22,8 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.trace import (_cta_extras, _cta_layout, _cta_name, _launch_title, _meta_json, _metadata, _nesting,
-                               _run_ordered, _scope_names, _sorted_launches, _time_shift, _unit_tracks, _workers)
+                               _run_ordered, _scope_names, _several_devices, _sorted_launches, _time_shift,
+                               _unit_tracks, _workers)
 from proton_lite.trace._proto import Rows
 
 CTA_SLICE_NAME = "CTA"
@@ -71,10 +72,11 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None)
     gx, gy, gz = (grid[cta_lr, k] for k in range(3))
     multi = gy * gz > 1
     head = []
+    show_device = _several_devices(launches)
     for i in np.flatnonzero(new_sm).tolist():
         pid = int(cta_pid[i])
         la = launches[int(cta_lr[i])]
-        title = _launch_title(kernels[int(la["kernel"])], la) + f" SM {int(sm[i])}"
+        title = _launch_title(kernels[int(la["kernel"])], la, show_device) + f" SM {int(sm[i])}"
         head.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": title}}))
         head.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}')
 

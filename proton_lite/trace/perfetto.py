@@ -34,8 +34,8 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.trace import (_cta_extras, _cta_layout, _cta_name, _launch_title, _meta_json, _metadata, _nesting,
-                               _ordered, _scope_names, _sorted_launches, _time_shift, _unique, _unit_tracks,
-                               _workers)
+                               _ordered, _scope_names, _several_devices, _sorted_launches, _time_shift, _unique,
+                               _unit_tracks, _workers)
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 
 META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
@@ -166,9 +166,11 @@ def _track_tasks(profile: Profile, launches, ctas, cta_lr, iv_cta, compress: boo
     sm_id = ctas["smid"][sm_first].astype(np.int64)
     sm_parent = launch_uuid0 + cta_lr[sm_first]
 
+    show_device = _several_devices(launches)
+
     def launch_rows() -> bytes:
-        return b"".join(_descriptor(launch_uuid0 + i, _launch_title(kernels[int(la["kernel"])], la), None,
-                                    int(la["launch"]), True) for i, la in enumerate(launches))
+        return b"".join(_descriptor(launch_uuid0 + i, _launch_title(kernels[int(la["kernel"])], la, show_device),
+                                    None, int(la["launch"]), True) for i, la in enumerate(launches))
 
     def sm_rows(sel: slice) -> bytes:  # not deflated: few, and they go out with the launches'
         def name(r: Rows) -> None:
