@@ -1,8 +1,8 @@
 """Python cost of the per-launch host path, with the CUDA driver calls stubbed out (no GPU).
 
 What this isolates: the Python that proton_lite runs for each launch in the launching
-thread (profile allocator + launch-exit hook) and in the drain thread (wait, clear, write
-the chunk), for ``--launches`` simulated launches of a small kernel through the real
+thread (profile allocator + launch-exit hook) and in the drain thread (wait for each
+copied chunk, write it), for ``--launches`` simulated launches of a small kernel through the real
 ``Collector`` and ``RawWriter``.  Driver calls are replaced by functions that return at
 once (after releasing and re-taking the GIL, as the real bindings do), so the numbers are
 a floor: on a GPU the driver calls and the GIL hand-offs between
@@ -60,9 +60,12 @@ class _Meta:
     """The attributes of Triton's kernel metadata that the collector reads."""
 
     def __init__(self, scratch: int) -> None:
+        from proton_lite.layout import CTA_HEADER_BYTES, UNIT_HEADER_BYTES, BufferLayout
         self.name, self.hash, self.num_warps, self.num_ctas, self.shared = "small", "h0", 4, 1, 0
-        self.profile_scratch_size = scratch
-        self.proton_lite = {"scopes": ["load", "store"], "layout": {}}
+        # 4 warp units sharing about `scratch` bytes per CTA
+        layout = BufferLayout("warp", 4, max(1, ((scratch - CTA_HEADER_BYTES) // 4 - UNIT_HEADER_BYTES) // 8), "shared")
+        self.profile_scratch_size = layout.stride
+        self.proton_lite = {"scopes": ["load", "store"], "layout": layout.to_json()}
 
 
 class _LazyDict:
@@ -87,6 +90,7 @@ def main() -> None:
 
     meta = _Meta(a.bytes)
     md = _LazyDict(launch_metadata_fn, ((1, 1, 1), meta, {}))
+    size = meta.profile_scratch_size
     rows = []
     for _ in range(a.rounds):
         with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +99,7 @@ def main() -> None:
             t0 = time.perf_counter()
             for _ in range(a.launches):
                 t = time.perf_counter()
-                col.allocate(a.bytes, 16, 0)
+                col.allocate(size, 16, 0)
                 t1 = time.perf_counter()
                 col.on_launch_exit(md)
                 t_exit += time.perf_counter() - t1
