@@ -220,7 +220,8 @@ class Session:
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
-        result = SessionResult(self.raw_path, launches=user_launches, lost=collector.lost, errors=list(collector.errors))
+        result = SessionResult(self.raw_path, launches=user_launches, lost=collector.lost,
+                               errors=list(collector.errors))
         if self.options.decode:
             from proton_lite.pipeline import raw_to_traces
             profile, paths = raw_to_traces(self.raw_path, self.options.name, self.options.formats,

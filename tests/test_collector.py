@@ -212,6 +212,21 @@ def test_a_launch_that_never_reached_its_exit_hook_does_not_hold_its_chunk(tmp_p
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x01", b"\x02", b"\x03", b"\x04"]
 
 
+def test_a_failed_launch_in_a_thread_that_launches_nothing_more_does_not_hold_back_a_chunk(tmp_path, sim):
+    """Thread A takes a slice and its launch fails (no exit hook), then A ends.  The chunk fills
+    up with another thread's launches and is closed; at stop it must still be copied."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=3, idle_ns=10**12)
+    a = threading.Thread(target=lambda: col.allocate(SCRATCH * 4, 16, 1))
+    a.start()
+    a.join(5)
+    for i in range(2):  # with A's slice the chunk holds three: closed, waiting for A
+        launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
+    launch(col, sim, stream=1, payload=b"\x03" * 8)  # no room: a new chunk
+    cap = finish(col, tmp_path)
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x01", b"\x02", b"\x03"]
+    assert not col.failed and col.lost == 0
+
+
 def test_a_slice_is_never_handed_out_while_a_queued_kernel_may_write_into_it(collector, sim, tmp_path):
     """Launches that are not saved (autotuner trials, unattributed) share chunks with saved
     ones; a chunk returns to the pool only once every kernel in it has run."""

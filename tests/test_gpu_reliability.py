@@ -232,7 +232,8 @@ def test_two_gpus_in_one_process_keep_their_launches_apart(tmp_path):
     doc = json.loads(open(s.result.trace_paths[0]).read())  # the trace names each launch's GPU
     titles = {e["args"]["name"].rsplit(" SM ", 1)[0] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     # e.g. "#1 vector_add grid=(8,1,1) warps=4 GPU 1"
-    assert {(t.split()[0], t.split(" GPU ")[-1]) for t in titles} == {("#0", "0"), ("#1", "1"), ("#2", "1"), ("#3", "0")}
+    assert {(t.split()[0], t.split(" GPU ")[-1]) for t in titles} == {("#0", "0"), ("#1", "1"), ("#2", "1"),
+                                                                      ("#3", "0")}
 
 
 def test_cuda_graph_capture_is_a_clear_error(tmp_path):

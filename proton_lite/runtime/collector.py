@@ -17,9 +17,10 @@ pinned host memory on its stream, then one event -- when:
   - a launch came after such an idle time itself: sealed right after it (an isolated launch
     is on its way to the host at once);
   - the session stops.
-No host synchronization happens on the launch path.  A drain thread waits on each sealed
-chunk's event, clears the chunk on its own stream and returns it to the pool, and appends
-the chunk's launches to the raw file in one write, so host memory stays bounded
+The copy is followed on the same stream by a clear of the chunk, so no host synchronization
+happens on the launch path.  A drain thread waits on each sealed chunk's event, returns the
+(cleared) chunk to the pool and appends its launches to the raw file in one write, so host
+memory stays bounded
 (``PinnedPool.limit``) however many launches a session has.  If a kernel faults, the
 launches of chunks not yet copied are lost with it: they are counted and named in the
 session's errors (``copy_every=1`` copies after every launch).
@@ -130,6 +131,7 @@ class Collector:
         self._fault: str | None = None  # the first CUDA error after the GPU failed
         self._first_lost: int | None = None
         self._open: dict[tuple[int, int], _Chunk] = {}
+        self._waiting: set[_Chunk] = set()  # closed, but a slice's exit hook has not run yet
         self._last_slice_ns: dict[tuple[int, int], int] = {}
         self._kernels: dict[int, tuple] = {}  # id(metadata) -> (metadata, _kernel() result)
         self._kernel_ids: dict[str, int] = {}  # kernel hash -> id in the raw file
@@ -206,8 +208,11 @@ class Collector:
             gx, gy, gz = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
             num_ctas = gx * gy * gz * ctas_per_block
             now_ns = time.time_ns()
-            if self.resizer is not None and not self.resizer.relaunching and info[3] is not None:
-                rerun = self.resizer.needed_capacity(chunk.buf.ptr + offset, chunk.stream, layout, num_ctas)
+            if self.resizer is not None and not self.resizer.relaunching and info[3] is not None and not self.failed:
+                try:
+                    rerun = self.resizer.needed_capacity(chunk.buf.ptr + offset, chunk.stream, layout, num_ctas)
+                except cuda_api.CudaError as e:  # the kernel faulted: the user sees it from their next call
+                    self._failed(e)
         with self._lock:
             if kernel is not None and not trial and rerun is None:
                 chunk.launches.append((kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas,
@@ -254,10 +259,13 @@ class Collector:
             del self._open[key]
         if chunk.inflight == 0:
             self._seal(chunk)
+        else:
+            self._waiting.add(chunk)
 
     def _slice_done(self, chunk: _Chunk) -> None:
         chunk.inflight -= 1
         if chunk.closed and chunk.inflight == 0 and not chunk.sealed:
+            self._waiting.discard(chunk)
             self._seal(chunk)
 
     def _seal(self, chunk: _Chunk) -> None:
@@ -403,20 +411,26 @@ class Collector:
         """Copy back what the open chunks hold, wait for every copy, free buffers (call once)."""
         here = None
         with self._lock:
-            open_chunks = list(self._open.values())
-            if open_chunks and not self.failed:
+            # open chunks, and closed ones still waiting for a launch that never reached its
+            # exit hook (it failed, and its thread launched nothing after it)
+            pending = list(self._open.values()) + [c for c in self._waiting if not c.sealed]
+            self._waiting.clear()
+            if pending and not self.failed:
                 try:
                     here = cuda_api.current_context()
                 except cuda_api.CudaError:
                     here = None
-            for chunk in open_chunks:
+            for chunk in pending:
                 chunk.inflight = 0  # a launch still between allocator and exit hook is not waited for
                 if not self.failed and self._contexts.get(chunk.device) is not None:
                     try:
                         cuda_api.set_context(self._contexts[chunk.device])
                     except cuda_api.CudaError as e:
                         self._failed(e)
-                self._close(chunk)
+                if chunk.closed:
+                    self._seal(chunk)
+                else:
+                    self._close(chunk)
             if here is not None and not self.failed:
                 try:
                     cuda_api.set_context(here)

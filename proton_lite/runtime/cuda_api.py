@@ -154,7 +154,7 @@ def event_destroy(event) -> None:
 
 def _triton_capture_query():
     """Newer Triton (3.9 has it, 3.6 not) ships a C query for stream capture: one C call,
-    where cuda-python takes about 1.7 µs on the H100 machine (host_overhead.py --calls)."""
+    where cuda-python takes 0.7-1.5 µs on the H100 machines (host_overhead.py --calls)."""
     try:
         from triton.runtime import driver
         return getattr(driver.active.utils, "is_stream_capturing", None)
