@@ -22,7 +22,7 @@ import pytest
 
 from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES, BufferLayout, encode_tag
 from proton_lite.pipeline import load_profile
-from proton_lite.raw_format import CHUNK_HEADER, FILE_HEADER, FORMAT_VERSION, LAUNCH, RawWriter
+from proton_lite.raw_format import CHUNK_HEADER, FILE_HEADER, FORMAT_VERSION, LAUNCH, RawWriter, read_raw
 import proton_lite.viewer.server as server_mod
 from proton_lite.viewer import cli
 from proton_lite.viewer.render import fmt_pct
@@ -289,6 +289,31 @@ def test_summary_warns_about_a_capture_cut_off_after_a_launch(tmp_path, capsys):
     s = json.loads(out)
     assert s["session"]["launches"] == 1
     assert any(w["kind"] == "truncated" for w in s["warnings"])
+
+
+def test_a_fault_reported_at_stop_is_shown_again_by_summary_and_trace(tmp_path, capsys):
+    """The stop line scrolls away; the capture keeps what the session reported (END chunk)."""
+    path = tmp_path / "fault.plraw"
+    build_capture(path, launches=2)
+    cap = read_raw(path)
+    err_line = ("launch 2: cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS; 3 launch(es) from this one on "
+                "were still on the GPU when it failed and were not saved")
+    w = RawWriter(str(tmp_path / "f2.plraw"), dict(cap.session))
+    for kid in sorted(cap.kernels):
+        w.kernel(cap.kernels[kid])
+    for la in cap.launches:
+        w.launch(la.kernel_id, la.device, la.launch_index, la.grid, la.num_ctas, la.stream, la.host_time_ns, la.buffer)
+    w.end({"launches": 5, "lost_launches": 3, "errors": [err_line]})
+    w.close()
+    rc, out, err = call(capsys, "summary", tmp_path / "f2.plraw", "--json")
+    assert rc == 0, err
+    warnings = json.loads(out)["warnings"]
+    assert {"kind": "capture_error", "message": err_line} in warnings
+    assert any(w["kind"] == "lost_launches" and w["lost_launches"] == 3 for w in warnings)
+    rc, _, err = call(capsys, "trace", tmp_path / "f2.plraw", "-o", tmp_path / "f2.pftrace")
+    assert rc == 0 and f"warning: the session reported: {err_line}" in err
+    rc, out, _ = call(capsys, "summary", path, "--json")  # a clean capture: no such warning
+    assert not [w for w in json.loads(out)["warnings"] if w["kind"] in ("capture_error", "lost_launches")]
 
 
 # ---------------------------------------------------------------------------------------------

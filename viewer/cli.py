@@ -231,6 +231,8 @@ def _capture_warnings(profile) -> None:
     if session.get("truncated"):
         _warn("the capture was cut off before stop() (crash or Ctrl-C): launches after the last complete one "
               "are missing")
+    for err in session.get("capture_errors") or []:
+        _warn(f"the session reported: {err}")
     if not len(profile.launches):
         _warn("the capture holds no launch: no instrumented kernel ran inside the session")
     if profile.total_dropped:

@@ -296,6 +296,14 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
     if clock:
         out.append(clock)
 
+    lost = int((profile.session or {}).get("lost_launches") or 0)
+    if lost:
+        out.append({"kind": "lost_launches", "lost_launches": lost,
+                    "message": f"{lost} launch(es) were lost: the GPU failed (a kernel fault) before their records "
+                               "were copied back; copy_every=1 in proton_lite.start() copies each launch right after it"})
+    for err in (profile.session or {}).get("capture_errors") or []:
+        out.append({"kind": "capture_error", "message": err})
+
     if (profile.session or {}).get("truncated"):
         out.append({"kind": "truncated",
                     "message": "the capture was cut off before stop() (crash or Ctrl-C): launches after the "
