@@ -166,7 +166,6 @@ class Session:
         stage_hook.install()
         self._saved_allocator = _allocation._profile_allocator.get()
         _allocation.set_profile_allocator(self._collector.allocate)
-        knobs.runtime.launch_enter_hook.add(self._collector.on_launch_enter)
         knobs.runtime.launch_exit_hook.add(self._collector.on_launch_exit)
         self._saved_jit_cache_hook = knobs.runtime.jit_cache_hook
         previous = self._saved_jit_cache_hook
@@ -191,7 +190,6 @@ class Session:
         knobs.compilation.instrumentation_mode = self._saved_mode
         stage_hook.uninstall()
         _allocation.set_profile_allocator(self._saved_allocator)
-        knobs.runtime.launch_enter_hook.remove(self._collector.on_launch_enter)
         knobs.runtime.launch_exit_hook.remove(self._collector.on_launch_exit)
         if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
             knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook

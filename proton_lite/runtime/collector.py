@@ -4,9 +4,9 @@ chunks back in batches, stream them to disk.
 Triton calls, for every launch of an instrumented kernel, in this order:
   1. the profile allocator (``allocate``) with ``profile_scratch_size x CTAs``: we hand out
      the next slice of the open *chunk* of the launch's (device, stream);
-  2. the launch-enter hook (nothing to do; it makes Triton build the launch metadata);
-  3. ``cuLaunchKernel``;
-  4. the launch-exit hook (``on_launch_exit``): we note the launch in its chunk.
+  2. ``cuLaunchKernel`` (Triton builds the launch metadata whenever its hook chains exist,
+     so no launch-enter hook is needed);
+  3. the launch-exit hook (``on_launch_exit``): we note the launch in its chunk.
 Neither hook calls the driver in the common case: a launch costs a capture check, a device
 query and some bookkeeping.  A chunk is *sealed* -- one async copy of its used bytes to
 pinned host memory on its stream, then one event -- when:
@@ -187,9 +187,6 @@ class Collector:
             chunk.inflight += 1
         self._tls.item = (chunk, offset, size, idle)
         return chunk.buf.ptr + offset
-
-    def on_launch_enter(self, launch_metadata) -> None:
-        return None
 
     def on_launch_exit(self, launch_metadata) -> None:
         tls = self._tls
