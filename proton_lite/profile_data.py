@@ -100,7 +100,8 @@ class Profile:
             size = 1 << (need - 1).bit_length()
             return f"capacity={size} in proton_lite.start() keeps them (the busiest unit wrote {need:,} records)"
         return (f"loop_capacity={need} (or capacity={need}) in proton_lite.start() keeps them (the busiest unit "
-                f"wrote {need:,} records); buffer_mode=\"circular\" keeps the newest instead")
+                f"wrote {need:,} records), or sizing=\"exact\" (runs such launches again); buffer_mode=\"circular\" "
+                "keeps the newest instead")
 
     def unit_name(self, kernel: KernelInfo, unit: int) -> str:
         return {"warp": f"warp {unit}", "warpgroup": f"warpgroup {unit}", "cta": "cta"}[kernel.granularity]

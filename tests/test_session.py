@@ -41,4 +41,5 @@ def test_the_stop_line_counts_drops_once_and_names_the_option_that_keeps_them(tm
     assert first.startswith("proton_lite: 1 launch, 72 records, 24 dropped, 24 unmatched -> ")
     assert warning == ("proton_lite: warning: 24 records did not fit the profile buffer and were dropped; "
                        "loop_capacity=4 (or capacity=4) in proton_lite.start() keeps them (the busiest unit wrote "
-                       "4 records); buffer_mode=\"circular\" keeps the newest instead")
+                       "4 records), or sizing=\"exact\" (runs such launches again); buffer_mode=\"circular\" keeps "
+                       "the newest instead")
