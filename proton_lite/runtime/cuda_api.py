@@ -162,13 +162,37 @@ def _triton_capture_query():
         return None
 
 
+def _gil_holding_capture_query():
+    """cuStreamIsCapturing through ``ctypes.PyDLL``, which keeps the GIL during the call.
+
+    The query returns at once, and not releasing the GIL matters more than the call: every
+    release on the launch path is a point where the drain thread can take the GIL and the
+    launching thread must wait to get it back.  cuda-python and ``ctypes.CDLL`` release it.
+    """
+    try:
+        lib = ctypes.PyDLL("libcuda.so.1")
+    except OSError:
+        return None
+    fn = lib.cuStreamIsCapturing
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    status = ctypes.c_int()  # shared: no other Python thread runs while the GIL is held
+    out = ctypes.addressof(status)
+
+    def query(stream: int) -> bool:
+        if fn(stream or None, out) != 0:
+            return stream_is_capturing_cuda_python(stream)  # raises with the driver's error name
+        return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE is 0
+    return query
+
+
 _capture_query = None
 
 
 def stream_is_capturing(stream: int) -> bool:
     global _capture_query
     if _capture_query is None:
-        _capture_query = _triton_capture_query() or stream_is_capturing_cuda_python
+        _capture_query = _triton_capture_query() or _gil_holding_capture_query() or stream_is_capturing_cuda_python
     return bool(_capture_query(stream))
 
 

@@ -133,6 +133,8 @@ def driver_call_us(n: int = 20000) -> dict:
     calls = {
         "is_capturing_in_use": lambda: cuda_api.stream_is_capturing(stream),
         "is_capturing_cuda_python": lambda: cuda_api.stream_is_capturing_cuda_python(stream),
+        "is_capturing_pydll": (lambda q: (lambda: q(stream)) if q else (lambda: None))(
+            cuda_api._gil_holding_capture_query()),
         "current_device_in_use": cuda_api.current_device,
         "current_device_cuda_python": cuda_api.current_device_cuda_python,
         "torch_current_device": torch.cuda.current_device,
