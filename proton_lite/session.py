@@ -62,7 +62,7 @@ class SessionOptions:
     loop_capacity: int = 256
     buffer_mode: str = "clamp"
     host_buffer_mb: int = 256
-    copy_every: int = 64
+    copy_every: int = 256
     skip_autotune: bool = True
     decode: bool = True
     calibrate: bool = True

@@ -47,7 +47,7 @@ _LAUNCH_INFO_KEY = "proton_lite_launch"
 IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it holds is copied
 CHUNK_BYTES = 4 << 20  # device bytes per chunk; a launch that needs more gets a chunk of its own
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
-DEFAULT_COPY_EVERY = 64
+DEFAULT_COPY_EVERY = 256
 
 
 class LaunchInfo:
