@@ -175,13 +175,13 @@ def main() -> None:
     launch()
     # plain bursts and session bursts interleaved, round by round, so that drifts of the
     # machine (clocks, other load) fall on both; each round: plain, then a fresh session's
-    # first burst (pools grow) and a steady one
+    # first burst (pools grow) and three more (steady state: their median)
     plain, firsts, steadies = [], [], []
     for _ in range(a.bursts):
         plain.append(burst_us(launch, a.launches))
-        times, _res = session_bursts(launch, a.launches, 2)
+        times, _res = session_bursts(launch, a.launches, 4)
         firsts.append(times[0])
-        steadies.append(times[1])
+        steadies.append(statistics.median(times[1:]))
     tmp = tempfile.mkdtemp()
     with proton_lite.start(os.path.join(tmp, "host"), quiet=True, decode=False, calibrate=False) as s:
         launch()  # compile the instrumented kernel outside the timed bursts
