@@ -416,6 +416,27 @@ def test_exact_sizing_runs_a_launch_again_with_a_buffer_from_its_counts(tmp_path
     assert sizes == [small.profile_scratch_size, CTA_HEADER_BYTES + UNIT_HEADER_BYTES + 8 * 16]
 
 
+def test_exact_sizing_does_not_wait_for_kernels_whose_records_always_fit(tmp_path, sim):
+    """A kernel whose record count the TTIR bounds within its capacity cannot drop: exact mode
+    must not synchronize on its launches (only kernels with run-time loop bounds pay)."""
+    from proton_lite.passes.config import InstrumentConfig
+    from proton_lite.runtime.exact import Resizer
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20,
+                    resizer=Resizer(InstrumentConfig(granularity="cta")))
+    bounded, unbounded = _Meta("bounded"), _Meta("loop")
+    bounded.proton_lite = dict(bounded.proton_lite, records_per_unit_max=4)  # capacity 25
+    unbounded.proton_lite = dict(unbounded.proton_lite, records_per_unit_max=None)
+
+    class JitFunction:
+        pass
+    for meta in (bounded, bounded, unbounded):
+        ptr = col.allocate(meta.profile_scratch_size * 2, 16, 1)
+        sim.kernel(1, ptr, _cta_unit_counts([3, 3]))
+        col.on_launch_exit(_LaunchMetadata((2, 1, 1), meta, jit_fn=JitFunction()))
+    assert sim.calls.get("stream_synchronize", 0) == 1  # the unbounded kernel's launch only
+    assert len(finish(col, tmp_path).launches) == 3 and col.resizer.reruns == 0
+
+
 def test_exact_sizing_helpers():
     from proton_lite.runtime.exact import capacity_for, max_unit_count
     layout = BufferLayout("warp", 4, 2, "shared")  # 4 units of 2 records

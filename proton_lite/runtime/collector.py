@@ -200,12 +200,13 @@ class Collector:
         trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
         if kernel is not None and not trial:
-            kernel_id, ctas_per_block, scratch, layout = kernel
+            kernel_id, ctas_per_block, scratch, layout, may_drop = kernel
             grid = info[0]
             gx, gy, gz = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
             num_ctas = gx * gy * gz * ctas_per_block
             now_ns = time.time_ns()
-            if self.resizer is not None and not self.resizer.relaunching and info[3] is not None and not self.failed:
+            if self.resizer is not None and may_drop and not self.resizer.relaunching and info[3] is not None \
+                    and not self.failed:  # kernels whose count is known never to exceed the buffer: no wait
                 try:
                     rerun = self.resizer.needed_capacity(chunk.buf.ptr + offset, chunk.stream, layout, num_ctas)
                 except cuda_api.CudaError as e:  # the kernel faulted: the user sees it from their next call
@@ -314,8 +315,9 @@ class Collector:
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _kernel(self, metadata) -> tuple | None:
-        """(kernel id in this session, CTAs per grid point, profile bytes per CTA, layout), or
-        None for a kernel without instrumentation.  Registered once per compiled kernel."""
+        """(kernel id in this session, CTAs per grid point, profile bytes per CTA, layout, whether
+        its records may not fit), or None for a kernel without instrumentation.  Registered
+        once per compiled kernel."""
         known = self._kernels.get(id(metadata))
         if known is not None and known[0] is metadata:
             return known[1]
@@ -332,8 +334,10 @@ class Collector:
                     "num_ctas": getattr(metadata, "num_ctas", 1), "shared": metadata.shared,
                     "profile_scratch_size": metadata.profile_scratch_size, "proton_lite": entry,
                 }))
-            kernel = (kid, int(getattr(metadata, "num_ctas", 1)), int(metadata.profile_scratch_size),
-                      BufferLayout.from_json(entry["layout"]))
+            layout = BufferLayout.from_json(entry["layout"])
+            bound = entry.get("records_per_unit_max")  # from the TTIR; None: a run-time loop bound
+            may_drop = not isinstance(bound, int) or bound > layout.capacity
+            kernel = (kid, int(getattr(metadata, "num_ctas", 1)), int(metadata.profile_scratch_size), layout, may_drop)
             self._kernels[id(metadata)] = (metadata, kernel)  # holds metadata: its id stays unique
         return kernel
 
