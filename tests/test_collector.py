@@ -460,3 +460,17 @@ def test_a_rerun_repeats_the_compile_options_the_user_chose():
     chosen = dict(num_warps=8, num_stages=2, enable_fp_fusion=False, maxnreg=128)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=chosen)
     assert relaunch_options(compiled.metadata).items() >= chosen.items()
+
+
+def test_a_pinned_buffer_comes_back_zeroed(sim):
+    """After a fault, a copy that never ran must read as empty (Collector._salvage): a reused
+    pinned buffer must not show what an earlier copy wrote into it."""
+    from proton_lite.runtime.buffers import PinnedPool
+    pool = PinnedPool(limit=1 << 20)
+    buf = pool.take(3000)
+    buf.view()[:] = 0xAB  # what a copy wrote
+    pool.give(buf)
+    again = pool.take(3000)
+    assert again.ptr == buf.ptr and not again.view().any()
+    pool.give(again)
+    pool.release_all()

@@ -11,9 +11,11 @@ many buffers as the class already has (1, 1, 2, 4, ... up to ``SLAB_MAX_BYTES`` 
 A burst of launches that outruns the GPU therefore allocates O(log n) times, and once a
 pool has grown to what a session keeps in flight, launches allocate nothing.
 
-Device buffers are handed out zeroed: a new slab is cleared on the launch's stream, and a
-used buffer is cleared by the drain thread before it returns to the pool (``give``), so a
-CTA or unit that never writes its header reads as missing, not as an older launch's data.
+Both pools hand out zeroed buffers.  Device: a new slab is cleared on the launch's stream,
+and the collector clears a used chunk on its stream right after its copy, before ``give``;
+so a CTA or unit that never writes its header reads as missing, not as an older launch's
+data.  Pinned: a new slab is cleared, and ``give`` clears what a copy wrote; so after a
+kernel fault a buffer whose copy never ran reads as empty (``Collector._salvage``).
 """
 from __future__ import annotations
 
@@ -33,13 +35,10 @@ def size_class(size: int) -> int:
 class DeviceBuffer:
     """A pooled device buffer (the collector's chunk; launches get slices of it)."""
 
-    __slots__ = ("ptr", "capacity", "size", "device")
+    __slots__ = ("ptr", "capacity", "device")
 
     def __init__(self, ptr: int, capacity: int, device: int) -> None:
-        self.ptr, self.capacity, self.size, self.device = ptr, capacity, 0, device
-
-    def data_ptr(self) -> int:
-        return self.ptr
+        self.ptr, self.capacity, self.device = ptr, capacity, device
 
 
 class HostBuffer:
@@ -136,11 +135,10 @@ class DevicePool(_SlabPool):
                         "launched. Reduce it with fewer scopes, granularity='warpgroup' or 'cta', a smaller "
                         "capacity/loop_capacity, or profile fewer kernels (kernels=[...]).") from None
                 cuda_api.memset_d8_async(base, 0, nbytes, stream)  # ordered before the launch
-        buf.size = size
         return buf
 
     def give(self, buf: DeviceBuffer) -> None:
-        """Return a buffer that is zero again (the drain thread clears what a launch wrote)."""
+        """Return a buffer that is zero again (the collector clears a chunk after its copy)."""
         if self.exact:
             return  # freed at release_all
         with self._lock:
@@ -170,12 +168,14 @@ class PinnedPool(_SlabPool):
             if buf is None:  # on failure nothing is counted in flight, so later takes do not wait for it
                 buf, base, nbytes = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
                                                limit_bytes=max(cls, self.limit - self._in_use))
-                cuda_api.host_memset(base, 0, nbytes)  # zero before any copy: see Collector._salvage
+                cuda_api.host_memset(base, 0, nbytes)  # zero before any copy (module docstring)
             self._in_use += cls
         buf.size = size
         return buf
 
     def give(self, buf: HostBuffer) -> None:
+        """Take a buffer back, zeroing the ``size`` bytes it was taken for."""
+        buf.view()[:] = 0  # holds the GIL: no hand-over to the launching thread mid-way
         with self._cond:
             self._put((buf.capacity, ), buf)
             self._in_use -= buf.capacity

@@ -374,9 +374,7 @@ class Collector:
                     self._failed(e)
                     self._salvage(chunk, item.host_buf)
             if item.host_buf is not None:
-                item.host_buf.size = chunk.used
-                item.host_buf.view()[:] = 0  # zero again for the next copy (see _salvage)
-                self.pinned_pool.give(item.host_buf)
+                self.pinned_pool.give(item.host_buf)  # zeroed for the next copy (see _salvage)
             if not self.failed:
                 with self._events_lock:
                     self._events.append(item.event)
@@ -389,8 +387,7 @@ class Collector:
         if host_buf is None:
             self._count_lost(chunk.launches)
             return
-        host_buf.size = chunk.used
-        data = host_buf.view()
+        data = host_buf.view()  # taken for chunk.used bytes
         copied = [row for row in chunk.launches if data[row[7]:row[7] + row[8]].any()]
         self._count_lost([row for row in chunk.launches if row not in copied])
         if copied:
@@ -400,8 +397,7 @@ class Collector:
         """The chunk's saved launches as one BATCH chunk of the raw file."""
         rows = chunk.launches if rows is None else rows
         entries = np.array(rows, dtype=BATCH_ENTRY)
-        host_buf.size = chunk.used
-        data = host_buf.view()
+        data = host_buf.view()  # taken for chunk.used bytes
         if chunk.skipped_bytes or len(rows) < len(chunk.launches):  # only the slices of saved launches
             parts = [data[o:o + n] for o, n in zip(entries["buffer_offset"].tolist(), entries["buffer_bytes"].tolist())]
             entries["buffer_offset"] = np.concatenate(([0], np.cumsum(entries["buffer_bytes"])[:-1]))
