@@ -218,10 +218,9 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     each launch's ``ref_gt``.  Returns per-launch arrays (``ref_gt`` as ints, ``records``,
     ``dropped``, ``unmatched``, ``missing_ctas``, ``unfinished_units``, ``row_start``,
     ``rows``), per-CTA-row arrays (``ctas``, with ``launch``: index into ``batch``) and
-    per-pair arrays (``pairs``, ``cta_row`` indexing the CTA rows).
+    per-pair arrays (``pairs``, ``cta_row`` indexing the CTA rows).  The callers have checked
+    each buffer's size (``_check_size``).
     """
-    for launch in batch:
-        _check_size(launch, layout)
     n_l = len(batch)
     n_ctas = np.array([la.num_ctas for la in batch], np.int64)
     n = int(n_ctas.sum())
@@ -360,10 +359,12 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     # The deltas are the cycles since the CTA's start, in integers, then scaled (never
     # absolute values in float).
     s_lo = start_clk[row] & _MASK32
-    e_d = ((clo[e_idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
-    e_d[e_d >= (1 << 32) - _BEFORE_START] -= 1 << 32
-    x_d = ((clo[x_idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
-    x_d[x_d >= (1 << 32) - _BEFORE_START] -= 1 << 32
+
+    def cycles_since_start(idx):
+        d = ((clo[idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
+        d[d >= (1 << 32) - _BEFORE_START] -= 1 << 32
+        return d
+    e_d, x_d = cycles_since_start(e_idx), cycles_since_start(x_idx)
     b_row, r_row = base_gt[row], ns_per_cycle[row]
     pairs = {
         "cta_row": row,
@@ -392,6 +393,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
 
 def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf):
     """Decode one launch; returns (ctas, pairs, stats) with absolute globaltimer ns as float64."""
+    _check_size(cap_launch, layout)
     d = _decode_batch([cap_launch], layout, n_scopes, tick, max_rate)
     ctas = {k: v for k, v in d["ctas"].items() if k != "launch"}
     stats = {"ref_gt": d["ref_gt"][0], "records": int(d["records"][0]), "dropped": int(d["dropped"][0]),
