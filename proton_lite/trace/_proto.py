@@ -156,19 +156,22 @@ class Rows:
         return self.length_since(0)
 
     def tobytes(self) -> bytes:
+        """The rows, one after another, each the present bytes of its columns.  Built
+        row-major: the byte matrix and the mask of present bytes are compacted in memory
+        order (a column-major build compacts with a stride of one row per byte: ~1.7x slower
+        for the event tables)."""
         w = len(self.cols)
         if not self.n or not w:
             return b""
-        mat = np.empty((w, self.n), np.uint8)  # column-major build, contiguous writes
+        mat = np.empty((self.n, w), np.uint8)
         keep = None
         for j, (c, p) in enumerate(zip(self.cols, self.present)):
-            mat[j] = c
+            mat[:, j] = c
             if p is not None:
                 if keep is None:
-                    keep = np.ones((w, self.n), bool)
-                keep[j] = p
-        mat = mat.T
-        return mat[keep.T].tobytes() if keep is not None else np.ascontiguousarray(mat).tobytes()
+                    keep = np.ones((self.n, w), bool)
+                keep[:, j] = p
+        return mat[keep].tobytes() if keep is not None else mat.tobytes()
 
 
 # ---- reading -------------------------------------------------------------------------------

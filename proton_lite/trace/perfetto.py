@@ -106,24 +106,6 @@ def _descriptor_rows(uuid, parent, rank, name_fill, has_children: bool) -> Rows:
     return r
 
 
-def _rows_bytes(rows: Rows) -> bytes:
-    """``rows.tobytes()``, built row-major: the byte matrix and the mask of present bytes
-    are compacted in memory order (the transposed compaction of ``Rows.tobytes`` reads
-    with a stride of one row per byte), ~1.7x faster for the event tables."""
-    w, n = len(rows.cols), rows.n
-    if not n or not w:
-        return b""
-    mat = np.empty((n, w), np.uint8)
-    keep = None
-    for j, (c, p) in enumerate(zip(rows.cols, rows.present)):
-        mat[:, j] = c
-        if p is not None:
-            if keep is None:
-                keep = np.ones((n, w), bool)
-            keep[:, j] = p
-    return mat[keep].tobytes() if keep is not None else mat.tobytes()
-
-
 def _finish(rows: Rows, compress: bool) -> bytes:
     """The rows' packets, or (compress) deflated into ``compressed_packets`` batches.
 
@@ -131,7 +113,7 @@ def _finish(rows: Rows, compress: bool) -> bytes:
     in the file; batches of <= 1 MiB of packets keep each one far below the 512 KiB
     compressed size Perfetto's own writers use.
     """
-    data = _rows_bytes(rows)
+    data = rows.tobytes()
     if not compress or not data:
         return data
     ends = np.cumsum(rows.row_lengths())
