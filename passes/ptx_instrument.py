@@ -24,8 +24,9 @@ import re
 from dataclasses import dataclass, field
 
 from proton_lite.language import MARKER_TAG
-from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, MAX_SCOPES, RECORD_BYTES,
-                                UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout, encode_tag)
+from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,
+                                MAX_LAUNCH_CAPACITY, MAX_SCOPES, RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC,
+                                BufferLayout, encode_tag)
 
 _MARKER_RE = re.compile(r"^\s*mov\.u32\s+%r\d+,\s*0;\s*//\s*" + re.escape(MARKER_TAG) + r"\s+(enter|exit)\s+([0-9a-f]+)\s*$")
 _ENTRY_RE = re.compile(r"^\.visible\s+\.entry\s+([\w$]+)\(")
@@ -116,7 +117,7 @@ def scan(ptx: str) -> PtxScan:
 class _Emitter:
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
-    REGS = (".reg .b32 %pl_r<24>;", ".reg .b64 %pl_d<12>;", ".reg .pred %pl_p<8>;")
+    REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;")
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0) -> None:
         self.layout = layout
@@ -147,10 +148,34 @@ class _Emitter:
             "mov.u32 %pl_r9, %nctaid.y;",
             "mad.lo.u32 %pl_r6, %pl_r7, %pl_r9, %pl_r6;",
             "mad.lo.u32 %pl_r5, %pl_r6, %pl_r8, %pl_r5;",
-            f"mul.wide.u32 %pl_d1, %pl_r5, {L.stride};",
-            "add.s64 %pl_d0, %pl_d0, %pl_d1;",
+        ]
+        if L.sized_at_launch:
+            # capacity from the launch prefix (layout.py); strides follow from it at run time
+            out += [
+                "ld.global.u32 %pl_r24, [%pl_d0];",
+                "shr.u32 %pl_r25, %pl_r24, 24;",
+                f"setp.eq.u32 %pl_p5, %pl_r25, {LAUNCH_CAPACITY_TAG};",
+                f"and.b32 %pl_r24, %pl_r24, {MAX_LAUNCH_CAPACITY};",
+                "selp.u32 %pl_r24, %pl_r24, 0, %pl_p5;",  # no tag: not our buffer, no records
+                f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};",
+                f"mul.wide.u32 %pl_d11, %pl_r24, {RECORD_BYTES};",
+                f"add.s64 %pl_d11, %pl_d11, {UNIT_HEADER_BYTES};",  # unit_bytes
+                f"mul.lo.u64 %pl_d12, %pl_d11, {L.units};",
+                f"add.s64 %pl_d12, %pl_d12, {CTA_HEADER_BYTES};",  # stride
+                "cvt.u64.u32 %pl_d1, %pl_r5;",
+                "mul.lo.u64 %pl_d1, %pl_d1, %pl_d12;",
+                "add.s64 %pl_d0, %pl_d0, %pl_d1;",
+                "cvt.u64.u32 %pl_d1, %pl_r1;",
+                "mul.lo.u64 %pl_d1, %pl_d1, %pl_d11;",
+            ]
+        else:
+            out += [
+                f"mul.wide.u32 %pl_d1, %pl_r5, {L.stride};",
+                "add.s64 %pl_d0, %pl_d0, %pl_d1;",
+                f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};",
+            ]
+        out += [
             # this unit's block: CTA block + header + unit * unit_bytes
-            f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};",
             "add.s64 %pl_d2, %pl_d0, %pl_d1;",
             f"add.s64 %pl_d2, %pl_d2, {CTA_HEADER_BYTES};",
         ]
@@ -188,15 +213,16 @@ class _Emitter:
         # Larger units keep the leader lane: their other warps must not write the unit's slots.
         leader = "" if self.unit_threads == 32 else "%pl_p0"
         pred = ""
+        cap = "%pl_r24" if L.sized_at_launch else str(L.capacity)
         if L.mode == "circular":
             out += [f"and.b32 %pl_r15, %pl_r3, {L.capacity - 1};"]
             pred = f"@{leader} " if leader else ""
         else:
             out += ["mov.u32 %pl_r15, %pl_r3;"]
             if leader:
-                out += [f"setp.lt.and.u32 %pl_p2, %pl_r3, {L.capacity}, {leader};"]
+                out += [f"setp.lt.and.u32 %pl_p2, %pl_r3, {cap}, {leader};"]
             else:
-                out += [f"setp.lt.u32 %pl_p2, %pl_r3, {L.capacity};"]
+                out += [f"setp.lt.u32 %pl_p2, %pl_r3, {cap};"]
             pred = "@%pl_p2 "
         if L.staging == "shared":
             out += ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;",
@@ -261,6 +287,8 @@ def staging_offset(triton_shared: int) -> int:
 
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout."""
+    if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
+        raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared))
     ids = {name: i for i, name in enumerate(info.scopes)}

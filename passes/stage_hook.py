@@ -18,9 +18,9 @@ import threading
 
 from triton import knobs
 
-from proton_lite.layout import LAYOUT_VERSION, BufferLayout
+from proton_lite.layout import DEFAULT_ALIGN, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig
-from proton_lite.passes.record_bound import record_bound
+from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
                                                PtxScan, rewrite, scan, shared_bytes, staging_offset, strip_markers)
 
@@ -31,16 +31,25 @@ _previous_hook = None
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
-                  bound: int | None = None) -> BufferLayout:
+                  bound=None) -> BufferLayout:
     """Size the buffer from the code: exact for straight-line scopes and for loops whose trip
-    counts are compile-time constants (``bound``, from the TTIR), else the loop capacity."""
+    counts are compile-time constants, per launch for loops bounded by launch arguments
+    (``bound``: the TTIR's record bound, ``record_bound_expr``), else the loop capacity."""
     if config.granularity == "warpgroup" and num_warps % 4:
         raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
     if config.capacity is not None:
         capacity = config.capacity
     elif info.loop_sites:
-        capacity = config.loop_capacity if bound is None else max(1, bound)
+        if bound is not None and bound[0] == "const":
+            capacity = max(1, bound[1])
+        elif bound is not None and config.buffer_mode == "clamp":
+            # sized per launch; the compiled capacity is the fallback when the arguments cannot
+            # be read (at least 2, so that a buffer proton_lite did not allocate is never overrun)
+            return BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
+                                config.buffer_mode, sized_at_launch=True)
+        else:
+            capacity = config.loop_capacity
     else:
         capacity = max(1, info.straight_line_records)
     if config.buffer_mode == "circular":
@@ -53,7 +62,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     raise AssertionError("unreachable")
 
 
-def metadata_entry(info: PtxScan, layout: BufferLayout, bound: int | None = None) -> dict:
+def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -61,15 +70,17 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound: int | None = None
         "scopes": list(info.scopes),
         "record_sites": len(info.sites),
         "loop_record_sites": info.loop_sites,
-        "records_per_unit_max": bound,  # from the TTIR; None when a loop bound is a run-time value
+        # from the TTIR: a number when known at compile time, else None
+        "records_per_unit_max": bound[1] if bound is not None and bound[0] == "const" else None,
+        # ... and for kernels sized at launch, the expression over the launch arguments (bound_expr.py)
+        "records_per_unit_expr": bound if layout.sized_at_launch else None,
         "layout": layout.to_json(),
         "stride": layout.stride,
         "shared_staging_bytes": shared_bytes(layout) if layout.staging == "shared" else 0,
     }
 
 
-def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int,
-                   bound: int | None = None) -> str:
+def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None) -> str:
     """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``."""
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
@@ -78,7 +89,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
         metadata["shared"] = staging_offset(triton_shared) + shared_bytes(layout)
     metadata["profile_scratch_size"] = layout.stride
-    metadata["profile_scratch_align"] = 16
+    # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
+    metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
     metadata["proton_lite"] = metadata_entry(info, layout, bound)
     return new_ptx
 
@@ -95,7 +107,7 @@ def _hook(*args):
     if config is None or "ptx" not in stages:
         return None
     make_ptx = stages["ptx"]
-    bounds: dict[int, int | None] = {}  # id(metadata) -> records per unit, from this compile's TTIR
+    bounds: dict[int, list | None] = {}  # id(metadata) -> records per unit, from this compile's TTIR
 
     if "ttir" in stages:
         make_ttir = stages["ttir"]
@@ -103,7 +115,7 @@ def _hook(*args):
         def ttir_stage(src, metadata):
             mod = make_ttir(src, metadata)
             try:
-                bounds[id(metadata)] = record_bound(str(mod))
+                bounds[id(metadata)] = record_bound_expr(str(mod))
             except Exception:  # an IR this reader does not follow: size as before (loop_capacity)
                 bounds[id(metadata)] = None
             return mod

@@ -20,10 +20,12 @@ level by level without a sort.  Every result is the same as decoding launch by l
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, RECORD_BYTES, UNIT_HEADER_BYTES,
-                                UNIT_MAGIC, BufferLayout)
+from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION, RECORD_BYTES,
+                                UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout, read_capacity_word)
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
@@ -393,6 +395,8 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
 
 def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf):
     """Decode one launch; returns (ctas, pairs, stats) with absolute globaltimer ns as float64."""
+    if layout.sized_at_launch:
+        layout, cap_launch = _sized_at_launch(cap_launch, layout, "")
     _check_size(cap_launch, layout)
     d = _decode_batch([cap_launch], layout, n_scopes, tick, max_rate)
     ctas = {k: v for k, v in d["ctas"].items() if k != "launch"}
@@ -407,16 +411,16 @@ def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, 
 BATCH_BYTES = 32 << 20
 
 
-def _batches(capture: RawCapture, layouts: dict):
-    """Launch indices grouped by kernel, in launch order, each group small enough to copy."""
+def _batches(launches: list, launch_layouts: list):
+    """Launch indices grouped by kernel and layout, in launch order, each group small enough to copy."""
     by_kernel: dict = {}
-    for i, launch in enumerate(capture.launches):
-        by_kernel.setdefault(launch.kernel_id, []).append(i)
+    for i, launch in enumerate(launches):
+        by_kernel.setdefault((launch.kernel_id, launch_layouts[i].capacity), []).append(i)
     out = []
-    for kid, idx in by_kernel.items():
+    for idx in by_kernel.values():
         cur, size = [], 0
         for i in idx:
-            b = len(capture.launches[i].buffer)
+            b = len(launches[i].buffer)
             if cur and (size + b > BATCH_BYTES or 2 * b >= BATCH_BYTES):
                 out.append(cur)
                 cur, size = [], 0
@@ -427,6 +431,19 @@ def _batches(capture: RawCapture, layouts: dict):
     return out
 
 
+def _sized_at_launch(launch, layout: BufferLayout, where: str):
+    """A launch of a kernel sized at launch: its own layout (capacity from its prefix) and
+    the launch with the prefix taken off its buffer (layout.py)."""
+    if len(launch.buffer) < LAUNCH_PREFIX_BYTES:
+        raise RawFormatError(f"{where}launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, "
+                             f"less than its {LAUNCH_PREFIX_BYTES}-byte launch prefix")
+    word = int(np.frombuffer(launch.buffer, "<u4", 1)[0])
+    capacity = read_capacity_word(word)
+    # no tag: the host could not size this launch and left the word 0; the kernel kept no records
+    layout = layout.with_capacity(0 if capacity is None else capacity)
+    return layout, replace(launch, buffer=launch.buffer[LAUNCH_PREFIX_BYTES:])
+
+
 def decode(capture: RawCapture, progress=None) -> Profile:
     """Decode a whole raw capture into a Profile (deterministic: same file, same arrays)."""
     kernel_ids = sorted(capture.kernels)
@@ -435,14 +452,18 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         layouts[kid] = BufferLayout.from_json(capture.kernels[kid]["proton_lite"]["layout"])
         kinfo[kid] = kernel_info(capture.kernels[kid], layouts[kid])
     index_of = {kid: i for i, kid in enumerate(kernel_ids)}
-    for launch in capture.launches:  # the first broken launch, in launch order, is the one reported
-        _check_size(launch, layouts[launch.kernel_id], f"{capture.path}: " if capture.path else "")
+    where = f"{capture.path}: " if capture.path else ""
+    launches_in = list(capture.launches)
+    launch_layouts = [layouts[launch.kernel_id] for launch in launches_in]
+    for i, launch in enumerate(launches_in):  # the first broken launch, in launch order, is the one reported
+        if launch_layouts[i].sized_at_launch:
+            launch_layouts[i], launches_in[i] = _sized_at_launch(launch, launch_layouts[i], where)
+        _check_size(launches_in[i], launch_layouts[i], where)
 
     # the timer tick, from all start anchors of the capture (needs several CTAs)
     samples = []
-    for launch in capture.launches[:64]:
-        blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layouts[launch.kernel_id]),
-                               count=launch.num_ctas)
+    for launch, layout in zip(launches_in[:64], launch_layouts[:64]):
+        blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=launch.num_ctas)
         started = blocks["magic"] == CTA_MAGIC
         samples.append(blocks["start_gt"][started])
         samples.append(blocks["unit"]["end_gt"][started].ravel())
@@ -450,14 +471,13 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     max_khz = capture.session.get("sm_clock_max_khz")
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
-    launches_in = capture.launches
     n_launch = len(launches_in)
-    batches = _batches(capture, layouts)
+    batches = _batches(launches_in, launch_layouts)
     results = []
     done = 0
     for idx in batches:
         kid = launches_in[idx[0]].kernel_id
-        results.append(_decode_batch([launches_in[i] for i in idx], layouts[kid], len(kinfo[kid].scopes), tick,
+        results.append(_decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
                                      max_rate))
         if progress is not None:
             for _ in idx:

@@ -20,12 +20,22 @@ Per launch the buffer holds one *CTA block* per CTA, in linear CTA order
           0 u32 tag    (scope_id << 1) | is_end
           4 u32 clock  low 32 bits of %clock64 (unwrapped by the decoder against start_clock)
 
+A kernel whose records per unit depend on its launch arguments (``sized_at_launch``, see
+``proton_lite/bound_expr.py``) has a 16-byte *launch prefix* before the first CTA block::
+
+      0  u32  capacity word    (0xA5 << 24) | capacity, written by the host before the launch
+      4  12 bytes              zero
+
+and its ``capacity`` is that launch's: the host evaluates the kernel's record bound with the
+launch's arguments.  The kernel reads the word at CTA start; without the 0xA5 tag it writes
+no records (a buffer that proton_lite did not allocate).
+
 All fields are little-endian.  A CTA whose magic is missing never ran (or the buffer was
 not written); a unit whose magic is missing did not reach the end of the kernel.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 LAYOUT_VERSION = 1
 CTA_MAGIC = 0x314C5043
@@ -35,6 +45,13 @@ UNIT_HEADER_BYTES = 24
 RECORD_BYTES = 8
 MAX_SCOPES = 1 << 15  # scope ids are 15 bits so that tags stay below 2**16
 GRANULARITY_WARPS = {"warp": 1, "warpgroup": 4, "cta": None}
+LAUNCH_PREFIX_BYTES = 16
+LAUNCH_CAPACITY_TAG = 0xA5  # top byte of the capacity word
+MAX_LAUNCH_CAPACITY = (1 << 24) - 1
+# ``profile_scratch_align`` of kernels sized at launch: Triton passes it to the profile
+# allocator, which is how the allocator knows that this launch needs its arguments
+LAUNCH_SIZED_ALIGN = 64
+DEFAULT_ALIGN = 16
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,9 @@ class BufferLayout:
     capacity: int  # records per unit
     staging: str  # "shared" (flushed at exit) or "global" (written directly)
     mode: str = "clamp"  # "clamp": keep the first `capacity`; "circular": keep the newest
+    # capacity set per launch from the kernel's arguments (then ``capacity`` is the compiled
+    # fallback, used when the arguments cannot be read); records go straight to global memory
+    sized_at_launch: bool = False
 
     @property
     def unit_warps(self) -> int:
@@ -64,12 +84,39 @@ class BufferLayout:
     def stride(self) -> int:
         return CTA_HEADER_BYTES + self.units * self.unit_bytes
 
+    @property
+    def prefix(self) -> int:
+        """Bytes before the first CTA block."""
+        return LAUNCH_PREFIX_BYTES if self.sized_at_launch else 0
+
+    def buffer_bytes(self, num_ctas: int) -> int:
+        return self.prefix + num_ctas * self.stride
+
+    def with_capacity(self, capacity: int) -> "BufferLayout":
+        return replace(self, capacity=capacity)
+
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if not self.sized_at_launch:  # captures of kernels sized at compile time read as before
+            del data["sized_at_launch"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> "BufferLayout":
-        return cls(**{k: data[k] for k in ("granularity", "num_warps", "capacity", "staging", "mode")})
+        return cls(**{k: data[k] for k in ("granularity", "num_warps", "capacity", "staging", "mode")},
+                   sized_at_launch=bool(data.get("sized_at_launch", False)))
+
+
+def capacity_word(capacity: int) -> int:
+    """The launch prefix's first word for ``capacity`` records per unit."""
+    if not 0 <= capacity <= MAX_LAUNCH_CAPACITY:
+        raise ValueError(f"launch capacity {capacity} outside 0..{MAX_LAUNCH_CAPACITY}")
+    return (LAUNCH_CAPACITY_TAG << 24) | capacity
+
+
+def read_capacity_word(word: int) -> int | None:
+    """The capacity in a launch prefix's first word, None without the tag."""
+    return word & MAX_LAUNCH_CAPACITY if word >> 24 == LAUNCH_CAPACITY_TAG else None
 
 
 def encode_tag(scope_id: int, is_end: bool) -> int:

@@ -215,6 +215,7 @@ class Session:
                           "unattributed": collector.unattributed,
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
                           "exact_reruns": collector.resizer.reruns if collector.resizer else 0,
+                          "unsized_launches": collector.unsized, "capped_launches": collector.capped,
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
@@ -252,6 +253,8 @@ class Session:
 
 
 def _summary_line(result: SessionResult, collector) -> str:
+    from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
+
     parts = [f"proton_lite: {result.launches} launch{'es' if result.launches != 1 else ''}",
              f"{result.records:,} records", f"{result.dropped:,} dropped"]
     if result.unmatched:
@@ -263,6 +266,13 @@ def _summary_line(result: SessionResult, collector) -> str:
         parts.append(f"{reruns} launch{'es' if reruns != 1 else ''} run again with a larger buffer (sizing='exact')")
     if collector.unattributed:
         parts.append(f"{collector.unattributed} launches not attributable (not saved)")
+    if getattr(collector, "unsized", 0):
+        parts.append(f"{collector.unsized} launch{'es' if collector.unsized != 1 else ''} not sized from their "
+                     "arguments (unreadable; compiled capacity used, what did not fit is counted as dropped)")
+    if getattr(collector, "capped", 0):
+        parts.append(f"{collector.capped} launch{'es' if collector.capped != 1 else ''} with more records than "
+                     f"{LAUNCH_SIZED_MAX_BYTES >> 20} MiB of buffer holds (the rest counted as dropped; "
+                     "granularity='warpgroup' or 'cta' needs less)")
     line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
     if result.dropped:
         hint = result.keep_all_hint or "raise capacity= or loop_capacity= in proton_lite.start() to keep them"

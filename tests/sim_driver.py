@@ -16,7 +16,7 @@ from collections import deque
 
 from proton_lite.runtime import cuda_api
 
-_FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async",
+_FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async", "memset_d32_async",
               "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
               "stream_is_capturing", "stream_synchronize", "memcpy_dtoh", "current_device",
               "current_context", "set_context")
@@ -111,6 +111,12 @@ class SimDriver:
         def op():
             mem, off = self._resolve(ptr, size)
             mem[off:off + size] = bytes([value]) * size
+        self._enqueue(stream, op)
+
+    def memset_d32_async(self, ptr: int, value: int, count: int, stream: int) -> None:
+        def op():
+            mem, off = self._resolve(ptr, 4 * count)
+            mem[off:off + 4 * count] = value.to_bytes(4, "little") * count
         self._enqueue(stream, op)
 
     def memcpy_dtoh_async(self, dst_host: int, src_device: int, size: int, stream: int) -> None:

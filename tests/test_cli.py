@@ -792,7 +792,12 @@ def test_compile_report_matches_the_kernel(case, capsys):
     assert r["num_warps"] == num_warps and r["units_per_cta"] == num_warps
     cap = r["capacity"]
     assert r["buffer_bytes_per_cta"] == CTA_HEADER_BYTES + num_warps * (UNIT_HEADER_BYTES + cap * RECORD_BYTES)
-    assert r["shared_staging_bytes"] == num_warps * cap * RECORD_BYTES
+    if r["sized_at_launch"]:  # a loop bounded by an argument: sized per launch, records straight to global
+        assert r["shared_staging_bytes"] == 0 and r["staging"] == "global"
+        assert r["records_per_unit"]["from_arguments"] == {"loop_scopes": ["n_iter"], "matmul_per_iter": ["K"]}[case]
+    else:
+        assert r["shared_staging_bytes"] == num_warps * cap * RECORD_BYTES
+        assert r["records_per_unit"]["from_arguments"] is None
     if r["loop_record_sites"]:
         assert r["records_per_unit"]["exact"] is None
         assert r["records_per_unit"]["outside_loops"] == sites - r["loop_record_sites"]

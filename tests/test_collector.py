@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from proton_lite.layout import CTA_HEADER_BYTES, UNIT_HEADER_BYTES, BufferLayout
+from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_PREFIX_BYTES, LAUNCH_SIZED_ALIGN, UNIT_HEADER_BYTES,
+                                BufferLayout, read_capacity_word)
 from proton_lite.raw_format import RawWriter, read_raw
 from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
 from proton_lite.runtime.collector import Collector, LaunchInfo
@@ -474,3 +475,95 @@ def test_a_pinned_buffer_comes_back_zeroed(sim):
     assert again.ptr == buf.ptr and not again.view().any()
     pool.give(again)
     pool.release_all()
+
+
+# -- kernels sized at launch (a loop bounded by an argument) ---------------------------------------
+class _SizedMeta(_Meta):
+    """A kernel whose records per unit are 2 * n (a scope in ``for i in range(n)``)."""
+
+    def __init__(self, fallback: int = 4) -> None:
+        layout = BufferLayout("cta", 4, fallback, "global", sized_at_launch=True)
+        super().__init__("sized", layout.stride)
+        self.proton_lite = {"scopes": ["a"], "layout": layout.to_json(), "records_per_unit_max": None,
+                            "records_per_unit_expr": ["prod", ["const", 2],
+                                                      ["trips", ["const", 0], ["arg", "n", 32], ["const", 1]]]}
+        self.layout = layout
+
+
+def _launch_metadata(grid, meta, args):
+    from triton.compiler.compiler import LazyDict  # the object Triton's launcher holds (3.6 and 3.9)
+    lm = LazyDict({"name": meta.name})
+    lm.add(LaunchInfo(None), (grid, meta, args))
+    return lm
+
+
+class _Launcher39:
+    """Calls the profile allocator the way Triton 3.9's launcher does (launch_metadata is a parameter)."""
+
+    def __call__(self, col, grid, stream, function, kernel_metadata, launch_metadata, size):
+        def allocate_scratch():
+            return col.allocate(size, LAUNCH_SIZED_ALIGN, stream)
+        return allocate_scratch()
+
+
+class _Launcher36:
+    """... and the way Triton 3.6's does (launch_metadata is the second of ``*args``)."""
+
+    def __call__(self, col, size, stream, *args):
+        def allocate_scratch():
+            return col.allocate(size, LAUNCH_SIZED_ALIGN, stream)
+        return allocate_scratch()
+
+
+def _sized_launch(col, sim, args, launcher, grid=(3, 1, 1), stream=1, meta=None):
+    meta = meta or _SizedMeta()
+    lm = _launch_metadata(grid, meta, args)
+    size = meta.profile_scratch_size * grid[0]
+    if launcher == "3.9":
+        ptr = _Launcher39()(col, grid, stream, None, None, lm, size)
+    elif launcher == "3.6":
+        ptr = _Launcher36()(col, size, stream, None, lm, None, None)
+    else:  # no launcher frame: nothing to read the arguments from
+        ptr = col.allocate(size, LAUNCH_SIZED_ALIGN, stream)
+    sim.kernel(stream, ptr + LAUNCH_PREFIX_BYTES, b"\x01" * 8)  # the kernel writes after the prefix
+    col.on_launch_exit(lm)
+    return meta
+
+
+@pytest.mark.parametrize("launcher", ["3.9", "3.6"])
+def test_a_kernel_sized_at_launch_gets_the_buffer_its_arguments_need(collector, sim, tmp_path, launcher):
+    meta = None
+    for n in (10, 300, 0):
+        meta = _sized_launch(collector, sim, {"n": n, "x_ptr": object()}, launcher)
+    cap = finish(collector, tmp_path)
+    assert collector.unsized == 0 and collector.capped == 0
+    for ln, n in zip(cap.launches, (10, 300, 0)):
+        layout = meta.layout.with_capacity(2 * n)
+        assert len(ln.buffer) == layout.buffer_bytes(3) == LAUNCH_PREFIX_BYTES + 3 * layout.stride
+        word = int.from_bytes(bytes(ln.buffer[:4]), "little")
+        assert read_capacity_word(word) == 2 * n  # written on the stream before the kernel ran
+        assert bytes(ln.buffer[LAUNCH_PREFIX_BYTES:LAUNCH_PREFIX_BYTES + 8]) == b"\x01" * 8
+
+
+def test_a_kernel_sized_at_launch_without_readable_arguments_is_counted(collector, sim, tmp_path):
+    meta = _sized_launch(collector, sim, {"n": 5}, launcher=None)  # no launcher frame
+    _sized_launch(collector, sim, {"m": 5}, launcher="3.9")  # the bound's argument is missing
+    cap = finish(collector, tmp_path)
+    assert collector.unsized == 2
+    no_frame, missing = cap.launches
+    assert read_capacity_word(int.from_bytes(bytes(no_frame.buffer[:4]), "little")) == 0  # no record slots
+    assert len(no_frame.buffer) == meta.layout.with_capacity(0).buffer_bytes(3)
+    assert read_capacity_word(int.from_bytes(bytes(missing.buffer[:4]), "little")) == meta.layout.capacity
+    assert len(missing.buffer) == meta.layout.buffer_bytes(3)
+
+
+def test_a_kernel_sized_at_launch_is_capped_and_counted(collector, sim, tmp_path, monkeypatch):
+    from proton_lite.runtime import collector as collector_module
+    monkeypatch.setattr(collector_module, "LAUNCH_SIZED_MAX_BYTES", 4096)
+    meta = _sized_launch(collector, sim, {"n": 10_000}, launcher="3.9")
+    cap = finish(collector, tmp_path)
+    assert collector.capped == 1
+    (ln, ) = cap.launches
+    got = read_capacity_word(int.from_bytes(bytes(ln.buffer[:4]), "little"))
+    assert 0 < got < 20_000 and len(ln.buffer) <= 4096
+    assert meta.layout.with_capacity(got + 1).buffer_bytes(3) > 4096  # the most that fits

@@ -160,3 +160,54 @@ def test_a_cta_whose_start_anchor_is_far_from_its_launch_is_counted_missing(tmp_
     assert prof.launches["missing_ctas"].tolist() == [1]
     assert sorted(prof.ctas["cta"].tolist()) == [0, 1, 2, 4, 5, 6, 7]
     assert prof.ctas["start_ns"].min() == 0 and prof.ctas["end_ns"].max() < 10_000
+
+
+def test_launches_sized_at_launch_decode_with_their_own_capacity(tmp_path):
+    """A kernel sized per launch (loop bound from an argument): each launch's buffer starts
+    with its capacity word; launches of one kernel with different capacities decode apart."""
+    from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, capacity_word, encode_tag
+    from proton_lite.raw_format import RawWriter
+    from synth import kernel_meta, launch_buffer
+
+    base = BufferLayout("warp", 2, 4, "global", sized_at_launch=True)
+    w = RawWriter(str(tmp_path / "z.plraw"), {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", ["it"], base))
+
+    def ctas(iters):
+        out = []
+        for c in range(3):
+            clk, gt = 1_000_000 * (c + 1), 5_000_000_000 + 10_000 * c
+            recs = []
+            for i in range(iters):
+                recs += [(encode_tag(0, False), clk + 100 + 300 * i), (encode_tag(0, True), clk + 250 + 300 * i)]
+            end = clk + 100 + 300 * iters
+            out.append({"smid": c, "start_gt": gt, "start_clk": clk,
+                        "units": [(2 * iters, gt + end - clk, end, recs)] * 2})
+        return out
+
+    def prefix(word):
+        return word.to_bytes(4, "little") + bytes(LAUNCH_PREFIX_BYTES - 4)
+
+    # launch 0: 5 iterations, capacity 10 (all kept); launch 1: 7 iterations sized 14;
+    # launch 2: the host could not size it (word 0): no slots, all 2 x 3 counted dropped
+    for i, (iters, cap, word) in enumerate([(5, 10, capacity_word(10)), (7, 14, capacity_word(14)), (3, 0, 0)]):
+        layout = base.with_capacity(cap)
+        w.launch(0, 0, i, (3, 1, 1), 3, 0, 0, prefix(word) + launch_buffer(layout, ctas(iters)))
+    w.end({"launches": 3})
+    w.close()
+    prof = decode(read_raw(str(tmp_path / "z.plraw")))
+    assert prof.launches["records"].tolist() == [3 * 2 * 10, 3 * 2 * 14, 0]
+    assert prof.launches["dropped"].tolist() == [0, 0, 3 * 2 * 6]
+    iv = prof.intervals
+    assert len(iv) == 3 * 2 * (5 + 7) and (iv["cycles"] == 150).all()
+    assert prof.keep_all_hint() is not None
+
+    # a buffer that ends before its prefix, or whose size does not match its capacity, is named
+    for bad, match in [(b"\x00" * 8, "launch prefix"), (prefix(capacity_word(11)) + launch_buffer(base.with_capacity(10), ctas(1)), "expected 3 CTAs")]:
+        w = RawWriter(str(tmp_path / "bad.plraw"), {"name": "synth"})
+        w.kernel(kernel_meta(0, "k", ["it"], base))
+        w.launch(0, 0, 0, (3, 1, 1), 3, 0, 0, bad)
+        w.end({"launches": 1})
+        w.close()
+        with pytest.raises(Exception, match=match):
+            decode(read_raw(str(tmp_path / "bad.plraw")))

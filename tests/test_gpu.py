@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 import proton_lite  # noqa: E402
 from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
-from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout  # noqa: E402
+from proton_lite.layout import (CTA_MAGIC, LAUNCH_PREFIX_BYTES, UNIT_MAGIC, BufferLayout,  # noqa: E402
+                                read_capacity_word)
 from proton_lite.passes import stage_hook  # noqa: E402
 from proton_lite.passes.config import CALIBRATION_KERNEL  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
@@ -118,7 +119,15 @@ def test_instrumented_matches_plain_and_records_are_exact(name, granularity, tmp
     (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
     n_ctas = int(np.prod(grid))
     assert launch.num_ctas == n_ctas
-    blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=n_ctas)
+    buffer = launch.buffer
+    if layout.sized_at_launch:  # a loop bounded by an argument: the launch holds exactly what it writes
+        assert name in ("loop_scopes", "matmul_per_iter")
+        layout = layout.with_capacity(read_capacity_word(int(np.frombuffer(buffer, "<u4", 1)[0])))
+        assert layout.capacity == expected
+        buffer = buffer[LAUNCH_PREFIX_BYTES:]
+        assert cap.end["unsized_launches"] == 0 and cap.end["capped_launches"] == 0
+    assert len(buffer) == n_ctas * layout.stride
+    blocks = np.frombuffer(buffer, dtype=cta_block_dtype(layout), count=n_ctas)
     assert (blocks["magic"] == CTA_MAGIC).all()  # every CTA wrote its header exactly in its own slot
     units = blocks["unit"]
     assert (units["magic"] == UNIT_MAGIC).all()
@@ -177,8 +186,38 @@ def test_many_launches_stream_to_disk(tmp_path):
     assert len(prof.intervals) == 1000 * 3 * 4 * 3
 
 
+def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):
+    """Default sizing: 300 and 5 trips of a loop bounded by an argument (600 records per warp,
+    more than loop_capacity, then 10) keep every record, each launch with its own buffer;
+    outputs are those of the plain kernel."""
+    x = torch.rand(128, device="cuda")
+    plain = []
+    for n in (300, 5):
+        y = x.clone()
+        K.loop_scopes[(6, )](y, n, BLOCK=128)
+        plain.append(y)
+    outs = []
+    with proton_lite.start(str(tmp_path / "sized"), quiet=True, formats=()) as s:
+        for n in (300, 5, 300):
+            y = x.clone()
+            K.loop_scopes[(6, )](y, n, BLOCK=128)
+            outs.append(y)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], plain[0]) and torch.equal(outs[1], plain[1]) and torch.equal(outs[2], plain[0])
+    cap = read_raw(s.result.raw_path)
+    assert cap.end["unsized_launches"] == 0 and cap.end["capped_launches"] == 0
+    prof = decode(cap)
+    ours = [i for i, k in enumerate(prof.kernels) if k.name == "loop_scopes"]
+    user = prof.launches[np.isin(prof.launches["kernel"], ours)]
+    assert user["records"].tolist() == [6 * 4 * 600, 6 * 4 * 10, 6 * 4 * 600]
+    assert prof.total_dropped == 0 and prof.total_unmatched == 0
+    assert s.result.dropped == 0
+    words = [read_capacity_word(int(np.frombuffer(la.buffer, "<u4", 1)[0])) for la in cap.launches[:3]]
+    assert words == [600, 10, 600]
+
+
 def test_overflow_is_counted_not_written(tmp_path):
-    with proton_lite.start(str(tmp_path / "ovf"), quiet=True, loop_capacity=16, formats=()) as s:
+    with proton_lite.start(str(tmp_path / "ovf"), quiet=True, capacity=16, formats=()) as s:
         run_case("loop_scopes")  # 74 records per warp, 16 slots
     assert s.result.dropped == 7 * 4 * (74 - 16)
     with proton_lite.start(str(tmp_path / "circ"), quiet=True, loop_capacity=16, buffer_mode="circular",

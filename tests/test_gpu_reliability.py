@@ -116,10 +116,11 @@ def test_a_fault_right_after_a_burst_loses_only_what_it_reports(tmp_path, copy_e
 
 
 @triton.jit
-def loop_out_of_place(x_ptr, o_ptr, n_iter, BLOCK: tl.constexpr):
+def loop_out_of_place(x_ptr, o_ptr, n_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     acc = tl.load(x_ptr + offs)
-    for i in range(n_iter):  # trip count from a launch argument: loop_capacity (256) by default
+    n_iter = tl.load(n_ptr)  # a trip count read from memory: not known at launch, loop_capacity (256)
+    for i in range(n_iter):
         pl.enter_scope("step")
         acc = acc * 1.0001 + 1.0
         pl.exit_scope("step")
@@ -129,14 +130,15 @@ def loop_out_of_place(x_ptr, o_ptr, n_iter, BLOCK: tl.constexpr):
 def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path):
     x = torch.rand(7 * 128, device="cuda")
     iters = (300, 300, 40)  # 600, 600 and 80 records per warp
+    counts = [torch.tensor([n], device="cuda", dtype=torch.int32) for n in iters]
     plain = []
-    for n in iters:
+    for n in counts:
         o = torch.empty_like(x)
         loop_out_of_place[(7, )](x, o, n, BLOCK=128)
         plain.append(o)
     outs = []
     with proton_lite.start(str(tmp_path / "exact"), quiet=True, sizing="exact", formats=()) as s:
-        for n in iters:
+        for n in counts:
             o = torch.full_like(x, -1.0)
             loop_out_of_place[(7, )](x, o, n, BLOCK=128)
             outs.append(o)

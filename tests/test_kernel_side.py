@@ -7,7 +7,7 @@ import triton.language as tl
 
 import proton_lite
 import proton_lite.language as pl
-from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
+from proton_lite.layout import CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
 from proton_lite.passes import stage_hook
 
 from kernels import CASES, PLAIN_TWINS, signature
@@ -89,17 +89,40 @@ def test_circular_mode_rounds_capacity_to_a_power_of_two():
     assert "and.b32 %pl_r15, %pl_r3, 7;" in k.asm["ptx"]
 
 
-def test_records_read_the_64_bit_clock_and_use_no_fences():
-    ptx = compile_case("matmul_per_iter").asm["ptx"]
+@pytest.mark.parametrize("options,store", [({"loop_capacity": 300, "capacity": 300}, "st.shared.v2.u32"),
+                                           ({}, "st.global.v2.u32")])  # sized at launch: global
+def test_records_read_the_64_bit_clock_and_use_no_fences(options, store):
+    ptx = compile_case("matmul_per_iter", **options).asm["ptx"]
     body = ptx.split("// proton_lite: record")[1].split("add.u32 %pl_r3")[0]
     assert "%clock64" in body and "%clock;" not in body
-    assert "st.shared.v2.u32" in body
+    assert store in body
     # none of the code the pass adds (prologue, every record, epilogue) has a fence
     added = _added_snippets(ptx)
     assert len(added) == 1 + 6 + 1 and all(len(s) > 3 for s in added)  # prologue, 6 records, 1 ret
     for snippet in added:
         text = "\n".join(snippet)
         assert "membar" not in text and "fence" not in text, text
+
+
+def test_a_kernel_sized_at_launch_reads_its_capacity_from_the_buffer_prefix():
+    """loop_scopes' loop runs n_iter times: the capacity and strides come from the launch
+    prefix at run time (no immediate capacity in the bounds checks), and the CTA blocks
+    start after the prefix."""
+    k = compile_case("loop_scopes")
+    layout = k.profile["layout"]
+    assert layout["sized_at_launch"] and layout["staging"] == "global"
+    assert k.profile["records_per_unit_expr"] is not None
+    ptx = k.asm["ptx"]
+    prologue = ptx.split("// proton_lite: prologue")[1].split("$pl_prologue_done:")[0]
+    assert "ld.global.u32 %pl_r24, [%pl_d0];" in prologue
+    assert f"setp.eq.u32 %pl_p5, %pl_r25, {LAUNCH_CAPACITY_TAG};" in prologue  # untagged: no records
+    assert f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};" in prologue
+    records = [r.split("add.u32 %pl_r3")[0] for r in ptx.split("// proton_lite: record")[1:]]
+    assert len(records) == 2
+    for body in records:
+        assert "setp.lt.u32 %pl_p2, %pl_r3, %pl_r24;" in body and "st.global.v2.u32" in body
+    assert "st.shared" not in ptx.split("// proton_lite: prologue")[1]
+    assert len(k.asm["cubin"]) > 0  # ptxas assembled it
 
 
 def _added_snippets(ptx: str) -> list[list[str]]:

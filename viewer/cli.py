@@ -483,12 +483,14 @@ def _sites_per_scope(ptx: str, n_scopes: int) -> list[list[int]] | None:
 
 def compile_report(ck, kernel_name: str, arch: int) -> dict:
     """What the instrumentation adds to a compiled kernel, as a JSON-serializable dict."""
+    from proton_lite.bound_expr import arguments
     from proton_lite.layout import GRANULARITY_WARPS
 
     pl = ck.profile or {}
     layout = pl.get("layout") or {}
     sites = pl.get("record_sites")
     loop = int(pl.get("loop_record_sites") or 0)
+    expr = pl.get("records_per_unit_expr")
     per_scope = _sites_per_scope(ck.asm.get("ptx") or "", len(ck.scopes))
     if per_scope is not None and sites is not None and sum(map(sum, per_scope)) != sites:
         per_scope = None  # the record code changed shape: show totals only
@@ -516,7 +518,10 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
             "outside_loops": None if sites is None else sites - loop,
             "per_loop_iteration": loop,
             "at_most": pl.get("records_per_unit_max") if loop else None,  # every loop bound a constant
+            # sized per launch: the kernel arguments the count depends on
+            "from_arguments": sorted(arguments(expr)) if expr else None,
         },
+        "sized_at_launch": bool(layout.get("sized_at_launch")),
     }
 
 
@@ -524,6 +529,7 @@ def render_compile_report(r: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
     from proton_lite.viewer.render import compact_table
 
     unit = {"warp": "warp", "warpgroup": "warp group", "cta": "CTA"}.get(r["granularity"], "unit")
@@ -547,6 +553,9 @@ def render_compile_report(r: dict, console) -> None:
         estimate = f"{rec['exact']} (no record site inside a loop)"
     elif rec.get("at_most") is not None:
         estimate = f"at most {rec['at_most']} (every loop around a scope has compile-time bounds)"
+    elif rec.get("from_arguments"):
+        estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration: counted for "
+                    f"each launch from its argument(s) {', '.join(rec['from_arguments'])}")
     else:
         estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration "
                     f"(loop sites: capacity {r['capacity']})")
@@ -555,8 +564,13 @@ def render_compile_report(r: dict, console) -> None:
     kv.add_column(overflow="fold")
     kv.add_row("record sites", f"{r['record_sites']} ({r['loop_record_sites']} inside loops)")
     kv.add_row(f"records per {unit}", estimate)
-    kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
-                                 f"records per {unit}, {r['buffer_mode']})")
+    if r.get("sized_at_launch"):
+        kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
+                                     f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x records per {unit}) bytes, global "
+                                     f"(capacity {r['capacity']} if the arguments cannot be read)")
+    else:
+        kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
+                                     f"records per {unit}, {r['buffer_mode']})")
     kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
                + ("" if r["staging"] == "shared" else " (records go straight to global memory)"))
     console.print(kv)

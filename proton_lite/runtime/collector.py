@@ -3,7 +3,10 @@ chunks back in batches, stream them to disk.
 
 Triton calls, for every launch of an instrumented kernel, in this order:
   1. the profile allocator (``allocate``) with ``profile_scratch_size x CTAs``: we hand out
-     the next slice of the open *chunk* of the launch's (device, stream);
+     the next slice of the open *chunk* of the launch's (device, stream).  For a kernel
+     sized at launch (its loops are bounded by arguments; Triton passes its alignment,
+     ``LAUNCH_SIZED_ALIGN``) the slice is sized from the launch's arguments instead
+     (``_launch_capacity``) and the capacity is written into its prefix;
   2. ``cuLaunchKernel`` (Triton builds the launch metadata whenever its hook chains exist,
      so no launch-enter hook is needed);
   3. the launch-exit hook (``on_launch_exit``): we note the launch in its chunk.
@@ -38,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.layout import BufferLayout
+from proton_lite.bound_expr import BoundError, evaluate
+from proton_lite.layout import LAUNCH_SIZED_ALIGN, MAX_LAUNCH_CAPACITY, BufferLayout, capacity_word
 from proton_lite.raw_format import BATCH_ENTRY, RawWriter
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool, ProfileBufferOOM
@@ -48,6 +52,7 @@ IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it ho
 CHUNK_BYTES = 4 << 20  # device bytes per chunk; a launch that needs more gets a chunk of its own
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 DEFAULT_COPY_EVERY = 256
+LAUNCH_SIZED_MAX_BYTES = 1 << 30  # a launch sized from its arguments gets at most this much (then drops, counted)
 
 
 class LaunchInfo:
@@ -148,6 +153,8 @@ class Collector:
         self.skip_autotune = skip_autotune
         self.skipped_autotune = 0
         self._contexts: dict[int, object] = {}
+        self.unsized = 0  # launches sized at launch whose arguments could not be read or evaluated
+        self.capped = 0  # ... and those whose records would need more than LAUNCH_SIZED_MAX_BYTES
 
     # -- called by Triton ----------------------------------------------------------------------
     def allocate(self, size: int, alignment: int, stream) -> int:
@@ -160,6 +167,9 @@ class Collector:
                 "allocates the profile buffer on the host at launch time, so every replay of the graph would "
                 "write into the same buffer and no copy-back could follow a replay. Stop the session "
                 "(proton_lite.stop()) before capturing graphs, or profile the kernels outside the graph.")
+        capacity = None
+        if alignment == LAUNCH_SIZED_ALIGN:
+            size, capacity = self._launch_capacity(size)
         device = cuda_api.current_device()
         key = (device, stream)
         now = time.monotonic_ns()
@@ -185,8 +195,42 @@ class Collector:
                 offset = 0
             chunk.used = offset + size
             chunk.inflight += 1
-        self._tls.item = (chunk, offset, size, idle)
-        return chunk.buf.ptr + offset
+        self._tls.item = (chunk, offset, size, idle, capacity)
+        ptr = chunk.buf.ptr + offset
+        if capacity is not None:  # ordered on the stream before the kernel reads it
+            cuda_api.memset_d32_async(ptr, capacity_word(capacity[0]), 1, stream)
+        return ptr
+
+    def _launch_capacity(self, size: int) -> tuple[int, tuple[int, bool]]:
+        """Slice bytes and (capacity, short) of a launch whose kernel is sized at launch: its
+        record bound evaluated with this launch's arguments.  ``short``: the capacity may be
+        less than the kernel writes (arguments unreadable, or the cap hit); records that do
+        not fit are counted as dropped, as for any kernel."""
+        found = _launch_arguments()
+        if found is None:  # no launch metadata: the kernel gets no record slots (capacity word 0)
+            with self._lock:
+                self.unsized += 1
+            return size, (0, True)
+        grid, metadata, args = found
+        entry = getattr(metadata, "proton_lite", None) or {}
+        layout = BufferLayout.from_json(entry["layout"])
+        num_ctas = size // int(metadata.profile_scratch_size)
+        short = False
+        try:
+            need = max(0, evaluate(entry["records_per_unit_expr"], args))
+        except (BoundError, KeyError, TypeError):
+            need, short = layout.capacity, True  # the compiled fallback
+            with self._lock:
+                self.unsized += 1
+        capacity = min(need, MAX_LAUNCH_CAPACITY)
+        per_record = num_ctas * layout.units * 8
+        if per_record and layout.with_capacity(capacity).buffer_bytes(num_ctas) > LAUNCH_SIZED_MAX_BYTES:
+            capacity = max(0, (LAUNCH_SIZED_MAX_BYTES - layout.with_capacity(0).buffer_bytes(num_ctas)) // per_record)
+        if capacity < need:
+            short = True
+            with self._lock:
+                self.capped += 1
+        return layout.with_capacity(capacity).buffer_bytes(num_ctas), (capacity, short)
 
     def on_launch_exit(self, launch_metadata) -> None:
         tls = self._tls
@@ -194,7 +238,7 @@ class Collector:
         if item is None:
             return  # not an instrumented launch
         tls.item = None
-        chunk, offset, size, idle = item
+        chunk, offset, size, idle, sized = item
         info = launch_metadata.get().get(_LAUNCH_INFO_KEY) if launch_metadata is not None else None
         kernel = self._kernel(info[1]) if info is not None else None
         trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
@@ -204,17 +248,22 @@ class Collector:
             grid = info[0]
             gx, gy, gz = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
             num_ctas = gx * gy * gz * ctas_per_block
+            nbytes = num_ctas * scratch
+            if layout.sized_at_launch and sized is not None:  # this launch's capacity (allocate)
+                layout = layout.with_capacity(sized[0])
+                nbytes, may_drop = layout.buffer_bytes(num_ctas), sized[1]
             now_ns = time.time_ns()
             if self.resizer is not None and may_drop and not self.resizer.relaunching and info[3] is not None \
                     and not self.failed:  # kernels whose count is known never to exceed the buffer: no wait
                 try:
-                    rerun = self.resizer.needed_capacity(chunk.buf.ptr + offset, chunk.stream, layout, num_ctas)
+                    rerun = self.resizer.needed_capacity(chunk.buf.ptr + offset + layout.prefix, chunk.stream,
+                                                         layout, num_ctas)
                 except cuda_api.CudaError as e:  # the kernel faulted: the user sees it from their next call
                     self._failed(e)
         with self._lock:
             if kernel is not None and not trial and rerun is None:
                 chunk.launches.append((kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas,
-                                       chunk.stream, now_ns, offset, num_ctas * scratch))
+                                       chunk.stream, now_ns, offset, nbytes))
                 self._launch_index += 1
                 self.launches += 1
             else:  # its slice is cleared and reused with the chunk; never copied
@@ -448,6 +497,39 @@ class Collector:
                 self._events.clear()
             self.device_pool.release_all()
         self.pinned_pool.release_all()
+
+
+def _launch_arguments():
+    """(grid, compiled kernel's metadata, arguments by name) of the launch whose profile
+    buffer is being allocated, or None.
+
+    Triton's launcher calls the profile allocator with a size only; the launch metadata it
+    has already built (``LazyDict``, not yet evaluated) holds our ``LaunchInfo`` with
+    exactly these values.  It is a local of the launcher's ``__call__`` (Triton 3.9:
+    ``launch_metadata``; 3.6: the second of ``*args``) two frames above the allocator,
+    and of ``JITFunction.run`` one frame further.  Only kernels sized at launch look.
+    """
+    try:
+        frame = sys._getframe(3)  # _launch_arguments <- _launch_capacity <- allocate <- allocate_scratch
+    except ValueError:  # called from less deep (a test)
+        return None
+    for _ in range(4):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        code = frame.f_code
+        names = code.co_varnames
+        candidates = ()
+        if "launch_metadata" in names:
+            candidates = (frame.f_locals.get("launch_metadata"), )
+        elif code.co_name == "__call__" and "args" in names:
+            args = frame.f_locals.get("args")
+            candidates = tuple(args[:3]) if isinstance(args, tuple) else ()
+        for lm in candidates:
+            for fn, fargs in getattr(lm, "extras", None) or ():
+                if isinstance(fn, (LaunchInfo, _Chained)):
+                    return fargs[0], fargs[1], fargs[2]
+    return None
 
 
 _trial_codes: frozenset | None = None  # id() of code objects: hashing a code object hashes its contents

@@ -124,6 +124,10 @@ def memcpy_htod(dst_device: int, src: np.ndarray) -> None:
     check(cu.cuMemcpyHtoD(dst_device, src.ctypes.data, src.nbytes), "cuMemcpyHtoD")
 
 
+def memset_d32_async(ptr: int, value: int, count: int, stream: int) -> None:
+    check(cu.cuMemsetD32Async(ptr, value, count, cu.CUstream(stream)), "cuMemsetD32Async")
+
+
 def memset_d8_async(ptr: int, value: int, size: int, stream: int) -> None:
     check(cu.cuMemsetD8Async(ptr, value, size, cu.CUstream(stream)), "cuMemsetD8Async")
 
