@@ -178,15 +178,20 @@ def cases(quick):
     c = torch.empty(S, S, device="cuda", dtype=torch.float16)
     xs = torch.randn(4096, 4096, device="cuda")
     os_ = torch.empty_like(xs)
-    yield "vector add 64M fp32", "vadd", lambda p: vadd[(triton.cdiv(n, 1024), )](x, y, o, n, BLOCK=1024, PROF=p)
+    yield "vector add 64M fp32", "vadd", lambda p: vadd[(triton.cdiv(n, 1024), )](x, y, o, n, BLOCK=1024, PROF=p), {}
     mmgrid = ((S // 128) * (S // 128), )
     yield "matmul 4096^3 fp16", "mm", lambda p: mm[mmgrid](a, b, c, S, S, S, a.stride(0), a.stride(1), b.stride(
         0), b.stride(1), c.stride(0), c.stride(1), BM=128, BN=128, BK=64, PROF=p, PER_ITER=False, num_warps=8,
-                                                            num_stages=3)
-    yield "matmul, scope per K iter", "mm", lambda p: mm[mmgrid](a, b, c, S, S, S, a.stride(0), a.stride(
-        1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), BM=128, BN=128, BK=64, PROF=p, PER_ITER=True,
-                                                                  num_warps=8, num_stages=3)
-    yield "softmax 4096x4096 fp32", "smax", lambda p: smax[(4096, )](xs, os_, xs.stride(0), 4096, BLOCK=4096, PROF=p)
+                                                            num_stages=3), {}
+    def per_iter(p):
+        mm[mmgrid](a, b, c, S, S, S, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                   BM=128, BN=128, BK=64, PROF=p, PER_ITER=True, num_warps=8, num_stages=3)
+
+    # default: the K loop's bound is an argument, so its buffer is sized per launch (global memory);
+    # with an explicit capacity the records are staged in shared memory instead
+    yield "matmul, scope per K iter", "mm", per_iter, {}
+    yield "matmul, per K iter, capacity=", "mm", per_iter, {"capacity": 2 * (S // 64) + 4}
+    yield "softmax 4096x4096 fp32", "smax", lambda p: smax[(4096, )](xs, os_, xs.stride(0), 4096, BLOCK=4096, PROF=p), {}
 
 
 class ProtonRef:
@@ -214,14 +219,15 @@ class ProtonRef:
             proton.deactivate()
 
 
-def overhead_rounds(launch, kname, reps, rounds, tmp, proton_ref):
+def overhead_rounds(launch, kname, reps, rounds, tmp, proton_ref, options):
     """Interleave plain / proton-lite / Proton blocks so clock and thermal drift hit all alike."""
     t = {"plain": [], "pl": [], "proton": []}
     for r in range(rounds):
         t["plain"] += cupti_times_us(lambda: launch(0), kname, reps)
-        with proton_lite.start(os.path.join(tmp, f"{kname}_r{r}"), quiet=True, decode=False, calibrate=False):
+        with proton_lite.start(os.path.join(tmp, f"{kname}_r{r}"), quiet=True, decode=False, calibrate=False,
+                               **options):
             t["pl"] += cupti_times_us(lambda: launch(1), kname, reps)
-        if proton_ref.active:
+        if proton_ref.active and not options:  # Proton once per kernel, not per proton-lite option
             try:
                 t["proton"] += proton_ref.times(launch, kname, reps)
             except Exception as e:  # noqa: BLE001
@@ -240,9 +246,9 @@ def main():
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     rows = []
-    for label, kname, launch in cases(args.quick):
-        row = {"kernel": label}
-        t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref)
+    for label, kname, launch, options in cases(args.quick):
+        row = {"kernel": label, "options": options}
+        t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, options)
         row["n_per_variant"] = len(t["plain"])
         row["plain_us"] = statistics.median(t["plain"])
         row["pl_us"] = statistics.median(t["pl"])
@@ -252,11 +258,12 @@ def main():
             row["proton_overhead_pct"] = 100 * (row["proton_us"] / row["plain_us"] - 1)
         # host time added per launch: a burst of launches with the session off, then on
         row["plain_host_us"] = host_launch_us(lambda: launch(0))
-        with proton_lite.start(os.path.join(tmp, kname + "_host"), quiet=True, decode=False, calibrate=False):
+        with proton_lite.start(os.path.join(tmp, kname + "_host"), quiet=True, decode=False, calibrate=False,
+                               **options):
             row["pl_host_us"] = host_launch_us(lambda: launch(1))
         row["host_added_us"] = row["pl_host_us"] - row["plain_host_us"]
         # stop -> trace on disk, for a session of 2 launches (as in anchors.md)
-        s = proton_lite.start(os.path.join(tmp, kname + "_trace"), quiet=True, formats=TRACE_FORMATS)
+        s = proton_lite.start(os.path.join(tmp, kname + "_trace"), quiet=True, formats=TRACE_FORMATS, **options)
         launch(1)
         launch(1)
         torch.cuda.synchronize()
@@ -277,9 +284,9 @@ def main():
     # cycles per record: same loop with and without 2 records per iteration, measured in-kernel
     xr = torch.rand(128, device="cuda")
     res = {}
-    for inner in (False, True):
+    for inner in (False, True):  # capacity=: the loop bound is an argument; keep shared staging as before
         with proton_lite.start(os.path.join(tmp, f"rc{int(inner)}"), quiet=True, formats=(),
-                               loop_capacity=2050) as s:
+                               capacity=2050) as s:
             record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2)
         prof = decode(read_raw(s.result.raw_path))
         k = prof.kernels[0]
