@@ -14,6 +14,10 @@ inline-asm marker (``// @@proton_lite enter|exit <hex name>``, see
 * before every ``ret``: reads the end pair, copies the unit's records from shared memory
   to the buffer with the whole leader warp, and writes the unit header (count, end pair).
 
+A kernel sized at launch (``layout.sized_at_launch``: a loop bounded by kernel arguments)
+reads its capacity from the buffer's launch prefix at CTA start and computes its strides
+in registers; its records go straight to global memory (docs/format.md §1.1).
+
 Why PTX: it is the last text level before ``ptxas``, so the markers sit exactly where
 LLVM scheduled them, the kernel parameter and special registers are directly at hand,
 and the rewrite needs no MLIR bindings that change between Triton versions.
