@@ -567,3 +567,27 @@ def test_a_kernel_sized_at_launch_is_capped_and_counted(collector, sim, tmp_path
     got = read_capacity_word(int.from_bytes(bytes(ln.buffer[:4]), "little"))
     assert 0 < got < 20_000 and len(ln.buffer) <= 4096
     assert meta.layout.with_capacity(got + 1).buffer_bytes(3) > 4096  # the most that fits
+
+
+def test_the_exit_hook_reads_the_launch_from_triton_s_launch_metadata_without_evaluating_it():
+    """Our LaunchInfo alone, chained after a user's launch_metadata function, and after another
+    hook already evaluated the LazyDict: the same (grid, metadata, arguments, JIT function)."""
+    from triton.compiler.compiler import LazyDict
+
+    from proton_lite.runtime.collector import _Chained, _launch_info
+    meta, jit = _Meta(), object()
+    user_calls = []
+
+    def user_fn(grid, metadata, args):
+        user_calls.append(grid)
+        return {"flops": 1}
+
+    for fn in (LaunchInfo(jit), _Chained(user_fn, LaunchInfo(jit))):
+        lm = LazyDict({"name": "k"})
+        lm.add(fn, ((4, 1, 1), meta, {"n": 3}))
+        assert _launch_info(lm) == ((4, 1, 1), meta, {"n": 3}, jit)
+        assert lm.extras and not user_calls  # nothing evaluated
+        lm.get()  # another exit hook (Proton's, say) evaluates it first
+        assert _launch_info(lm) == ((4, 1, 1), meta, {"n": 3}, jit)
+    assert user_calls == [(4, 1, 1)]
+    assert _launch_info(None) is None

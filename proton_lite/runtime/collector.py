@@ -239,7 +239,7 @@ class Collector:
             return  # not an instrumented launch
         tls.item = None
         chunk, offset, size, idle, sized = item
-        info = launch_metadata.get().get(_LAUNCH_INFO_KEY) if launch_metadata is not None else None
+        info = _launch_info(launch_metadata)
         kernel = self._kernel(info[1]) if info is not None else None
         trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
@@ -499,6 +499,23 @@ class Collector:
         self.pinned_pool.release_all()
 
 
+def _launch_info(launch_metadata):
+    """(grid, metadata, arguments, JIT function) from Triton's launch metadata, or None.
+
+    Read from the ``LazyDict``'s pending entries while our ``LaunchInfo`` is still there (no
+    evaluation, no dict merges: this runs for every launch); evaluated when another exit
+    hook already did that."""
+    if launch_metadata is None:
+        return None
+    for fn, fargs in getattr(launch_metadata, "extras", None) or ():
+        kind = type(fn)
+        if kind is LaunchInfo:
+            return fargs[0], fargs[1], fargs[2], fn.jit_fn
+        if kind is _Chained:
+            return fargs[0], fargs[1], fargs[2], fn.ours.jit_fn
+    return launch_metadata.get().get(_LAUNCH_INFO_KEY)
+
+
 def _launch_arguments():
     """(grid, compiled kernel's metadata, arguments by name) of the launch whose profile
     buffer is being allocated, or None.
@@ -552,9 +569,10 @@ def _in_autotuner_benchmark() -> bool:
         if "triton.runtime.autotuner" not in sys.modules:
             return False
         _trial_codes = _autotuner_trial_codes()
-    if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook)
+    if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
+        # 5 through Triton's Heuristics; 8 leaves room for one more wrapper at 2/3 of the cost of 12)
         frame, depth = sys._getframe(2), 0
-        while frame is not None and depth < 12:
+        while frame is not None and depth < 8:
             if id(frame.f_code) in _trial_codes:
                 return True
             frame, depth = frame.f_back, depth + 1
