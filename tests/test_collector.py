@@ -368,6 +368,22 @@ def test_autotuner_trials_are_recognised_from_triton_s_own_autotuner_code():
     JitFunction().run()  # the launch the user makes afterwards
     assert seen == [True, False]
 
+    # the same, with the stand-in taking the place of JITFunction.run: then only its caller is
+    # looked at (kernel_call, or the user's code), not the frames above
+    from proton_lite.runtime import collector as collector_module
+    saved = collector_module._JIT_RUN
+    collector_module._JIT_RUN = JitFunction.run.__code__
+    try:
+        tuner._bench(config=Config({}))
+        JitFunction().run()
+        def launch_from_a_trial_s_callee():  # kernel_call is further up, not the caller: not a trial
+            JitFunction().run()
+        tuner.fn.run = lambda *a, **k: launch_from_a_trial_s_callee()
+        tuner._bench(config=Config({}))
+    finally:
+        collector_module._JIT_RUN = saved
+    assert seen == [True, False, True, False, False]
+
 
 def _cta_unit_counts(counts) -> bytes:
     """CTA blocks (one CTA-wide unit each) holding only the unit ``count`` fields."""

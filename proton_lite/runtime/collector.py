@@ -562,19 +562,38 @@ def _autotuner_trial_codes() -> frozenset:
     return frozenset(id(c) for c in (code, *code.co_consts) if isinstance(c, types.CodeType))
 
 
+def _code_of(module_name: str, qualname: str):
+    obj = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return getattr(obj, "__code__", None)
+
+
+_JIT_RUN = None  # JITFunction.run's code: the launch's caller sits right above it
+_WRAPPERS: frozenset = frozenset()  # id() of codes that may sit between kernel_call and JITFunction.run
+
+
 def _in_autotuner_benchmark() -> bool:
     """True while Triton's autotuner times its candidate configs (their launches are trials)."""
-    global _trial_codes
+    global _trial_codes, _JIT_RUN, _WRAPPERS
     if _trial_codes is None:
         if "triton.runtime.autotuner" not in sys.modules:
             return False
         _trial_codes = _autotuner_trial_codes()
+        _JIT_RUN = _code_of("triton.runtime.jit", "JITFunction.run")
+        _WRAPPERS = frozenset(id(c) for c in (_code_of("triton.runtime.autotuner", "Heuristics.run"), ) if c)
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
-        # 5 through Triton's Heuristics; 8 leaves room for one more wrapper at 2/3 of the cost of 12)
+        # 5 through Triton's Heuristics)
         frame, depth = sys._getframe(2), 0
         while frame is not None and depth < 8:
-            if id(frame.f_code) in _trial_codes:
+            code = frame.f_code
+            if id(code) in _trial_codes:
                 return True
+            if code is _JIT_RUN:  # the caller of JITFunction.run decides: kernel_call or not
+                caller = frame.f_back
+                while caller is not None and id(caller.f_code) in _WRAPPERS:
+                    caller = caller.f_back
+                return caller is not None and id(caller.f_code) in _trial_codes
             frame, depth = frame.f_back, depth + 1
         return False
     frame, depth = sys._getframe(2), 0  # a Triton without Autotuner._bench: go by names
