@@ -587,8 +587,9 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     # what the session itself reported at stop (a kernel fault, launches it cost): kept with the
     # profile so that `proton-lite summary` / `trace` show it long after the stop line scrolled away
     session["capture_errors"] = [str(e) for e in (end.get("errors") or []) if e][:100]
-    lost = end.get("lost_launches")
-    session["lost_launches"] = int(lost) if isinstance(lost, int) and lost > 0 else 0
+    for key in ("lost_launches", "unsized_launches", "capped_launches"):
+        value = end.get(key)
+        session[key] = int(value) if isinstance(value, int) and value > 0 else 0
     if cal is None:
         return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
                        session=session)

@@ -303,17 +303,20 @@ def test_a_fault_reported_at_stop_is_shown_again_by_summary_and_trace(tmp_path, 
         w.kernel(cap.kernels[kid])
     for la in cap.launches:
         w.launch(la.kernel_id, la.device, la.launch_index, la.grid, la.num_ctas, la.stream, la.host_time_ns, la.buffer)
-    w.end({"launches": 5, "lost_launches": 3, "errors": [err_line]})
+    w.end({"launches": 5, "lost_launches": 3, "errors": [err_line], "unsized_launches": 2, "capped_launches": 1})
     w.close()
     rc, out, err = call(capsys, "summary", tmp_path / "f2.plraw", "--json")
     assert rc == 0, err
     warnings = json.loads(out)["warnings"]
     assert {"kind": "capture_error", "message": err_line} in warnings
     assert any(w["kind"] == "lost_launches" and w["lost_launches"] == 3 for w in warnings)
+    assert any(w["kind"] == "unsized_launches" and w["unsized_launches"] == 2 for w in warnings)
+    assert any(w["kind"] == "capped_launches" and "1 GiB" in w["message"] for w in warnings)
     rc, _, err = call(capsys, "trace", tmp_path / "f2.plraw", "-o", tmp_path / "f2.pftrace")
     assert rc == 0 and f"warning: the session reported: {err_line}" in err
     rc, out, _ = call(capsys, "summary", path, "--json")  # a clean capture: no such warning
-    assert not [w for w in json.loads(out)["warnings"] if w["kind"] in ("capture_error", "lost_launches")]
+    assert not [w for w in json.loads(out)["warnings"]
+                if w["kind"] in ("capture_error", "lost_launches", "unsized_launches", "capped_launches")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,6 +301,18 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
         out.append({"kind": "lost_launches", "lost_launches": lost,
                     "message": f"{lost} launch(es) were lost: the GPU failed (a kernel fault) before their records "
                                "were copied back; copy_every=1 in proton_lite.start() copies each launch right after it"})
+    unsized = int((profile.session or {}).get("unsized_launches") or 0)
+    if unsized:
+        out.append({"kind": "unsized_launches", "unsized_launches": unsized,
+                    "message": f"{unsized} launch(es) of kernels sized from their arguments could not be sized (the "
+                               "arguments were unreadable): their records beyond the compiled capacity were counted "
+                               "as dropped; capacity= in proton_lite.start() sizes them by hand"})
+    capped = int((profile.session or {}).get("capped_launches") or 0)
+    if capped:
+        out.append({"kind": "capped_launches", "capped_launches": capped,
+                    "message": f"{capped} launch(es) would have needed more than 1 GiB of records: the rest were "
+                               "counted as dropped; granularity='warpgroup' or 'cta', or fewer scopes in the loop, "
+                               "need less"})
     for err in (profile.session or {}).get("capture_errors") or []:
         out.append({"kind": "capture_error", "message": err})
 
