@@ -122,6 +122,30 @@ def _variants():
         return setup, rec, end
     v["delayed"] = delayed(False)
     v["delayed_all"] = delayed(True)
+
+    # pairs: the first record of a pair (here: even tags, the enter of a scope) only reads the
+    # timer; the second reads it too and stores both records at once, so one store (and one
+    # wait for the register pair it reads) serves two records.  Every lane stores.
+    def paired(wide: bool):
+        def rec(tag, bounded):
+            if tag % 2 == 0:
+                return ["mov.u64 %pl_d6, %clock64;"]
+            out = ["mov.u64 %pl_d7, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", "cvt.u32.u64 %pl_r17, %pl_d7;",
+                   f"mov.u32 %pl_r14, {tag - 1};", f"mov.u32 %pl_r18, {tag};",
+                   "mad.lo.u32 %pl_r16, %pl_r3, 8, %pl_r4;"]
+            pred = ""
+            if bounded:
+                out += [f"setp.lt.u32 %pl_p2, %pl_r3, {CAP - 1};"]
+                pred = "@%pl_p2 "
+            if wide:
+                out += [pred + "st.shared.v4.u32 [%pl_r16], {%pl_r14, %pl_r13, %pl_r18, %pl_r17};"]
+            else:
+                out += [pred + "st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};",
+                        pred + "st.shared.v2.u32 [%pl_r16+8], {%pl_r18, %pl_r17};"]
+            return out + ["add.u32 %pl_r3, %pl_r3, 2;"]
+        return ["mov.u32 %pl_r3, 0;"], rec, []
+    v["pair_v4"] = paired(True)
+    v["pair_v2x2"] = paired(False)
     return v
 
 
