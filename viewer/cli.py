@@ -567,7 +567,7 @@ def render_compile_report(r: dict, console) -> None:
     if r.get("sized_at_launch"):
         kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
                                      f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x records per {unit}) bytes, global "
-                                     f"(capacity {r['capacity']} if the arguments cannot be read)")
+                                     f"(capacity {r['capacity']} if its bound cannot be evaluated for a launch)")
     else:
         kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
                                      f"records per {unit}, {r['buffer_mode']})")
