@@ -153,6 +153,9 @@ class Collector:
         self.skip_autotune = skip_autotune
         self.skipped_autotune = 0
         self._contexts: dict[int, object] = {}
+        # the two driver queries of every launch, resolved now (one Python call less each)
+        self._is_capturing = cuda_api.capture_query()
+        self._current_device = cuda_api.device_getter()
         self.unsized = 0  # launches sized at launch whose arguments could not be read or evaluated
         self.capped = 0  # ... and those whose records would need more than LAUNCH_SIZED_MAX_BYTES
 
@@ -161,7 +164,7 @@ class Collector:
         """The device address of this launch's slice.  An int, not an object with
         ``data_ptr()``: Triton's launcher takes it as is, with no ``cuPointerGetAttribute``."""
         stream = int(stream or 0)
-        if cuda_api.stream_is_capturing(stream):
+        if self._is_capturing(stream):
             raise RuntimeError(
                 "proton_lite: a kernel with instrumentation is being captured into a CUDA graph. Triton's launcher "
                 "allocates the profile buffer on the host at launch time, so every replay of the graph would "
@@ -170,9 +173,9 @@ class Collector:
         capacity = None
         if alignment == LAUNCH_SIZED_ALIGN:
             size, capacity = self._launch_capacity(size)
-        device = cuda_api.current_device()
+        device = self._current_device()
         key = (device, stream)
-        now = time.monotonic_ns()
+        now = time.time_ns()  # idle detection here, the launch's host time in the exit hook
         stale = getattr(self._tls, "item", None)
         self._tls.item = None
         with self._lock:
@@ -195,7 +198,7 @@ class Collector:
                 offset = 0
             chunk.used = offset + size
             chunk.inflight += 1
-        self._tls.item = (chunk, offset, size, idle, capacity)
+        self._tls.item = (chunk, offset, size, idle, capacity, now)
         ptr = chunk.buf.ptr + offset
         if capacity is not None:  # ordered on the stream before the kernel reads it
             cuda_api.memset_d32_async(ptr, capacity_word(capacity[0]), 1, stream)
@@ -238,9 +241,12 @@ class Collector:
         if item is None:
             return  # not an instrumented launch
         tls.item = None
-        chunk, offset, size, idle, sized = item
+        chunk, offset, size, idle, sized, now_ns = item
         info = _launch_info(launch_metadata)
-        kernel = self._kernel(info[1]) if info is not None else None
+        kernel = None
+        if info is not None:
+            known = self._kernels.get(id(info[1]))  # the common case, without a call
+            kernel = known[1] if known is not None and known[0] is info[1] else self._kernel(info[1])
         trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
         if kernel is not None and not trial:
@@ -252,7 +258,6 @@ class Collector:
             if layout.sized_at_launch and sized is not None:  # this launch's capacity (allocate)
                 layout = layout.with_capacity(sized[0])
                 nbytes, may_drop = layout.buffer_bytes(num_ctas), sized[1]
-            now_ns = time.time_ns()
             if self.resizer is not None and may_drop and not self.resizer.relaunching and info[3] is not None \
                     and not self.failed:  # kernels whose count is known never to exceed the buffer: no wait
                 try:

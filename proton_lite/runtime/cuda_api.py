@@ -51,6 +51,14 @@ def current_device() -> int:
     return _device_getter()
 
 
+def device_getter():
+    """The function ``current_device`` calls, resolved once (one Python call less per launch)."""
+    global _device_getter
+    if _device_getter is None:
+        _device_getter = _triton_device_getter() or current_device_cuda_python
+    return _device_getter
+
+
 def current_device_cuda_python() -> int:
     return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
 
@@ -193,11 +201,16 @@ def _gil_holding_capture_query():
 _capture_query = None
 
 
-def stream_is_capturing(stream: int) -> bool:
+def capture_query():
+    """The query ``stream_is_capturing`` calls (truthy while capturing), resolved once."""
     global _capture_query
     if _capture_query is None:
         _capture_query = _triton_capture_query() or _gil_holding_capture_query() or stream_is_capturing_cuda_python
-    return bool(_capture_query(stream))
+    return _capture_query
+
+
+def stream_is_capturing(stream: int) -> bool:
+    return bool(capture_query()(stream))
 
 
 def stream_is_capturing_cuda_python(stream: int) -> bool:

@@ -48,6 +48,8 @@ def stub_driver():
         setattr(cuda_api, name, noop)
     cuda_api.stream_is_capturing = lambda stream: bool(release_gil()) and False
     cuda_api.current_device = lambda: release_gil() and 0
+    cuda_api.capture_query = lambda: cuda_api.stream_is_capturing
+    cuda_api.device_getter = lambda: cuda_api.current_device
     cuda_api.current_context = lambda: "ctx"
     cuda_api.mem_alloc = lambda size: next(counter)
     cuda_api.host_alloc = host_alloc
