@@ -135,7 +135,7 @@ class Session:
         from triton.runtime import _allocation
 
         from proton_lite.runtime import cuda_api
-        from proton_lite.runtime.collector import ATTACHER, Collector
+        from proton_lite.runtime.collector import ATTACHER, Collector, note_compile
 
         device = None
         try:
@@ -174,6 +174,7 @@ class Session:
             fn = kwargs.get("fn")
             if fn is not None:
                 ATTACHER.attach(fn.jit_function)
+                note_compile(fn.jit_function)
             return previous(*args, **kwargs) if previous is not None else None
 
         knobs.runtime.jit_cache_hook = jit_cache_hook

@@ -60,7 +60,8 @@ def collector(tmp_path, sim):
     return Collector(RawWriter(tmp_path / "c.plraw", {"test": True}), host_limit_bytes=64 << 20)
 
 
-def launch(col, sim, stream: int, grid=(4, 1, 1), payload: bytes = b"", meta=None, attributed=True, check=None):
+def launch(col, sim, stream: int, grid=(4, 1, 1), payload: bytes = b"", meta=None, attributed=True, check=None,
+           jit_fn=None):
     """What Triton does for one launch: allocator, kernel, exit hook. Returns the kernel run."""
     meta = meta or _Meta()
     size = meta.profile_scratch_size * grid[0] * grid[1] * grid[2]
@@ -68,7 +69,7 @@ def launch(col, sim, stream: int, grid=(4, 1, 1), payload: bytes = b"", meta=Non
     if check is not None:
         check(buf, size)
     run = sim.kernel(stream, buf, payload)
-    col.on_launch_exit(_LaunchMetadata(grid, meta, attributed))
+    col.on_launch_exit(_LaunchMetadata(grid, meta, attributed, jit_fn=jit_fn))
     return run
 
 
@@ -607,3 +608,40 @@ def test_the_exit_hook_reads_the_launch_from_triton_s_launch_metadata_without_ev
         assert _launch_info(lm) == ((4, 1, 1), meta, {"n": 3}, jit)
     assert user_calls == [(4, 1, 1)]
     assert _launch_info(None) is None
+
+
+def test_only_functions_compiled_inside_an_autotuner_benchmark_are_checked_for_trials(collector, sim, tmp_path):
+    """The frame check costs every launch; only a JIT function that compiled while Triton's
+    autotuner timed configs (the session's jit_cache_hook calls note_compile) can have trial
+    launches, so only its launches pay it."""
+    from triton.runtime.autotuner import Autotuner, Config
+
+    from proton_lite.runtime.collector import _AUTOTUNED, note_compile
+
+    class Kernel:  # stands for a JITFunction: compile (first call only), then launch
+        def __init__(self, compiles_in_session: bool):
+            self.compiles = compiles_in_session
+            self.fn = lambda: None  # what Autotuner reads from the function it wraps
+
+        def run(self, *args, **kwargs):
+            if self.compiles:
+                note_compile(self)
+                self.compiles = False
+            launch(collector, sim, stream=1, payload=b"\x01" * 8, jit_fn=self)
+
+    def tuner(kernel):
+        t = Autotuner(kernel, [], [Config({})], [], None, None,
+                      do_bench=lambda kernel_call, quantiles: (kernel_call(), [1.0, 1.0, 1.0])[1])
+        t.nargs = {}
+        return t
+
+    tuned = Kernel(compiles_in_session=True)
+    tuner(tuned)._bench(config=Config({}))  # compiles inside the benchmark: a trial, skipped
+    assert id(tuned) in _AUTOTUNED
+    tuned.run()  # the user's own launch of it: checked, and kept
+    elsewhere = Kernel(compiles_in_session=False)  # compiled before, outside any benchmark
+    tuner(elsewhere)._bench(config=Config({}))  # not checked: kept
+    note_compile(Kernel(compiles_in_session=True))  # a compile outside a benchmark marks nothing
+    cap = finish(collector, tmp_path)
+    assert collector.skipped_autotune == 1 and len(cap.launches) == 2
+    assert id(elsewhere) not in _AUTOTUNED

@@ -247,7 +247,10 @@ class Collector:
         if info is not None:
             known = self._kernels.get(id(info[1]))  # the common case, without a call
             kernel = known[1] if known is not None and known[0] is info[1] else self._kernel(info[1])
-        trial = kernel is not None and self.skip_autotune and _in_autotuner_benchmark()
+        # only functions that were compiled inside an autotuner benchmark can have trial launches
+        # (note_compile); the frame check is left to their launches
+        trial = kernel is not None and self.skip_autotune and info[3] is not None and \
+            id(info[3]) in _AUTOTUNED and _in_autotuner_benchmark()
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
         if kernel is not None and not trial:
             kernel_id, ctas_per_block, scratch, layout, may_drop = kernel
@@ -555,6 +558,30 @@ def _launch_arguments():
 
 
 _trial_codes: frozenset | None = None  # id() of code objects: hashing a code object hashes its contents
+# id() of JIT functions compiled while an autotuner benchmark ran (ids: JITFunction's own hash
+# is costly); kept across sessions, as Triton keeps their compiled variants
+_AUTOTUNED: set[int] = set()
+
+
+def note_compile(jit_fn) -> None:
+    """Called when a JIT function compiles (the session's jit_cache_hook): if Triton's
+    autotuner is timing configs right now, its launches may be trials from now on.  Every
+    config an autotuner tries compiles inside its first timing run, so this sees them all."""
+    if jit_fn is None or id(jit_fn) in _AUTOTUNED:
+        return
+    global _trial_codes
+    if _trial_codes is None:
+        if "triton.runtime.autotuner" not in sys.modules:
+            return
+        _trial_codes = _autotuner_trial_codes()
+    frame, depth = sys._getframe(1), 0
+    while frame is not None and depth < 40:  # compile time: a deep walk costs nothing here
+        code = frame.f_code
+        if id(code) in _trial_codes or (not _trial_codes and code.co_name in ("_bench", "do_bench")
+                                        and "autotuner" in code.co_filename):
+            _AUTOTUNED.add(id(jit_fn))
+            return
+        frame, depth = frame.f_back, depth + 1
 
 
 def _autotuner_trial_codes() -> frozenset:
