@@ -176,8 +176,10 @@ class Collector:
         device = self._current_device()
         key = (device, stream)
         now = time.time_ns()  # idle detection here, the launch's host time in the exit hook
-        stale = getattr(self._tls, "item", None)
-        self._tls.item = None
+        tls = self._tls
+        stale = getattr(tls, "item", None)
+        if stale is not None:  # its exit hook never ran; handled once, below
+            tls.item = None
         with self._lock:
             if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
                 self._slice_done(stale[0])
@@ -198,7 +200,7 @@ class Collector:
                 offset = 0
             chunk.used = offset + size
             chunk.inflight += 1
-        self._tls.item = (chunk, offset, size, idle, capacity, now)
+        tls.item = (chunk, offset, size, idle, capacity, now)
         ptr = chunk.buf.ptr + offset
         if capacity is not None:  # ordered on the stream before the kernel reads it
             cuda_api.memset_d32_async(ptr, capacity_word(capacity[0]), 1, stream)
@@ -242,7 +244,14 @@ class Collector:
             return  # not an instrumented launch
         tls.item = None
         chunk, offset, size, idle, sized, now_ns = item
-        info = _launch_info(launch_metadata)
+        info = None
+        if launch_metadata is not None:  # _launch_info, inlined for the common case
+            for fn, fargs in getattr(launch_metadata, "extras", None) or ():
+                if type(fn) is LaunchInfo:
+                    info = (fargs[0], fargs[1], fargs[2], fn.jit_fn)
+                    break
+            else:
+                info = _launch_info(launch_metadata)
         kernel = None
         if info is not None:
             known = self._kernels.get(id(info[1]))  # the common case, without a call
@@ -284,7 +293,10 @@ class Collector:
                     self.skipped_autotune += 1
             if not chunk.closed and (idle or len(chunk.launches) >= self.copy_every):
                 self._close(chunk)
-            self._slice_done(chunk)
+            chunk.inflight -= 1  # _slice_done, inlined
+            if chunk.closed and chunk.inflight == 0 and not chunk.sealed:
+                self._waiting.discard(chunk)
+                self._seal(chunk)
         if rerun is not None:
             self.resizer.relaunch(info[3], (gx, gy, gz), info[2], info[1], rerun)
 
