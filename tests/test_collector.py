@@ -645,3 +645,16 @@ def test_only_functions_compiled_inside_an_autotuner_benchmark_are_checked_for_t
     cap = finish(collector, tmp_path)
     assert collector.skipped_autotune == 1 and len(cap.launches) == 2
     assert id(elsewhere) not in _AUTOTUNED
+
+
+def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):
+    """note_compile usually runs before any exit hook: it must leave the fast trial check
+    (anchored at JITFunction.run) ready, not just the list of trial code objects."""
+    from triton.runtime.jit import JITFunction
+
+    from proton_lite.runtime import collector as collector_module
+    monkeypatch.setattr(collector_module, "_trial_codes", None)
+    monkeypatch.setattr(collector_module, "_JIT_RUN", None)
+    collector_module.note_compile(object())  # a compile outside any benchmark
+    assert collector_module._JIT_RUN is JITFunction.run.__code__
+    assert collector_module._trial_codes

@@ -579,13 +579,8 @@ def note_compile(jit_fn) -> None:
     """Called when a JIT function compiles (the session's jit_cache_hook): if Triton's
     autotuner is timing configs right now, its launches may be trials from now on.  Every
     config an autotuner tries compiles inside its first timing run, so this sees them all."""
-    if jit_fn is None or id(jit_fn) in _AUTOTUNED:
+    if jit_fn is None or id(jit_fn) in _AUTOTUNED or not _know_trial_codes():
         return
-    global _trial_codes
-    if _trial_codes is None:
-        if "triton.runtime.autotuner" not in sys.modules:
-            return
-        _trial_codes = _autotuner_trial_codes()
     frame, depth = sys._getframe(1), 0
     while frame is not None and depth < 40:  # compile time: a deep walk costs nothing here
         code = frame.f_code
@@ -617,8 +612,9 @@ _JIT_RUN = None  # JITFunction.run's code: the launch's caller sits right above 
 _WRAPPERS: frozenset = frozenset()  # id() of codes that may sit between kernel_call and JITFunction.run
 
 
-def _in_autotuner_benchmark() -> bool:
-    """True while Triton's autotuner times its candidate configs (their launches are trials)."""
+def _know_trial_codes() -> bool:
+    """Look up the code objects the trial checks compare with, once Triton's autotuner is
+    imported; False before that (no launch can be a trial then)."""
     global _trial_codes, _JIT_RUN, _WRAPPERS
     if _trial_codes is None:
         if "triton.runtime.autotuner" not in sys.modules:
@@ -626,6 +622,13 @@ def _in_autotuner_benchmark() -> bool:
         _trial_codes = _autotuner_trial_codes()
         _JIT_RUN = _code_of("triton.runtime.jit", "JITFunction.run")
         _WRAPPERS = frozenset(id(c) for c in (_code_of("triton.runtime.autotuner", "Heuristics.run"), ) if c)
+    return True
+
+
+def _in_autotuner_benchmark() -> bool:
+    """True while Triton's autotuner times its candidate configs (their launches are trials)."""
+    if not _know_trial_codes():
+        return False
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
         # 5 through Triton's Heuristics)
         frame, depth = sys._getframe(2), 0
