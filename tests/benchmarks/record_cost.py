@@ -29,6 +29,7 @@ WARPS = 4
 CAP = 4096  # records per warp in shared memory (loop: 2048 used)
 STRAIGHT = 32
 ITERS = 1024
+GLOBAL_SCRATCH_OFFSET = 1 << 20  # records of the "global" candidate sit this far into the output buffer
 
 REGS = """
  .reg .b32 %r<40>; .reg .b64 %rd<20>; .reg .pred %p<10>; .reg .f32 %f<8>;
@@ -146,6 +147,40 @@ def _variants():
         return ["mov.u32 %pl_r3, 0;"], rec, []
     v["pair_v4"] = paired(True)
     v["pair_v2x2"] = paired(False)
+
+    # where the records go, with the all_lanes sequence: global memory (what a kernel sized at
+    # launch does now), or shared memory through a generic address (one code path for both)
+    def based(space):
+        def rec(tag, bounded):
+            out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+                   "mul.wide.u32 %pl_d7, %pl_r3, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;"]
+            store = f"st{space}.v2.u32 [%pl_d7], {{%pl_r14, %pl_r13}};"
+            if bounded:
+                out += ["setp.lt.u32 %pl_p2, %pl_r3, %pl_r23;", "@%pl_p2 " + store]
+            else:
+                out += [store]
+            return out + ["add.u32 %pl_r3, %pl_r3, 1;"]
+        return rec
+    global_base = ["mov.u32 %pl_r3, 0;", f"mov.u32 %pl_r23, {CAP};", "ld.param.u64 %pl_d3, [out];",
+                   "mov.u32 %pl_r5, %ctaid.x;", f"mad.lo.u32 %pl_r5, %pl_r5, {WARPS}, %pl_r1;",
+                   f"mul.wide.u32 %pl_d4, %pl_r5, {CAP * 8};", "add.s64 %pl_d3, %pl_d3, %pl_d4;",
+                   f"add.s64 %pl_d3, %pl_d3, {GLOBAL_SCRATCH_OFFSET};"]
+    generic_shared = ["mov.u32 %pl_r3, 0;", f"mov.u32 %pl_r23, {CAP};", "cvt.u64.u32 %pl_d3, %pl_r4;",
+                      "cvta.shared.u64 %pl_d3, %pl_d3;"]
+    v["global"] = (global_base, based(".global"), [])
+    v["generic_shared"] = (generic_shared, based(""), [])
+
+    # split: slots below a compile-time S staged in shared memory, the rest (up to a run-time
+    # capacity) straight to global memory; S holds every record here (the common case)
+    def split(tag, bounded):
+        out = ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;", f"mov.u32 %pl_r14, {tag};",
+               "mad.lo.u32 %pl_r16, %pl_r3, 8, %pl_r4;", f"setp.lt.u32 %pl_p2, %pl_r3, {CAP};",
+               "@%pl_p2 st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};",
+               "setp.lt.u32 %pl_p3, %pl_r3, %pl_r23;", f"setp.ge.and.u32 %pl_p3, %pl_r3, {CAP}, %pl_p3;",
+               "mul.wide.u32 %pl_d7, %pl_r3, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;",
+               "@%pl_p3 st.global.v2.u32 [%pl_d7], {%pl_r14, %pl_r13};"]
+        return out + ["add.u32 %pl_r3, %pl_r3, 1;"]
+    v["split"] = (global_base[:2] + [f"mov.u32 %pl_r23, {2 * CAP};"] + global_base[2:], split, [])
     return v
 
 
@@ -210,7 +245,7 @@ def run_on_gpu(cubins: dict[str, bytes]) -> dict[str, list[int]]:
     check(cu.cuCtxSetCurrent(ctx), "set")
     sms = cuda_api.device_attribute(0, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
     n = sms * WARPS
-    out = cuda_api.mem_alloc(n * 16)
+    out = cuda_api.mem_alloc(GLOBAL_SCRATCH_OFFSET + n * CAP * 8)  # spans, then the "global" candidate's records
     import ctypes
 
     import numpy as np
