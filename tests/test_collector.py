@@ -377,6 +377,7 @@ def test_autotuner_trials_are_recognised_from_triton_s_own_autotuner_code():
     try:
         tuner._bench(config=Config({}))
         JitFunction().run()
+
         def launch_from_a_trial_s_callee():  # kernel_call is further up, not the caller: not a trial
             JitFunction().run()
         tuner.fn.run = lambda *a, **k: launch_from_a_trial_s_callee()
