@@ -128,6 +128,7 @@ class Session:
         self.raw_path = str(Path(options.name).with_name(Path(options.name).name + ".plraw"))
         self.result: SessionResult | None = None
         self._installed = False
+        self._fastpath = None  # runtime/fastpath.FastPath when the C hooks are in use
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _install(self) -> None:
@@ -165,8 +166,14 @@ class Session:
         knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
         stage_hook.install()
         self._saved_allocator = _allocation._profile_allocator.get()
-        _allocation.set_profile_allocator(self._collector.allocate)
-        knobs.runtime.launch_exit_hook.add(self._collector.on_launch_exit)
+        # the collector's hooks, in C for the common case when that builds (runtime/fastpath.py)
+        from proton_lite.runtime import fastpath
+        self._fastpath = fastpath.hooks_for(self._collector)
+        fp = self._fastpath
+        self._hooks = (fp.allocate, fp.on_launch_exit) if fp is not None else \
+            (self._collector.allocate, self._collector.on_launch_exit)
+        _allocation.set_profile_allocator(self._hooks[0])
+        knobs.runtime.launch_exit_hook.add(self._hooks[1])
         self._saved_jit_cache_hook = knobs.runtime.jit_cache_hook
         previous = self._saved_jit_cache_hook
 
@@ -191,7 +198,7 @@ class Session:
         knobs.compilation.instrumentation_mode = self._saved_mode
         stage_hook.uninstall()
         _allocation.set_profile_allocator(self._saved_allocator)
-        knobs.runtime.launch_exit_hook.remove(self._collector.on_launch_exit)
+        knobs.runtime.launch_exit_hook.remove(self._hooks[1])
         if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
             knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook
         ATTACHER.detach_all()
@@ -217,6 +224,9 @@ class Session:
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
                           "exact_reruns": collector.resizer.reruns if collector.resizer else 0,
                           "unsized_launches": collector.unsized, "capped_launches": collector.capped,
+                          "host_hooks": "c" if self._fastpath is not None else "python",
+                          # (allocations, exit hooks) the C hooks served without the Python ones
+                          "host_hooks_fast": list(self._fastpath.counts()) if self._fastpath is not None else None,
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()

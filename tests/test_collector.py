@@ -9,6 +9,7 @@ within its limit; graph capture is refused; the drain thread follows device chan
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 
@@ -19,6 +20,7 @@ from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_PREFIX_BYTES, LAUNCH_SI
                                 BufferLayout, read_capacity_word)
 from proton_lite.raw_format import RawWriter, read_raw
 from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
+from proton_lite.runtime import cuda_api, fastpath
 from proton_lite.runtime.collector import Collector, LaunchInfo
 from sim_driver import SimDriver
 
@@ -54,22 +56,76 @@ def sim(monkeypatch):
     return SimDriver().install(monkeypatch)
 
 
+# Every test that launches through ``launch()`` runs twice: through the collector's Python
+# hooks, and through the C ones (runtime/fastpath.py), whose common case must leave exactly
+# the same state behind (it falls back to the Python hooks for everything else).
+HOOKS = {"mode": "python"}
+_CAP_QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+_DEV_QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+_C_HOOKS: dict = {}
+_DEFAULT_META: dict = {}
+
+
+@pytest.fixture(autouse=True, params=["python", "c"])
+def hook_mode(request):
+    if request.param == "c" and fastpath.module() is None:
+        pytest.skip(f"the C hooks could not be built here: {fastpath.build_error()}")
+    HOOKS["mode"] = request.param
+    yield request.param
+    HOOKS["mode"] = "python"
+    _C_HOOKS.clear()
+    _DEFAULT_META.clear()
+
+
+def hooks(col):
+    """(allocate, on_launch_exit) as a session installs them in the current mode."""
+    if HOOKS["mode"] == "python" or col.resizer is not None:
+        return col.allocate, col.on_launch_exit
+    if id(col) not in _C_HOOKS:
+        def capturing(stream, status):  # the simulated driver behind the C hooks' query pointers
+            status[0] = int(bool(cuda_api.stream_is_capturing(stream or 0)))
+            return 0
+
+        def device(out):
+            out[0] = cuda_api.current_device()
+            return 0
+        cap, dev = _CAP_QUERY(capturing), _DEV_QUERY(device)
+        addresses = (ctypes.cast(cap, ctypes.c_void_p).value, ctypes.cast(dev, ctypes.c_void_p).value)
+        fp = fastpath.hooks_for(col, queries=addresses)
+        assert fp is not None
+        _C_HOOKS[id(col)] = (fp, cap, dev, col)  # the callbacks must outlive the hooks
+    fp = _C_HOOKS[id(col)][0]
+    return fp.allocate, fp.on_launch_exit
+
+
 @pytest.fixture
 def collector(tmp_path, sim):
     """A collector writing to tmp_path/c.plraw; each test ends it with ``finish``."""
     return Collector(RawWriter(tmp_path / "c.plraw", {"test": True}), host_limit_bytes=64 << 20)
 
 
+def _launch_metadata(grid, meta, attributed=True, jit_fn=None, args=None):
+    """Triton's own launch metadata object (LazyDict, 3.6 and 3.9) as its launcher holds it:
+    our LaunchInfo pending in it, unless the JIT function had none attached."""
+    from triton.compiler.compiler import LazyDict
+    lm = LazyDict({"name": meta.name, "function": 1, "stream": 0})
+    if attributed:
+        lm.add(LaunchInfo(jit_fn), (grid, meta, args or {}))
+    return lm
+
+
 def launch(col, sim, stream: int, grid=(4, 1, 1), payload: bytes = b"", meta=None, attributed=True, check=None,
            jit_fn=None):
     """What Triton does for one launch: allocator, kernel, exit hook. Returns the kernel run."""
-    meta = meta or _Meta()
+    if meta is None:  # one compiled kernel: Triton hands the same metadata object to every launch
+        meta = _DEFAULT_META.setdefault(id(col), (_Meta(), col))[0]
     size = meta.profile_scratch_size * grid[0] * grid[1] * grid[2]
-    buf = col.allocate(size, 16, stream)
+    allocate, on_launch_exit = hooks(col)
+    buf = allocate(size, 16, stream)
     if check is not None:
         check(buf, size)
     run = sim.kernel(stream, buf, payload)
-    col.on_launch_exit(_LaunchMetadata(grid, meta, attributed, jit_fn=jit_fn))
+    on_launch_exit(_launch_metadata(grid, meta, attributed, jit_fn))
     return run
 
 
@@ -119,6 +175,9 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
     assert sim.calls["memcpy_dtoh_async"] == copies_before_stop + 1  # the rest, at stop
     assert sim.calls["event_record"] == sim.calls["memcpy_dtoh_async"]
     assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(n))
+    if HOOKS["mode"] == "c":  # the C hooks served the burst; the first launch into each chunk went to Python
+        allocs, exits = _C_HOOKS[id(col)][0].counts()
+        assert allocs == n - copies_before_stop - 1 and exits == n - 1  # first launches of chunks: Python
 
 
 def test_a_launch_after_idle_time_is_copied_at_once(collector, sim, tmp_path):
@@ -508,13 +567,6 @@ class _SizedMeta(_Meta):
         self.layout = layout
 
 
-def _launch_metadata(grid, meta, args):
-    from triton.compiler.compiler import LazyDict  # the object Triton's launcher holds (3.6 and 3.9)
-    lm = LazyDict({"name": meta.name})
-    lm.add(LaunchInfo(None), (grid, meta, args))
-    return lm
-
-
 class _Launcher39:
     """Calls the profile allocator the way Triton 3.9's launcher does (launch_metadata is a parameter)."""
 
@@ -535,7 +587,7 @@ class _Launcher36:
 
 def _sized_launch(col, sim, args, launcher, grid=(3, 1, 1), stream=1, meta=None):
     meta = meta or _SizedMeta()
-    lm = _launch_metadata(grid, meta, args)
+    lm = _launch_metadata(grid, meta, args=args)
     size = meta.profile_scratch_size * grid[0]
     if launcher == "3.9":
         ptr = _Launcher39()(col, grid, stream, None, None, lm, size)
@@ -659,3 +711,14 @@ def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):
     collector_module.note_compile(object())  # a compile outside any benchmark
     assert collector_module._JIT_RUN is JITFunction.run.__code__
     assert collector_module._trial_codes
+
+
+def test_slices_start_at_256_byte_boundaries_whatever_the_launch_size(collector, sim, tmp_path):
+    odd = _Meta("odd", scratch=CTA_HEADER_BYTES + UNIT_HEADER_BYTES + 8 * 3)  # 80 bytes per CTA
+    starts = []
+    for i in range(20):
+        launch(collector, sim, stream=1, grid=(3, 1, 1), meta=odd, payload=bytes([i + 1]) * 8,
+               check=lambda ptr, size: starts.append(ptr))
+    cap = finish(collector, tmp_path)
+    assert all(p % 256 == 0 for p in starts) and len(set(starts)) == 20
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(20)]

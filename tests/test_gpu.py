@@ -181,9 +181,15 @@ def test_many_launches_stream_to_disk(tmp_path):
         for _ in range(1000):
             run_case("nested")
     assert s.result.launches == 1000
-    prof = decode(read_raw(s.result.raw_path))
+    cap = read_raw(s.result.raw_path)
+    prof = decode(cap)
     assert len(prof.launches) == 1000 and prof.total_dropped == 0 and prof.total_unmatched == 0
     assert len(prof.intervals) == 1000 * 3 * 4 * 3
+    # the C hooks (runtime/fastpath.py) built here and served most launches: the 1000 launches
+    # go through idle-time copies and chunk changes, where the Python hooks take over
+    assert cap.end["host_hooks"] == "c", cap.end
+    allocs, exits = cap.end["host_hooks_fast"]
+    assert allocs > 100 and exits > 900, cap.end["host_hooks_fast"]
 
 
 def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):

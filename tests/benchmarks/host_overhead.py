@@ -61,7 +61,6 @@ def time_inside_hooks(session, launch, n: int) -> dict:
     """Mean µs spent inside proton_lite's allocator and launch hooks per launch (steady state)."""
     from triton import knobs
     from triton.runtime import _allocation
-    col = session._collector
     spent = {"allocate": 0.0, "exit": 0.0}
 
     def timed(name, fn):
@@ -73,16 +72,17 @@ def time_inside_hooks(session, launch, n: int) -> dict:
                 spent[name] += time.perf_counter() - t
         return wrapper
 
-    alloc, exit_hook = timed("allocate", col.allocate), timed("exit", col.on_launch_exit)
+    installed_alloc, installed_exit = session._hooks  # the C hooks when they built, else the collector's
+    alloc, exit_hook = timed("allocate", installed_alloc), timed("exit", installed_exit)
     _allocation.set_profile_allocator(alloc)
-    knobs.runtime.launch_exit_hook.remove(col.on_launch_exit)
+    knobs.runtime.launch_exit_hook.remove(installed_exit)
     knobs.runtime.launch_exit_hook.add(exit_hook)
     try:
         total = burst_us(launch, n)
     finally:
         knobs.runtime.launch_exit_hook.remove(exit_hook)
-        knobs.runtime.launch_exit_hook.add(col.on_launch_exit)
-        _allocation.set_profile_allocator(col.allocate)
+        knobs.runtime.launch_exit_hook.add(installed_exit)
+        _allocation.set_profile_allocator(installed_alloc)
     return {"burst_us": total, **{k: v / n * 1e6 for k, v in spent.items()}}
 
 
@@ -105,7 +105,6 @@ def burst_with_idle_hooks(session, launch, n: int) -> float:
     profile-scratch call, launch metadata, the hook calls), without any of our work."""
     from triton import knobs
     from triton.runtime import _allocation
-    col = session._collector
     scratch = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")  # ample for one 1-CTA launch
 
     def allocate(size, alignment, stream):
@@ -114,15 +113,16 @@ def burst_with_idle_hooks(session, launch, n: int) -> float:
     def nothing(metadata):
         return None
 
+    installed_alloc, installed_exit = session._hooks
     _allocation.set_profile_allocator(allocate)
-    knobs.runtime.launch_exit_hook.remove(col.on_launch_exit)
+    knobs.runtime.launch_exit_hook.remove(installed_exit)
     knobs.runtime.launch_exit_hook.add(nothing)
     try:
         return burst_us(launch, n)
     finally:
         knobs.runtime.launch_exit_hook.remove(nothing)
-        knobs.runtime.launch_exit_hook.add(col.on_launch_exit)
-        _allocation.set_profile_allocator(col.allocate)
+        knobs.runtime.launch_exit_hook.add(installed_exit)
+        _allocation.set_profile_allocator(installed_alloc)
 
 
 def driver_call_us(n: int = 20000) -> dict:
@@ -147,6 +147,13 @@ def driver_call_us(n: int = 20000) -> dict:
             fn()
         out[name] = (time.perf_counter() - t) / n * 1e6
     return out
+
+
+def res_end_hooks(result) -> dict:
+    """Which hooks the session ran (C or Python) and how many launches the C ones served."""
+    from proton_lite.raw_format import read_raw
+    end = read_raw(result.raw_path).end or {}
+    return {"hooks": end.get("host_hooks"), "fast": end.get("host_hooks_fast")}
 
 
 def session_bursts(launch, n: int, bursts: int, **options) -> tuple[list, object]:
@@ -211,6 +218,7 @@ def main() -> None:
         "added_steady_per_round_us": [st - p for st, p in zip(steadies, plain)],
         "saved_launches": res.launches, "errors": res.errors, "inside_hooks_us": inside,
         "no_writes_us": no_writes, "idle_hooks_us": idle,
+        "host_hooks": res_end_hooks(res),
     }
     every1, res1 = session_bursts(launch, a.launches, 3, copy_every=1)
     out["copy_every_1_steady_us"] = statistics.median(every1[1:])
