@@ -189,7 +189,8 @@ def test_many_launches_stream_to_disk(tmp_path):
     # go through idle-time copies and chunk changes, where the Python hooks take over
     assert cap.end["host_hooks"] == "c", cap.end
     allocs, exits = cap.end["host_hooks_fast"]
-    assert allocs > 100 and exits > 900, cap.end["host_hooks_fast"]
+    if os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") in ("", "0"):  # (there: a chunk per launch, Python)
+        assert allocs > 100 and exits > 900, cap.end["host_hooks_fast"]
 
 
 def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):
