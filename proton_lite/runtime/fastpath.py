@@ -125,6 +125,8 @@ static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t n
         if (PyErr_Occurred()) return NULL;
         return slow_alloc(self, args);
     }
+    Py_INCREF(chunk);  /* held while we allocate (an allocation may run the garbage collector) */
+    PyObject *result = NULL;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -132,31 +134,36 @@ static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t n
     int ok = 1;
     long long used = get_ll(chunk, s_used, &ok), limit = get_ll(chunk, s_limit, &ok);
     long long inflight = get_ll(chunk, s_inflight, &ok);
-    if (!ok || PyErr_Occurred()) { Py_DECREF(key); return NULL; }
+    if (!ok || PyErr_Occurred()) goto done;
     long long offset = (used + 255) / 256 * 256;
     if (now - last_ns > self->idle_ns || offset + size > limit) {
-        Py_DECREF(key);
-        return slow_alloc(self, args);  /* the chunk is copied first: the Python path does that */
+        result = slow_alloc(self, args);  /* the chunk is copied first: the Python path does that */
+        goto done;
     }
     PyObject *buf = PyObject_GetAttr(chunk, s_buf);
-    if (!buf) { Py_DECREF(key); return NULL; }
+    if (!buf) goto done;
     long long base = get_ll(buf, s_ptr, &ok);
     Py_DECREF(buf);
+    if (!ok) goto done;
     PyObject *now_obj = PyLong_FromLongLong(now);
-    if (!ok || !now_obj) { Py_DECREF(key); Py_XDECREF(now_obj); return NULL; }
+    if (!now_obj) goto done;
     if (PyDict_SetItem(self->last, key, now_obj) < 0 || set_ll(chunk, s_used, offset + size) < 0 ||
         set_ll(chunk, s_inflight, inflight + 1) < 0) {
-        Py_DECREF(key); Py_DECREF(now_obj); return NULL;
+        Py_DECREF(now_obj);
+        goto done;
     }
-    Py_DECREF(key);
     /* the same item the Python allocator leaves: (chunk, offset, size, idle, capacity, now) */
     PyObject *item = Py_BuildValue("(OLLOON)", chunk, offset, size, Py_False, Py_None, now_obj);
-    if (!item) return NULL;
+    if (!item) goto done;
     int r = PyObject_SetAttr(self->tls, s_item, item);
     Py_DECREF(item);
-    if (r < 0) return NULL;
+    if (r < 0) goto done;
     self->fast_allocs++;
-    return PyLong_FromLongLong(base + offset);
+    result = PyLong_FromLongLong(base + offset);
+done:
+    Py_DECREF(key);
+    Py_DECREF(chunk);
+    return result;
 }
 
 static PyObject *slow_exit(FastPath *self, PyObject *lm) {
