@@ -63,6 +63,11 @@ def _variants():
         return out + ["add.u32 %pl_r3, %pl_r3, 1;"]
     v["all_lanes"] = (["mov.u32 %pl_r3, 0;"], cur_all, [])
 
+    def cur_all_clock32(tag, bounded):  # as all_lanes, reading the 32-bit %clock (ptxas may use CS2R.32)
+        out = cur_all(tag, bounded)
+        return ["mov.u32 %pl_r13, %clock;"] + out[2:]
+    v["all_lanes_clock32"] = (["mov.u32 %pl_r3, 0;"], cur_all_clock32, [])
+
     def cur_tag_first(tag, bounded):  # as leader, the tag is in its register before the timer read
         out = cur(tag, bounded)
         return [out[2], out[0], out[1]] + out[3:]
