@@ -227,6 +227,7 @@ class Session:
                           "host_hooks": "c" if self._fastpath is not None else "python",
                           # (allocations, exit hooks) the C hooks served without the Python ones
                           "host_hooks_fast": list(self._fastpath.counts()) if self._fastpath is not None else None,
+                          "host_hooks_error": _fastpath_error(),
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
@@ -279,7 +280,8 @@ def _summary_line(result: SessionResult, collector) -> str:
         parts.append(f"{collector.unattributed} launches not attributable (not saved)")
     if getattr(collector, "unsized", 0):
         parts.append(f"{collector.unsized} launch{'es' if collector.unsized != 1 else ''} not sized from their "
-                     "arguments (unreadable; compiled capacity used, what did not fit is counted as dropped)")
+                     "arguments (unreadable or not evaluable: no or the compiled capacity; what did not fit is "
+                     "counted as dropped)")
     if getattr(collector, "capped", 0):
         parts.append(f"{collector.capped} launch{'es' if collector.capped != 1 else ''} with more records than "
                      f"{LAUNCH_SIZED_MAX_BYTES >> 20} MiB of buffer holds (the rest counted as dropped; "
@@ -330,6 +332,12 @@ def _stop_at_exit() -> None:
             session.stop()
         except Exception as e:  # never raise during interpreter shutdown
             print(f"proton_lite: could not finish the session at exit: {e}", file=sys.stderr)
+
+
+def _fastpath_error() -> str | None:
+    """Why the C hooks could not be built, when they could not (runtime/fastpath.py)."""
+    from proton_lite.runtime import fastpath
+    return fastpath.build_error()
 
 
 def _jsonable(d: dict) -> dict:
