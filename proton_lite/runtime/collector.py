@@ -11,7 +11,9 @@ Triton calls, for every launch of an instrumented kernel, in this order:
      so no launch-enter hook is needed);
   3. the launch-exit hook (``on_launch_exit``): we note the launch in its chunk.
 Neither hook calls the driver in the common case: a launch costs a capture check, a device
-query and some bookkeeping.  A chunk is *sealed* -- one async copy of its used bytes to
+query and some bookkeeping.  In a session the common case of both runs in C
+(``runtime/fastpath.py``), on the same objects; these methods are the reference and the
+path for everything else.  A chunk is *sealed* -- one async copy of its used bytes to
 pinned host memory on its stream, then one event -- when:
   - the next launch does not fit, or it holds ``copy_every`` launches (a burst: two driver
     calls per ``copy_every`` launches instead of two per launch);
