@@ -246,18 +246,8 @@ class Collector:
             return  # not an instrumented launch
         tls.item = None
         chunk, offset, size, idle, sized, now_ns = item
-        info = None
-        if launch_metadata is not None:  # _launch_info, inlined for the common case
-            for fn, fargs in getattr(launch_metadata, "extras", None) or ():
-                if type(fn) is LaunchInfo:
-                    info = (fargs[0], fargs[1], fargs[2], fn.jit_fn)
-                    break
-            else:
-                info = _launch_info(launch_metadata)
-        kernel = None
-        if info is not None:
-            known = self._kernels.get(id(info[1]))  # the common case, without a call
-            kernel = known[1] if known is not None and known[0] is info[1] else self._kernel(info[1])
+        info = _launch_info(launch_metadata)
+        kernel = self._kernel(info[1]) if info is not None else None
         # only functions that were compiled inside an autotuner benchmark can have trial launches
         # (note_compile); the frame check is left to their launches
         trial = kernel is not None and self.skip_autotune and info[3] is not None and \
@@ -295,10 +285,7 @@ class Collector:
                     self.skipped_autotune += 1
             if not chunk.closed and (idle or len(chunk.launches) >= self.copy_every):
                 self._close(chunk)
-            chunk.inflight -= 1  # _slice_done, inlined
-            if chunk.closed and chunk.inflight == 0 and not chunk.sealed:
-                self._waiting.discard(chunk)
-                self._seal(chunk)
+            self._slice_done(chunk)
         if rerun is not None:
             self.resizer.relaunch(info[3], (gx, gy, gz), info[2], info[1], rerun)
 
@@ -521,6 +508,18 @@ class Collector:
         self.pinned_pool.release_all()
 
 
+def _pending_launch_info(launch_metadata):
+    """(grid, metadata, arguments, JIT function) from our ``LaunchInfo`` entry still pending in
+    Triton's launch metadata (a ``LazyDict``), without evaluating it; None when not there."""
+    for fn, fargs in getattr(launch_metadata, "extras", None) or ():
+        kind = type(fn)
+        if kind is LaunchInfo:
+            return fargs[0], fargs[1], fargs[2], fn.jit_fn
+        if kind is _Chained:
+            return fargs[0], fargs[1], fargs[2], fn.ours.jit_fn
+    return None
+
+
 def _launch_info(launch_metadata):
     """(grid, metadata, arguments, JIT function) from Triton's launch metadata, or None.
 
@@ -529,13 +528,8 @@ def _launch_info(launch_metadata):
     hook already did that."""
     if launch_metadata is None:
         return None
-    for fn, fargs in getattr(launch_metadata, "extras", None) or ():
-        kind = type(fn)
-        if kind is LaunchInfo:
-            return fargs[0], fargs[1], fargs[2], fn.jit_fn
-        if kind is _Chained:
-            return fargs[0], fargs[1], fargs[2], fn.ours.jit_fn
-    return launch_metadata.get().get(_LAUNCH_INFO_KEY)
+    info = _pending_launch_info(launch_metadata)
+    return info if info is not None else launch_metadata.get().get(_LAUNCH_INFO_KEY)
 
 
 def _launch_arguments():
@@ -565,9 +559,9 @@ def _launch_arguments():
             args = frame.f_locals.get("args")
             candidates = tuple(args[:3]) if isinstance(args, tuple) else ()
         for lm in candidates:
-            for fn, fargs in getattr(lm, "extras", None) or ():
-                if isinstance(fn, (LaunchInfo, _Chained)):
-                    return fargs[0], fargs[1], fargs[2]
+            info = _pending_launch_info(lm)
+            if info is not None:
+                return info[:3]
     return None
 
 
