@@ -296,23 +296,10 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
     if clock:
         out.append(clock)
 
-    lost = int((profile.session or {}).get("lost_launches") or 0)
-    if lost:
-        out.append({"kind": "lost_launches", "lost_launches": lost,
-                    "message": f"{lost} launch(es) were lost: the GPU failed (a kernel fault) before their records "
-                               "were copied back; copy_every=1 in proton_lite.start() copies each launch right after it"})
-    unsized = int((profile.session or {}).get("unsized_launches") or 0)
-    if unsized:
-        out.append({"kind": "unsized_launches", "unsized_launches": unsized,
-                    "message": f"{unsized} launch(es) of kernels sized from their arguments could not be sized (the "
-                               "arguments were unreadable): their records beyond the compiled capacity were counted "
-                               "as dropped; capacity= in proton_lite.start() sizes them by hand"})
-    capped = int((profile.session or {}).get("capped_launches") or 0)
-    if capped:
-        out.append({"kind": "capped_launches", "capped_launches": capped,
-                    "message": f"{capped} launch(es) would have needed more than 1 GiB of records: the rest were "
-                               "counted as dropped; granularity='warpgroup' or 'cta', or fewer scopes in the loop, "
-                               "need less"})
+    for kind, message in _LAUNCH_COUNT_WARNINGS:  # launches the session counted at stop (END chunk)
+        n = int((profile.session or {}).get(kind) or 0)
+        if n:
+            out.append({"kind": kind, kind: n, "message": f"{n} launch(es) {message}"})
     for err in (profile.session or {}).get("capture_errors") or []:
         out.append({"kind": "capture_error", "message": err})
 
@@ -324,6 +311,17 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
     for w in (profile.session or {}).get("warnings") or []:
         out.append({"kind": "session", "message": w if isinstance(w, str) else str(_jsonable(w))})
     return out
+
+
+_LAUNCH_COUNT_WARNINGS = (
+    ("lost_launches", "were lost: the GPU failed (a kernel fault) before their records were copied back; "
+                      "copy_every=1 in proton_lite.start() copies each launch right after it"),
+    ("unsized_launches", "of kernels sized from their arguments could not be sized (arguments unreadable or "
+                         "not evaluable: no record slots, or the compiled capacity): what did not fit was counted "
+                         "as dropped; capacity= in proton_lite.start() sizes them by hand"),
+    ("capped_launches", "would have needed more than 1 GiB of records: the rest were counted as dropped; "
+                        "granularity='warpgroup' or 'cta', or fewer scopes in the loop, need less"),
+)
 
 
 def _clock_warning(ctas) -> dict | None:
