@@ -580,8 +580,7 @@ def note_compile(jit_fn) -> None:
     frame, depth = sys._getframe(1), 0
     while frame is not None and depth < 40:  # compile time: a deep walk costs nothing here
         code = frame.f_code
-        if id(code) in _trial_codes or (not _trial_codes and code.co_name in ("_bench", "do_bench")
-                                        and "autotuner" in code.co_filename):
+        if id(code) in _trial_codes or (not _trial_codes and _named_like_a_trial(code)):
             _AUTOTUNED.add(id(jit_fn))
             return
         frame, depth = frame.f_back, depth + 1
@@ -595,6 +594,11 @@ def _autotuner_trial_codes() -> frozenset:
     if code is None:
         return frozenset()
     return frozenset(id(c) for c in (code, *code.co_consts) if isinstance(c, types.CodeType))
+
+
+def _named_like_a_trial(code) -> bool:
+    """For a Triton whose Autotuner has no ``_bench``: its benchmark, recognised by name."""
+    return code.co_name in ("_bench", "do_bench") and "autotuner" in code.co_filename
 
 
 def _code_of(module_name: str, qualname: str):
@@ -642,8 +646,7 @@ def _in_autotuner_benchmark() -> bool:
     frame, depth = sys._getframe(2), 0  # a Triton without Autotuner._bench: go by names
     while frame is not None and depth < 16:
         depth += 1
-        code = frame.f_code
-        if code.co_name in ("_bench", "do_bench") and "autotuner" in code.co_filename:
+        if _named_like_a_trial(frame.f_code):
             return True
         frame = frame.f_back
     return False

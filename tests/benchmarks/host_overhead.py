@@ -46,6 +46,18 @@ def small(x_ptr, o_ptr, BLOCK: tl.constexpr):
         tl.store(o_ptr + offs, x + 1)
 
 
+def small_launch():
+    """A launch of ``small`` on fresh tensors, compiled once (the kernel every host benchmark times)."""
+    x = torch.rand(1024, device="cuda")
+    o = torch.empty_like(x)
+
+    def launch():
+        small[(1, )](x, o, BLOCK=1024)
+
+    launch()
+    return launch
+
+
 def burst_us(fn, n: int) -> float:
     """Mean host µs of one launch call over ``n`` calls; the GPU is idle before and after."""
     torch.cuda.synchronize()
@@ -173,13 +185,7 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--calls", action="store_true", help="also time the driver queries of the launch path")
     a = ap.parse_args()
-    x = torch.rand(1024, device="cuda")
-    o = torch.empty_like(x)
-
-    def launch():
-        small[(1, )](x, o, BLOCK=1024)
-
-    launch()
+    launch = small_launch()
     # plain bursts and session bursts interleaved, round by round, so that drifts of the
     # machine (clocks, other load) fall on both; each round: plain, then a fresh session's
     # first burst (pools grow) and three more (steady state: their median)

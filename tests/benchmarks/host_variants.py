@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import proton_lite  # noqa: E402
-from host_overhead import burst_us, small  # noqa: E402
+from host_overhead import burst_us, small_launch  # noqa: E402
 from proton_lite.runtime import collector as collector_module  # noqa: E402
 
 
@@ -58,13 +58,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
     a = ap.parse_args()
-    x = torch.rand(1024, device="cuda")
-    o = torch.empty_like(x)
-
-    def launch():
-        small[(1, )](x, o, BLOCK=1024)
-
-    launch()
+    launch = small_launch()
     plain = []
     steady = {k: [] for k in VARIANTS}
     for _ in range(a.rounds):
