@@ -219,12 +219,16 @@ class Collector:
                 self.unsized += 1
             return size, (0, True)
         grid, metadata, args = found
-        entry = getattr(metadata, "proton_lite", None) or {}
-        layout = BufferLayout.from_json(entry["layout"])
-        num_ctas = size // int(metadata.profile_scratch_size)
+        kernel = self._kernel(metadata)  # registered once per compiled kernel; its layout parsed once
+        if kernel is None:  # no proton_lite entry in its metadata: nothing to size it from
+            with self._lock:
+                self.unsized += 1
+            return size, (0, True)
+        layout = kernel[3]
+        num_ctas = size // kernel[2]
         short = False
         try:
-            need = max(0, evaluate(entry["records_per_unit_expr"], args))
+            need = max(0, evaluate(metadata.proton_lite["records_per_unit_expr"], args))
         except (BoundError, KeyError, TypeError):
             need, short = layout.capacity, True  # the compiled fallback
             with self._lock:
