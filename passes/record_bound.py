@@ -34,7 +34,8 @@ _CAST = re.compile(rf"^\s*({_NAME})\s*=\s*arith\.(extsi|extui|trunci|index_cast|
                    rf"(?:overflow<[\w, ]*>\s*)?:\s*{_INT_TYPE}\s+to\s+{_INT_TYPE}\b")
 _FOR = re.compile(rf"\bscf\.for\s+(?:unsigned\s+)?{_NAME}\s*=\s*({_NAME})\s+to\s+({_NAME})\s+step\s+({_NAME})")
 _FUNC = re.compile(r"^\s*tt\.func\b")
-_FUNC_ARG = re.compile(rf"({_NAME})\s*:\s*{_INT_TYPE}\s+loc\(\"([\w$]+)\"")
+# an argument, with the attributes of Triton's specializations (`{tt.divisibility = 16 : i32}`)
+_FUNC_ARG = re.compile(rf"({_NAME})\s*:\s*{_INT_TYPE}\s+(?:\{{[^}}]*\}}\s*)?loc\(\"([\w$]+)\"")
 
 _ARITH = {"addi": "add", "subi": "sub", "muli": "mul", "divsi": "divs", "divui": "divu", "ceildivsi": "ceildivs",
           "floordivsi": "floordivs", "remsi": "rems", "remui": "remu", "maxsi": "maxs", "minsi": "mins",

@@ -33,14 +33,26 @@ def _metadata_dict(kernel) -> dict:
     return dict(md._asdict()) if hasattr(md, "_asdict") else dict(vars(md))
 
 
+def _divisibility_attrs(kernel, names) -> dict:
+    attrs = {}
+    for name in names:
+        if name not in kernel.arg_names:
+            raise ValueError(f"proton_lite.compile: divisible_by_16 names {name!r}, which is not an argument of "
+                             f"{kernel.__name__} (its arguments: {', '.join(kernel.arg_names)})")
+        attrs[(kernel.arg_names.index(name), )] = [["tt.divisibility", 16]]
+    return attrs
+
+
 def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None = None, arch: int = 90,
             instrument: bool = True, num_warps: int = 4, num_stages: int = 3, granularity: str = "warp",
             capacity: int | None = None, loop_capacity: int = 256, buffer_mode: str = "clamp",
-            **options: Any) -> CompiledKernel:
+            divisible_by_16: tuple[str, ...] | list[str] = (), **options: Any) -> CompiledKernel:
     """Compile ``kernel`` (a ``@triton.jit`` function) for ``sm_<arch>``, instrumented by default.
 
     ``signature`` maps every argument to a Triton type (``"*fp32"``, ``"i32"``, ...,
     ``"constexpr"`` for constexprs), ``constexprs`` gives the constexpr values.
+    ``divisible_by_16`` names the arguments to specialize as multiples of 16, as Triton's
+    launcher does for an integer or pointer argument whose value is one.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -60,7 +72,7 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
         opts["instrumentation_mode"] = config.to_mode()
         stage_hook.install()
     try:
-        src = ASTSource(kernel, signature, constexprs)
+        src = ASTSource(kernel, signature, constexprs, _divisibility_attrs(kernel, divisible_by_16))
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
     finally:
         if instrument:

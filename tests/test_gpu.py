@@ -13,7 +13,11 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 import proton_lite  # noqa: E402
+import proton_lite.language as pl  # noqa: E402
 from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
 from proton_lite.layout import (CTA_MAGIC, LAUNCH_PREFIX_BYTES, UNIT_MAGIC, BufferLayout,  # noqa: E402
                                 read_capacity_word)
@@ -221,6 +225,33 @@ def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):
     assert s.result.dropped == 0
     words = [read_capacity_word(int(np.frombuffer(la.buffer, "<u4", 1)[0])) for la in cap.launches[:3]]
     assert words == [600, 10, 600]
+
+
+@triton.jit
+def _first_seen_in_a_session(x_ptr, n_iter, BLOCK: tl.constexpr):
+    """Launched nowhere else: its first launch (and compile) happens inside a session."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for _ in range(n_iter):
+        pl.enter_scope("step")
+        acc = acc * 1.0001 + 1.0
+        pl.exit_scope("step")
+    tl.store(x_ptr + offs, acc)
+
+
+def test_a_kernel_first_launched_inside_a_session_is_sized_at_its_first_launch(tmp_path):
+    """The usual first use: a kernel never launched before, with a loop bounded by an
+    argument, launched once inside a session. Its one launch must be sized from its
+    arguments (nothing unsized, nothing dropped), also when the bound is a multiple of 16,
+    which Triton specializes (until this test, such launches kept the compiled capacity)."""
+    x = torch.rand(128, device="cuda")
+    with proton_lite.start(str(tmp_path / "first"), quiet=True, formats=()) as s:
+        _first_seen_in_a_session[(3, )](x, 320, BLOCK=128, num_warps=2)  # 320: specialized divisible by 16
+    cap = read_raw(s.result.raw_path)
+    assert (cap.end["unsized_launches"], cap.end["capped_launches"], s.result.dropped) == (0, 0, 0)
+    prof = decode(cap)
+    ours = [i for i, k in enumerate(prof.kernels) if k.name == "_first_seen_in_a_session"]
+    assert prof.launches[np.isin(prof.launches["kernel"], ours)]["records"].tolist() == [3 * 2 * 640]
 
 
 def test_overflow_is_counted_not_written(tmp_path):

@@ -121,10 +121,13 @@ def _arg_loops_expected(n, K, M, BK=64):
     return 2 * len(range(0, -(-K // BK))) + 2 * len(range(2, M, 3)) * len(range(0, n)) + 2
 
 
-@pytest.mark.parametrize("K_type", ["i32", "i64"])
-def test_loops_bounded_by_arguments_give_an_expression_over_them(K_type):
+@pytest.mark.parametrize("K_type,divisible", [("i32", ()), ("i64", ()), ("i32", ("x_ptr", "n", "K", "M"))])
+def test_loops_bounded_by_arguments_give_an_expression_over_them(K_type, divisible):
+    """Also when Triton specializes the bounds as multiples of 16, as its launcher does for
+    values like K = 4096 (the argument then carries `{tt.divisibility = 16 : i32}`)."""
     ck = proton_lite.compile(_arg_loops, {"x_ptr": "*fp32", "n": "i32", "K": K_type, "M": "i32", "flag": "i32"},
-                             {"BK": 64})
+                             {"BK": 64}, divisible_by_16=divisible)
+    assert ("tt.divisibility = 16" in ck.asm["ttir"].split("loc(\"n\")")[0]) == bool(divisible)
     expr = record_bound_expr(ck.asm["ttir"])
     assert arguments(expr) == {"n", "K", "M"}
     for n, K, M in [(0, 0, 0), (5, 4096, 11), (7, 65, 2), (1, 1, 3), (300, 100_000, 40), (-3, -64, -7)]:
