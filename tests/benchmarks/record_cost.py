@@ -7,7 +7,13 @@ and on a GPU launches one CTA of 4 warps per SM and reads each warp's ``%clock64
 
 * ``straight``: 32 back-to-back records (the calibration kernel's pattern);
 * ``loop``: 1024 iterations of {enter record, 8 dependent FMAs, exit record}, the
-  pattern of a scope inside a K loop, against the same loop without records.
+  pattern of a scope inside a K loop, against the same loop without records. Both loops
+  carry ``.pragma "nounroll"``: until 2026-11-23 (evening) ptxas unrolled the loop without
+  records completely and some loops with records not at all, which charged the loop
+  overhead to the records.
+
+The pass's own sequence is measured in real Triton kernels by ``bench.py`` (calibration
+kernel, and a loop with shared or global staging); this script compares candidates.
 
 cycles per record = (span with records - span without) / records, median over warps.
 
@@ -27,6 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 WARPS = 4
 CAP = 4096  # records per warp in shared memory (loop: 2048 used)
+SLOTS = CAP + 2  # per warp: CAP slots, the sink slot of the "sink" candidates, and one more to keep 16-byte alignment
 STRAIGHT = 32
 ITERS = 1024
 GLOBAL_SCRATCH_OFFSET = 1 << 20  # records of the "global" candidate sit this far into the output buffer
@@ -186,21 +193,125 @@ def _variants():
                "@%pl_p3 st.global.v2.u32 [%pl_d7], {%pl_r14, %pl_r13};"]
         return out + ["add.u32 %pl_r3, %pl_r3, 1;"]
     v["split"] = (global_base[:2] + [f"mov.u32 %pl_r23, {2 * CAP};"] + global_base[2:], split, [])
+
+    # sink: no predicate; a record past the capacity goes to one extra slot (index CAP) that
+    # is never read back, so the bound check is one min instead of a compare and a guard
+    def sink(clock32: bool):
+        def rec(tag, bounded):
+            out = (["mov.u32 %pl_r13, %clock;"] if clock32 else
+                   ["mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;"])
+            out += [f"mov.u32 %pl_r14, {tag};"]
+            out += [f"min.u32 %pl_r15, %pl_r3, {CAP};"] if bounded else ["mov.u32 %pl_r15, %pl_r3;"]
+            return out + ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;", "st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};",
+                          "add.u32 %pl_r3, %pl_r3, 1;"]
+        return ["mov.u32 %pl_r3, 0;"], rec, []
+    v["sink"] = sink(False)
+    v["sink_clock32"] = sink(True)
+
+    # byte cursor with the sink: min, store, add
+    def sink_ptr(tag, bounded):
+        out = ["mov.u32 %pl_r13, %clock;", f"mov.u32 %pl_r14, {tag};"]
+        out += ["min.u32 %pl_r16, %pl_r5, %pl_r7;"] if bounded else ["mov.u32 %pl_r16, %pl_r5;"]
+        return out + ["st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};", "add.u32 %pl_r5, %pl_r5, 8;"]
+    v["sink_ptr_clock32"] = (all_setup, sink_ptr, fin)
+
+    # two register sets used in turn (by site parity), the other set kept live by an xor into
+    # an accumulator, so that ptxas cannot give the next timer read the registers that the
+    # previous store is still reading
+    def alternating(tag, bounded):
+        clk, other, tg = ("%pl_r8", "%pl_r9", "%pl_r10") if tag % 2 == 0 else ("%pl_r9", "%pl_r8", "%pl_r11")
+        out = [f"mov.u32 {clk}, %clock;", f"xor.b32 %pl_r19, %pl_r19, {other};", f"mov.u32 {tg}, {tag};"]
+        out += [f"min.u32 %pl_r15, %pl_r3, {CAP};"] if bounded else ["mov.u32 %pl_r15, %pl_r3;"]
+        return out + ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;", f"st.shared.v2.u32 [%pl_r16], {{{tg}, {clk}}};",
+                      "add.u32 %pl_r3, %pl_r3, 1;"]
+    v["alternating"] = (["mov.u32 %pl_r3, 0;", "mov.u32 %pl_r19, 0;", "mov.u32 %pl_r8, 0;", "mov.u32 %pl_r9, 0;"],
+                        alternating, ["st.shared.u32 [%pl_r4+32768], %pl_r19;"])
+
+    # lane slots: no store per record; lane (cursor % 32) of the warp keeps the record in two
+    # registers, and every 32nd record the warp stores its 32 records at once (one 256-byte
+    # store); the rest is stored at the end
+    labels = iter(range(1 << 30))
+
+    def lane_slots(tag, bounded):
+        n = next(labels)
+        out = ["mov.u32 %pl_r13, %clock;", "and.b32 %pl_r20, %pl_r3, 31;", "setp.eq.u32 %pl_p3, %pl_r20, %pl_r2;",
+               "@%pl_p3 mov.u32 %pl_r11, %pl_r13;", f"@%pl_p3 mov.u32 %pl_r10, {tag};", "add.u32 %pl_r3, %pl_r3, 1;",
+               "and.b32 %pl_r21, %pl_r3, 31;", "setp.ne.u32 %pl_p4, %pl_r21, 0;", f"@%pl_p4 bra $slots_kept{n};",
+               "add.u32 %pl_r22, %pl_r3, %pl_r2;", "sub.u32 %pl_r22, %pl_r22, 32;"]
+        out += [f"min.u32 %pl_r22, %pl_r22, {CAP};"] if bounded else []
+        return out + ["mad.lo.u32 %pl_r23, %pl_r22, 8, %pl_r4;", "st.shared.v2.u32 [%pl_r23], {%pl_r10, %pl_r11};",
+                      f"$slots_kept{n}:"]
+    slots_end = ["and.b32 %pl_r21, %pl_r3, 31;", "setp.lt.u32 %pl_p4, %pl_r2, %pl_r21;",
+                 "sub.u32 %pl_r22, %pl_r3, %pl_r21;", "add.u32 %pl_r22, %pl_r22, %pl_r2;",
+                 f"min.u32 %pl_r22, %pl_r22, {CAP};", "mad.lo.u32 %pl_r23, %pl_r22, 8, %pl_r4;",
+                 "@%pl_p4 st.shared.v2.u32 [%pl_r23], {%pl_r10, %pl_r11};", "bar.warp.sync -1;"]
+    # delayed_all with the 32-bit clock and the sink instead of the guard
+    def delayed_sink(tag, bounded):
+        out = ["mov.u32 %pl_r12, %clock;"]
+        out += ["min.u32 %pl_r16, %pl_r5, %pl_r7;"] if bounded else ["mov.u32 %pl_r16, %pl_r5;"]
+        return out + ["st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};", "add.u32 %pl_r5, %pl_r5, 8;",
+                      "mov.u32 %pl_r13, %pl_r12;", f"mov.u32 %pl_r14, {tag};"]
+    v["delayed_sink_clock32"] = (["mov.u32 %pl_r5, %pl_r4;", f"add.u32 %pl_r7, %pl_r4, {(CAP + 1) * 8};",
+                                  "mov.u32 %pl_r13, 0;", "mov.u32 %pl_r14, 0;"], delayed_sink,
+                                 ["st.shared.v2.u32 [%pl_r5], {%pl_r14, %pl_r13};"] + fin)
+
+    # global stores (kernels sized at launch) with the 32-bit clock and the sink
+    def global_sink(tag, bounded):
+        out = ["mov.u32 %pl_r13, %clock;", f"mov.u32 %pl_r14, {tag};"]
+        out += ["min.u32 %pl_r15, %pl_r3, %pl_r23;"] if bounded else ["mov.u32 %pl_r15, %pl_r3;"]
+        return out + ["mul.wide.u32 %pl_d7, %pl_r15, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;",
+                      "st.global.v2.u32 [%pl_d7], {%pl_r14, %pl_r13};", "add.u32 %pl_r3, %pl_r3, 1;"]
+    v["global_sink_clock32"] = (global_base, global_sink, [])
+
+    # global with the 32-bit clock and the guard (the sized-at-launch path with only the clock changed)
+    def global_guard(tag, bounded):
+        out = ["mov.u32 %pl_r13, %clock;", f"mov.u32 %pl_r14, {tag};",
+               "mul.wide.u32 %pl_d7, %pl_r3, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;"]
+        store = "st.global.v2.u32 [%pl_d7], {%pl_r14, %pl_r13};"
+        out += ["setp.lt.u32 %pl_p2, %pl_r3, %pl_r23;", "@%pl_p2 " + store] if bounded else [store]
+        return out + ["add.u32 %pl_r3, %pl_r3, 1;"]
+    v["global_clock32"] = (global_base, global_guard, [])
+
+    # dual: a kernel sized at launch whose launch capacity fits the compiled shared staging area
+    # takes the shared path (sink_clock32); one uniform predicate, set at CTA start, sends every
+    # record of a larger launch to an out-of-line global path instead
+    dual_blocks: list[str] = []
+
+    def dual(tag, bounded):
+        n = next(labels)
+        dual_blocks.extend([f"$dual_g{n}:", "mov.u32 %pl_r13, %clock;", f"mov.u32 %pl_r14, {tag};",
+                            "mul.wide.u32 %pl_d7, %pl_r3, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;",
+                            "setp.lt.u32 %pl_p2, %pl_r3, %pl_r23;",
+                            "@%pl_p2 st.global.v2.u32 [%pl_d7], {%pl_r14, %pl_r13};", f"bra.uni $dual_d{n};"])
+        out = [f"@%pl_p6 bra $dual_g{n};", "mov.u32 %pl_r13, %clock;", f"mov.u32 %pl_r14, {tag};"]
+        out += ["min.u32 %pl_r15, %pl_r3, %pl_r23;"] if bounded else ["mov.u32 %pl_r15, %pl_r3;"]
+        return out + ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;", "st.shared.v2.u32 [%pl_r16], {%pl_r14, %pl_r13};",
+                      f"$dual_d{n}:", "add.u32 %pl_r3, %pl_r3, 1;"]
+    # the launch capacity (here CAP, loaded so that ptxas cannot fold it) fits: the shared path runs
+    v["dual"] = (global_base + ["mov.u32 %pl_r23, %nctaid.y;", f"mul.lo.u32 %pl_r23, %pl_r23, {CAP};",
+                                f"setp.gt.u32 %pl_p6, %pl_r23, {CAP};"],
+                 dual, [], dual_blocks)
+
+    v["lane_slots"] = (["mov.u32 %pl_r3, 0;", "mov.u32 %pl_r10, 0;", "mov.u32 %pl_r11, 0;"], lane_slots, slots_end)
     return v
 
 
 def kernel_ptx(name: str, variant, pattern: str, records: bool) -> str:
-    setup, record, finish = variant
+    """One benchmark kernel; a variant may carry a fourth element: a list its records fill
+    with out-of-line blocks, placed after the kernel's ``ret``."""
+    setup, record, finish = variant[:3]
+    tail = variant[3] if len(variant) > 3 else []
+    tail.clear()
     body = [
         "mov.u32 %r0, %tid.x;", "shr.u32 %pl_r1, %r0, 5;", "and.b32 %pl_r2, %r0, 31;", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
-        "mov.u32 %pl_r4, smem;", f"mad.lo.u32 %pl_r4, %pl_r1, {CAP * 8}, %pl_r4;",
+        "mov.u32 %pl_r4, smem;", f"mad.lo.u32 %pl_r4, %pl_r1, {SLOTS * 8}, %pl_r4;",
         "mov.f32 %f0, 0f3F800000;", "mov.f32 %f1, 0f3F000001;",
     ] + setup + ["bar.sync 0;", "mov.u64 %rd1, %clock64;"]
     if pattern == "straight":
         for i in range(STRAIGHT if records else 0):
             body += record(i & 1, False)
     else:
-        body += ["mov.u32 %r1, 0;", "LOOP:"]
+        body += ["mov.u32 %r1, 0;", "LOOP:", ".pragma \"nounroll\";"]
         if records:
             body += record(0, True)
         body += ["fma.rn.f32 %f0, %f0, %f1, %f1;"] * 8
@@ -215,7 +326,7 @@ def kernel_ptx(name: str, variant, pattern: str, records: bool) -> str:
         "ld.shared.u32 %r4, [%pl_r4+4];", "cvt.rzi.u32.f32 %r5, %f0;", "add.u32 %r4, %r4, %r5;",
         "add.u32 %r4, %r4, %pl_r3;",
         "@%pl_p0 st.global.u64 [%rd4], %rd3;", "@%pl_p0 st.global.u32 [%rd4+8], %r4;", "ret;",
-    ]
+    ] + tail
     return "\n".join([".version 8.0", ".target sm_90a", ".address_size 64",
                       ".extern .shared .align 16 .b8 smem[];",
                       f".visible .entry {name}(.param .u64 out)", "{", REGS] + ["\t" + b for b in body] + ["}"])
@@ -258,7 +369,7 @@ def run_on_gpu(cubins: dict[str, bytes]) -> dict[str, list[int]]:
     for name, cubin in cubins.items():
         mod = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
         fn = check(cu.cuModuleGetFunction(mod, name.encode()), "cuModuleGetFunction")
-        smem = WARPS * CAP * 8
+        smem = WARPS * SLOTS * 8
         check(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     smem), "attr")
         arg = ctypes.c_uint64(out)
