@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -145,6 +146,17 @@ def record_cost(x_ptr, n_iter, INNER: tl.constexpr):
             pl.exit_scope("r")
     pl.exit_scope("loop")
     tl.store(x_ptr + tl.arange(0, 128), v)
+
+
+@triton.jit
+def record_stream(PAIRS: tl.constexpr):
+    """Back-to-back records, as in the calibration kernel, but an ordinary kernel: the pass
+    gives its close records two register sets in turn (the calibration kernel keeps one)."""
+    pl.enter_scope("stream")
+    for _ in tl.static_range(PAIRS):
+        pl.enter_scope("r")
+        pl.exit_scope("r")
+    pl.exit_scope("stream")
 
 
 def cupti_times_us(fn, name, reps):
@@ -281,23 +293,37 @@ def main():
             row["bytes_per_slice"] = row["trace_bytes"] / max(row["slices"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    # cycles per record: same loop with and without 2 records per iteration, measured in-kernel
+    # cycles per record: same loop with and without 2 records per iteration, measured in-kernel;
+    # with capacity= the records are staged in shared memory, by default (the loop bound is an
+    # argument) the buffer is sized per launch and the records go straight to global memory
     xr = torch.rand(128, device="cuda")
-    res = {}
-    for inner in (False, True):  # capacity=: the loop bound is an argument; keep shared staging as before
-        with proton_lite.start(os.path.join(tmp, f"rc{int(inner)}"), quiet=True, formats=(),
-                               capacity=2050) as s:
-            record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2)
-        prof = decode(read_raw(s.result.raw_path))
-        k = prof.kernels[0]
-        loop_id = k.scopes.index("loop")
-        iv = prof.intervals[prof.intervals["scope"] == loop_id]
-        res[inner] = float(iv["cycles"].mean())
-    cpr = (res[True] - res[False]) / (2 * 1024)
-    print(json.dumps({"cycles_per_record": cpr, "loop_cycles": res}))
+    loops = {}
+    for staging, opts in (("shared", {"capacity": 2050}), ("global", {})):
+        res = {}
+        for inner in (False, True):
+            with proton_lite.start(os.path.join(tmp, f"rc{staging}{int(inner)}"), quiet=True, formats=(), **opts) as s:
+                record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2)
+            assert s.result.dropped == 0, f"record-cost loop ({staging}) dropped {s.result.dropped} records"
+            prof = decode(read_raw(s.result.raw_path))
+            k = prof.kernels[0]
+            loop_id = k.scopes.index("loop")
+            iv = prof.intervals[prof.intervals["scope"] == loop_id]
+            res[inner] = float(np.median(iv["cycles"]))
+        loops[staging] = {"cycles_per_record": (res[True] - res[False]) / (2 * 1024), "loop_cycles": res}
+    cpr = loops["shared"]["cycles_per_record"]
+    # back to back: the stream scope's cycles over the records it spans (as the calibration does)
+    with proton_lite.start(os.path.join(tmp, "stream"), quiet=True, formats=()) as s:
+        record_stream[(16, )](PAIRS=16, num_warps=4)
+    prof = decode(read_raw(s.result.raw_path))
+    k = prof.kernels[0]
+    iv = prof.intervals[prof.intervals["scope"] == k.scopes.index("stream")]
+    loops["back_to_back"] = {"cycles_per_record": float(np.median(iv["cycles"])) / (2 * 16 + 1), "loop_cycles": {}}
+    print(json.dumps(loops))
     out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows, "cycles_per_record": cpr,
-           "loop_cycles": {str(k): v for k, v in res.items()}, "proton_error": proton_ref.error}
+           "record_loops": {k: {"cycles_per_record": v["cycles_per_record"],
+                                "loop_cycles": {str(i): c for i, c in v["loop_cycles"].items()}}
+                            for k, v in loops.items()}, "proton_error": proton_ref.error}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(f"\n{'kernel':26} {'plain us':>8} {'p-lite':>8} {'ovh %':>6} {'Proton %':>8} {'rec/launch':>10} "
@@ -307,7 +333,9 @@ def main():
               f"{r.get('proton_overhead_pct', float('nan')):8.2f} {r['records_per_launch']:10d} {r['dropped']:4d} "
               f"{r['stop_to_trace_s']:12.3f} {r.get('bytes_per_slice', float('nan')):7.1f} "
               f"{r['host_added_us']:8.1f}")
-    print(f"cycles per record: {cpr:.2f} (loop); calibration kernel: "
+    print(f"cycles per record: {cpr:.2f} (loop, shared staging), "
+          f"{loops['global']['cycles_per_record']:.2f} (loop, sized at launch: global), "
+          f"{loops['back_to_back']['cycles_per_record']:.2f} (back to back); calibration kernel: "
           f"{[r['record_cost_cycles'] for r in rows]}; Proton: {proton_ref.error or 'ok'}")
     sys.stdout.flush()
     # Proton keeps every launch's data for its trace; writing it would take minutes (anchors.md
