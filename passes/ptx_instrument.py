@@ -8,9 +8,12 @@ inline-asm marker (``// @@proton_lite enter|exit <hex name>``, see
   its leader lane, a register write cursor, and this CTA's block in the profile buffer
   (Triton's last kernel parameter); thread 0 writes the CTA header: magic, ``%smid``,
   and the (``%globaltimer``, ``%clock64``) start pair;
-* at every marker: reads ``%clock64`` and, in the leader lane, stores one 8-byte record
-  ``{tag, clock_lo}`` at the cursor if it is below the capacity, then bumps the cursor
-  (no fences; the cursor never leaves a register);
+* at every marker: reads the low 32 bits of the SM clock (``%clock``, or ``%clock64``'s
+  low half for a record on its own) and stores one 8-byte record ``{tag, clock}`` at the
+  cursor, then bumps the cursor (no fences; the cursor never leaves a register).  With shared staging a record past the capacity goes to
+  a sink slot that is never copied out (one ``min``, no predicate); with global staging it
+  is not stored.  Records close behind another one use the other of two register sets
+  (``_link_close_sites``);
 * before every ``ret``: reads the end pair, copies the unit's records from shared memory
   to the buffer with the whole leader warp, and writes the unit header (count, end pair).
 
@@ -28,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 
 from proton_lite.language import MARKER_TAG
+from proton_lite.passes.config import CALIBRATION_KERNEL
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,
                                 MAX_LAUNCH_CAPACITY, MAX_SCOPES, RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC,
                                 BufferLayout, encode_tag)
@@ -38,6 +42,9 @@ _PARAM_RE = re.compile(r"^\s*\.param\s+\.u64\s+(?:\.ptr\s+)?(?:\.global\s+)?(?:\
 _RET_RE = re.compile(r"^(\s*)(@!?%p\d+\s+)?ret(\.uni)?;\s*$")
 _LABEL_RE = re.compile(r"^\s*([$\w]+):")
 _BRA_RE = re.compile(r"\bbra(?:\.uni)?\s+([$\w]+);")
+
+# the tag a record stores, as the record code sets it (read back by `proton-lite compile`)
+RECORD_TAG_RE = re.compile(r"mov\.u32\s+%pl_tag\d,\s*(\d+);")
 
 STAGING_ALIGN = 128  # bytes; start of the staging area within the dynamic shared memory
 SHARED_TOTAL_LIMIT = 227 * 1024  # opt-in dynamic + static shared per CTA on Hopper
@@ -53,6 +60,9 @@ class MarkerSite:
     kind: str  # "enter" | "exit"
     name: str
     in_loop: bool = False
+    reg_set: int = 0  # which of the REG_SETS register sets the record uses
+    keep: tuple[int, ...] = ()  # sets whose clock (and address) this record keeps live (_link_close_sites)
+    followed: bool = False  # the next record is close behind this one
 
 
 @dataclass
@@ -69,9 +79,77 @@ class PtxScan:
         return sum(s.in_loop for s in self.sites)
 
     @property
+    def keeps_alive(self) -> bool:
+        return any(s.keep for s in self.sites)
+
+    @property
     def straight_line_records(self) -> int:
         """Upper bound on records per unit when no marker is inside a loop."""
         return len(self.sites)
+
+
+CLOSE_GAP = 8  # PTX instructions: a record at most this far behind another one is "close"
+REG_SETS = 2
+MIN_CHAIN = 3  # outside loops, runs of close records shorter than this keep one register set
+
+
+def _is_instruction(line: str) -> bool:
+    t = line.strip()
+    return t.endswith(";") and not t.startswith((".", "//"))
+
+
+def _gap(lines: list[str], start: int, end: int) -> int | None:
+    """Instructions strictly between lines ``start`` and ``end`` if no label, branch or ret
+    lies between them (one basic block), else None."""
+    n = 0
+    for line in lines[start + 1:end]:
+        if _LABEL_RE.match(line) or _BRA_RE.search(line) or _RET_RE.match(line):
+            return None
+        n += _is_instruction(line)
+    return n
+
+
+def _link_close_sites(lines: list[str], sites: list[MarkerSite], back_edges: list[tuple[int, int]]) -> None:
+    """Give records that follow each other closely different register sets.
+
+    A store reads its registers several cycles after it issues (~12 on the H100); a timer
+    read that writes a register the previous store still reads waits for it.  ptxas reuses
+    the same registers for every record unless their values are live at the same time, so
+    a close record (at most CLOSE_GAP instructions behind the previous one, in the same
+    basic block, or at the top of a short loop whose previous iteration ended with a record)
+    takes the other register set and folds the other set's clock (in loops also its
+    address) into an accumulator (one ``xor``): both records' registers are then live
+    together and ptxas keeps them apart.  On the H100 back-to-back records went from 14.2 to
+    7.8 cycles and a tight loop from 25.6 to 13.6 (docs/benchmarks.md).  Records far apart
+    gain nothing and keep set 0.  Outside loops, runs shorter than MIN_CHAIN keep set 0 too:
+    a pair of records after bench.py's matmul K loop, given two sets, changed how ptxas
+    scheduled the kernel's epilogue, and the matmul ran 3.5% slower for a few cycles saved.
+    """
+    chains: list[list[MarkerSite]] = []  # runs of records, each close behind the one before
+    for site in sites:
+        gap = _gap(lines, chains[-1][-1].line, site.line) if chains else None
+        if gap is not None and gap <= CLOSE_GAP:
+            chains[-1].append(site)
+        else:
+            chains.append([site])
+    for chain in chains:
+        # outside loops a short run gains a wait or two per unit and CTA, less than what a
+        # different schedule around it may cost (design.md §2): only longer runs take turns
+        if len(chain) < MIN_CHAIN and not any(s.in_loop for s in chain):
+            continue
+        for prev, site in zip(chain, chain[1:]):
+            site.reg_set = (prev.reg_set + 1) % REG_SETS
+            site.keep = (prev.reg_set, )
+            prev.followed = True
+    # the first record of a short loop body follows the last record of the previous iteration
+    for head, branch in back_edges:
+        body = [s for s in sites if head < s.line < branch]
+        if len(body) < 2 or body[0].keep or body[0].reg_set == body[-1].reg_set:
+            continue
+        lead, tail = _gap(lines, head, body[0].line), _gap(lines, body[-1].line, branch)
+        if lead is not None and tail is not None and lead + tail <= CLOSE_GAP:
+            body[0].keep = (body[-1].reg_set, )
+            body[-1].followed = True
 
 
 def scan(ptx: str) -> PtxScan:
@@ -108,6 +186,10 @@ def scan(ptx: str) -> PtxScan:
                                    "this Triton version is not supported (need 3.6 or newer)")
     for site in sites:
         site.in_loop = any(start <= site.line <= end for start, end in back_edges)
+    if kernel != CALIBRATION_KERNEL:
+        # the calibration kernel measures what a record adds inside a scope around real work,
+        # where records are far apart: its back-to-back records stay on one register set
+        _link_close_sites(lines, sites, back_edges)
     scopes: list[str] = []
     for site in sites:
         if site.name not in scopes:
@@ -121,13 +203,23 @@ def scan(ptx: str) -> PtxScan:
 class _Emitter:
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
-    REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;")
+    REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
+            # one of each per register set (_link_close_sites)
+            f".reg .b32 %pl_clk<{REG_SETS}>;", f".reg .b32 %pl_tag<{REG_SETS}>;", f".reg .b32 %pl_slot<{REG_SETS}>;",
+            f".reg .b32 %pl_sa<{REG_SETS}>;", f".reg .b64 %pl_ga<{REG_SETS}>;",
+            ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;")
 
-    def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0) -> None:
+    def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
+                 keeps_alive: bool = False, loop_sites: bool = False) -> None:
         self.layout = layout
         self.param = param
         self.smem = smem_symbol
         self.smem_offset = smem_offset
+        self.keeps_alive = keeps_alive  # some record folds the other set's clock into %pl_acc
+        # records in loops (shared staging, clamp) store at a saturating pointer, which every
+        # record then advances: one min per record instead of a min and a multiply-add before
+        # the store (record_cost.py); records outside loops keep the index, which ptxas folds
+        self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
 
     @property
     def unit_threads(self) -> int:
@@ -186,9 +278,15 @@ class _Emitter:
         if L.staging == "shared":
             out += [f"mov.u32 %pl_r4, {self.smem};",
                     f"add.u32 %pl_r4, %pl_r4, {self.smem_offset};",
-                    f"mad.lo.u32 %pl_r4, %pl_r1, {L.capacity * RECORD_BYTES}, %pl_r4;"]
+                    f"mad.lo.u32 %pl_r4, %pl_r1, {staged_slots(L) * RECORD_BYTES}, %pl_r4;"]
+            if self.uses_pointer:  # the sink is slot `capacity`
+                out += ["mov.u32 %pl_ptr, %pl_r4;", f"add.u32 %pl_sink, %pl_r4, {L.capacity * RECORD_BYTES};"]
         else:
             out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
+        if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
+            out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
+            for k in range(REG_SETS):
+                out += [f"mov.u32 %pl_clk{k}, 0;", f"mov.u32 %pl_sa{k}, 0;", f"mov.u64 %pl_ga{k}, 0;"]
         out += [
             "setp.eq.u32 %pl_p1, %pl_r0, 0;",
             "@!%pl_p1 bra $pl_prologue_done;",
@@ -206,36 +304,73 @@ class _Emitter:
         ]
         return out
 
-    def record(self, tag: int) -> list[str]:
+    def record(self, site: MarkerSite, tag: int) -> list[str]:
         L = self.layout
-        out = ["// proton_lite: record", "mov.u64 %pl_d6, %clock64;", "cvt.u32.u64 %pl_r13, %pl_d6;",
-               f"mov.u32 %pl_r14, {tag};"]
+        k = site.reg_set if self.keeps_alive else 0
+        keep = site.keep if self.keeps_alive else ()
+        clk, tg, addr = f"%pl_clk{k}", f"%pl_tag{k}", f"%pl_sa{k}" if L.staging == "shared" else f"%pl_ga{k}"
+        # %clock is the low half of %clock64 (PTX ISA); ptxas reads it with CS2R.32 straight into
+        # the register the store takes, where the 64-bit read needs a move. That matters where
+        # records are close together or in loops; a record on its own keeps the 64-bit read,
+        # which leaves the code around it as it was (with %clock before bench.py's matmul K
+        # loop, ptxas scheduled that loop differently; design.md §2)
+        if site.in_loop or keep or site.followed:
+            out = ["// proton_lite: record", f"mov.u32 {clk}, %clock;"]
+        else:
+            out = ["// proton_lite: record", "mov.u64 %pl_d6, %clock64;", f"cvt.u32.u64 {clk}, %pl_d6;"]
+        for other in keep:  # the tag shares a register pair with the clock; in loops the address counts too
+            out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_clk{other};")
+            if site.in_loop:
+                out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_sa{other};" if L.staging == "shared" else
+                           f"xor.b64 %pl_accd, %pl_accd, %pl_ga{other};")
+        out.append(f"mov.u32 {tg}, {tag};")
         # Warp granularity: every lane of the warp stores the same record to the same address
         # (Triton's control flow is uniform within a warp), so the store needs no leader
-        # predicate and ptxas may merge adjacent records into one wider store: 15.7 instead
-        # of 20.1 cycles per back-to-back record on the H100 (tests/benchmarks/record_cost.py).
+        # predicate and ptxas may merge adjacent records into one wider store.
         # Larger units keep the leader lane: their other warps must not write the unit's slots.
         leader = "" if self.unit_threads == 32 else "%pl_p0"
-        pred = ""
-        cap = "%pl_r24" if L.sized_at_launch else str(L.capacity)
-        if L.mode == "circular":
-            out += [f"and.b32 %pl_r15, %pl_r3, {L.capacity - 1};"]
-            pred = f"@{leader} " if leader else ""
-        else:
-            out += ["mov.u32 %pl_r15, %pl_r3;"]
-            if leader:
-                out += [f"setp.lt.and.u32 %pl_p2, %pl_r3, {cap}, {leader};"]
-            else:
-                out += [f"setp.lt.u32 %pl_p2, %pl_r3, {cap};"]
-            pred = "@%pl_p2 "
+        pred = f"@{leader} " if leader else ""
         if L.staging == "shared":
-            out += ["mad.lo.u32 %pl_r16, %pl_r15, 8, %pl_r4;",
-                    f"{pred}st.shared.v2.u32 [%pl_r16], {{%pl_r14, %pl_r13}};"]
+            if L.mode == "circular":
+                out += [f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};",
+                        f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
+            elif site.in_loop:
+                # the saturating pointer: ready before the record, one min after it
+                out.append(f"mov.u32 {addr}, %pl_ptr;")
+            else:
+                # past the capacity: the sink slot, never copied out (staged_slots); with a
+                # cursor known to ptxas (records before any loop) the address folds to base + offset
+                out += [f"min.u32 %pl_slot{k}, %pl_r3, {L.capacity};", f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
+            out.append(f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
+            if self.uses_pointer:
+                out.append("add.u32 %pl_ptr, %pl_ptr, 8;")
+                out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
         else:
-            out += ["mul.wide.u32 %pl_d7, %pl_r15, 8;", "add.s64 %pl_d7, %pl_d7, %pl_d3;",
-                    f"{pred}st.global.v2.u32 [%pl_d7], {{%pl_r14, %pl_r13}};"]
+            cap = "%pl_r24" if L.sized_at_launch else str(L.capacity)
+            if L.mode == "circular":
+                out.append(f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};")
+            else:
+                out.append(f"mov.u32 %pl_slot{k}, %pl_r3;")
+                out.append(f"setp.lt.and.u32 %pl_p2, %pl_r3, {cap}, {leader};" if leader else
+                           f"setp.lt.u32 %pl_p2, %pl_r3, {cap};")
+                pred = "@%pl_p2 "
+            out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;",
+                    f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};"]
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
         return out
+
+    def keep_alive_sink(self) -> list[str]:
+        """Stores %pl_acc where nobody reads it, so that ptxas keeps the xor that keeps the
+        register sets apart: the shared sink slot, or a global slot at or past ``count``."""
+        L = self.layout
+        if not self.keeps_alive:
+            return []
+        if L.staging == "shared":
+            return [f"st.shared.u32 [%pl_r4+{L.capacity * RECORD_BYTES}], %pl_acc;"]
+        cap = "%pl_r24" if L.sized_at_launch else str(L.capacity)
+        return ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;",
+                f"setp.lt.u32 %pl_p6, %pl_r3, {cap};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
+                "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
 
     def epilogue(self, k: int) -> list[str]:
         L = self.layout
@@ -243,7 +378,7 @@ class _Emitter:
             "// proton_lite: epilogue",
             "mov.u64 %pl_d8, %globaltimer;",
             "mov.u64 %pl_d9, %clock64;",
-        ]
+        ] + self.keep_alive_sink()
         if L.staging == "shared":
             # the leader warp of each unit copies its records, 32 lanes at a time
             out += [
@@ -275,8 +410,15 @@ class _Emitter:
         return out
 
 
+def staged_slots(layout: BufferLayout) -> int:
+    """Record slots per unit in shared memory: the capacity, then the sink slot (records past
+    the capacity, and the keep-alive accumulator), rounded up to keep every unit's slots
+    16-byte aligned (ptxas merges two adjacent records into one 16-byte store)."""
+    return (layout.capacity + 2) & ~1
+
+
 def shared_bytes(layout: BufferLayout) -> int:
-    return layout.units * layout.capacity * RECORD_BYTES
+    return layout.units * staged_slots(layout) * RECORD_BYTES
 
 
 def staging_offset(triton_shared: int) -> int:
@@ -294,7 +436,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
-    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared))
+    keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
+    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
+                    info.loop_sites > 0)
     ids = {name: i for i, name in enumerate(info.scopes)}
     site_at = {s.line: s for s in info.sites}
     lines = ptx.split("\n")
@@ -324,7 +468,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
             regs_done = True
         if i in site_at:
             site = site_at[i]
-            out += ["\t" + s for s in emit.record(encode_tag(ids[site.name], site.kind == "exit"))]
+            out += ["\t" + s for s in emit.record(site, encode_tag(ids[site.name], site.kind == "exit"))]
             continue
         rm = _RET_RE.match(line) if regs_done else None
         if rm:

@@ -10,6 +10,7 @@ import proton_lite.language as pl
 from proton_lite.layout import CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
 from proton_lite.passes import stage_hook
 
+import sass
 from kernels import CASES, PLAIN_TWINS, signature
 
 
@@ -86,22 +87,41 @@ def test_warpgroup_needs_a_multiple_of_four_warps():
 def test_circular_mode_rounds_capacity_to_a_power_of_two():
     k = compile_case("nested", buffer_mode="circular")
     assert k.profile["layout"]["capacity"] == 8
-    assert "and.b32 %pl_r15, %pl_r3, 7;" in k.asm["ptx"]
+    assert re.search(r"and\.b32 %pl_slot\d, %pl_r3, 7;", k.asm["ptx"])
 
 
 @pytest.mark.parametrize("options,store", [({"loop_capacity": 300, "capacity": 300}, "st.shared.v2.u32"),
                                            ({}, "st.global.v2.u32")])  # sized at launch: global
-def test_records_read_the_64_bit_clock_and_use_no_fences(options, store):
+def test_records_read_the_clock_and_use_no_fences(options, store):
+    """Records in loops (and in runs of close records) read the 32-bit %clock, which ptxas
+    reads straight into the store's register; a record on its own reads %clock64 and keeps
+    the low half (same bits), which leaves the code around it as it was."""
     ptx = compile_case("matmul_per_iter", **options).asm["ptx"]
-    body = ptx.split("// proton_lite: record")[1].split("add.u32 %pl_r3")[0]
-    assert "%clock64" in body and "%clock;" not in body
-    assert store in body
+    bodies = [b.split("add.u32 %pl_r3")[0] for b in ptx.split("// proton_lite: record")[1:]]
+    assert len(bodies) == 6  # mainloop, iteration (in the K loop), epilogue: enter and exit each
+    for n, body in enumerate(bodies):
+        in_loop = n in (1, 2)
+        assert bool(re.search(r"mov\.u32 %pl_clk\d, %clock;", body)) == in_loop
+        assert bool(re.search(r"mov\.u64 %pl_d6, %clock64;\s+cvt\.u32\.u64 %pl_clk\d, %pl_d6;", body)) != in_loop
+        assert store in body
     # none of the code the pass adds (prologue, every record, epilogue) has a fence
     added = _added_snippets(ptx)
     assert len(added) == 1 + 6 + 1 and all(len(s) > 3 for s in added)  # prologue, 6 records, 1 ret
     for snippet in added:
         text = "\n".join(snippet)
         assert "membar" not in text and "fence" not in text, text
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_ptxas_reads_the_record_clock_with_cs2r(name):
+    """The 32-bit %clock can become S2UR (~27 cycles, variable latency: hardware.md) or CS2R.32;
+    in the record code, where it feeds a store, ptxas must pick CS2R, as it does for the
+    64-bit anchors."""
+    k = compile_case(name)
+    reads = sass.timer_reads(sass.disassemble(k.asm["cubin"]))
+    assert all(i.opcode in ("CS2R", "CS2R.32") for i in reads), [i.text for i in reads if "CS2R" not in i.opcode]
+    if re.search(r"mov\.u32 %pl_clk\d, %clock;", k.asm["ptx"]):  # records in loops or close runs
+        assert any(i.opcode == "CS2R.32" for i in reads)
 
 
 def test_a_kernel_sized_at_launch_reads_its_capacity_from_the_buffer_prefix():
@@ -143,22 +163,41 @@ def _added_snippets(ptx: str) -> list[list[str]]:
     return blocks
 
 
+@pytest.mark.parametrize("staging", ["shared", "global"])
 @pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])
-def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity):
+def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, staging):
     """Warp units store from every lane (same record, same address: no predicate needed for
-    the leader, and ptxas can merge stores); larger units must keep other warps out."""
-    ptx = compile_case("nested", granularity=granularity).asm["ptx"]
-    records = [r.split("add.u32 %pl_r3")[0] for r in ptx.split("// proton_lite: record")[1:]]
+    the leader, and ptxas can merge stores); larger units must keep other warps out. With
+    shared staging a record past the capacity goes to the sink slot (a min, no predicate);
+    in global memory it is not stored (bound in the predicate)."""
+    kw = {"capacity": 20} if staging == "shared" else {}  # loop_scopes is sized at launch: global
+    k = compile_case("loop_scopes", granularity=granularity, **kw)
+    assert k.profile["layout"]["staging"] == staging
+    records = [r.split("add.u32 %pl_r3")[0] for r in k.asm["ptx"].split("// proton_lite: record")[1:]]
     assert records
     for body in records:
         store = [ln.strip() for ln in body.split("\n") if "st.shared" in ln or "st.global" in ln]
         assert len(store) == 1
         bound = [ln.strip() for ln in body.split("\n") if ln.strip().startswith("setp")]
-        if granularity == "warp":
-            assert all("%pl_p0" not in ln for ln in bound)
+        if staging == "shared":  # records in loops: a pointer that saturates at the sink slot
+            assert not bound and "min.u32 %pl_ptr, %pl_ptr, %pl_sink;" in body
+            assert store[0].startswith("st.shared" if granularity == "warp" else "@%pl_p0 st.shared")
         else:
-            assert any(ln.endswith("%pl_p0;") for ln in bound), bound
-        assert store[0].startswith("@%pl_p2 ")
+            assert len(bound) == 1 and ("%pl_p0" in bound[0]) == (granularity != "warp")
+            assert store[0].startswith("@%pl_p2 st.global")
+
+
+def test_shared_staging_has_a_sink_slot_per_unit_and_stays_16_byte_aligned():
+    """Records past the capacity land in slot `capacity` of the unit's staging area, which the
+    epilogue never copies out; every unit's area is a multiple of 16 bytes."""
+    for capacity, slots in ((20, 22), (21, 22)):
+        k = compile_case("loop_scopes", capacity=capacity)
+        units = k.profile["layout"]["num_warps"]
+        assert k.profile["shared_staging_bytes"] == units * slots * RECORD_BYTES
+        prologue = k.asm["ptx"].split("// proton_lite: prologue")[1].split("$pl_prologue_done:")[0]
+        assert f"mad.lo.u32 %pl_r4, %pl_r1, {slots * RECORD_BYTES}, %pl_r4;" in prologue
+        epilogue = k.asm["ptx"].split("// proton_lite: epilogue")[1]
+        assert f"min.u32 %pl_r17, %pl_r3, {capacity};" in epilogue  # copies at most `capacity` slots
 
 
 def test_cta_header_records_smid_and_timer_pairs():
@@ -337,3 +376,111 @@ def test_staging_is_appended_to_dynamic_shared_memory_leaving_triton_addresses_a
     # every use of Triton's own dynamic region is unchanged
     uses = lambda ptx: re.findall(r"global_smem[^;\n]*", ptx)  # noqa: E731
     assert uses(k.asm["ptx"]) == uses(plain.asm["ptx"])
+
+
+# --- records close behind each other take turns between two register sets --------------------
+
+@triton.jit
+def _back_to_back(x_ptr, PAIRS: tl.constexpr):
+    for _ in tl.static_range(PAIRS):
+        pl.enter_scope("r")
+        pl.exit_scope("r")
+    tl.store(x_ptr, 1.0)
+
+
+@triton.jit
+def _tight_loop(x_ptr, n):
+    v = tl.load(x_ptr + tl.arange(0, 128))
+    for _ in range(n):
+        pl.enter_scope("r")
+        v = v * 1.000001 + 0.5
+        pl.exit_scope("r")
+    tl.store(x_ptr + tl.arange(0, 128), v)
+
+
+@triton.jit
+def _far_apart(x_ptr, n):
+    pl.enter_scope("a")
+    acc = tl.load(x_ptr + tl.arange(0, 128))
+    for _ in range(n):
+        acc = tl.sqrt(acc * acc + 1.0) * 0.5 + tl.exp(acc) * 0.25
+    pl.exit_scope("a")
+    tl.store(x_ptr + tl.arange(0, 128), acc)
+
+
+def _records(ptx):
+    """(register set, keeps the other set alive) of every record, in PTX order."""
+    out = []
+    for body in ptx.split("// proton_lite: record")[1:]:
+        body = body.split("add.u32 %pl_r3")[0]
+        m = re.search(r"mov\.u32 %pl_clk(\d), %clock;|cvt\.u32\.u64 %pl_clk(\d), %pl_d6;", body)
+        out.append((int(m.group(1) or m.group(2)), "xor.b32 %pl_acc" in body))
+    return out
+
+
+def _store_waits(instrs):
+    """Record stores after which the next record waits for that store to read its registers:
+    an instruction between it and the next store (or the end of ``instrs``) waits on the
+    store's read scoreboard."""
+    stores = [k for k, i in enumerate(instrs) if i.opcode.startswith(("STS", "STG")) and i.read_barrier is not None]
+    return [instrs[a].text for a, b in zip(stores, stores[1:] + [len(instrs) - 1])
+            if any(instrs[a].read_barrier in i.waits for i in instrs[a + 1:b + 1])]
+
+
+def _timer_reads_waiting(instrs):
+    """Record timer reads that wait for the record store just before them."""
+    out, last_store = [], None
+    for i in instrs:
+        if i.opcode.startswith(("STS", "STG")) and i.read_barrier is not None:
+            last_store = i
+        elif i.opcode == "CS2R.32" and last_store is not None and last_store.read_barrier in i.waits:
+            out.append(f"{i.text} after {last_store.text}")
+    return out
+
+
+def _between_records(instrs):
+    """From the second record's timer read to the last record's: back-to-back records only."""
+    reads = [k for k, i in enumerate(instrs) if i.opcode == "CS2R.32"]
+    return instrs[reads[1]:reads[-1] + 1]
+
+
+def test_back_to_back_records_alternate_register_sets_and_never_wait_for_the_previous_store():
+    k = proton_lite.compile(_back_to_back, {"x_ptr": "*fp32"}, {"PAIRS": 16}, num_warps=4)
+    recs = _records(k.asm["ptx"])
+    assert recs == [(0, False)] + [(n % 2, True) for n in range(1, 32)]
+    assert _store_waits(_between_records(sass.disassemble(k.asm["cubin"]))) == []
+    # the accumulator that keeps both sets live is stored once, to the sink slot
+    assert k.asm["ptx"].count("st.shared.u32 [%pl_r4+256], %pl_acc;") == 1  # sink = slot 32 (32 records)
+
+
+@pytest.mark.parametrize("kw", [{"capacity": 4096}, {}])  # shared staging; sized at launch (global)
+def test_a_tight_loop_links_its_first_record_to_the_last_one_of_the_previous_iteration(kw):
+    k = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, **kw)
+    assert _records(k.asm["ptx"]) == [(0, True), (1, True)]
+    instrs = sass.disassemble(k.asm["cubin"])
+    loops = [i for i in instrs if i.opcode == "BRA" and int(i.text.split("0x")[-1], 16) < i.addr]
+    body = max(([j for j in instrs if int(b.text.split("0x")[-1], 16) <= j.addr <= b.addr] for b in loops), key=len)
+    assert len([i for i in body if i.opcode.startswith(("STS", "STG"))]) >= 2
+    # ptxas may still place the loop's own instructions in registers a store just read; the
+    # records' timer reads never wait for the store just before them
+    assert _timer_reads_waiting(body) == []
+
+
+def test_records_far_apart_keep_one_register_set_and_no_accumulator():
+    k = proton_lite.compile(_far_apart, {"x_ptr": "*fp32", "n": "i32"}, num_warps=4)
+    assert _records(k.asm["ptx"]) == [(0, False), (0, False)]
+    assert k.asm["ptx"].count("%clock64;") == 2 + 2  # both records (on their own), the start and end anchors
+    assert "%pl_acc" not in k.asm["ptx"].split("// proton_lite: record")[1]
+    assert "st.shared.u32" not in k.asm["ptx"] and "%pl_acc, 0;" not in k.asm["ptx"]
+
+
+def test_a_short_run_outside_loops_and_the_calibration_kernel_keep_one_register_set():
+    """vector_add's exit of "load" and enter of "store" are close, but two records outside a
+    loop do not take turns (MIN_CHAIN); the calibration kernel never does, so that it
+    measures what a record adds inside a scope around real work."""
+    from proton_lite.runtime.calibrate import proton_lite_calibrate
+    assert _records(compile_case("vector_add").asm["ptx"]) == [(0, False)] * 4
+    cal = proton_lite.compile(proton_lite_calibrate, {}, {"PAIRS": 4}, num_warps=4)
+    assert _records(cal.asm["ptx"]) == [(0, False)] * 10
+    same_shape = proton_lite.compile(_back_to_back, {"x_ptr": "*fp32"}, {"PAIRS": 4}, num_warps=4)
+    assert _records(same_shape.asm["ptx"])[1:] == [(n % 2, True) for n in range(1, 8)]

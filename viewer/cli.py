@@ -458,18 +458,16 @@ def parse_signature(text: str, kernel, constexprs: dict) -> dict:
     return sig
 
 
-_RECORD_RE = re.compile(r"mov\.u32\s+%pl_r14,\s*(\d+);")
-
-
 def _sites_per_scope(ptx: str, n_scopes: int) -> list[list[int]] | None:
     """[[enter sites, exit sites], ...] per scope id, read from the record code in the PTX."""
+    from proton_lite.passes.ptx_instrument import RECORD_TAG_RE
     counts = [[0, 0] for _ in range(n_scopes)]
     lines = ptx.split("\n")
     for i, line in enumerate(lines):
         if line.strip() != "// proton_lite: record":
             continue
         for follow in lines[i + 1:i + 6]:
-            m = _RECORD_RE.search(follow)
+            m = RECORD_TAG_RE.search(follow)
             if m:
                 tag = int(m.group(1))
                 if tag >> 1 >= n_scopes:
