@@ -484,3 +484,45 @@ def test_a_short_run_outside_loops_and_the_calibration_kernel_keep_one_register_
     assert _records(cal.asm["ptx"]) == [(0, False)] * 10
     same_shape = proton_lite.compile(_back_to_back, {"x_ptr": "*fp32"}, {"PAIRS": 4}, num_warps=4)
     assert _records(same_shape.asm["ptx"])[1:] == [(n % 2, True) for n in range(1, 8)]
+
+
+def _ptx(body: list[str]) -> str:
+    """A minimal kernel in PTX with proton_lite markers: `E name` / `X name` lines are markers."""
+    lines = [".version 8.0", ".target sm_90a", ".address_size 64", ".visible .entry k(",
+             "\t.param .u64 k_param_0,", "\t.param .u64 k_param_1", ")", "{", "\t.reg .b32 %r<9>;"]
+    for item in body:
+        if item[:2] in ("E ", "X "):
+            kind = "enter" if item[0] == "E" else "exit"
+            lines.append(f"\tmov.u32 %r1, 0; // @@proton_lite {kind} {item[2:].encode().hex()}")
+        else:
+            lines.append(item)
+    return "\n".join(lines + ["\tret;", "}"])
+
+
+def _sets(body):
+    from proton_lite.passes.ptx_instrument import scan
+    return [(s.reg_set, s.keep) for s in scan(_ptx(body)).sites]
+
+
+def test_close_records_are_runs_within_one_block_and_at_most_close_gap_apart():
+    from proton_lite.passes.ptx_instrument import CLOSE_GAP
+    add = "\tadd.u32 %r2, %r2, 1;"
+    three = ["E a", "X a", "E b", "X b"]  # four back to back: one run, sets in turn
+    assert _sets(three) == [(0, ()), (1, (0, )), (0, (1, )), (1, (0, ))]
+    # comments, .loc lines and blank lines are not instructions; CLOSE_GAP instructions still close
+    assert _sets(["E a", "\t.loc 1 2 3", "\t// c", *[add] * CLOSE_GAP, "X a", "E b"])[1:] == [(1, (0, )), (0, (1, ))]
+    # one more instruction, a label or a branch between two records ends the run
+    assert _sets(["E a", *[add] * (CLOSE_GAP + 1), "X a", "E b", "X b"]) == [(0, ()), (0, ()), (1, (0, )), (0, (1, ))]
+    assert _sets(["E a", "X a", "$L1:", "E b", "X b", "E c"]) == [(0, ())] * 2 + [(0, ()), (1, (0, )), (0, (1, ))]
+    assert _sets(["E a", "X a", "\tbra.uni $L2;", "$L2:", "E b"]) == [(0, ())] * 3
+    # outside loops a run of two keeps one register set (MIN_CHAIN)
+    assert _sets(["E a", "X a"]) == [(0, ()), (0, ())]
+
+
+def test_a_short_loop_links_its_first_record_to_its_last_one():
+    add = "\tadd.u32 %r2, %r2, 1;"
+    loop = ["$L_head:", "E r", add, "X r", add, "\tsetp.ne.u32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"]
+    # in a loop even a pair takes turns, and the first record keeps the last one's set live
+    assert _sets(loop) == [(0, (1, )), (1, (0, ))]
+    long_tail = loop[:-2] + [add] * 8 + loop[-2:]  # the previous iteration's last record is far
+    assert _sets(long_tail) == [(0, ()), (1, (0, ))]
