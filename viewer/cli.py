@@ -466,7 +466,7 @@ def _sites_per_scope(ptx: str, n_scopes: int) -> list[list[int]] | None:
     for i, line in enumerate(lines):
         if line.strip() != "// proton_lite: record":
             continue
-        for follow in lines[i + 1:i + 6]:
+        for follow in lines[i + 1:i + 8]:  # the tag follows the clock read and the keep-alive xors
             m = RECORD_TAG_RE.search(follow)
             if m:
                 tag = int(m.group(1))
