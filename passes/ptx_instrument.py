@@ -60,8 +60,8 @@ class MarkerSite:
     kind: str  # "enter" | "exit"
     name: str
     in_loop: bool = False
-    reg_set: int = 0  # which of the REG_SETS register sets the record uses
-    keep: tuple[int, ...] = ()  # sets whose clock (and address) this record keeps live (_link_close_sites)
+    reg_set: int = 0  # which of the two register sets the record uses
+    keeps_other: bool = False  # keeps the other set's clock (and address) live (_link_close_sites)
     followed: bool = False  # the next record is close behind this one
 
 
@@ -80,7 +80,7 @@ class PtxScan:
 
     @property
     def keeps_alive(self) -> bool:
-        return any(s.keep for s in self.sites)
+        return any(s.keeps_other for s in self.sites)
 
     @property
     def straight_line_records(self) -> int:
@@ -89,7 +89,6 @@ class PtxScan:
 
 
 CLOSE_GAP = 8  # PTX instructions: a record at most this far behind another one is "close"
-REG_SETS = 2
 MIN_CHAIN = 3  # outside loops, runs of close records shorter than this keep one register set
 
 
@@ -138,17 +137,16 @@ def _link_close_sites(lines: list[str], sites: list[MarkerSite], back_edges: lis
         if len(chain) < MIN_CHAIN and not any(s.in_loop for s in chain):
             continue
         for prev, site in zip(chain, chain[1:]):
-            site.reg_set = (prev.reg_set + 1) % REG_SETS
-            site.keep = (prev.reg_set, )
+            site.reg_set, site.keeps_other = 1 - prev.reg_set, True
             prev.followed = True
     # the first record of a short loop body follows the last record of the previous iteration
     for head, branch in back_edges:
         body = [s for s in sites if head < s.line < branch]
-        if len(body) < 2 or body[0].keep or body[0].reg_set == body[-1].reg_set:
+        if len(body) < 2 or body[0].keeps_other or body[0].reg_set == body[-1].reg_set:
             continue
         lead, tail = _gap(lines, head, body[0].line), _gap(lines, body[-1].line, branch)
         if lead is not None and tail is not None and lead + tail <= CLOSE_GAP:
-            body[0].keep = (body[-1].reg_set, )
+            body[0].keeps_other = True
             body[-1].followed = True
 
 
@@ -205,8 +203,8 @@ class _Emitter:
 
     REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
             # one of each per register set (_link_close_sites)
-            f".reg .b32 %pl_clk<{REG_SETS}>;", f".reg .b32 %pl_tag<{REG_SETS}>;", f".reg .b32 %pl_slot<{REG_SETS}>;",
-            f".reg .b32 %pl_sa<{REG_SETS}>;", f".reg .b64 %pl_ga<{REG_SETS}>;",
+            ".reg .b32 %pl_clk<2>;", ".reg .b32 %pl_tag<2>;", ".reg .b32 %pl_slot<2>;",
+            ".reg .b32 %pl_sa<2>;", ".reg .b64 %pl_ga<2>;",
             ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;")
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
@@ -220,6 +218,11 @@ class _Emitter:
         # record then advances: one min per record instead of a min and a multiply-add before
         # the store (record_cost.py); records outside loops keep the index, which ptxas folds
         self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
+
+    @property
+    def capacity(self) -> str:
+        """The capacity operand of bound checks: a register for kernels sized at launch."""
+        return "%pl_r24" if self.layout.sized_at_launch else str(self.layout.capacity)
 
     @property
     def unit_threads(self) -> int:
@@ -285,7 +288,7 @@ class _Emitter:
             out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
         if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
             out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
-            for k in range(REG_SETS):
+            for k in range(2):
                 out += [f"mov.u32 %pl_clk{k}, 0;", f"mov.u32 %pl_sa{k}, 0;", f"mov.u64 %pl_ga{k}, 0;"]
         out += [
             "setp.eq.u32 %pl_p1, %pl_r0, 0;",
@@ -307,7 +310,7 @@ class _Emitter:
     def record(self, site: MarkerSite, tag: int) -> list[str]:
         L = self.layout
         k = site.reg_set if self.keeps_alive else 0
-        keep = site.keep if self.keeps_alive else ()
+        keep = site.keeps_other and self.keeps_alive
         clk, tg, addr = f"%pl_clk{k}", f"%pl_tag{k}", f"%pl_sa{k}" if L.staging == "shared" else f"%pl_ga{k}"
         # %clock is the low half of %clock64 (PTX ISA); ptxas reads it with CS2R.32 straight into
         # the register the store takes, where the 64-bit read needs a move. That matters where
@@ -318,11 +321,11 @@ class _Emitter:
             out = ["// proton_lite: record", f"mov.u32 {clk}, %clock;"]
         else:
             out = ["// proton_lite: record", "mov.u64 %pl_d6, %clock64;", f"cvt.u32.u64 {clk}, %pl_d6;"]
-        for other in keep:  # the tag shares a register pair with the clock; in loops the address counts too
-            out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_clk{other};")
+        if keep:  # the tag shares a register pair with the clock; in loops the address counts too
+            out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_clk{1 - k};")
             if site.in_loop:
-                out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_sa{other};" if L.staging == "shared" else
-                           f"xor.b64 %pl_accd, %pl_accd, %pl_ga{other};")
+                out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_sa{1 - k};" if L.staging == "shared" else
+                           f"xor.b64 %pl_accd, %pl_accd, %pl_ga{1 - k};")
         out.append(f"mov.u32 {tg}, {tag};")
         # Warp granularity: every lane of the warp stores the same record to the same address
         # (Triton's control flow is uniform within a warp), so the store needs no leader
@@ -346,13 +349,12 @@ class _Emitter:
                 out.append("add.u32 %pl_ptr, %pl_ptr, 8;")
                 out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
         else:
-            cap = "%pl_r24" if L.sized_at_launch else str(L.capacity)
             if L.mode == "circular":
                 out.append(f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};")
             else:
                 out.append(f"mov.u32 %pl_slot{k}, %pl_r3;")
-                out.append(f"setp.lt.and.u32 %pl_p2, %pl_r3, {cap}, {leader};" if leader else
-                           f"setp.lt.u32 %pl_p2, %pl_r3, {cap};")
+                out.append(f"setp.lt.and.u32 %pl_p2, %pl_r3, {self.capacity}, {leader};" if leader else
+                           f"setp.lt.u32 %pl_p2, %pl_r3, {self.capacity};")
                 pred = "@%pl_p2 "
             out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;",
                     f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};"]
@@ -367,9 +369,8 @@ class _Emitter:
             return []
         if L.staging == "shared":
             return [f"st.shared.u32 [%pl_r4+{L.capacity * RECORD_BYTES}], %pl_acc;"]
-        cap = "%pl_r24" if L.sized_at_launch else str(L.capacity)
         return ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;",
-                f"setp.lt.u32 %pl_p6, %pl_r3, {cap};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
+                f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
                 "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
 
     def epilogue(self, k: int) -> list[str]:

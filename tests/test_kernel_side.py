@@ -501,7 +501,7 @@ def _ptx(body: list[str]) -> str:
 
 def _sets(body):
     from proton_lite.passes.ptx_instrument import scan
-    return [(s.reg_set, s.keep) for s in scan(_ptx(body)).sites]
+    return [(s.reg_set, (1 - s.reg_set, ) if s.keeps_other else ()) for s in scan(_ptx(body)).sites]  # kept set
 
 
 def test_close_records_are_runs_within_one_block_and_at_most_close_gap_apart():
