@@ -159,6 +159,17 @@ def record_stream(PAIRS: tl.constexpr):
     pl.exit_scope("stream")
 
 
+def median_scope_cycles(path, scope, launch, **options):
+    """Median over units of one scope's cycles, from a session around one launch that keeps
+    every record."""
+    with proton_lite.start(path, quiet=True, formats=(), **options) as s:
+        launch()
+    assert s.result.dropped == 0, f"{scope}: {s.result.dropped} records dropped"
+    prof = decode(read_raw(s.result.raw_path))
+    iv = prof.intervals[prof.intervals["scope"] == prof.kernels[0].scopes.index(scope)]
+    return float(np.median(iv["cycles"]))
+
+
 def cupti_times_us(fn, name, reps):
     """CUPTI kernel durations (torch.profiler) of ``reps`` launches of ``fn``; host work excluded."""
     from torch.profiler import ProfilerActivity, profile
@@ -299,25 +310,14 @@ def main():
     xr = torch.rand(128, device="cuda")
     loops = {}
     for staging, opts in (("shared", {"capacity": 2050}), ("global", {})):
-        res = {}
-        for inner in (False, True):
-            with proton_lite.start(os.path.join(tmp, f"rc{staging}{int(inner)}"), quiet=True, formats=(), **opts) as s:
-                record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2)
-            assert s.result.dropped == 0, f"record-cost loop ({staging}) dropped {s.result.dropped} records"
-            prof = decode(read_raw(s.result.raw_path))
-            k = prof.kernels[0]
-            loop_id = k.scopes.index("loop")
-            iv = prof.intervals[prof.intervals["scope"] == loop_id]
-            res[inner] = float(np.median(iv["cycles"]))
+        res = {inner: median_scope_cycles(os.path.join(tmp, f"rc{staging}{int(inner)}"), "loop",
+                                          lambda: record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2), **opts)
+               for inner in (False, True)}
         loops[staging] = {"cycles_per_record": (res[True] - res[False]) / (2 * 1024), "loop_cycles": res}
     cpr = loops["shared"]["cycles_per_record"]
     # back to back: the stream scope's cycles over the records it spans (as the calibration does)
-    with proton_lite.start(os.path.join(tmp, "stream"), quiet=True, formats=()) as s:
-        record_stream[(16, )](PAIRS=16, num_warps=4)
-    prof = decode(read_raw(s.result.raw_path))
-    k = prof.kernels[0]
-    iv = prof.intervals[prof.intervals["scope"] == k.scopes.index("stream")]
-    loops["back_to_back"] = {"cycles_per_record": float(np.median(iv["cycles"])) / (2 * 16 + 1), "loop_cycles": {}}
+    stream = median_scope_cycles(os.path.join(tmp, "stream"), "stream", lambda: record_stream[(16, )](PAIRS=16, num_warps=4))
+    loops["back_to_back"] = {"cycles_per_record": stream / (2 * 16 + 1), "loop_cycles": {}}
     print(json.dumps(loops))
     out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows, "cycles_per_record": cpr,
