@@ -229,7 +229,8 @@ def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):
 
 @triton.jit
 def _first_seen_in_a_session(x_ptr, n_iter, BLOCK: tl.constexpr):
-    """Launched nowhere else: its first launch (and compile) happens inside a session."""
+    """kernels.loop_scopes, copied on purpose: a JIT function of its own (and source of its
+    own, so no cached binary either) whose first launch and compile happen inside a session."""
     offs = tl.arange(0, BLOCK)
     acc = tl.load(x_ptr + offs)
     for _ in range(n_iter):
