@@ -28,6 +28,7 @@ from proton_lite.raw_format import read_raw  # noqa: E402
 import kernels as K  # noqa: E402
 
 CAPTURE_DIR = os.environ.get("PROTON_LITE_CAPTURE_DIR")
+UNDER_SANITIZER = os.environ.get("PROTON_LITE_TEST_UNDER_SANITIZER") == "1"  # set by tests/run_gpu.sh
 # trace writers are checked on the CPU from the captures; also write them here when present
 import importlib.util  # noqa: E402
 TRACE_FORMATS = () if os.environ.get("PROTON_LITE_TEST_TRACES") == "0" else tuple(f for f, mod in (("perfetto", "proton_lite.trace.perfetto"), ("chrome", "proton_lite.trace.chrome"))
@@ -153,7 +154,17 @@ def test_instrumented_matches_plain_and_records_are_exact(name, granularity, tmp
     starts = np.array([cta_of[int(c)]["start_ns"] for c in iv["cta"]])
     ends = np.array([cta_of[int(c)]["end_ns"] for c in iv["cta"]])
     slack = 64  # ns: two globaltimer ticks
-    assert (iv["start_ns"] >= starts - slack).all() and (iv["end_ns"] <= ends + slack).all()
+    early = iv["start_ns"] < starts - slack
+    if UNDER_SANITIZER:
+        # compute-sanitizer runs a CTA's warps far apart: another unit's first record can come
+        # long before thread 0 reads the start anchor. The unit that holds thread 0 cannot.
+        units_early, n_early = np.unique(iv["unit"][early], return_counts=True)
+        print(f"[sanitizer] {name}-{granularity}: scopes starting > {slack} ns before their CTA, by unit:",
+              dict(zip(units_early.tolist(), n_early.tolist())))
+        early &= iv["unit"] == 0
+    assert not early.any(), ("scope starts before its CTA", int(early.sum()), iv["unit"][early][:8].tolist(),
+                             (iv["start_ns"] - starts)[early][:8].tolist())
+    assert (iv["end_ns"] <= ends + slack).all()
     span_ns = prof.ctas["end_ns"].max() - prof.ctas["start_ns"].min()
     assert span_ns <= kernel_ms * 1e6 + 2000, (span_ns, kernel_ms)
     rates = prof.ctas["cycles_per_ns"]
