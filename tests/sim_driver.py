@@ -7,6 +7,13 @@ memory that keeps its bytes (slabs, offsets), streams whose operations run in or
 only when someone waits (``event_synchronize`` / ``stream_synchronize``), pinned host
 memory that is real memory, and a fault that makes every later wait fail.  A "kernel"
 is an operation the test enqueues on a stream that writes bytes into a device buffer.
+
+Contexts, as with several GPUs: each thread has a current context (``ctx<device>``; setting
+``sim.device`` is what ``torch.cuda.device(d)`` does to the calling thread).  Device memory,
+streams (at their first use) and events belong to the context current when they were made, and
+the driver's rules hold: an event is recorded only on a stream of its own context, an
+asynchronous operation is enqueued on a stream of the current context, and memory is freed and
+events destroyed from the context that owns them.
 """
 from __future__ import annotations
 
@@ -30,9 +37,10 @@ class KernelRun:
 
 
 class _Event:
-    def __init__(self) -> None:
+    def __init__(self, ctx: str) -> None:
         self.done = True  # an event never recorded counts as complete, as in CUDA
         self.stream = None
+        self.ctx = ctx
 
 
 class SimDriver:
@@ -49,7 +57,9 @@ class SimDriver:
         self.kernels_run = 0
         self.faulted = False
         self.calls: dict[str, int] = {}
-        self.device = 0
+        self._tls = threading.local()  # the calling thread's current context
+        self.stream_ctx: dict[int, str] = {}  # stream -> its context (fixed at first use)
+        self.mem_ctx: dict[int, str] = {}  # device allocation -> its context
         self.contexts_set: list = []
         self.capturing: set[int] = set()
 
@@ -80,10 +90,12 @@ class SimDriver:
             base = self._next_base
             self._next_base += max(size, 1 << 20) * 2
             self.device_mem[base] = bytearray(b"\xa5" * size)  # not zero: allocations are dirty
+            self.mem_ctx[base] = self.current_context()
             return base
 
     def mem_free(self, ptr: int) -> None:
         with self._lock:
+            self._in_context(self.mem_ctx.pop(ptr), "cuMemFree")
             del self.device_mem[ptr]
 
     def mem_get_info(self):
@@ -102,9 +114,35 @@ class SimDriver:
         with self._lock:
             del self.host_mem[ptr]
 
+    # -- contexts ----------------------------------------------------------------------------------
+    @property
+    def device(self) -> int:
+        return int(self.current_context()[3:])
+
+    @device.setter
+    def device(self, device: int) -> None:
+        self._tls.ctx = f"ctx{device}"
+
+    def current_context(self):
+        return getattr(self._tls, "ctx", "ctx0")
+
+    def set_context(self, ctx) -> None:
+        self.contexts_set.append((threading.current_thread().name, ctx))
+        self._tls.ctx = ctx
+
+    def _in_context(self, ctx: str, call: str) -> None:
+        if ctx != self.current_context():
+            raise cuda_api.CudaError(f"{call} failed: CUDA_ERROR_INVALID_CONTEXT (made in {ctx}, "
+                                     f"called with {self.current_context()} current)")
+
+    def _stream_context(self, stream: int) -> str:
+        """The stream's context: the current one at its first use."""
+        return self.stream_ctx.setdefault(int(stream), self.current_context())
+
     # -- streams and events ------------------------------------------------------------------------
     def _enqueue(self, stream: int, op) -> None:
         with self._lock:
+            self._in_context(self._stream_context(stream), "an asynchronous call on a stream")
             self.streams.setdefault(int(stream), deque()).append(op)
 
     def memset_d8_async(self, ptr: int, value: int, size: int, stream: int) -> None:
@@ -148,10 +186,13 @@ class SimDriver:
         return run
 
     def event_create(self):
-        return _Event()
+        return _Event(self.current_context())
 
     def event_record(self, event: _Event, stream: int) -> None:
         with self._lock:
+            if event.ctx != self._stream_context(stream):
+                raise cuda_api.CudaError("cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE (the event and the stream "
+                                         "belong to different contexts)")
             event.done, event.stream = False, int(stream)
 
         def op():
@@ -177,7 +218,7 @@ class SimDriver:
                 raise cuda_api.CudaError("cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
 
     def event_destroy(self, event) -> None:
-        pass
+        self._in_context(event.ctx, "cuEventDestroy")
 
     def stream_create(self) -> int:
         with self._lock:
@@ -202,12 +243,6 @@ class SimDriver:
 
     def current_device(self) -> int:
         return self.device
-
-    def current_context(self):
-        return f"ctx{self.device}"
-
-    def set_context(self, ctx) -> None:
-        self.contexts_set.append(ctx)
 
     def run_all(self) -> None:
         """Let the 'GPU' finish everything queued so far (what time does on a real one)."""

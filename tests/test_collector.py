@@ -352,8 +352,26 @@ def test_the_drain_thread_follows_device_changes(collector, sim, tmp_path):
         launch(collector, sim, stream=1 + device, payload=b"\x04" * 8)
         time.sleep(0.01)  # one launch at a time through the drain thread
     cap = finish(collector, tmp_path)
+    assert collector.errors == [] and collector.lost == 0 and collector.unattributed == 0
     assert [ln.device for ln in cap.launches] == [0, 1, 1, 0]
-    assert sim.contexts_set == ["ctx0", "ctx1", "ctx0"]
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x04"] * 4
+    drain = [ctx for thread, ctx in sim.contexts_set if thread == "proton_lite-drain"]
+    assert drain == ["ctx0", "ctx1", "ctx0"]
+    # events, memory and streams stayed in their own contexts (the simulated driver refuses
+    # anything else), everything was freed, and the launching thread is back in its context
+    assert sim.device_mem == {} and sim.current_context() == "ctx0"
+
+
+def test_chunks_of_two_devices_still_open_at_stop_are_copied_each_in_its_own_context(tmp_path, sim):
+    col = Collector(RawWriter(tmp_path / "c.plraw", {"test": True}), host_limit_bytes=64 << 20, idle_ns=10**12)
+    for device in (0, 1, 1, 0, 1):  # after the first launch of each device, no idle time: chunks stay open
+        sim.device = device
+        launch(col, sim, stream=1 + device, payload=bytes([device + 1]) * 8)
+    cap = finish(col, tmp_path)
+    assert col.errors == [] and col.lost == 0
+    assert [(ln.device, bytes(ln.buffer[:1])) for ln in cap.launches] == \
+        [(0, b"\x01"), (1, b"\x02"), (1, b"\x02"), (0, b"\x01"), (1, b"\x02")]
+    assert sim.device_mem == {} and sim.current_context() == "ctx1"  # freed; the caller's context is back
 
 
 def test_a_failed_pinned_allocation_does_not_hold_its_share_of_the_limit(monkeypatch, sim):

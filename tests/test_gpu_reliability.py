@@ -227,6 +227,7 @@ def test_two_gpus_in_one_process_keep_their_launches_apart(tmp_path):
         torch.cuda.synchronize(device)
     for x, out in runs:
         assert torch.equal(out, x + x)
+    assert s.result.launches == 4 and s.result.errors == [] and s.result.lost == 0, s.result.summary_line
     prof = decode(read_raw(s.result.raw_path))
     assert prof.launches["device"].tolist() == [0, 1, 1, 0]
     assert prof.launches["grid_x"].tolist() == [4, 8, 8, 4]  # each launch's buffer came back from its own GPU

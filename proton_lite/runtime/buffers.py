@@ -62,7 +62,7 @@ class _SlabPool:
         self._alloc, self._free_slab = alloc, free
         self._free: dict[tuple, list] = {}
         self._count: dict[tuple, int] = {}  # buffers ever made per class
-        self._slabs: list[int] = []
+        self._slabs: list[tuple[tuple, int]] = []  # (key, base): a device slab's key starts with its device
         self.bytes_allocated = 0
 
     def _pop(self, key: tuple):
@@ -83,7 +83,7 @@ class _SlabPool:
                 if n == 1:
                     raise
                 n = 1  # a smaller step may still fit
-        self._slabs.append(base)
+        self._slabs.append((key, base))
         self._count[key] = self._count.get(key, 0) + n
         self.bytes_allocated += n * cls
         for i in range(1, n):
@@ -93,9 +93,12 @@ class _SlabPool:
     def _put(self, key: tuple, buf) -> None:
         self._free.setdefault(key, []).append(buf)
 
-    def _release(self) -> None:
-        for base in self._slabs:
+    def _release(self, enter: Callable[[tuple], None] | None = None) -> None:
+        """Free every slab; ``enter(key)`` first, when given (a device slab is freed in its context)."""
+        for key, base in self._slabs:
             try:
+                if enter is not None:
+                    enter(key)
                 self._free_slab(base)
             except cuda_api.CudaError:
                 pass  # context already gone (fault or exit): the driver frees it
@@ -144,9 +147,10 @@ class DevicePool(_SlabPool):
         with self._lock:
             self._put((buf.device, buf.capacity), buf)
 
-    def release_all(self) -> None:
+    def release_all(self, use_device: Callable[[int], None] | None = None) -> None:
+        """Free every slab, each after ``use_device(its device)`` (makes that context current)."""
         with self._lock:
-            self._release()
+            self._release(None if use_device is None else lambda key: use_device(key[0]))
 
 
 class PinnedPool(_SlabPool):

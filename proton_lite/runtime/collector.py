@@ -130,7 +130,7 @@ class Collector:
         self.chunk_bytes = max(SLICE_ALIGN, min(CHUNK_BYTES, host_limit_bytes // 4))
         if exact:
             self.chunk_bytes = 1  # one launch per chunk, allocated to its exact size
-        self._events: list = []
+        self._events: dict[int, list] = {}  # device -> reusable events (an event belongs to one context)
         self._events_lock = threading.Lock()
         self._tls = threading.local()
         self._lock = threading.Lock()  # chunks, launch indices, counters (launching threads only)
@@ -283,8 +283,8 @@ class Collector:
                 chunk.skipped_bytes += size
                 if rerun is not None:
                     pass  # replaced by the run below
-                elif info is None:
-                    self.unattributed += 1  # not safe to read without knowing the layout; counted
+                elif info is None or kernel is None:  # no layout to read its records with; counted
+                    self.unattributed += 1
                 elif trial:
                     self.skipped_autotune += 1
             if not chunk.closed and (idle or len(chunk.launches) >= self.copy_every):
@@ -343,7 +343,7 @@ class Collector:
             # cleared on the same stream, so the chunk is ready for reuse once the event is
             # reached: the drain thread then only waits (fewer GIL hand-overs in a burst)
             cuda_api.memset_d8_async(chunk.buf.ptr, 0, chunk.used, chunk.stream)
-            event = self._event()
+            event = self._event(chunk.device)
             cuda_api.event_record(event, chunk.stream)
         except cuda_api.CudaError as e:  # an earlier kernel faulted; the user sees it from their next call
             if host_buf is not None:
@@ -403,10 +403,12 @@ class Collector:
             self._kernels[id(metadata)] = (metadata, kernel)  # holds metadata: its id stays unique
         return kernel
 
-    def _event(self):
+    def _event(self, device: int):
+        """An event of ``device``'s context (the current one: the chunk's launches ran there)."""
         with self._events_lock:
-            if self._events:
-                return self._events.pop()
+            free = self._events.get(device)
+            if free:
+                return free.pop()
         return cuda_api.event_create()
 
     # -- drain thread --------------------------------------------------------------------------
@@ -439,7 +441,7 @@ class Collector:
                 self.pinned_pool.give(item.host_buf)  # zeroed for the next copy (see _salvage)
             if not self.failed:
                 with self._events_lock:
-                    self._events.append(item.event)
+                    self._events.setdefault(chunk.device, []).append(item.event)
 
     def _salvage(self, chunk: _Chunk, host_buf: HostBuffer | None) -> None:
         """After a fault no event says whether this chunk's copy ran before it.  Pinned buffers
@@ -468,33 +470,25 @@ class Collector:
 
     def finish(self) -> None:
         """Copy back what the open chunks hold, wait for every copy, free buffers (call once)."""
-        here = None
+        here = None  # this thread's context, restored at the end (chunks of other devices switch it)
+        if not self.failed:
+            try:
+                here = cuda_api.current_context()
+            except cuda_api.CudaError:
+                here = None
         with self._lock:
             # open chunks, and closed ones still waiting for a launch that never reached its
             # exit hook (it failed, and its thread launched nothing after it)
             pending = list(self._open.values()) + [c for c in self._waiting if not c.sealed]
             self._waiting.clear()
-            if pending and not self.failed:
-                try:
-                    here = cuda_api.current_context()
-                except cuda_api.CudaError:
-                    here = None
             for chunk in pending:
                 chunk.inflight = 0  # a launch still between allocator and exit hook is not waited for
-                if not self.failed and self._contexts.get(chunk.device) is not None:
-                    try:
-                        cuda_api.set_context(self._contexts[chunk.device])
-                    except cuda_api.CudaError as e:
-                        self._failed(e)
+                if not self.failed:
+                    self._use_device(chunk.device)
                 if chunk.closed:
                     self._seal(chunk)
                 else:
                     self._close(chunk)
-            if here is not None and not self.failed:
-                try:
-                    cuda_api.set_context(here)
-                except cuda_api.CudaError:
-                    pass
         self._queue.put(None)
         self._thread.join()
         if self.failed:
@@ -502,14 +496,31 @@ class Collector:
         self.writer.flush()
         if not self.failed:
             with self._events_lock:
-                for ev in self._events:
-                    try:
-                        cuda_api.event_destroy(ev)
-                    except cuda_api.CudaError:
-                        pass
+                for device, events in self._events.items():
+                    self._use_device(device)
+                    for ev in events:
+                        try:
+                            cuda_api.event_destroy(ev)
+                        except cuda_api.CudaError:
+                            pass
                 self._events.clear()
-            self.device_pool.release_all()
+            self.device_pool.release_all(self._use_device)
+            if here is not None:
+                try:
+                    cuda_api.set_context(here)
+                except cuda_api.CudaError:
+                    pass
         self.pinned_pool.release_all()
+
+    def _use_device(self, device: int) -> None:
+        """Make ``device``'s context current in this thread: a chunk's copy, its event and its
+        memory must be handled in the context its launches ran in."""
+        ctx = self._contexts.get(device)
+        if ctx is not None:
+            try:
+                cuda_api.set_context(ctx)
+            except cuda_api.CudaError as e:
+                self._failed(e)
 
 
 def _pending_launch_info(launch_metadata):

@@ -21,6 +21,7 @@ def _driver():
 cu = _driver()
 _SUCCESS = cu.CUresult.CUDA_SUCCESS
 _NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
+_MEMHOSTALLOC_PORTABLE = 0x01  # cuda.h's CU_MEMHOSTALLOC_PORTABLE
 
 
 def check(result, call: str):
@@ -98,7 +99,10 @@ def mem_get_info() -> tuple[int, int]:
 
 
 def host_alloc(size: int) -> int:
-    return int(check(cu.cuMemHostAlloc(size, 0), f"cuMemHostAlloc({size} bytes)"))
+    """Pinned host memory, pinned for every context (PORTABLE): a session's copies come from
+    every GPU the process launches on, and without the flag another context would see it as
+    pageable (an asynchronous copy would then be a staged, synchronous one)."""
+    return int(check(cu.cuMemHostAlloc(size, _MEMHOSTALLOC_PORTABLE), f"cuMemHostAlloc({size} bytes)"))
 
 
 def host_free(ptr: int) -> None:
