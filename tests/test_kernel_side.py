@@ -526,3 +526,36 @@ def test_a_short_loop_links_its_first_record_to_its_last_one():
     assert _sets(loop) == [(0, (1, )), (1, (0, ))]
     long_tail = loop[:-2] + [add] * 8 + loop[-2:]  # the previous iteration's last record is far
     assert _sets(long_tail) == [(0, ()), (1, (0, ))]
+
+
+def test_a_loop_s_counter_update_and_exit_test_move_above_its_last_record():
+    """ptxas issued a loop's exit test after the body's last record and stalled the back edge
+    on it; the pass moves the loop's own register arithmetic above that record, and nothing
+    else: not across a memory access, a clock read or a label."""
+    from proton_lite.layout import BufferLayout
+    from proton_lite.passes.ptx_instrument import rewrite, scan
+    update, test = "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;"
+    loop = ["$L_head:", "E r", "\tfma.rn.f32 %f1, %f1, %f2, %f3;", "X r", update, test, "\t@%p1 bra $L_head;"]
+
+    def before_last_record(body):
+        ptx = _ptx(body)
+        out = rewrite(ptx, scan(ptx), BufferLayout("warp", 1, 8, "shared")).split("\n")
+        last = max(i for i, line in enumerate(out) if "// proton_lite: record" in line)
+        assert sum(line in (update, test) for line in out) == 2  # moved, never copied or lost
+        return [i < last for i, line in enumerate(out) if line in (update, test)]
+
+    assert before_last_record(loop) == [True, True]
+    for extra in ("\tst.global.u32 [%rd1], %r2;", "\tmov.u32 %r3, %clock;", "$L_mid:", "\tbar.sync 0;"):
+        assert before_last_record(loop[:4] + [extra] + loop[4:]) == [False, False], extra
+
+
+@pytest.mark.parametrize("kw", [{"capacity": 4096}, {}])  # shared staging; sized at launch (global)
+def test_a_real_loop_s_exit_test_comes_before_the_body_s_last_record(kw):
+    ptx = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, **kw).asm["ptx"]
+    lines = ptx.split("\n")
+    branch = next(i for i, line in enumerate(lines) if re.match(r"\s*@%p\d+\s+bra\s+\$L__BB0_\d+;", line) and
+                  any(re.match(r"^\$L__BB0_\d+:", x) and x.split(":")[0] + ";" in line for x in lines[:i]))  # back edge
+    pred = re.match(r"\s*@(%p\d+)", lines[branch]).group(1)
+    test = max(i for i in range(branch) if re.match(rf"\s*setp\.\S+\s+{re.escape(pred)},", lines[i]))
+    last_record = max(i for i in range(branch) if "// proton_lite: record" in lines[i])
+    assert test < last_record
