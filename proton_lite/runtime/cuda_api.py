@@ -99,9 +99,9 @@ def mem_get_info() -> tuple[int, int]:
 
 
 def host_alloc(size: int) -> int:
-    """Pinned host memory, pinned for every context (PORTABLE): a session's copies come from
-    every GPU the process launches on, and without the flag another context would see it as
-    pageable (an asynchronous copy would then be a staged, synchronous one)."""
+    """Pinned host memory for the copies of every GPU the process launches on.  With unified
+    addressing (every 64-bit process) the driver treats it as pinned in all contexts anyway;
+    PORTABLE says so where that does not hold."""
     return int(check(cu.cuMemHostAlloc(size, _MEMHOSTALLOC_PORTABLE), f"cuMemHostAlloc({size} bytes)"))
 
 
