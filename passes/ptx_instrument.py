@@ -10,9 +10,10 @@ inline-asm marker (``// @@proton_lite enter|exit <hex name>``, see
   and the (``%globaltimer``, ``%clock64``) start pair;
 * at every marker: reads the low 32 bits of the SM clock (``%clock``, or ``%clock64``'s
   low half for a record on its own) and stores one 8-byte record ``{tag, clock}`` at the
-  cursor, then bumps the cursor (no fences; the cursor never leaves a register).  With shared staging a record past the capacity goes to
-  a sink slot that is never copied out (one ``min``, no predicate); with global staging it
-  is not stored.  Records close behind another one use the other of two register sets
+  cursor, then bumps the cursor (no fences; the cursor never leaves a register).  A record
+  past the capacity costs no branch either: with shared staging it goes to a sink slot that
+  is never copied out, with global staging over the unit's last slot (one ``min`` each).
+  Records close behind another one use the other of two register sets
   (``_link_close_sites``).  A loop's own counter update and exit test, when they follow the
   body's last record, move above it (``_loop_bookkeeping``);
 * before every ``ret``: reads the end pair, copies the unit's records from shared memory
@@ -207,7 +208,8 @@ class _Emitter:
             # one of each per register set (_link_close_sites)
             ".reg .b32 %pl_clk<2>;", ".reg .b32 %pl_tag<2>;", ".reg .b32 %pl_slot<2>;",
             ".reg .b32 %pl_sa<2>;", ".reg .b64 %pl_ga<2>;",
-            ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;")
+            ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;",
+            ".reg .b32 %pl_last;")
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
                  keeps_alive: bool = False, loop_sites: bool = False) -> None:
@@ -288,6 +290,12 @@ class _Emitter:
                 out += ["mov.u32 %pl_ptr, %pl_r4;", f"add.u32 %pl_sink, %pl_r4, {L.capacity * RECORD_BYTES};"]
         else:
             out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
+            if L.mode == "clamp" and L.sized_at_launch:
+                # past the capacity: the last slot (capacity - 1); no slot at all: no store.
+                # Both are known here, once, so that a record's store needs no compare of its own
+                leader = ", %pl_p0" if self.unit_threads > 32 else ""
+                out += ["sub.u32 %pl_last, %pl_r24, 1;",
+                        f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};"]
         if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
             out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
             for k in range(2):
@@ -354,10 +362,13 @@ class _Emitter:
             if L.mode == "circular":
                 out.append(f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};")
             else:
-                out.append(f"mov.u32 %pl_slot{k}, %pl_r3;")
-                out.append(f"setp.lt.and.u32 %pl_p2, %pl_r3, {self.capacity}, {leader};" if leader else
-                           f"setp.lt.u32 %pl_p2, %pl_r3, {self.capacity};")
-                pred = "@%pl_p2 "
+                # past the capacity: over the last slot (layout.overflow == "last"). The
+                # per-record compare and predicated store this replaces cost a predicate's
+                # latency per record: 27 -> 22 cycles in a tight loop (docs/benchmarks.md)
+                last = "%pl_last" if L.sized_at_launch else str(L.capacity - 1)
+                out.append(f"min.u32 %pl_slot{k}, %pl_r3, {last};")
+                if L.sized_at_launch:
+                    pred = "@%pl_p7 "  # capacity > 0 (and the unit's leader), from the prologue
             out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;",
                     f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};"]
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
@@ -438,6 +449,10 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout."""
     if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
+    if (layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "last") or \
+            layout.capacity < 1:
+        raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
+                                   "(global staging in clamp mode stores past the capacity over the last slot)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,

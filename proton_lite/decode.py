@@ -336,9 +336,8 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     cta_end = base_gt + span_clk * ns_per_cycle
 
     # --- records ------------------------------------------------------------------------------
-    cap = layout.capacity
     counts = np.where(finished, u_count, 0).astype(np.int64)  # (m, U)
-    kept = np.minimum(counts, cap)
+    kept = layout.kept(counts)
     words, group, first = _records(buf, layout, rows_at, counts, kept)
     rec = words.view("<u4")
     tags, clo = rec[0::2], rec[1::2]

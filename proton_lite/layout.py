@@ -12,13 +12,19 @@ Per launch the buffer holds one *CTA block* per CTA, in linear CTA order
      28  u32  units            recording units in this CTA
     then one *unit block* per recording unit (warp, warp group or CTA), each
     ``UNIT_HEADER_BYTES + capacity * 8`` bytes:
-      0  u32  count            records the unit tried to write (count > capacity: dropped)
+      0  u32  count            records the unit tried to write (count > capacity: some dropped)
       4  u32  magic            0x31554C50 ("PLU1") once the unit reached the end of the kernel
       8  u64  end_globaltimer  %globaltimer at the unit's exit (before its flush)
      16  u64  end_clock        %clock64 at the same point
      24  records: capacity x 8 bytes, each
           0 u32 tag    (scope_id << 1) | is_end
           4 u32 clock  low 32 bits of %clock64 (unwrapped by the decoder against start_clock)
+
+A record past the capacity is not kept.  With shared staging (and in circular mode) every
+slot holds a record of its own: a unit keeps ``min(count, capacity)``.  With global staging
+in clamp mode (``overflow == "last"``) a record past the capacity is stored over the unit's
+last slot, so the store needs no per-record branch: a unit whose count exceeds the capacity
+keeps its first ``capacity - 1`` records (``BufferLayout.kept``).
 
 A kernel whose records per unit depend on its launch arguments (``sized_at_launch``, see
 ``proton_lite/bound_expr.py``) has a 16-byte *launch prefix* before the first CTA block::
@@ -36,6 +42,8 @@ not written); a unit whose magic is missing did not reach the end of the kernel.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+
+import numpy as np
 
 LAYOUT_VERSION = 1
 CTA_MAGIC = 0x314C5043
@@ -66,6 +74,16 @@ class BufferLayout:
     # capacity set per launch from the kernel's arguments (then ``capacity`` is the compiled
     # fallback, used when the arguments cannot be read); records go straight to global memory
     sized_at_launch: bool = False
+    # where a clamp-mode record past the capacity goes: "drop" (not stored; shared staging,
+    # whose sink slot is never copied out) or "last" (stored over the unit's last slot: global
+    # staging, which then needs no per-record branch; a unit that overflowed keeps capacity - 1)
+    overflow: str = "drop"
+
+    def kept(self, counts: np.ndarray) -> np.ndarray:
+        """Records that each unit's block holds, from the counts the units wrote."""
+        if self.mode == "clamp" and self.overflow == "last":
+            return np.where(counts > self.capacity, max(self.capacity - 1, 0), counts)
+        return np.minimum(counts, self.capacity)
 
     @property
     def unit_warps(self) -> int:
@@ -99,12 +117,16 @@ class BufferLayout:
         data = asdict(self)
         if not self.sized_at_launch:  # captures of kernels sized at compile time read as before
             del data["sized_at_launch"]
+        if self.overflow == "drop":
+            del data["overflow"]
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> "BufferLayout":
+        # captures from before 2026-11-23 (eighth session) have no "overflow": their records
+        # past the capacity were never stored
         return cls(**{k: data[k] for k in ("granularity", "num_warps", "capacity", "staging", "mode")},
-                   sized_at_launch=bool(data.get("sized_at_launch", False)))
+                   sized_at_launch=bool(data.get("sized_at_launch", False)), overflow=data.get("overflow", "drop"))
 
 
 def capacity_word(capacity: int) -> int:

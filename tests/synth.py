@@ -25,7 +25,10 @@ def launch_buffer(layout: BufferLayout, ctas):
         for u, (count, end_gt, end_clk, recs) in enumerate(c["units"]):
             unit = b["unit"][u]
             unit["count"], unit["magic"], unit["end_gt"], unit["end_clk"] = count, UNIT_MAGIC, end_gt, end_clk
-            for j, (tag, clk) in enumerate(recs[:layout.capacity]):
+            stored = recs[:layout.capacity]
+            if layout.overflow == "last" and len(recs) > layout.capacity:  # as the device does:
+                stored = recs[:layout.capacity - 1] + recs[-1:]  # every record past it hit the last slot
+            for j, (tag, clk) in enumerate(stored):
                 unit["rec"][j] = (tag, clk & 0xFFFFFFFF)
     return blocks.tobytes()
 

@@ -115,6 +115,36 @@ def test_dropped_records_name_the_capacity_that_keeps_them(tmp_path, mode, hint)
     assert prof.keep_all_hint() is None
 
 
+@pytest.mark.parametrize("overflow", ["last", "drop"])
+def test_records_past_the_capacity_of_global_staging_overwrite_the_last_slot(tmp_path, overflow):
+    """Global staging (clamp) stores a record past the capacity over the unit's last slot, so
+    a unit that overflowed keeps capacity - 1 records and the last slot's newest record is
+    not taken for the one that was there. Captures from before that (no "overflow" in the
+    layout) kept every slot."""
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    layout = BufferLayout("warp", 2, 4, "global", overflow=overflow)
+    assert BufferLayout.from_json(layout.to_json()) == layout
+    assert ("overflow" in layout.to_json()) == (overflow == "last")  # old captures read as "drop"
+    path = str(tmp_path / "o.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", ["a"], layout))
+    steps = [(encode_tag(0, False), 1100 + 200 * i) for i in range(5)]
+    recs = [r for i, e in enumerate(steps) for r in (e, (encode_tag(0, True), e[1] + 50 + i))]  # 10 records
+    ctas = [{"smid": 0, "start_gt": 10**9, "start_clk": 1000,
+             "units": [(4, 10**9 + 2000, 3500, recs[:4]), (9, 10**9 + 2000, 3500, recs[:9])]}]
+    w.launch(0, 0, 0, (1, 1, 1), 1, 0, 0, launch_buffer(layout, ctas))
+    w.close()
+    prof = decode(read_raw(path))
+    kept = 4 + (3 if overflow == "last" else 4)
+    assert prof.launches["records"].tolist() == [kept] and prof.launches["dropped"].tolist() == [4 + 9 - kept]
+    unit1 = prof.intervals[prof.intervals["unit"] == 1]
+    # "last": the first pair, then an enter whose exit was dropped; the newest record (the 9th,
+    # an enter at 1900) sat in slot 3 and is not paired with slot 2's enter
+    assert unit1["cycles"].tolist() == [50, 51][:1 if overflow == "last" else 2]
+
+
 def test_a_launch_whose_buffer_does_not_match_its_grid_is_named(tmp_path):
     """A LAUNCH chunk with fewer bytes than its CTAs need (a corrupted or hand-edited file) is
     refused with the launch and the sizes, before any of it is read."""

@@ -153,6 +153,32 @@ def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path)
     assert "run again with a larger buffer" in s.result.summary_line
 
 
+def test_overflow_in_global_staging_keeps_the_first_records_and_counts_the_rest(tmp_path):
+    """A capacity too large to stage in shared memory puts the records in global memory, where
+    a record past the capacity is stored over its unit's last slot (no compare per record):
+    every unit keeps its first capacity - 1 records, the rest are counted dropped, the kernel's
+    output is unchanged, and nothing is written past a unit (the sanitizer run of
+    tests/run_gpu.sh includes this test)."""
+    from proton_lite.layout import BufferLayout
+    x = torch.rand(7 * 128, device="cuda")
+    n = torch.tensor([4000], device="cuda", dtype=torch.int32)  # 8000 records per warp
+    plain = torch.empty_like(x)
+    loop_out_of_place[(7, )](x, plain, n, BLOCK=128)
+    out = torch.full_like(x, -1.0)
+    with proton_lite.start(str(tmp_path / "g"), quiet=True, loop_capacity=7500, formats=()) as s:
+        loop_out_of_place[(7, )](x, out, n, BLOCK=128)  # 4 warps x 7502 slots: more than shared memory
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain)
+    cap = read_raw(s.result.raw_path)
+    (meta, ) = [m for m in cap.kernels.values() if m["name"] == "loop_out_of_place"]
+    layout = BufferLayout.from_json(meta["proton_lite"]["layout"])
+    assert (layout.staging, layout.overflow, layout.capacity) == ("global", "last", 7500)
+    assert s.result.dropped == 7 * 4 * (8000 - 7499)
+    prof = decode(cap)
+    # the kept 7499 records of each warp: 3749 enter/exit pairs, then an enter whose exit was dropped
+    assert len(prof.intervals) == 7 * 4 * (7499 // 2) and (prof.intervals["cycles"] > 0).all()
+
+
 def test_exit_without_stop_still_writes_the_raw_capture(tmp_path):
     r = _child("""
         import torch, proton_lite, kernels as K

@@ -139,8 +139,12 @@ def test_a_kernel_sized_at_launch_reads_its_capacity_from_the_buffer_prefix():
     assert f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};" in prologue
     records = [r.split("add.u32 %pl_r3")[0] for r in ptx.split("// proton_lite: record")[1:]]
     assert len(records) == 2
+    # past the capacity a record overwrites the last slot; with no slot at all (capacity 0:
+    # an untagged buffer) nothing is stored. Both from the prologue: no compare per record
+    assert "sub.u32 %pl_last, %pl_r24, 1;" in prologue and "setp.ne.u32 %pl_p7, %pl_r24, 0;" in prologue
     for body in records:
-        assert "setp.lt.u32 %pl_p2, %pl_r3, %pl_r24;" in body and "st.global.v2.u32" in body
+        assert re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_last;", body) and "@%pl_p7 st.global.v2.u32" in body
+        assert "setp" not in body
     assert "st.shared" not in ptx.split("// proton_lite: prologue")[1]
     assert len(k.asm["cubin"]) > 0  # ptxas assembled it
 
@@ -163,16 +167,19 @@ def _added_snippets(ptx: str) -> list[list[str]]:
     return blocks
 
 
-@pytest.mark.parametrize("staging", ["shared", "global"])
+@pytest.mark.parametrize("staging", ["shared", "global", "global_compiled"])
 @pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])
 def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, staging):
     """Warp units store from every lane (same record, same address: no predicate needed for
-    the leader, and ptxas can merge stores); larger units must keep other warps out. With
-    shared staging a record past the capacity goes to the sink slot (a min, no predicate);
-    in global memory it is not stored (bound in the predicate)."""
-    kw = {"capacity": 20} if staging == "shared" else {}  # loop_scopes is sized at launch: global
+    the leader, and ptxas can merge stores); larger units must keep other warps out. A record
+    past the capacity costs no compare: with shared staging it goes to the sink slot, in
+    global memory over the last slot (a min each)."""
+    # loop_scopes is sized at launch (global); 30000 records per unit do not fit in shared memory
+    kw = {"shared": {"capacity": 20}, "global": {}, "global_compiled": {"capacity": 30000}}[staging]
     k = compile_case("loop_scopes", granularity=granularity, **kw)
-    assert k.profile["layout"]["staging"] == staging
+    assert k.profile["layout"]["staging"] == staging.split("_")[0]
+    assert k.profile["layout"].get("overflow", "drop") == ("drop" if staging == "shared" else "last")
+    prologue = k.asm["ptx"].split("// proton_lite: prologue")[1].split("$pl_prologue_done:")[0]
     records = [r.split("add.u32 %pl_r3")[0] for r in k.asm["ptx"].split("// proton_lite: record")[1:]]
     assert records
     for body in records:
@@ -182,9 +189,15 @@ def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, st
         if staging == "shared":  # records in loops: a pointer that saturates at the sink slot
             assert not bound and "min.u32 %pl_ptr, %pl_ptr, %pl_sink;" in body
             assert store[0].startswith("st.shared" if granularity == "warp" else "@%pl_p0 st.shared")
+        elif staging == "global":  # the store predicate (capacity > 0, and the leader) is the prologue's
+            assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_last;", body)
+            assert store[0].startswith("@%pl_p7 st.global")
+            leader = "setp.ne.and.u32 %pl_p7, %pl_r24, 0, %pl_p0;" if granularity != "warp" else \
+                "setp.ne.u32 %pl_p7, %pl_r24, 0;"
+            assert leader in prologue
         else:
-            assert len(bound) == 1 and ("%pl_p0" in bound[0]) == (granularity != "warp")
-            assert store[0].startswith("@%pl_p2 st.global")
+            assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, 29999;", body)
+            assert store[0].startswith("st.global" if granularity == "warp" else "@%pl_p0 st.global")
 
 
 def test_shared_staging_has_a_sink_slot_per_unit_and_stays_16_byte_aligned():
