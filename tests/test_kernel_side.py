@@ -171,9 +171,10 @@ def _added_snippets(ptx: str) -> list[list[str]]:
 @pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])
 def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, staging):
     """Warp units store from every lane (same record, same address: no predicate needed for
-    the leader, and ptxas can merge stores); larger units must keep other warps out. A record
-    past the capacity costs no compare: with shared staging it goes to the sink slot, in
-    global memory over the last slot (a min each)."""
+    the leader, and ptxas can merge stores), except in loops with shared staging, where the
+    leader lane alone is cheaper; larger units must keep other warps out. A record past the
+    capacity costs no compare: with shared staging it goes to the sink slot, in global memory
+    over the last slot (a min each)."""
     # loop_scopes is sized at launch (global); 30000 records per unit do not fit in shared memory
     kw = {"shared": {"capacity": 20}, "global": {}, "global_compiled": {"capacity": 30000}}[staging]
     k = compile_case("loop_scopes", granularity=granularity, **kw)
@@ -188,7 +189,7 @@ def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, st
         bound = [ln.strip() for ln in body.split("\n") if ln.strip().startswith("setp")]
         if staging == "shared":  # records in loops: a pointer that saturates at the sink slot
             assert not bound and "min.u32 %pl_ptr, %pl_ptr, %pl_sink;" in body
-            assert store[0].startswith("st.shared" if granularity == "warp" else "@%pl_p0 st.shared")
+            assert store[0].startswith("@%pl_p0 st.shared")  # loop_scopes' records are all in its loop
         elif staging == "global":  # the store predicate (capacity > 0, and the leader) is the prologue's
             assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_last;", body)
             assert store[0].startswith("@%pl_p7 st.global")
@@ -572,3 +573,14 @@ def test_a_real_loop_s_exit_test_comes_before_the_body_s_last_record(kw):
     test = max(i for i in range(branch) if re.match(rf"\s*setp\.\S+\s+{re.escape(pred)},", lines[i]))
     last_record = max(i for i in range(branch) if "// proton_lite: record" in lines[i])
     assert test < last_record
+
+
+def test_warp_records_store_from_every_lane_outside_loops_and_from_the_leader_in_shared_loops():
+    def stores(ptx):
+        return [ln.strip().split(" st.")[0] if ln.strip().startswith("@") else "" for ln in ptx.split("\n")
+                if re.search(r"\bst\.(shared|global)\.v2\.u32 \[%pl_(sa|ga)", ln)]
+    assert set(stores(compile_case("vector_add").asm["ptx"])) == {""}  # no loop: every lane, merged stores
+    loop = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, capacity=4096).asm["ptx"]
+    assert stores(loop) == ["@%pl_p0", "@%pl_p0"]
+    sized = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
+    assert stores(sized) == ["@%pl_p7", "@%pl_p7"]  # global: capacity > 0 only (measured the same either way)
