@@ -288,6 +288,30 @@ def test_a_failed_launch_in_a_thread_that_launches_nothing_more_does_not_hold_ba
     assert not col.failed and col.lost == 0
 
 
+def test_a_failed_launch_on_one_gpu_is_settled_in_that_gpu_s_context_when_its_thread_moves_on(tmp_path, sim):
+    """Thread A's launch on GPU 0 fails (no exit hook); thread B fills and closes that chunk,
+    which then waits for A's slice. A's next launch is on GPU 1: settling the stale slice
+    copies GPU 0's chunk, which must happen in GPU 0's context (the simulated driver refuses
+    anything else), and A's thread must be back in GPU 1's context for its own launch."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=3, idle_ns=10**12)
+    col.allocate(SCRATCH * 4, 16, 1)  # thread A (this one), GPU 0: its launch failed
+
+    def thread_b():
+        for i in range(2):  # with A's slice the chunk holds three
+            launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
+        launch(col, sim, stream=1, payload=b"\x03" * 8)  # no room: closed, waiting for A
+    b = threading.Thread(target=thread_b)
+    b.start()
+    b.join(5)
+    sim.device = 1
+    launch(col, sim, stream=2, payload=b"\x04" * 8)
+    assert sim.current_context() == "ctx1"
+    cap = finish(col, tmp_path)
+    assert not col.failed and col.lost == 0 and col.errors == []
+    assert sorted((ln.device, bytes(ln.buffer[:1])) for ln in cap.launches) == \
+        [(0, b"\x01"), (0, b"\x02"), (0, b"\x03"), (1, b"\x04")]
+
+
 def test_a_slice_is_never_handed_out_while_a_queued_kernel_may_write_into_it(collector, sim, tmp_path):
     """Launches that are not saved (autotuner trials, unattributed) share chunks with saved
     ones; a chunk returns to the pool only once every kernel in it has run."""

@@ -183,10 +183,10 @@ class Collector:
         if stale is not None:  # its exit hook never ran; handled once, below
             tls.item = None
         with self._lock:
-            if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
-                self._slice_done(stale[0])
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
+            if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
+                self._settle(stale[0], device)
             last = self._last_slice_ns.get(key)
             idle = last is None or now - last > self.idle_ns
             self._last_slice_ns[key] = now
@@ -321,6 +321,19 @@ class Collector:
             self._seal(chunk)
         else:
             self._waiting.add(chunk)
+
+    def _settle(self, chunk: _Chunk, device: int) -> None:
+        """``_slice_done`` for a failed launch's slice, from a thread now launching on
+        ``device``: a chunk it seals is copied in its own GPU's context, then the thread's
+        context is restored."""
+        if chunk.device == device or self.failed:
+            self._slice_done(chunk)
+            return
+        self._use_device(chunk.device)
+        try:
+            self._slice_done(chunk)
+        finally:
+            self._use_device(device)
 
     def _slice_done(self, chunk: _Chunk) -> None:
         chunk.inflight -= 1
