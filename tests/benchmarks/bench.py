@@ -135,13 +135,18 @@ def smax(x_ptr, o_ptr, stride, n, BLOCK: tl.constexpr, PROF: tl.constexpr):
 
 
 @triton.jit
-def record_cost(x_ptr, n_iter, INNER: tl.constexpr):
+def record_cost(x_ptr, n_iter, INNER: tl.constexpr, FMAS: tl.constexpr = 1):
+    """A loop of n_iter iterations, with (INNER) or without a scope around FMAS dependent
+    FMAs per element (2 elements per thread with 2 warps): the records' cost per iteration
+    is the difference. FMAS=1 is the tightest loop; longer bodies show what a record costs
+    when the work of the iteration can hide the store's latency."""
     v = tl.load(x_ptr + tl.arange(0, 128))
     pl.enter_scope("loop")
     for i in range(n_iter):
         if INNER:
             pl.enter_scope("r")
-        v = v * 1.000001 + 0.5
+        for _ in tl.static_range(FMAS):
+            v = v * 1.000001 + 0.5
         if INNER:
             pl.exit_scope("r")
     pl.exit_scope("loop")
@@ -307,13 +312,17 @@ def main():
     # cycles per record: same loop with and without 2 records per iteration, measured in-kernel;
     # with capacity= the records are staged in shared memory, by default (the loop bound is an
     # argument) the buffer is sized per launch and the records go straight to global memory
+    # longer loop bodies (FMAS dependent FMAs per iteration): "shared_fma8" and so on
     xr = torch.rand(128, device="cuda")
     loops = {}
-    for staging, opts in (("shared", {"capacity": 2050}), ("global", {})):
-        res = {inner: median_scope_cycles(os.path.join(tmp, f"rc{staging}{int(inner)}"), "loop",
-                                          lambda: record_cost[(132, )](xr, 1024, INNER=inner, num_warps=2), **opts)
-               for inner in (False, True)}
-        loops[staging] = {"cycles_per_record": (res[True] - res[False]) / (2 * 1024), "loop_cycles": res}
+    for fmas in (1, 8, 32):
+        for staging, opts in (("shared", {"capacity": 2050}), ("global", {})):
+            res = {inner: median_scope_cycles(os.path.join(tmp, f"rc{staging}{fmas}{int(inner)}"), "loop",
+                                              lambda: record_cost[(132, )](xr, 1024, INNER=inner, FMAS=fmas,
+                                                                           num_warps=2), **opts)
+                   for inner in (False, True)}
+            key = staging if fmas == 1 else f"{staging}_fma{fmas}"
+            loops[key] = {"cycles_per_record": (res[True] - res[False]) / (2 * 1024), "loop_cycles": res}
     cpr = loops["shared"]["cycles_per_record"]
     # back to back: the stream scope's cycles over the records it spans (as the calibration does)
     stream = median_scope_cycles(os.path.join(tmp, "stream"), "stream", lambda: record_stream[(16, )](PAIRS=16, num_warps=4))
@@ -335,7 +344,10 @@ def main():
               f"{r['host_added_us']:8.1f}")
     print(f"cycles per record: {cpr:.2f} (loop, shared staging), "
           f"{loops['global']['cycles_per_record']:.2f} (loop, sized at launch: global), "
-          f"{loops['back_to_back']['cycles_per_record']:.2f} (back to back); calibration kernel: "
+          f"{loops['back_to_back']['cycles_per_record']:.2f} (back to back); with 8 / 32 FMAs per iteration: "
+          f"{loops['shared_fma8']['cycles_per_record']:.2f} / {loops['shared_fma32']['cycles_per_record']:.2f} "
+          f"(shared), {loops['global_fma8']['cycles_per_record']:.2f} / {loops['global_fma32']['cycles_per_record']:.2f}"
+          f" (global); calibration kernel: "
           f"{[r['record_cost_cycles'] for r in rows]}; Proton: {proton_ref.error or 'ok'}")
     sys.stdout.flush()
     # Proton keeps every launch's data for its trace; writing it would take minutes (anchors.md
