@@ -15,7 +15,8 @@ inline-asm marker (``// @@proton_lite enter|exit <hex name>``, see
   is never copied out, with global staging over the unit's last slot (one ``min`` each).
   Records close behind another one use the other of two register sets
   (``_link_close_sites``).  A loop's own counter update and exit test, when they follow the
-  body's last record, move above it (``_loop_bookkeeping``);
+  body's last record, move above it (``_loop_bookkeeping``); with global staging that last
+  record's store waits for the next iteration's first record (``_defer_loop_tails``);
 * before every ``ret``: reads the end pair, copies the unit's records from shared memory
   to the buffer with the whole leader warp, and writes the unit header (count, end pair).
 
@@ -65,6 +66,8 @@ class MarkerSite:
     reg_set: int = 0  # which of the two register sets the record uses
     keeps_other: bool = False  # keeps the other set's clock (and address) live (_link_close_sites)
     followed: bool = False  # the next record is close behind this one
+    defers: bool = False  # last record of a loop body: stored by the next record (_defer_loop_tails)
+    flushes: bool = False  # first record of such a loop body: stores the deferred record too
 
 
 @dataclass
@@ -205,14 +208,16 @@ class _Emitter:
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
     REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
-            # one of each per register set (_link_close_sites)
-            ".reg .b32 %pl_clk<2>;", ".reg .b32 %pl_tag<2>;", ".reg .b32 %pl_slot<2>;",
-            ".reg .b32 %pl_sa<2>;", ".reg .b64 %pl_ga<2>;",
+            # one of each per register set (_link_close_sites); set 2 holds a deferred record
+            # (_defer_loop_tails) until the next record stores it
+            ".reg .b32 %pl_clk<3>;", ".reg .b32 %pl_tag<3>;", ".reg .b32 %pl_slot<3>;",
+            ".reg .b32 %pl_sa<2>;", ".reg .b64 %pl_ga<3>;",
             ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;",
+            ".reg .pred %pl_pd;",
             ".reg .b32 %pl_last;")
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
-                 keeps_alive: bool = False, loop_sites: bool = False) -> None:
+                 keeps_alive: bool = False, loop_sites: bool = False, defers: bool = False) -> None:
         self.layout = layout
         self.param = param
         self.smem = smem_symbol
@@ -222,6 +227,7 @@ class _Emitter:
         # record then advances: one min per record instead of a min and a multiply-add before
         # the store (record_cost.py); records outside loops keep the index, which ptxas folds
         self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
+        self.defers = defers  # some loop's last record is stored by the next record (set 2)
 
     @property
     def capacity(self) -> str:
@@ -296,6 +302,8 @@ class _Emitter:
                 leader = ", %pl_p0" if self.unit_threads > 32 else ""
                 out += ["sub.u32 %pl_last, %pl_r24, 1;",
                         f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};"]
+        if self.defers:  # nothing deferred yet: the deferred store stores nothing
+            out += ["setp.ne.u32 %pl_pd, 0, 0;", "mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;", "mov.u64 %pl_ga2, 0;"]
         if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
             out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
             for k in range(2):
@@ -319,8 +327,10 @@ class _Emitter:
 
     def record(self, site: MarkerSite, tag: int) -> list[str]:
         L = self.layout
-        k = site.reg_set if self.keeps_alive else 0
-        keep = site.keeps_other and self.keeps_alive
+        k = 2 if site.defers else site.reg_set if self.keeps_alive else 0
+        # a first record that stores the deferred one reads set 2 after its timer read, which
+        # keeps set 2 live without an xor
+        keep = site.keeps_other and self.keeps_alive and not site.flushes
         clk, tg, addr = f"%pl_clk{k}", f"%pl_tag{k}", f"%pl_sa{k}" if L.staging == "shared" else f"%pl_ga{k}"
         # %clock is the low half of %clock64 (PTX ISA); ptxas reads it with CS2R.32 straight into
         # the register the store takes, where the 64-bit read needs a move. That matters where
@@ -332,10 +342,11 @@ class _Emitter:
         else:
             out = ["// proton_lite: record", "mov.u64 %pl_d6, %clock64;", f"cvt.u32.u64 {clk}, %pl_d6;"]
         if keep:  # the tag shares a register pair with the clock; in loops the address counts too
-            out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_clk{1 - k};")
+            other = 1 - site.reg_set
+            out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_clk{other};")
             if site.in_loop:
-                out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_sa{1 - k};" if L.staging == "shared" else
-                           f"xor.b64 %pl_accd, %pl_accd, %pl_ga{1 - k};")
+                out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_sa{other};" if L.staging == "shared" else
+                           f"xor.b64 %pl_accd, %pl_accd, %pl_ga{other};")
         out.append(f"mov.u32 {tg}, {tag};")
         # Warp granularity: every lane of the warp stores the same record to the same address
         # (Triton's control flow is uniform within a warp), so the store needs no leader
@@ -372,10 +383,23 @@ class _Emitter:
                 out.append(f"min.u32 %pl_slot{k}, %pl_r3, {last};")
                 if L.sized_at_launch:
                     pred = "@%pl_p7 "  # capacity > 0 (and the unit's leader), from the prologue
-            out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;",
-                    f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};"]
+            out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;"]
+            if site.flushes:
+                out.append(self.deferred_store())
+            if site.defers:
+                # stored later, under its own predicate: with the stores' predicate, ptxas
+                # branched around both stores of the first record instead of predicating them
+                out.append(f"mov.pred %pl_pd, {pred.strip()[1:]};" if pred else "setp.eq.u32 %pl_pd, 0, 0;")
+            else:
+                out.append(f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
         return out
+
+    @staticmethod
+    def deferred_store() -> str:
+        """The store of a loop's deferred last record (set 2). %pl_pd holds the predicate the
+        record would have stored under, and is false until some record was deferred."""
+        return "@%pl_pd st.global.v2.u32 [%pl_ga2], {%pl_tag2, %pl_clk2};"
 
     def keep_alive_sink(self) -> list[str]:
         """Stores %pl_acc where nobody reads it, so that ptxas keeps the xor that keeps the
@@ -458,12 +482,14 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
                                    "(global staging in clamp mode stores past the capacity over the last slot)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
-    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
-                    info.loop_sites > 0)
-    ids = {name: i for i, name in enumerate(info.scopes)}
-    site_at = {s.line: s for s in info.sites}
     lines = ptx.split("\n")
     hoisted, moved = _loop_bookkeeping(lines, info)
+    flush_after = _defer_loop_tails(lines, info, moved) if layout.staging == "global" and layout.mode == "clamp" \
+        else set()
+    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
+                    info.loop_sites > 0, defers=bool(flush_after))
+    ids = {name: i for i, name in enumerate(info.scopes)}
+    site_at = {s.line: s for s in info.sites}
     out: list[str] = []
     in_body, regs_done, ret_count = False, False, 0
     entry_seen = False
@@ -494,6 +520,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
             site = site_at[i]
             out += hoisted.get(i, [])
             out += ["\t" + s for s in emit.record(site, encode_tag(ids[site.name], site.kind == "exit"))]
+            continue
+        if i in flush_after:  # the loop's back edge: on the way out, store its deferred record
+            out += [line, "\t// proton_lite: deferred record", "\t" + emit.deferred_store()]
             continue
         rm = _RET_RE.match(line) if regs_done else None
         if rm:
@@ -546,6 +575,49 @@ def _loop_bookkeeping(lines: list[str], info: PtxScan) -> tuple[dict[int, list[s
         hoisted[body[-1].line] = [lines[j] for j in between]
         moved.update(between)
     return hoisted, moved
+
+
+def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int]) -> set[int]:
+    """With global staging, a loop body's last record leaves its store to the next record:
+    the first record of the next iteration stores both, and so does one store after the
+    loop's back edge on the way out.
+
+    ptxas tracks the global stores of a loop with one scoreboard, so the timer read at the
+    top of the loop waited until the store issued just before the back edge had read its
+    registers, in every iteration and however long the body. Now no store sits between the
+    body's last timer read and the back edge. On the H100, cycles per record in bench.py's
+    loop with 1, 8 and 32 dependent FMAs per iteration: 22.4, 18.7, 17.4 before, 19.4,
+    17.2, 13.9 after (docs/benchmarks.md, "Record sequence, fifth version").
+
+    Only where every path that leaves the last record meets a store of it before any other
+    record: the last record is followed by nothing but the back edge (after
+    _loop_bookkeeping), that edge is conditional (its fall-through is the only way out of
+    the body: no branch inside leaves it, no ``ret``), the first record is straight after
+    the loop's head label, and the loop has one back edge.  The slot is taken at the
+    record, as before, so a record is written where it always was, only a few cycles later;
+    every store of set 2 stores the deferred record to its own slot, so a repeated one
+    changes nothing.  Marks the sites; returns the lines of the back edges to store after."""
+    labels = {m.group(1): j for j, line in enumerate(lines) for m in [_LABEL_RE.match(line)] if m}
+    heads = [head for head, _ in info.back_edges]
+    flush_after: set[int] = set()
+    for head, branch in info.back_edges:
+        body = [s for s in info.sites if head < s.line < branch]
+        if len(body) < 2 or heads.count(head) > 1 or _gap(lines, head, body[0].line) is None:
+            continue
+        if not re.match(r"\s*@!?%p\w+\s+bra", lines[branch]):
+            continue  # an unconditional back edge: the loop is left from elsewhere
+        if any(_is_instruction(lines[j]) and j not in moved for j in range(body[-1].line + 1, branch)):
+            continue
+        leaves = False
+        for j in range(head + 1, branch):
+            bm = _BRA_RE.search(lines[j])
+            if (bm and not head <= labels.get(bm.group(1), -1) < branch) or _RET_RE.match(lines[j]):
+                leaves = True
+                break
+        if not leaves:
+            body[0].flushes, body[-1].defers = True, True
+            flush_after.add(branch)
+    return flush_after
 
 
 def strip_markers(ptx: str) -> str:

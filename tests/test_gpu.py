@@ -239,6 +239,84 @@ def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):
 
 
 @triton.jit
+def _loops_in_loops(x_ptr, n_outer, n_inner, n_after, BLOCK: tl.constexpr, VARY: tl.constexpr):
+    """Three loops whose last records are stored late (global staging, design.md §2): an
+    outer loop, a loop inside it that may run zero times, and one after them."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    for i in range(n_outer):
+        pl.enter_scope("outer")
+        if VARY:
+            trips = i % 3
+        else:
+            trips = n_inner
+        for _ in range(trips):
+            pl.enter_scope("inner")
+            acc = acc * 1.0001 + 1.0
+            pl.exit_scope("inner")
+        acc = acc + 0.5
+        pl.exit_scope("outer")
+    for _ in range(n_after):
+        pl.enter_scope("after")
+        acc = acc * 0.9999
+        pl.exit_scope("after")
+    tl.store(x_ptr + offs, acc)
+
+
+@pytest.mark.parametrize("vary", [False, True])
+def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, vary):
+    """With global staging a loop body's last record is stored by the next iteration's first
+    record, or after the loop. Nested loops, loops that run zero times and loops one after
+    the other keep every record, in order, in its own slot; the buffer sized at launch is
+    filled to its last slot, whose record is one of the late ones. VARY: inner trip counts
+    0, 1, 2, ... that the sizing cannot know, so a fixed capacity in global memory."""
+    from proton_lite.layout import encode_tag
+    runs = [(7, 0, 2)] if vary else [(5, 3, 4), (4, 0, 0), (0, 2, 3)]
+    x = torch.rand(128, device="cuda")
+    plain = []
+    for args in runs:
+        y = x.clone()
+        _loops_in_loops[(3, )](y, *args, BLOCK=128, VARY=vary)
+        plain.append(y)
+    outs = []
+    with proton_lite.start(str(tmp_path / "deferred"), quiet=True, formats=(),
+                           **({"capacity": 30000} if vary else {})) as s:
+        for args in runs:
+            y = x.clone()
+            _loops_in_loops[(3, )](y, *args, BLOCK=128, VARY=vary)
+            outs.append(y)
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(outs, plain))
+    assert s.result.dropped == 0 and s.result.unmatched == 0
+    cap = read_raw(s.result.raw_path)
+    # one compiled kernel per specialisation (a trip count of 0 is divisible by 16)
+    layouts = {k: BufferLayout.from_json(m["proton_lite"]["layout"]) for k, m in cap.kernels.items()
+               if m["name"] == "_loops_in_loops"}
+    launches = [la for la in cap.launches if la.kernel_id in layouts]
+    assert len(launches) == len(runs)
+    for la, (n_outer, n_inner, n_after) in zip(launches, runs):
+        layout = layouts[la.kernel_id]
+        assert layout.staging == "global" and layout.sized_at_launch != vary
+        tags = []
+        for i in range(n_outer):
+            tags.append(encode_tag(0, False))
+            tags += [encode_tag(1, False), encode_tag(1, True)] * (i % 3 if vary else n_inner)
+            tags.append(encode_tag(0, True))
+        tags += [encode_tag(2, False), encode_tag(2, True)] * n_after
+        lay, buffer = layout, la.buffer
+        if layout.sized_at_launch:
+            lay = layout.with_capacity(read_capacity_word(int(np.frombuffer(buffer, "<u4", 1)[0])))
+            buffer = buffer[LAUNCH_PREFIX_BYTES:]
+            assert lay.capacity == len(tags)
+        units = np.frombuffer(buffer, dtype=cta_block_dtype(lay), count=3)["unit"]
+        assert (units["count"] == len(tags)).all(), (len(tags), np.unique(units["count"]))
+        recs = units["rec"][:, :, :len(tags), :]
+        assert (recs[..., 0] == np.array(tags, dtype=recs.dtype)).all()
+        steps = np.diff(recs[..., 1].astype(np.int64), axis=2) % (1 << 32)
+        assert (steps < (1 << 31)).all()  # timestamps increase within a unit
+
+
+@triton.jit
 def _first_seen_in_a_session(x_ptr, n_iter, BLOCK: tl.constexpr):
     """kernels.loop_scopes, copied on purpose: a JIT function of its own (and source of its
     own, so no cached binary either) whose first launch and compile happen inside a session."""
