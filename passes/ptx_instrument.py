@@ -15,8 +15,8 @@ inline-asm marker (``// @@proton_lite enter|exit <hex name>``, see
   is never copied out, with global staging over the unit's last slot (one ``min`` each).
   Records close behind another one use the other of two register sets
   (``_link_close_sites``).  A loop's own counter update and exit test, when they follow the
-  body's last record, move above it (``_loop_bookkeeping``); with global staging that last
-  record's store waits for the next iteration's first record (``_defer_loop_tails``);
+  body's last record, move above it (``_loop_bookkeeping``), and that last record's store
+  waits for the next iteration's first record (``_defer_loop_tails``);
 * before every ``ret``: reads the end pair, copies the unit's records from shared memory
   to the buffer with the whole leader warp, and writes the unit header (count, end pair).
 
@@ -211,7 +211,7 @@ class _Emitter:
             # one of each per register set (_link_close_sites); set 2 holds a deferred record
             # (_defer_loop_tails) until the next record stores it
             ".reg .b32 %pl_clk<3>;", ".reg .b32 %pl_tag<3>;", ".reg .b32 %pl_slot<3>;",
-            ".reg .b32 %pl_sa<2>;", ".reg .b64 %pl_ga<3>;",
+            ".reg .b32 %pl_sa<3>;", ".reg .b64 %pl_ga<3>;",
             ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;",
             ".reg .pred %pl_pd;",
             ".reg .b32 %pl_last;")
@@ -303,7 +303,8 @@ class _Emitter:
                 out += ["sub.u32 %pl_last, %pl_r24, 1;",
                         f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};"]
         if self.defers:  # nothing deferred yet: the deferred store stores nothing
-            out += ["setp.ne.u32 %pl_pd, 0, 0;", "mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;", "mov.u64 %pl_ga2, 0;"]
+            out += ["setp.ne.u32 %pl_pd, 0, 0;", "mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;",
+                    "mov.u32 %pl_sa2, 0;" if L.staging == "shared" else "mov.u64 %pl_ga2, 0;"]
         if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
             out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
             for k in range(2):
@@ -364,11 +365,13 @@ class _Emitter:
             elif site.in_loop:
                 # the saturating pointer: ready before the record, one min after it
                 out.append(f"mov.u32 {addr}, %pl_ptr;")
+                if site.flushes:
+                    out.append(self.deferred_store())
             else:
                 # past the capacity: the sink slot, never copied out (staged_slots); with a
                 # cursor known to ptxas (records before any loop) the address folds to base + offset
                 out += [f"min.u32 %pl_slot{k}, %pl_r3, {L.capacity};", f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
-            out.append(f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
+            out.append(self._defer(pred) if site.defers else f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
             if self.uses_pointer:
                 out.append("add.u32 %pl_ptr, %pl_ptr, 8;")
                 out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
@@ -386,19 +389,22 @@ class _Emitter:
             out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;"]
             if site.flushes:
                 out.append(self.deferred_store())
-            if site.defers:
-                # stored later, under its own predicate: with the stores' predicate, ptxas
-                # branched around both stores of the first record instead of predicating them
-                out.append(f"mov.pred %pl_pd, {pred.strip()[1:]};" if pred else "setp.eq.u32 %pl_pd, 0, 0;")
-            else:
-                out.append(f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
+            out.append(self._defer(pred) if site.defers else f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
         return out
 
     @staticmethod
-    def deferred_store() -> str:
+    def _defer(pred: str) -> str:
+        """In place of a deferred record's store: it is stored later under its own predicate
+        (%pl_pd). Under the stores' predicate, ptxas branched around both stores of the first
+        record of the loop instead of predicating them."""
+        return f"mov.pred %pl_pd, {pred.strip()[1:]};" if pred else "setp.eq.u32 %pl_pd, 0, 0;"
+
+    def deferred_store(self) -> str:
         """The store of a loop's deferred last record (set 2). %pl_pd holds the predicate the
         record would have stored under, and is false until some record was deferred."""
+        if self.layout.staging == "shared":
+            return "@%pl_pd st.shared.v2.u32 [%pl_sa2], {%pl_tag2, %pl_clk2};"
         return "@%pl_pd st.global.v2.u32 [%pl_ga2], {%pl_tag2, %pl_clk2};"
 
     def keep_alive_sink(self) -> list[str]:
@@ -484,7 +490,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     lines = ptx.split("\n")
     hoisted, moved = _loop_bookkeeping(lines, info)
-    flush_after = _defer_loop_tails(lines, info, moved) if layout.staging == "global" and layout.mode == "clamp" \
+    # shared staging: records in loops store at the saturating pointer (clamp mode only)
+    flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared") if layout.mode == "clamp" \
         else set()
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=bool(flush_after))
@@ -577,17 +584,22 @@ def _loop_bookkeeping(lines: list[str], info: PtxScan) -> tuple[dict[int, list[s
     return hoisted, moved
 
 
-def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int]) -> set[int]:
-    """With global staging, a loop body's last record leaves its store to the next record:
-    the first record of the next iteration stores both, and so does one store after the
-    loop's back edge on the way out.
+def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: bool) -> set[int]:
+    """A loop body's last record leaves its store to the next record: the first record of
+    the next iteration stores both, and so does one store after the loop's back edge on the
+    way out.
 
-    ptxas tracks the global stores of a loop with one scoreboard, so the timer read at the
-    top of the loop waited until the store issued just before the back edge had read its
-    registers, in every iteration and however long the body. Now no store sits between the
+    The timer read at the top of a loop overwrites registers of the previous iteration's
+    records, and waited for the store issued just before the back edge to read its own: in
+    every iteration, however long the body. With global stores it waits because ptxas
+    tracks a loop's global stores with one scoreboard; with shared ones because ptxas gave
+    the clock and the last store's address one register. Now no store sits between the
     body's last timer read and the back edge. On the H100, cycles per record in bench.py's
-    loop with 1, 8 and 32 dependent FMAs per iteration: 22.4, 18.7, 17.4 before, 19.4,
-    17.2, 13.9 after (docs/benchmarks.md, "Record sequence, fifth version").
+    loop with 1, 8 and 32 dependent FMAs per iteration: global 22.4, 18.7, 17.4 before,
+    19.4, 17.2, 13.9 after; shared 10.7 and 9.0 before, 8.2 and 7.0 after for 8 and 32 FMAs,
+    and in the tightest loop 12.3 before, 12.5 after: with shared staging a loop whose first
+    record is close to its last one (linked by _link_close_sites) keeps its stores
+    (docs/benchmarks.md, "Record sequence, fifth version").
 
     Only where every path that leaves the last record meets a store of it before any other
     record: the last record is followed by nothing but the back edge (after
@@ -604,6 +616,8 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int]) -> set[i
         body = [s for s in info.sites if head < s.line < branch]
         if len(body) < 2 or heads.count(head) > 1 or _gap(lines, head, body[0].line) is None:
             continue
+        if shared and body[0].keeps_other:
+            continue  # a tight loop: the deferred store measured slower there
         if not re.match(r"\s*@!?%p\w+\s+bra", lines[branch]):
             continue  # an unconditional back edge: the loop is left from elsewhere
         if any(_is_instruction(lines[j]) and j not in moved for j in range(body[-1].line + 1, branch)):

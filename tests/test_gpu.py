@@ -238,6 +238,30 @@ def test_a_loop_bounded_by_an_argument_is_sized_per_launch(tmp_path):
     assert words == [600, 10, 600]
 
 
+def test_per_iteration_scopes_staged_in_shared_memory_match_plain_and_are_exact(tmp_path):
+    """matmul_per_iter with an exact capacity= keeps shared staging, where its K loop's last
+    record is stored by the next iteration's first one (design.md §2): same output as the
+    plain kernel, every record of every warp in order."""
+    from proton_lite.layout import encode_tag
+    plain, grid, expected, _, _ = run_case("matmul_per_iter")
+    with proton_lite.start(str(tmp_path / "mm"), quiet=True, formats=(), capacity=expected) as s:
+        outs, *_ = run_case("matmul_per_iter")
+    torch.cuda.synchronize()
+    assert torch.equal(plain[0], outs[0])
+    assert s.result.dropped == 0 and s.result.unmatched == 0
+    cap = read_raw(s.result.raw_path)
+    (kid, meta), = [(k, m) for k, m in cap.kernels.items() if m["name"] == "matmul"]
+    layout = BufferLayout.from_json(meta["proton_lite"]["layout"])
+    assert layout.staging == "shared" and layout.capacity == expected
+    (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
+    units = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=int(np.prod(grid)))["unit"]
+    assert (units["count"] == expected).all()
+    iters = (expected - 4) // 2
+    tags = [encode_tag(0, False)] + [encode_tag(1, False), encode_tag(1, True)] * iters + \
+        [encode_tag(0, True), encode_tag(2, False), encode_tag(2, True)]
+    assert (units["rec"][..., 0] == np.array(tags, dtype=units["rec"].dtype)).all()
+
+
 @triton.jit
 def _loops_in_loops(x_ptr, n_outer, n_inner, n_after, BLOCK: tl.constexpr, VARY: tl.constexpr):
     """Three loops whose last records are stored late (global staging, design.md §2): an
@@ -263,15 +287,19 @@ def _loops_in_loops(x_ptr, n_outer, n_inner, n_after, BLOCK: tl.constexpr, VARY:
     tl.store(x_ptr + offs, acc)
 
 
-@pytest.mark.parametrize("vary", [False, True])
-def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, vary):
-    """With global staging a loop body's last record is stored by the next iteration's first
-    record, or after the loop. Nested loops, loops that run zero times and loops one after
-    the other keep every record, in order, in its own slot; the buffer sized at launch is
-    filled to its last slot, whose record is one of the late ones. VARY: inner trip counts
-    0, 1, 2, ... that the sizing cannot know, so a fixed capacity in global memory."""
+@pytest.mark.parametrize("case", ["sized", "global", "shared"])
+def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, case):
+    """A loop body's last record is stored by the next iteration's first record, or after the
+    loop. Nested loops, loops that run zero times and loops one after the other keep every
+    record, in order, in its own slot. sized: the buffer sized at launch is filled to its
+    last slot, whose record is one of the late ones. global: inner trip counts 0, 1, 2, ...
+    that the sizing cannot know, so a fixed capacity in global memory. shared: shared
+    staging, where only the outer loop defers (the others are tight), the last run
+    overflowing the 64 slots: the first 64 records kept, the rest counted."""
     from proton_lite.layout import encode_tag
-    runs = [(7, 0, 2)] if vary else [(5, 3, 4), (4, 0, 0), (0, 2, 3)]
+    vary = case == "global"
+    runs = {"sized": [(5, 3, 4), (4, 0, 0), (0, 2, 3)], "global": [(7, 0, 2)],
+            "shared": [(5, 3, 4), (4, 0, 0), (0, 2, 3), (9, 3, 4)]}[case]
     x = torch.rand(128, device="cuda")
     plain = []
     for args in runs:
@@ -280,14 +308,15 @@ def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, vary):
         plain.append(y)
     outs = []
     with proton_lite.start(str(tmp_path / "deferred"), quiet=True, formats=(),
-                           **({"capacity": 30000} if vary else {})) as s:
+                           **{"sized": {}, "global": {"capacity": 30000}, "shared": {"capacity": 64}}[case]) as s:
         for args in runs:
             y = x.clone()
             _loops_in_loops[(3, )](y, *args, BLOCK=128, VARY=vary)
             outs.append(y)
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(outs, plain))
-    assert s.result.dropped == 0 and s.result.unmatched == 0
+    assert s.result.dropped == (3 * 4 * (9 * 8 + 8 - 64) if case == "shared" else 0)
+    assert case == "shared" or s.result.unmatched == 0  # (there: scopes cut at the 64th record)
     cap = read_raw(s.result.raw_path)
     # one compiled kernel per specialisation (a trip count of 0 is divisible by 16)
     layouts = {k: BufferLayout.from_json(m["proton_lite"]["layout"]) for k, m in cap.kernels.items()
@@ -296,7 +325,8 @@ def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, vary):
     assert len(launches) == len(runs)
     for la, (n_outer, n_inner, n_after) in zip(launches, runs):
         layout = layouts[la.kernel_id]
-        assert layout.staging == "global" and layout.sized_at_launch != vary
+        assert layout.staging == ("shared" if case == "shared" else "global")
+        assert layout.sized_at_launch == (case == "sized")
         tags = []
         for i in range(n_outer):
             tags.append(encode_tag(0, False))
@@ -310,8 +340,9 @@ def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, vary):
             assert lay.capacity == len(tags)
         units = np.frombuffer(buffer, dtype=cta_block_dtype(lay), count=3)["unit"]
         assert (units["count"] == len(tags)).all(), (len(tags), np.unique(units["count"]))
-        recs = units["rec"][:, :, :len(tags), :]
-        assert (recs[..., 0] == np.array(tags, dtype=recs.dtype)).all()
+        kept = min(len(tags), lay.capacity)
+        recs = units["rec"][:, :, :kept, :]
+        assert (recs[..., 0] == np.array(tags[:kept], dtype=recs.dtype)).all()
         steps = np.diff(recs[..., 1].astype(np.int64), axis=2) % (1 << 32)
         assert (steps < (1 << 31)).all()  # timestamps increase within a unit
 
