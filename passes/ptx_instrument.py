@@ -490,7 +490,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     lines = ptx.split("\n")
     hoisted, moved = _loop_bookkeeping(lines, info)
-    # shared staging: records in loops store at the saturating pointer (clamp mode only)
+    # clamp mode only: in a circular buffer a late store could land on a newer record's slot
     flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared") if layout.mode == "clamp" \
         else set()
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
@@ -620,8 +620,9 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
             continue  # a tight loop: the deferred store measured slower there
         if not re.match(r"\s*@!?%p\w+\s+bra", lines[branch]):
             continue  # an unconditional back edge: the loop is left from elsewhere
-        if any(_is_instruction(lines[j]) and j not in moved for j in range(body[-1].line + 1, branch)):
-            continue
+        if _gap(lines, body[-1].line, branch) is None or \
+                any(_is_instruction(lines[j]) and j not in moved for j in range(body[-1].line + 1, branch)):
+            continue  # something other than the loop's own bookkeeping follows the last record
         leaves = False
         for j in range(head + 1, branch):
             bm = _BRA_RE.search(lines[j])

@@ -658,7 +658,7 @@ def test_a_loop_s_last_global_record_is_stored_by_the_next_iteration_s_first():
 
 
 @pytest.mark.parametrize("change", ["branch out", "ret", "unconditional", "label before first", "store after last",
-                                    "one record", "second back edge"])
+                                    "label after last", "one record", "second back edge"])
 def test_a_loop_tail_is_deferred_only_where_every_way_out_stores_it(change):
     """The last record waits for a later store only where each path from it meets one before
     anything else can happen: the conditional back edge and its fall-through are the only way
@@ -673,6 +673,7 @@ def test_a_loop_tail_is_deferred_only_where_every_way_out_stores_it(change):
         "unconditional": ["$L_head:", "E r", fma, "X r", "\tbra.uni $L_head;"],
         "label before first": ["$L_head:", fma, "$L_mid:", "E r", fma, "X r", add, test, back],
         "store after last": ["$L_head:", "E r", fma, "X r", "\tst.global.u32 [%rd1], %r2;", add, test, back],
+        "label after last": ["$L_head:", "E r", fma, add, test, "X r", "$L_latch:", back],  # a join
         "one record": ["$L_head:", "E r", fma, add, test, back, "X r"],
         "second back edge": ["$L_head:", "E r", "\t@%p2 bra $L_head;", fma, "X r", add, test, back],
     }[change]
