@@ -572,13 +572,11 @@ def test_a_loop_s_counter_update_and_exit_test_move_above_its_last_record():
     on it; the pass moves the loop's own register arithmetic above that record, and nothing
     else: not across a memory access, a clock read or a label."""
     from proton_lite.layout import BufferLayout
-    from proton_lite.passes.ptx_instrument import rewrite, scan
     update, test = "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;"
     loop = ["$L_head:", "E r", "\tfma.rn.f32 %f1, %f1, %f2, %f3;", "X r", update, test, "\t@%p1 bra $L_head;"]
 
     def before_last_record(body):
-        ptx = _ptx(body)
-        out = rewrite(ptx, scan(ptx), BufferLayout("warp", 1, 8, "shared")).split("\n")
+        out = _rewrite(body, BufferLayout("warp", 1, 8, "shared")).split("\n")
         last = max(i for i, line in enumerate(out) if "// proton_lite: record" in line)
         assert sum(line in (update, test) for line in out) == 2  # moved, never copied or lost
         return [i < last for i, line in enumerate(out) if line in (update, test)]
@@ -613,12 +611,16 @@ def test_warp_records_store_from_every_lane_outside_loops_and_from_the_leader_in
     assert stores(sized) == ["@%pl_pd", "@%pl_p7", "@%pl_pd"]
 
 
-def _global_rewrite(body, granularity="warp", num_warps=1, **layout_kw):
-    from proton_lite.layout import BufferLayout
+def _rewrite(body: list[str], layout) -> str:
+    """The pass's output for the minimal kernel ``_ptx(body)`` with the given layout."""
     from proton_lite.passes.ptx_instrument import rewrite, scan
     ptx = _ptx(body)
-    layout = BufferLayout(granularity, num_warps, 64, "global", overflow="last", **layout_kw)
     return rewrite(ptx, scan(ptx), layout)
+
+
+def _global_rewrite(body, granularity="warp", num_warps=1):
+    from proton_lite.layout import BufferLayout
+    return _rewrite(body, BufferLayout(granularity, num_warps, 64, "global", overflow="last"))
 
 
 _DEFERRED = "st.global.v2.u32 [%pl_ga2], {%pl_tag2, %pl_clk2};"
@@ -686,12 +688,11 @@ def test_shared_staging_defers_outside_tight_loops_and_circular_buffers_never():
     where the deferral measured slower: 12.5 against 12.3 cycles) and circular buffers keep
     their stores."""
     from proton_lite.layout import BufferLayout
-    from proton_lite.passes.ptx_instrument import rewrite, scan
     fmas = ["\tfma.rn.f32 %f1, %f1, %f2, %f3;"] * 9  # more than CLOSE_GAP: first and last not linked
     tail = ["\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"]
     shared = BufferLayout("warp", 1, 64, "shared")
-    loop = _ptx(["$L_head:", "E r", *fmas, "X r", *tail])
-    out = rewrite(loop, scan(loop), shared)
+    loop = ["$L_head:", "E r", *fmas, "X r", *tail]
+    out = _rewrite(loop, shared)
     assert _deferral(out) == (1, 0, 1)  # (the shared deferred store's own check below)
     first, last = [r.split("add.u32 %pl_r3")[0] for r in out.split("// proton_lite: record")[1:3]]
     deferred = "@%pl_pd st.shared.v2.u32 [%pl_sa2], {%pl_tag2, %pl_clk2};"
@@ -699,9 +700,9 @@ def test_shared_staging_defers_outside_tight_loops_and_circular_buffers_never():
     assert "mov.u32 %pl_sa2, %pl_ptr;" in last and "mov.pred %pl_pd, %pl_p0;" in last and "st.shared" not in last
     assert "min.u32 %pl_ptr, %pl_ptr, %pl_sink;" in last  # the pointer advances past its slot as before
     assert out.count(deferred) == 2  # the first record, and after the back edge
-    tight = _ptx(["$L_head:", "E r", "\tadd.s32 %r3, %r3, 1;", "X r", *tail])
-    assert _deferral(rewrite(tight, scan(tight), shared)) == (0, 0, 0)
-    assert _deferral(rewrite(loop, scan(loop), BufferLayout("warp", 1, 64, "global", "circular"))) == (0, 0, 0)
+    tight = ["$L_head:", "E r", "\tadd.s32 %r3, %r3, 1;", "X r", *tail]
+    assert _deferral(_rewrite(tight, shared)) == (0, 0, 0)
+    assert _deferral(_rewrite(loop, BufferLayout("warp", 1, 64, "global", "circular"))) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("fmas,kw", [(1, {}), (8, {}), (8, {"capacity": 4096})])  # global; shared staging
