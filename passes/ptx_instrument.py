@@ -68,6 +68,8 @@ class MarkerSite:
     followed: bool = False  # the next record is close behind this one
     defers: bool = False  # last record of a loop body: stored by the next record (_defer_loop_tails)
     flushes: bool = False  # first record of such a loop body: stores the deferred record too
+    pairs: bool = False  # first record of a tight loop body: stored by the next one (_pair_tight_loops)
+    stores_pair: bool = False  # second record of such a body: stores both
 
 
 @dataclass
@@ -328,7 +330,9 @@ class _Emitter:
 
     def record(self, site: MarkerSite, tag: int) -> list[str]:
         L = self.layout
-        k = 2 if site.defers else site.reg_set if self.keeps_alive else 0
+        # set 2: a deferred record (_defer_loop_tails); a tight loop's pair: sets 0 and 1
+        k = 2 if site.defers else 0 if site.pairs else 1 if site.stores_pair else \
+            site.reg_set if self.keeps_alive else 0
         # a first record that stores the deferred one reads set 2 after its timer read, which
         # keeps set 2 live without an xor
         keep = site.keeps_other and self.keeps_alive and not site.flushes
@@ -338,6 +342,15 @@ class _Emitter:
         # records are close together or in loops; a record on its own keeps the 64-bit read,
         # which leaves the code around it as it was (with %clock before bench.py's matmul K
         # loop, ptxas scheduled that loop differently; design.md §2)
+        if site.pairs:  # its store comes with the next record's (_pair_tight_loops)
+            return ["// proton_lite: record", f"mov.u32 {clk}, %clock;", f"mov.u32 {tg}, {tag};",
+                    "add.u32 %pl_r3, %pl_r3, 1;"]
+        if site.stores_pair:  # both records, at the saturating pointer and the slot after it
+            return ["// proton_lite: record", f"mov.u32 {clk}, %clock;", f"mov.u32 {tg}, {tag};",
+                    "@%pl_p0 st.shared.v2.u32 [%pl_ptr], {%pl_tag0, %pl_clk0};",
+                    f"@%pl_p0 st.shared.v2.u32 [%pl_ptr+{RECORD_BYTES}], {{{tg}, {clk}}};",
+                    f"add.u32 %pl_ptr, %pl_ptr, {2 * RECORD_BYTES};", "min.u32 %pl_ptr, %pl_ptr, %pl_sink;",
+                    "add.u32 %pl_r3, %pl_r3, 1;"]
         if site.in_loop or keep or site.followed:
             out = ["// proton_lite: record", f"mov.u32 {clk}, %clock;"]
         else:
@@ -458,10 +471,11 @@ class _Emitter:
 
 
 def staged_slots(layout: BufferLayout) -> int:
-    """Record slots per unit in shared memory: the capacity, then the sink slot (records past
-    the capacity, and the keep-alive accumulator), rounded up to keep every unit's slots
-    16-byte aligned (ptxas merges two adjacent records into one 16-byte store)."""
-    return (layout.capacity + 2) & ~1
+    """Record slots per unit in shared memory: the capacity, then two sink slots (records past
+    the capacity, a tight loop's pair stored at the sink, the keep-alive accumulator), rounded
+    up to keep every unit's slots 16-byte aligned (ptxas merges two adjacent records into one
+    16-byte store)."""
+    return (layout.capacity + 3) & ~1
 
 
 def shared_bytes(layout: BufferLayout) -> int:
@@ -487,8 +501,10 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
                                    "(global staging in clamp mode stores past the capacity over the last slot)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
-    keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     lines = ptx.split("\n")
+    if layout.staging == "shared" and layout.mode == "clamp":
+        _pair_tight_loops(lines, info)
+    keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     hoisted, moved = _loop_bookkeeping(lines, info)
     # clamp mode only: in a circular buffer a late store could land on a newer record's slot
     flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared") if layout.mode == "clamp" \
@@ -549,6 +565,36 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         raise InstrumentationError(f"proton_lite: could not find the body or the exits of kernel {info.kernel} in "
                                    "its PTX; please report this with the kernel's PTX")
     return "\n".join(out)
+
+
+def _pair_tight_loops(lines: list[str], info: PtxScan) -> None:
+    """In a tight loop with shared staging, the body's two records are stored together, by the
+    second one.
+
+    In a tight loop (the body's two records close to each other and to the back edge, so that
+    _link_close_sites linked them both ways) each record's store sat between timer reads, and
+    the `xor`s that keep the two register sets apart sat in the loop too. Now the first record
+    only reads the clock (set 0); the second reads it (set 1) and stores both, at the
+    saturating pointer and the slot after it, and the pointer advances by two slots (the sink
+    has two, staged_slots). Both sets are live until that store anyway, so no `xor` is needed,
+    and ptxas unrolls the loop again. On the H100, bench.py's tightest loop (1 FMA per element)
+    went from 12.10 to 10.38-10.43 cycles per record (two processes each). Only tight loops:
+    with 8 and 32 FMAs per iteration the same pairing measured 17.2 and 16.5 against 8.2 and
+    7.0 (the next iteration's first timer read waits for the pair's store to read its
+    registers); those loops keep one store per record and _defer_loop_tails. Global stores
+    paired the same way measured no better (docs/benchmarks.md, "Record sequence, sixth
+    version"). Only for a loop with one back edge whose body has exactly two records, in one
+    basic block. Marks the sites; the second record's set-1 registers and the first one's
+    set 0 no longer keep each other alive."""
+    heads = [head for head, _ in info.back_edges]
+    for head, branch in info.back_edges:
+        body = [s for s in info.sites if head < s.line < branch]
+        if len(body) != 2 or heads.count(head) > 1 or not (body[0].keeps_other and body[1].keeps_other):
+            continue  # not linked both ways: not a tight loop
+        if _gap(lines, body[0].line, body[1].line) is None:
+            continue
+        body[0].pairs, body[1].stores_pair = True, True
+        body[0].keeps_other = body[1].keeps_other = False
 
 
 # register-only instructions that may move above a record: no memory, no barrier, no call
@@ -616,8 +662,8 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
         body = [s for s in info.sites if head < s.line < branch]
         if len(body) < 2 or heads.count(head) > 1 or _gap(lines, head, body[0].line) is None:
             continue
-        if shared and body[0].keeps_other:
-            continue  # a tight loop: the deferred store measured slower there
+        if body[0].pairs or (shared and body[0].keeps_other):
+            continue  # a tight loop: its records are stored in pairs (shared staging), or left as they are
         if not re.match(r"\s*@!?%p\w+\s+bra", lines[branch]):
             continue  # an unconditional back edge: the loop is left from elsewhere
         if _gap(lines, body[-1].line, branch) is None or \
