@@ -668,10 +668,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _interruptible():
+    """Ctrl-C as at a terminal. A test run started in the background (a CI runner without job
+    control, nohup) ignores SIGINT, and so would every process it starts: a program that
+    starts with SIGINT ignored rightly keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_open(path, *extra):
     proc = subprocess.Popen([sys.executable, "-m", "proton_lite.viewer.cli", "open", str(path), "--no-browser",
                              *map(str, extra)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_interruptible)
     lines = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
