@@ -68,6 +68,8 @@ class MarkerSite:
     followed: bool = False  # the next record is close behind this one
     defers: bool = False  # last record of a loop body: stored by the next record (_defer_loop_tails)
     flushes: bool = False  # first record of such a loop body: stores the deferred record too
+    loop: int = -1  # the deferring loop's number (its pending predicate %pl_pd<loop>), for both records
+    by_address: bool = False  # global: the deferred record is stored at the first record's address - 8
     pairs: bool = False  # first record of a tight loop body: stored by the next one (_pair_tight_loops)
     stores_pair: bool = False  # second record of such a body: stores both
 
@@ -215,11 +217,10 @@ class _Emitter:
             ".reg .b32 %pl_clk<3>;", ".reg .b32 %pl_tag<3>;", ".reg .b32 %pl_slot<3>;",
             ".reg .b32 %pl_sa<3>;", ".reg .b64 %pl_ga<3>;",
             ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;",
-            ".reg .pred %pl_pd;",
-            ".reg .b32 %pl_last;")
+            ".reg .b32 %pl_gs2;")
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
-                 keeps_alive: bool = False, loop_sites: bool = False, defers: bool = False) -> None:
+                 keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False) -> None:
         self.layout = layout
         self.param = param
         self.smem = smem_symbol
@@ -229,12 +230,17 @@ class _Emitter:
         # record then advances: one min per record instead of a min and a multiply-add before
         # the store (record_cost.py); records outside loops keep the index, which ptxas folds
         self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
-        self.defers = defers  # some loop's last record is stored by the next record (set 2)
+        self.defers = defers  # loops whose last record is stored by the next record (set 2)
+        self.by_address = by_address  # some of them store it at the next record's address - 8 (global)
 
     @property
     def capacity(self) -> str:
         """The capacity operand of bound checks: a register for kernels sized at launch."""
         return "%pl_r24" if self.layout.sized_at_launch else str(self.layout.capacity)
+
+    def registers(self) -> list[str]:
+        """The declarations: REGS and one pending predicate per deferring loop."""
+        return list(self.REGS) + [f".reg .pred %pl_pd<{max(1, self.defers)}>;"]
 
     @property
     def unit_threads(self) -> int:
@@ -270,7 +276,7 @@ class _Emitter:
                 "selp.u32 %pl_r24, %pl_r24, 0, %pl_p5;",  # no tag: not our buffer, no records
                 f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};",
                 f"mul.wide.u32 %pl_d11, %pl_r24, {RECORD_BYTES};",
-                f"add.s64 %pl_d11, %pl_d11, {UNIT_HEADER_BYTES};",  # unit_bytes
+                f"add.s64 %pl_d11, %pl_d11, {UNIT_HEADER_BYTES + L.sink_slots * RECORD_BYTES};",  # unit_bytes
                 f"mul.lo.u64 %pl_d12, %pl_d11, {L.units};",
                 f"add.s64 %pl_d12, %pl_d12, {CTA_HEADER_BYTES};",  # stride
                 "cvt.u64.u32 %pl_d1, %pl_r5;",
@@ -298,14 +304,18 @@ class _Emitter:
                 out += ["mov.u32 %pl_ptr, %pl_r4;", f"add.u32 %pl_sink, %pl_r4, {L.capacity * RECORD_BYTES};"]
         else:
             out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
-            if L.mode == "clamp" and L.sized_at_launch:
-                # past the capacity: the last slot (capacity - 1); no slot at all: no store.
-                # Both are known here, once, so that a record's store needs no compare of its own
+            if L.sized_at_launch:
+                # the stores' predicate: capacity > 0 (and the unit's leader). The sink slots
+                # would take the records of a capacity-0 launch too, but without this
+                # predicate ptxas scheduled bench.py's per-K-iteration matmul differently and
+                # it ran 4.6-4.7% over plain against 2.6-3.1% (docs/benchmarks.md, sixth version)
                 leader = ", %pl_p0" if self.unit_threads > 32 else ""
-                out += ["sub.u32 %pl_last, %pl_r24, 1;",
-                        f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};"]
-        if self.defers:  # nothing deferred yet: the deferred store stores nothing
-            out += ["setp.ne.u32 %pl_pd, 0, 0;", "mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;",
+                out.append(f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};")
+                if self.by_address:  # the second sink slot
+                    out.append("add.u32 %pl_gs2, %pl_r24, 1;")
+        if self.defers:  # nothing deferred yet: the deferred stores store nothing
+            out += [f"setp.ne.u32 %pl_pd{n}, 0, 0;" for n in range(self.defers)]
+            out += ["mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;",
                     "mov.u32 %pl_sa2, 0;" if L.staging == "shared" else "mov.u64 %pl_ga2, 0;"]
         if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
             out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
@@ -379,58 +389,85 @@ class _Emitter:
                 # the saturating pointer: ready before the record, one min after it
                 out.append(f"mov.u32 {addr}, %pl_ptr;")
                 if site.flushes:
-                    out.append(self.deferred_store())
+                    out.append(self.deferred_store(site.loop))
             else:
                 # past the capacity: the sink slot, never copied out (staged_slots); with a
                 # cursor known to ptxas (records before any loop) the address folds to base + offset
                 out += [f"min.u32 %pl_slot{k}, %pl_r3, {L.capacity};", f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
-            out.append(self._defer(pred) if site.defers else f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
+            out.append(self._defer(pred, site.loop) if site.defers else
+                       f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
             if self.uses_pointer:
                 out.append("add.u32 %pl_ptr, %pl_ptr, 8;")
                 out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
         else:
             if L.mode == "circular":
                 out.append(f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};")
+            elif site.defers and site.by_address:  # its slot comes from the next record's address
+                out.append(self._defer("@%pl_p7 " if L.sized_at_launch else pred, site.loop))
+                out.append("add.u32 %pl_r3, %pl_r3, 1;")
+                return out
             else:
-                # past the capacity: over the last slot (layout.overflow == "last"). The
-                # per-record compare and predicated store this replaces cost a predicate's
-                # latency per record: 27 -> 22 cycles in a tight loop (docs/benchmarks.md)
-                last = "%pl_last" if L.sized_at_launch else str(L.capacity - 1)
-                out.append(f"min.u32 %pl_slot{k}, %pl_r3, {last};")
+                # past the capacity: the unit's sink slots (layout.overflow == "sink"), so that
+                # no record needs a compare or a predicate of its own (the per-record compare
+                # and predicated store cost a predicate's latency per record: 27 -> 22 cycles
+                # in a tight loop, docs/benchmarks.md); the first record of a loop whose last
+                # one is stored at this address - 8 takes the second sink slot, so that the
+                # deferred record, one slot below, never lands on a kept one
+                sink = self.capacity if not (site.flushes and site.by_address) else \
+                    "%pl_gs2" if L.sized_at_launch else str(L.capacity + 1)
+                out.append(f"min.u32 %pl_slot{k}, %pl_r3, {sink};")
                 if L.sized_at_launch:
                     pred = "@%pl_p7 "  # capacity > 0 (and the unit's leader), from the prologue
             out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;"]
             if site.flushes:
-                out.append(self.deferred_store())
-            out.append(self._defer(pred) if site.defers else f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
+                out.append(self.deferred_store(site.loop, f"{addr}+-8" if site.by_address else None))
+            out.append(self._defer(pred, site.loop) if site.defers else
+                       f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
         return out
 
     @staticmethod
-    def _defer(pred: str) -> str:
-        """In place of a deferred record's store: it is stored later under its own predicate
-        (%pl_pd). Under the stores' predicate, ptxas branched around both stores of the first
-        record of the loop instead of predicating them."""
-        return f"mov.pred %pl_pd, {pred.strip()[1:]};" if pred else "setp.eq.u32 %pl_pd, 0, 0;"
+    def _defer(pred: str, loop: int) -> str:
+        """In place of a deferred record's store: it is stored later under its loop's own
+        predicate (%pl_pd<loop>). Under the stores' predicate, ptxas branched around both
+        stores of the first record of the loop instead of predicating them."""
+        return f"mov.pred %pl_pd{loop}, {pred.strip()[1:]};" if pred else f"setp.eq.u32 %pl_pd{loop}, 0, 0;"
 
-    def deferred_store(self) -> str:
-        """The store of a loop's deferred last record (set 2). %pl_pd holds the predicate the
-        record would have stored under, and is false until some record was deferred."""
+    def deferred_store(self, loop: int, address: str | None = None) -> str:
+        """The store of loop ``loop``'s deferred last record (set 2), at its own address (set
+        2's) or at ``address``. %pl_pd<loop> holds the predicate the record would have stored
+        under; it is false until that loop deferred a record, and again once the loop is left."""
         if self.layout.staging == "shared":
-            return "@%pl_pd st.shared.v2.u32 [%pl_sa2], {%pl_tag2, %pl_clk2};"
-        return "@%pl_pd st.global.v2.u32 [%pl_ga2], {%pl_tag2, %pl_clk2};"
+            return f"@%pl_pd{loop} st.shared.v2.u32 [%pl_sa2], {{%pl_tag2, %pl_clk2}};"
+        return f"@%pl_pd{loop} st.global.v2.u32 [{address or '%pl_ga2'}], {{%pl_tag2, %pl_clk2}};"
+
+    def loop_exit_store(self, loop: int, by_address: bool) -> list[str]:
+        """After a deferring loop's back edge, on the way out: its pending record, then the
+        predicate is cleared, so that no later loop (or this one, entered again) stores it
+        again (at the next record's address - 8 that would be another record's slot). A
+        record stored by address was the last one (slot count - 1, or the sink past the
+        capacity)."""
+        out = ["// proton_lite: deferred record"]
+        if by_address:
+            out += ["sub.u32 %pl_slot2, %pl_r3, 1;", f"min.u32 %pl_slot2, %pl_slot2, {self.capacity};",
+                    "mul.wide.u32 %pl_ga2, %pl_slot2, 8;", "add.s64 %pl_ga2, %pl_ga2, %pl_d3;"]
+        return out + [self.deferred_store(loop), f"setp.ne.u32 %pl_pd{loop}, 0, 0;"]
 
     def keep_alive_sink(self) -> list[str]:
         """Stores %pl_acc where nobody reads it, so that ptxas keeps the xor that keeps the
-        register sets apart: the shared sink slot, or a global slot at or past ``count``."""
+        register sets apart: the first sink slot, in shared or global memory."""
         L = self.layout
         if not self.keeps_alive:
             return []
         if L.staging == "shared":
             return [f"st.shared.u32 [%pl_r4+{L.capacity * RECORD_BYTES}], %pl_acc;"]
+        if L.mode == "circular":  # no sink: slot ``count``, if it is a free one
+            return ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;",
+                    f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
+                    "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
         return ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;",
-                f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
-                "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
+                f"mul.wide.u32 %pl_ga0, {self.capacity}, 8;", "add.s64 %pl_ga0, %pl_ga0, %pl_d3;",
+                "st.global.u64 [%pl_ga0], %pl_accd;"]  # the first sink slot
 
     def epilogue(self, k: int) -> list[str]:
         L = self.layout
@@ -496,10 +533,10 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout."""
     if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
-    if (layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "last") or \
+    if (layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "sink") or \
             layout.capacity < 1:
         raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
-                                   "(global staging in clamp mode stores past the capacity over the last slot)")
+                                   "(global staging in clamp mode stores past the capacity in sink slots)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
     lines = ptx.split("\n")
     if layout.staging == "shared" and layout.mode == "clamp":
@@ -508,9 +545,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     hoisted, moved = _loop_bookkeeping(lines, info)
     # clamp mode only: in a circular buffer a late store could land on a newer record's slot
     flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared") if layout.mode == "clamp" \
-        else set()
+        else {}
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
-                    info.loop_sites > 0, defers=bool(flush_after))
+                    info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites))
     ids = {name: i for i, name in enumerate(info.scopes)}
     site_at = {s.line: s for s in info.sites}
     out: list[str] = []
@@ -534,7 +571,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
                     not stripped:
                 out.append(line)
                 continue
-            out += ["\t" + r for r in _Emitter.REGS]
+            out += ["\t" + r for r in emit.registers()]
             out += ["\t" + s for s in emit.prologue()]
             regs_done = True
         if i in moved:
@@ -545,7 +582,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
             out += ["\t" + s for s in emit.record(site, encode_tag(ids[site.name], site.kind == "exit"))]
             continue
         if i in flush_after:  # the loop's back edge: on the way out, store its deferred record
-            out += [line, "\t// proton_lite: deferred record", "\t" + emit.deferred_store()]
+            out += [line] + ["\t" + s for s in emit.loop_exit_store(*flush_after[i])]
             continue
         rm = _RET_RE.match(line) if regs_done else None
         if rm:
@@ -630,7 +667,7 @@ def _loop_bookkeeping(lines: list[str], info: PtxScan) -> tuple[dict[int, list[s
     return hoisted, moved
 
 
-def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: bool) -> set[int]:
+def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: bool) -> dict[int, tuple[int, bool]]:
     """A loop body's last record leaves its store to the next record: the first record of
     the next iteration stores both, and so does one store after the loop's back edge on the
     way out.
@@ -652,12 +689,23 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
     _loop_bookkeeping), that edge is conditional (its fall-through is the only way out of
     the body: no branch inside leaves it, no ``ret``), the first record is straight after
     the loop's head label, and the loop has one back edge.  The slot is taken at the
-    record, as before, so a record is written where it always was, only a few cycles later;
-    every store of set 2 stores the deferred record to its own slot, so a repeated one
-    changes nothing.  Marks the sites; returns the lines of the back edges to store after."""
+    record, as before, so a record is written where it always was, only a few cycles later.
+
+    With global staging, outside tight loops (first record not linked to the last one), the
+    last record does not even compute its address: the next iteration's first record stores
+    it at its own address - 8 (their slots are consecutive; past the capacity the first record
+    takes the second sink slot, so the deferred one lands in the first). ptxas had reused the
+    deferred record's 64-bit address register right after that store and waited ~20 cycles
+    for the store to read it: 17.2 / 14.0 -> 11.2 / 11.5 cycles per record with 8 / 32 FMAs
+    per iteration (in the tightest loop it measured 23.3 against 19.5, so tight loops keep
+    the address in set 2; docs/benchmarks.md, "Record sequence, sixth version"). Every
+    deferring loop has its own pending predicate, cleared on the way out, so that a pending
+    record is stored once, by its own loop.
+
+    Marks the sites; returns {back edge line: (loop number, stored by address)}."""
     labels = {m.group(1): j for j, line in enumerate(lines) for m in [_LABEL_RE.match(line)] if m}
     heads = [head for head, _ in info.back_edges]
-    flush_after: set[int] = set()
+    flush_after: dict[int, tuple[int, bool]] = {}
     for head, branch in info.back_edges:
         body = [s for s in info.sites if head < s.line < branch]
         if len(body) < 2 or heads.count(head) > 1 or _gap(lines, head, body[0].line) is None:
@@ -676,8 +724,11 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
                 leaves = True
                 break
         if not leaves:
+            n, by_address = len(flush_after), not shared and not body[0].keeps_other
             body[0].flushes, body[-1].defers = True, True
-            flush_after.add(branch)
+            for site in (body[0], body[-1]):
+                site.loop, site.by_address = n, by_address
+            flush_after[branch] = (n, by_address)
     return flush_after
 
 

@@ -24,7 +24,7 @@ from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
                                                PtxScan, rewrite, scan, shared_bytes, staging_offset, strip_markers)
 
-PASS_VERSION = "proton_lite-ptx-pass-5"
+PASS_VERSION = "proton_lite-ptx-pass-6"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -47,7 +47,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
             # sized per launch; the compiled capacity is the fallback when the arguments cannot
             # be read (at least 2, so that a buffer proton_lite did not allocate is never overrun)
             return BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
-                                config.buffer_mode, sized_at_launch=True, overflow="last")
+                                config.buffer_mode, sized_at_launch=True, overflow="sink")
         else:
             capacity = config.loop_capacity
     else:
@@ -55,9 +55,9 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     if config.buffer_mode == "circular":
         capacity = 1 << (capacity - 1).bit_length()
     for staging in ("shared", "global"):
-        # global staging in clamp mode: a record past the capacity overwrites the last slot
-        # (one min, no per-record predicate: design.md §2); shared staging has a sink slot
-        overflow = "last" if staging == "global" and config.buffer_mode == "clamp" else "drop"
+        # global staging in clamp mode: a record past the capacity goes to the unit's sink slots
+        # (one min, no per-record predicate: design.md §2); shared staging has its own sinks
+        overflow = "sink" if staging == "global" and config.buffer_mode == "clamp" else "drop"
         layout = BufferLayout(config.granularity, num_warps, capacity, staging, config.buffer_mode, overflow=overflow)
         need = shared_bytes(layout)
         if staging == "global" or staging_offset(triton_shared) + need <= SHARED_TOTAL_LIMIT:

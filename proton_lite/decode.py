@@ -41,7 +41,7 @@ _BEFORE_START = 1 << 24
 
 def cta_block_dtype(layout: BufferLayout) -> np.dtype:
     unit = np.dtype([("count", "<u4"), ("magic", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
-                     ("rec", "<u4", (layout.capacity, 2))])
+                     ("rec", "<u4", (layout.capacity, 2)), ("sink", "<u4", (layout.sink_slots, 2))])
     dt = np.dtype([("magic", "<u4"), ("smid", "<u4"), ("start_gt", "<u8"), ("start_clk", "<u8"),
                    ("version", "<u4"), ("units", "<u4"), ("unit", unit, (layout.units, ))])
     assert dt.itemsize == layout.stride, (dt.itemsize, layout.stride)

@@ -11,7 +11,7 @@ Per launch the buffer holds one *CTA block* per CTA, in linear CTA order
      24  u32  layout_version   LAYOUT_VERSION
      28  u32  units            recording units in this CTA
     then one *unit block* per recording unit (warp, warp group or CTA), each
-    ``UNIT_HEADER_BYTES + capacity * 8`` bytes:
+    ``UNIT_HEADER_BYTES + (capacity + sink_slots) * 8`` bytes:
       0  u32  count            records the unit tried to write (count > capacity: some dropped)
       4  u32  magic            0x31554C50 ("PLU1") once the unit reached the end of the kernel
       8  u64  end_globaltimer  %globaltimer at the unit's exit (before its flush)
@@ -19,12 +19,16 @@ Per launch the buffer holds one *CTA block* per CTA, in linear CTA order
      24  records: capacity x 8 bytes, each
           0 u32 tag    (scope_id << 1) | is_end
           4 u32 clock  low 32 bits of %clock64 (unwrapped by the decoder against start_clock)
+         then sink_slots x 8 bytes that the decoder never reads
 
-A record past the capacity is not kept.  With shared staging (and in circular mode) every
-slot holds a record of its own: a unit keeps ``min(count, capacity)``.  With global staging
-in clamp mode (``overflow == "last"``) a record past the capacity is stored over the unit's
-last slot, so the store needs no per-record branch: a unit whose count exceeds the capacity
-keeps its first ``capacity - 1`` records (``BufferLayout.kept``).
+A record past the capacity is not kept, and never lands on a kept one: a unit keeps
+``min(count, capacity)`` (``BufferLayout.kept``).  With shared staging the records past the
+capacity go to sink slots in shared memory, which are never copied out.  With global staging
+in clamp mode (``overflow == "sink"``, since 2026-11-24) they go to two sink slots after the
+capacity in the unit block itself (``sink_slots == 2``), so a store needs no per-record
+branch and no predicate, even for a unit of capacity 0.  Captures from 2026-11-23 have
+``overflow == "last"`` instead: no sink slots, a record past the capacity went over the
+unit's last slot, and a unit whose count exceeds the capacity keeps ``capacity - 1``.
 
 A kernel whose records per unit depend on its launch arguments (``sized_at_launch``, see
 ``proton_lite/bound_expr.py``) has a 16-byte *launch prefix* before the first CTA block::
@@ -59,6 +63,10 @@ MAX_LAUNCH_CAPACITY = (1 << 24) - 1
 # ``profile_scratch_align`` of kernels sized at launch: Triton passes it to the profile
 # allocator, which is how the allocator knows that this launch needs its arguments
 LAUNCH_SIZED_ALIGN = 64
+# sink slots after the capacity of a global-staged unit (overflow == "sink"): one for records
+# past the capacity, and one more because a loop's deferred record and the record after it
+# can be stored from one address (the pass, _defer_loop_tails)
+GLOBAL_SINK_SLOTS = 2
 DEFAULT_ALIGN = 16
 
 
@@ -74,14 +82,15 @@ class BufferLayout:
     # capacity set per launch from the kernel's arguments (then ``capacity`` is the compiled
     # fallback, used when the arguments cannot be read); records go straight to global memory
     sized_at_launch: bool = False
-    # where a clamp-mode record past the capacity goes: "drop" (not stored; shared staging,
-    # whose sink slot is never copied out) or "last" (stored over the unit's last slot: global
-    # staging, which then needs no per-record branch; a unit that overflowed keeps capacity - 1)
+    # where a clamp-mode record past the capacity goes: "drop" (not in the buffer: shared
+    # staging, whose sink slots are never copied out), "sink" (global staging: two slots after
+    # the capacity in each unit block, never read) or, in captures from 2026-11-23, "last"
+    # (over the unit's last slot; a unit that overflowed keeps capacity - 1)
     overflow: str = "drop"
 
     def kept(self, counts: np.ndarray) -> np.ndarray:
         """Records that each unit's block holds, from the counts the units wrote."""
-        if self.mode == "clamp" and self.overflow == "last":
+        if self.mode == "clamp" and self.overflow == "last":  # (captures from 2026-11-23)
             return np.where(counts > self.capacity, max(self.capacity - 1, 0), counts)
         return np.minimum(counts, self.capacity)
 
@@ -95,8 +104,13 @@ class BufferLayout:
         return self.num_warps // self.unit_warps
 
     @property
+    def sink_slots(self) -> int:
+        """Slots after the capacity in each unit block, for records past the capacity."""
+        return GLOBAL_SINK_SLOTS if self.overflow == "sink" else 0
+
+    @property
     def unit_bytes(self) -> int:
-        return UNIT_HEADER_BYTES + self.capacity * RECORD_BYTES
+        return UNIT_HEADER_BYTES + (self.capacity + self.sink_slots) * RECORD_BYTES
 
     @property
     def stride(self) -> int:

@@ -26,10 +26,13 @@ def launch_buffer(layout: BufferLayout, ctas):
             unit = b["unit"][u]
             unit["count"], unit["magic"], unit["end_gt"], unit["end_clk"] = count, UNIT_MAGIC, end_gt, end_clk
             stored = recs[:layout.capacity]
-            if layout.overflow == "last" and len(recs) > layout.capacity:  # as the device does:
+            if layout.overflow == "last" and len(recs) > layout.capacity:  # as the device did:
                 stored = recs[:layout.capacity - 1] + recs[-1:]  # every record past it hit the last slot
             for j, (tag, clk) in enumerate(stored):
                 unit["rec"][j] = (tag, clk & 0xFFFFFFFF)
+            if layout.sink_slots and len(recs) > layout.capacity:  # as the device does: past the capacity,
+                for j, (tag, clk) in enumerate(recs[-layout.sink_slots:]):  # records land in the sink slots
+                    unit["sink"][j] = (tag, clk & 0xFFFFFFFF)
     return blocks.tobytes()
 
 

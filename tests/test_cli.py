@@ -801,12 +801,14 @@ def test_compile_report_matches_the_kernel(case, capsys):
         assert s["enter_sites"] == s["exit_sites"] >= 1
     assert r["num_warps"] == num_warps and r["units_per_cta"] == num_warps
     cap = r["capacity"]
-    assert r["buffer_bytes_per_cta"] == CTA_HEADER_BYTES + num_warps * (UNIT_HEADER_BYTES + cap * RECORD_BYTES)
+    assert r["sink_slots"] == (2 if r["staging"] == "global" else 0)  # global units: two slots past the capacity
+    assert r["buffer_bytes_per_cta"] == CTA_HEADER_BYTES + num_warps * (UNIT_HEADER_BYTES +
+                                                                        (cap + r["sink_slots"]) * RECORD_BYTES)
     if r["sized_at_launch"]:  # a loop bounded by an argument: sized per launch, records straight to global
         assert r["shared_staging_bytes"] == 0 and r["staging"] == "global"
         assert r["records_per_unit"]["from_arguments"] == {"loop_scopes": ["n_iter"], "matmul_per_iter": ["K"]}[case]
     else:
-        assert r["shared_staging_bytes"] == num_warps * ((cap + 2) // 2 * 2) * RECORD_BYTES  # + sink slot, even
+        assert r["shared_staging_bytes"] == num_warps * ((cap + 3) // 2 * 2) * RECORD_BYTES  # + 2 sink slots, even
         assert r["records_per_unit"]["from_arguments"] is None
     if r["loop_record_sites"]:
         assert r["records_per_unit"]["exact"] is None

@@ -115,18 +115,21 @@ def test_dropped_records_name_the_capacity_that_keeps_them(tmp_path, mode, hint)
     assert prof.keep_all_hint() is None
 
 
-@pytest.mark.parametrize("overflow", ["last", "drop"])
-def test_records_past_the_capacity_of_global_staging_overwrite_the_last_slot(tmp_path, overflow):
-    """Global staging (clamp) stores a record past the capacity over the unit's last slot, so
-    a unit that overflowed keeps capacity - 1 records and the last slot's newest record is
-    not taken for the one that was there. Captures from before that (no "overflow" in the
-    layout) kept every slot."""
+@pytest.mark.parametrize("overflow", ["sink", "last", "drop"])
+def test_records_past_the_capacity_of_global_staging_go_to_its_sink_slots(tmp_path, overflow):
+    """Global staging (clamp) stores a record past the capacity in the unit's two sink slots
+    after the capacity, which the decoder never reads: a unit keeps min(count, capacity), and
+    the records in the sinks are not taken for kept ones. Captures from 2026-11-23 ("last")
+    stored it over the unit's last slot, so a unit that overflowed keeps capacity - 1 and the
+    last slot's newest record is not taken for the one that was there. Captures from before
+    that (no "overflow" in the layout) kept every slot."""
     from synth import kernel_meta, launch_buffer
     from proton_lite.layout import BufferLayout, encode_tag
     from proton_lite.raw_format import RawWriter
     layout = BufferLayout("warp", 2, 4, "global", overflow=overflow)
     assert BufferLayout.from_json(layout.to_json()) == layout
-    assert ("overflow" in layout.to_json()) == (overflow == "last")  # old captures read as "drop"
+    assert ("overflow" in layout.to_json()) == (overflow != "drop")  # old captures read as "drop"
+    assert layout.unit_bytes == 24 + 8 * (4 + (2 if overflow == "sink" else 0))
     path = str(tmp_path / "o.plraw")
     w = RawWriter(path, {"name": "synth"})
     w.kernel(kernel_meta(0, "k", ["a"], layout))

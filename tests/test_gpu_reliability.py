@@ -127,6 +127,21 @@ def loop_out_of_place(x_ptr, o_ptr, n_ptr, BLOCK: tl.constexpr):
     tl.store(o_ptr + offs, acc)
 
 
+@triton.jit
+def long_loop_out_of_place(x_ptr, o_ptr, n_ptr, BLOCK: tl.constexpr):
+    """loop_out_of_place with 16 dependent FMAs per iteration: not a tight loop, so with global
+    staging its last record is stored at the next record's address - 8 (design.md §2)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.load(x_ptr + offs)
+    n_iter = tl.load(n_ptr)
+    for i in range(n_iter):
+        pl.enter_scope("step")
+        for _ in tl.static_range(16):
+            acc = acc * 1.0001 + 1.0
+        pl.exit_scope("step")
+    tl.store(o_ptr + offs, acc)
+
+
 def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path):
     x = torch.rand(7 * 128, device="cuda")
     iters = (300, 300, 40)  # 600, 600 and 80 records per warp
@@ -153,30 +168,34 @@ def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path)
     assert "run again with a larger buffer" in s.result.summary_line
 
 
-def test_overflow_in_global_staging_keeps_the_first_records_and_counts_the_rest(tmp_path):
+@pytest.mark.parametrize("kernel", [loop_out_of_place, long_loop_out_of_place], ids=["tight", "long"])
+def test_overflow_in_global_staging_keeps_the_first_records_and_counts_the_rest(tmp_path, kernel):
     """A capacity too large to stage in shared memory puts the records in global memory, where
-    a record past the capacity is stored over its unit's last slot (no compare per record):
-    every unit keeps its first capacity - 1 records, the rest are counted dropped, the kernel's
-    output is unchanged, and nothing is written past a unit (the sanitizer run of
-    tests/run_gpu.sh includes this test)."""
+    a record past the capacity goes to its unit's sink slots (no compare per record): every
+    unit keeps exactly its first `capacity` records, the rest are counted dropped, the
+    kernel's output is unchanged, and nothing is written past a unit (the sanitizer run of
+    tests/run_gpu.sh includes this test). In the long loop the deferred record is stored at
+    the next one's address - 8, which takes the second sink slot past the capacity."""
     from proton_lite.layout import BufferLayout
     x = torch.rand(7 * 128, device="cuda")
     n = torch.tensor([4000], device="cuda", dtype=torch.int32)  # 8000 records per warp
     plain = torch.empty_like(x)
-    loop_out_of_place[(7, )](x, plain, n, BLOCK=128)
+    kernel[(7, )](x, plain, n, BLOCK=128)
     out = torch.full_like(x, -1.0)
-    with proton_lite.start(str(tmp_path / "g"), quiet=True, loop_capacity=7500, formats=()) as s:
-        loop_out_of_place[(7, )](x, out, n, BLOCK=128)  # 4 warps x 7502 slots: more than shared memory
+    with proton_lite.start(str(tmp_path / "g"), quiet=True, loop_capacity=7501, formats=()) as s:
+        kernel[(7, )](x, out, n, BLOCK=128)  # 4 warps x 7503 slots: more than shared memory
     torch.cuda.synchronize()
     assert torch.equal(out, plain)
     cap = read_raw(s.result.raw_path)
-    (meta, ) = [m for m in cap.kernels.values() if m["name"] == "loop_out_of_place"]
+    (meta, ) = [m for m in cap.kernels.values() if m["name"] == kernel.__name__]
     layout = BufferLayout.from_json(meta["proton_lite"]["layout"])
-    assert (layout.staging, layout.overflow, layout.capacity) == ("global", "last", 7500)
-    assert s.result.dropped == 7 * 4 * (8000 - 7499)
+    assert (layout.staging, layout.overflow, layout.capacity) == ("global", "sink", 7501)
+    assert s.result.dropped == 7 * 4 * (8000 - 7501)
     prof = decode(cap)
-    # the kept 7499 records of each warp: 3749 enter/exit pairs, then an enter whose exit was dropped
-    assert len(prof.intervals) == 7 * 4 * (7499 // 2) and (prof.intervals["cycles"] > 0).all()
+    # the kept 7501 records of each warp: 3750 enter/exit pairs, then an enter whose exit was
+    # dropped (an odd capacity: the 7501st record is a deferred-pair's first, stored by address)
+    assert len(prof.intervals) == 7 * 4 * 3750 and (prof.intervals["cycles"] > 0).all()
+    assert prof.total_unmatched == 7 * 4
 
 
 def test_exit_without_stop_still_writes_the_raw_capture(tmp_path):

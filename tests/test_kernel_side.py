@@ -35,8 +35,10 @@ def test_instrumented_kernel_compiles_assembles_and_asks_for_a_buffer(name):
     layout = k.profile["layout"]
     assert layout["num_warps"] == num_warps
     units = num_warps
+    sinks = 2 if layout.get("overflow") == "sink" else 0  # global staging: two sink slots per unit
+    assert layout.get("overflow", "drop") == ("sink" if layout["staging"] == "global" else "drop")
     assert k.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + units * (UNIT_HEADER_BYTES +
-                                                                             layout["capacity"] * RECORD_BYTES)
+                                                                             (layout["capacity"] + sinks) * RECORD_BYTES)
     assert not stage_hook.installed()  # compile() leaves no hook behind
 
 
@@ -139,17 +141,19 @@ def test_a_kernel_sized_at_launch_reads_its_capacity_from_the_buffer_prefix():
     assert "ld.global.u32 %pl_r24, [%pl_d0];" in prologue
     assert f"setp.eq.u32 %pl_p5, %pl_r25, {LAUNCH_CAPACITY_TAG};" in prologue  # untagged: no records
     assert f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};" in prologue
+    # unit_bytes = 8 * capacity + the header and the two sink slots, at run time
+    assert f"add.s64 %pl_d11, %pl_d11, {UNIT_HEADER_BYTES + 2 * RECORD_BYTES};" in prologue
     records = [r.split("add.u32 %pl_r3")[0] for r in ptx.split("// proton_lite: record")[1:]]
     assert len(records) == 2
-    # past the capacity a record overwrites the last slot; with no slot at all (capacity 0:
-    # an untagged buffer) nothing is stored. Both from the prologue: no compare per record
-    assert "sub.u32 %pl_last, %pl_r24, 1;" in prologue and "setp.ne.u32 %pl_p7, %pl_r24, 0;" in prologue
+    # past the capacity a record goes to the first sink slot (index capacity); a capacity-0
+    # launch (an untagged buffer) stores nothing. Both from the prologue: no compare per record
+    assert "setp.ne.u32 %pl_p7, %pl_r24, 0;" in prologue
     for body in records:
-        assert re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_last;", body)
+        assert re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_r24;", body)
         assert "setp" not in body
     # the loop's last record is stored later (by the next iteration's first record, or after
-    # the loop) under the same predicate, which it hands over in %pl_pd
-    assert "@%pl_p7 st.global.v2.u32" in records[0] and "mov.pred %pl_pd, %pl_p7;" in records[1]
+    # the loop) under the same predicate, which it hands over in its loop's %pl_pd0
+    assert "@%pl_p7 st.global.v2.u32" in records[0] and "mov.pred %pl_pd0, %pl_p7;" in records[1]
     assert "st.shared" not in ptx.split("// proton_lite: prologue")[1]
     assert len(k.asm["cubin"]) > 0  # ptxas assembled it
 
@@ -186,7 +190,7 @@ def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, st
     kw = {"shared": {"capacity": 20}, "global": {}, "global_compiled": {"capacity": 30000}}[staging]
     k = compile_case("loop_scopes", granularity=granularity, **kw)
     assert k.profile["layout"]["staging"] == staging.split("_")[0]
-    assert k.profile["layout"].get("overflow", "drop") == ("drop" if staging == "shared" else "last")
+    assert k.profile["layout"].get("overflow", "drop") == ("drop" if staging == "shared" else "sink")
     prologue = k.asm["ptx"].split("// proton_lite: prologue")[1].split("$pl_prologue_done:")[0]
     records = [r.split("add.u32 %pl_r3")[0] for r in k.asm["ptx"].split("// proton_lite: record")[1:]]
     assert len(records) == 2
@@ -194,9 +198,9 @@ def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, st
         store = [ln.strip() for ln in body.split("\n") if ("st.shared" in ln or "st.global" in ln) and
                  "%pl_ga2" not in ln]  # the store of the deferred record (global staging) is checked below
         if staging != "shared" and n == 1:  # stored by the next record, under the same predicate
-            assert store == [] and (f"mov.pred %pl_pd, {'%pl_p7' if staging == 'global' else '%pl_p0'};" in body
+            assert store == [] and (f"mov.pred %pl_pd0, {'%pl_p7' if staging == 'global' else '%pl_p0'};" in body
                                     if granularity != "warp" or staging == "global" else
-                                    "setp.eq.u32 %pl_pd, 0, 0;" in body)
+                                    "setp.eq.u32 %pl_pd0, 0, 0;" in body)
             continue
         bound = [ln.strip() for ln in body.split("\n") if ln.strip().startswith("setp")]
         if staging == "shared":  # a pair, at a pointer that saturates at the sink slots
@@ -210,13 +214,13 @@ def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, st
             continue
         assert len(store) == 1
         if staging == "global":  # the store predicate (capacity > 0, and the leader) is the prologue's
-            assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_last;", body)
+            assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, %pl_r24;", body)
             assert store[0].startswith("@%pl_p7 st.global")
             leader = "setp.ne.and.u32 %pl_p7, %pl_r24, 0, %pl_p0;" if granularity != "warp" else \
                 "setp.ne.u32 %pl_p7, %pl_r24, 0;"
             assert leader in prologue
         else:
-            assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, 29999;", body)
+            assert not bound and re.search(r"min\.u32 %pl_slot\d, %pl_r3, 30000;", body)  # the first sink slot
             assert store[0].startswith("st.global" if granularity == "warp" else "@%pl_p0 st.global")
 
 
@@ -551,7 +555,7 @@ def test_only_a_tight_loop_of_two_records_with_shared_staging_stores_them_in_pai
             "long tail": ["$L_head:", "E r", add, "X r", *[add] * 9, *tail],
             "label between": ["$L_head:", "E r", add, "$L_mid:", "X r", *tail],
             "three records": ["$L_head:", "E r", add, "X r", "E s", *tail[:2], "X s", tail[2]]}.get(change)
-    layout = {"global": BufferLayout("warp", 1, 64, "global", overflow="last"),
+    layout = {"global": BufferLayout("warp", 1, 64, "global", overflow="sink"),
               "circular": BufferLayout("warp", 1, 64, "shared", "circular")}.get(change, BufferLayout("warp", 1, 64, "shared"))
     out = _rewrite(loop or ["$L_head:", "E r", add, "X r", *tail], layout)
     paired = out.count("st.shared.v2.u32 [%pl_ptr+8]")
@@ -663,8 +667,8 @@ def test_warp_records_store_from_every_lane_outside_loops_and_from_the_leader_in
     assert stores(loop) == ["@%pl_p0", "@%pl_p0"]  # one pair, stored by the second record
     sized = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
     # global: capacity > 0 only (measured the same either way); the loop's last record is
-    # stored by the first one and after the loop, under %pl_pd (= %pl_p7 once set)
-    assert stores(sized) == ["@%pl_pd", "@%pl_p7", "@%pl_pd"]
+    # stored by the first one and after the loop, under %pl_pd0 (= %pl_p7 once set)
+    assert stores(sized) == ["@%pl_pd0", "@%pl_p7", "@%pl_pd0"]
 
 
 def _rewrite(body: list[str], layout) -> str:
@@ -676,17 +680,19 @@ def _rewrite(body: list[str], layout) -> str:
 
 def _global_rewrite(body, granularity="warp", num_warps=1):
     from proton_lite.layout import BufferLayout
-    return _rewrite(body, BufferLayout(granularity, num_warps, 64, "global", overflow="last"))
+    return _rewrite(body, BufferLayout(granularity, num_warps, 64, "global", overflow="sink"))
 
 
 _DEFERRED = "st.global.v2.u32 [%pl_ga2], {%pl_tag2, %pl_clk2};"
+_BY_ADDRESS = re.compile(r"st\.global\.v2\.u32 \[%pl_ga\d\+-8\], \{%pl_tag2, %pl_clk2\};")
 
 
 def _deferral(out: str) -> tuple[int, int, int]:
     """(records that leave their store to a later one, stores of a deferred record inside
-    records, stores of one after a loop)."""
+    records, at its own address or the record's address - 8, stores of one after a loop)."""
     records = [r.split("add.u32 %pl_r3")[0] for r in out.split("// proton_lite: record")[1:]]
-    return (sum("%pl_clk2, %clock" in r for r in records), sum(_DEFERRED in r for r in records),
+    return (sum("%pl_clk2, %clock" in r for r in records),
+            sum(_DEFERRED in r or bool(_BY_ADDRESS.search(r)) for r in records),
             out.count("// proton_lite: deferred record"))
 
 
@@ -700,19 +706,70 @@ def test_a_loop_s_last_global_record_is_stored_by_the_next_iteration_s_first():
     out = _global_rewrite(["E k"] + loop + ["X k"])
     lines = [ln.strip() for ln in out.split("\n")]
     assert _deferral(out) == (1, 1, 1)
-    assert "setp.ne.u32 %pl_pd, 0, 0;" in out.split("$pl_prologue_done:")[0]
+    assert "setp.ne.u32 %pl_pd0, 0, 0;" in out.split("$pl_prologue_done:")[0]
     first, last = [r.split("add.u32 %pl_r3")[0] for r in out.split("// proton_lite: record")[2:4]]
     # first record of the body: timer read, then the deferred store, then its own store
     assert first.index("%clock;") < first.index(_DEFERRED) < first.index("st.global.v2.u32 [%pl_ga0]")
-    # last record: slot, address and clock in set 2, no store; every lane would store: %pl_pd true
-    assert "st.global" not in last and "setp.eq.u32 %pl_pd, 0, 0;" in last
-    assert re.search(r"min\.u32 %pl_slot2, %pl_r3, 63;", last)
+    # last record: slot, address and clock in set 2, no store; every lane would store: %pl_pd0 true.
+    # (a tight loop: its last record computes its own address, the first sink slot past the capacity)
+    assert "st.global" not in last and "setp.eq.u32 %pl_pd0, 0, 0;" in last
+    assert re.search(r"min\.u32 %pl_slot2, %pl_r3, 64;", last)
     back_edge = lines.index("@%p1 bra $L_head;")
-    assert lines[back_edge + 1:back_edge + 3] == ["// proton_lite: deferred record", "@%pl_pd " + _DEFERRED]
+    # on the way out: the pending record, then its loop's predicate is cleared
+    assert lines[back_edge + 1:back_edge + 4] == ["// proton_lite: deferred record", "@%pl_pd0 " + _DEFERRED,
+                                                  "setp.ne.u32 %pl_pd0, 0, 0;"]
     # records outside the loop store as before
     assert _deferral(_global_rewrite(["E k", "X k"])) == (0, 0, 0)
     # leader stores (warp groups): the deferred record keeps the leader predicate
-    assert "mov.pred %pl_pd, %pl_p0;" in _global_rewrite(loop, "warpgroup", 4)
+    assert "mov.pred %pl_pd0, %pl_p0;" in _global_rewrite(loop, "warpgroup", 4)
+
+
+def test_outside_tight_loops_a_deferred_global_record_is_stored_at_the_next_one_s_address_minus_8():
+    """A longer loop's last record computes no address: the next iteration's first record,
+    whose slot follows it, stores it at its own address - 8, and takes the second sink slot
+    (capacity + 1) past the capacity so that the deferred one lands in the first, never on a
+    kept slot. On the way out its slot is count - 1, or the first sink slot. ptxas had reused
+    the deferred record's own address register right after its store and waited ~20 cycles
+    for the store to read it (17.2 -> 11.2 cycles per record with 8 FMAs per iteration)."""
+    fmas = ["\tfma.rn.f32 %f1, %f1, %f2, %f3;"] * 9  # more than CLOSE_GAP: not a tight loop
+    loop = ["$L_head:", "E r", *fmas, "X r", "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;",
+            "\t@%p1 bra $L_head;"]
+    out = _global_rewrite(["E k"] + loop + ["X k"])
+    assert _deferral(out) == (1, 1, 1)
+    first, last = [r.split("add.u32 %pl_r3")[0] for r in out.split("// proton_lite: record")[2:4]]
+    assert "%pl_slot2" not in last and "%pl_ga2" not in last and "st.global" not in last  # no address at all
+    assert "min.u32 %pl_slot0, %pl_r3, 65;" in first  # the second sink slot
+    assert first.index("%clock;") < first.index("@%pl_pd0 st.global.v2.u32 [%pl_ga0+-8], {%pl_tag2, %pl_clk2};") < \
+        first.index("st.global.v2.u32 [%pl_ga0], {%pl_tag0, %pl_clk0};")
+    exit_store = out.split("// proton_lite: deferred record")[1].split("\n")[1:7]
+    assert [ln.strip() for ln in exit_store] == [
+        "sub.u32 %pl_slot2, %pl_r3, 1;", "min.u32 %pl_slot2, %pl_slot2, 64;", "mul.wide.u32 %pl_ga2, %pl_slot2, 8;",
+        "add.s64 %pl_ga2, %pl_ga2, %pl_d3;", "@%pl_pd0 " + _DEFERRED, "setp.ne.u32 %pl_pd0, 0, 0;"]
+    # sized at launch: the sink slots from the launch's capacity, and the stores' predicate
+    from proton_lite.layout import BufferLayout
+    sized = _rewrite(["E k"] + loop + ["X k"], BufferLayout("warp", 1, 64, "global", sized_at_launch=True,
+                                                             overflow="sink"))
+    assert "add.u32 %pl_gs2, %pl_r24, 1;" in sized and "min.u32 %pl_slot0, %pl_r3, %pl_gs2;" in sized
+    assert "mov.pred %pl_pd0, %pl_p7;" in sized and "min.u32 %pl_slot2, %pl_slot2, %pl_r24;" in sized
+
+
+def test_every_deferring_loop_has_a_pending_predicate_of_its_own():
+    """A record stored at the next record's address - 8 must be stored by its own loop only:
+    a later loop, or an inner loop entered again, storing a stale one would put it on another
+    record's slot. So each deferring loop hands over in %pl_pd<n>, false at CTA start and
+    cleared on the way out."""
+    fmas = ["\tfma.rn.f32 %f1, %f1, %f2, %f3;"] * 9
+    def loop(n):
+        return [f"$L_{n}:", "E r", *fmas, "X r", "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;",
+                f"\t@%p1 bra $L_{n};"]
+    out = _global_rewrite(["E k"] + loop("a") + ["X k"] + loop("b"))
+    assert ".reg .pred %pl_pd<2>;" in out
+    prologue = out.split("$pl_prologue_done:")[0]
+    assert "setp.ne.u32 %pl_pd0, 0, 0;" in prologue and "setp.ne.u32 %pl_pd1, 0, 0;" in prologue
+    records = [r.split("add.u32 %pl_r3")[0] for r in out.split("// proton_lite: record")[1:]]
+    assert "@%pl_pd0 st.global" in records[1] and "setp.eq.u32 %pl_pd0, 0, 0;" in records[2]
+    assert "@%pl_pd1 st.global" in records[4] and "setp.eq.u32 %pl_pd1, 0, 0;" in records[5]
+    assert out.count("setp.ne.u32 %pl_pd0, 0, 0;") == 2 and out.count("setp.ne.u32 %pl_pd1, 0, 0;") == 2
 
 
 @pytest.mark.parametrize("change", ["branch out", "ret", "unconditional", "label before first", "store after last",
@@ -751,9 +808,9 @@ def test_shared_staging_defers_outside_tight_loops_and_circular_buffers_never():
     out = _rewrite(loop, shared)
     assert _deferral(out) == (1, 0, 1)  # (the shared deferred store's own check below)
     first, last = [r.split("add.u32 %pl_r3")[0] for r in out.split("// proton_lite: record")[1:3]]
-    deferred = "@%pl_pd st.shared.v2.u32 [%pl_sa2], {%pl_tag2, %pl_clk2};"
+    deferred = "@%pl_pd0 st.shared.v2.u32 [%pl_sa2], {%pl_tag2, %pl_clk2};"
     assert first.index("mov.u32 %pl_sa0, %pl_ptr;") < first.index(deferred) < first.index("st.shared.v2.u32 [%pl_sa0]")
-    assert "mov.u32 %pl_sa2, %pl_ptr;" in last and "mov.pred %pl_pd, %pl_p0;" in last and "st.shared" not in last
+    assert "mov.u32 %pl_sa2, %pl_ptr;" in last and "mov.pred %pl_pd0, %pl_p0;" in last and "st.shared" not in last
     assert "min.u32 %pl_ptr, %pl_ptr, %pl_sink;" in last  # the pointer advances past its slot as before
     assert out.count(deferred) == 2  # the first record, and after the back edge
     tight = ["$L_head:", "E r", "\tadd.s32 %r3, %r3, 1;", "X r", *tail]
@@ -767,7 +824,8 @@ def test_no_store_comes_between_a_loop_s_last_timer_read_and_its_back_edge(fmas,
     edge to read its registers, however long the body (bench.py, 32 FMAs per element: 17.4
     cycles per record with global stores, whose loop ptxas tracks with one scoreboard, 9.0
     with shared ones; 13.9 and 7.0 with the store deferred). With the last record's store
-    deferred, the loop's stores come after its first timer read and before its last one."""
+    deferred, the loop's stores come after its first timer read and before its last one. Outside
+    tight loops, global ones share one address register (11.2 cycles with 8 FMAs)."""
     k = proton_lite.compile(_fma_loop, {"x_ptr": "*fp32", "n": "i32"}, {"FMAS": fmas}, num_warps=2, **kw)
     store = "STS" if kw else "STG"
     assert k.profile["layout"]["staging"] == ("shared" if kw else "global")
@@ -778,3 +836,6 @@ def test_no_store_comes_between_a_loop_s_last_timer_read_and_its_back_edge(fmas,
     body, = [b for b in bodies if any(i.opcode.startswith("CS2R") for i in b)]  # the records' loop
     kinds = [i.opcode.split(".")[0] for i in body if i.opcode.startswith((store, "CS2R"))]
     assert kinds == ["CS2R", store, store, "CS2R"], kinds  # two records, two stores per iteration
+    if store == "STG" and fmas > 1:  # not a tight loop: the deferred record at the next one's address - 8
+        addresses = [re.search(r"\[(R\d+)\.64(\+-0x8)?\]", i.text).groups() for i in body if i.opcode.startswith("STG")]
+        assert addresses[0][1] == "+-0x8" and addresses[1] == (addresses[0][0], None), addresses

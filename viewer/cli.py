@@ -482,7 +482,7 @@ def _sites_per_scope(ptx: str, n_scopes: int) -> list[list[int]] | None:
 def compile_report(ck, kernel_name: str, arch: int) -> dict:
     """What the instrumentation adds to a compiled kernel, as a JSON-serializable dict."""
     from proton_lite.bound_expr import arguments
-    from proton_lite.layout import GRANULARITY_WARPS
+    from proton_lite.layout import GRANULARITY_WARPS, BufferLayout
 
     pl = ck.profile or {}
     layout = pl.get("layout") or {}
@@ -504,6 +504,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         "staging": layout.get("staging"),
         "buffer_mode": layout.get("mode"),
         "capacity": layout.get("capacity"),
+        # slots after the capacity in each unit block, for records past it (global staging)
+        "sink_slots": BufferLayout.from_json(layout).sink_slots if layout else 0,
         "scopes": [{"id": i, "name": n,
                     "enter_sites": per_scope[i][0] if per_scope else None,
                     "exit_sites": per_scope[i][1] if per_scope else None} for i, n in enumerate(ck.scopes)],
@@ -563,12 +565,14 @@ def render_compile_report(r: dict, console) -> None:
     kv.add_row("record sites", f"{r['record_sites']} ({r['loop_record_sites']} inside loops)")
     kv.add_row(f"records per {unit}", estimate)
     if r.get("sized_at_launch"):
+        sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
         kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
-                                     f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x records per {unit}) bytes, global "
-                                     f"(capacity {r['capacity']} if its bound cannot be evaluated for a launch)")
+                                     f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x (records per {unit}{sinks})) bytes, "
+                                     f"global (capacity {r['capacity']} if its bound cannot be evaluated for a launch)")
     else:
+        sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
         kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
-                                     f"records per {unit}, {r['buffer_mode']})")
+                                     f"records per {unit}{sinks}, {r['buffer_mode']})")
     kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
                + ("" if r["staging"] == "shared" else " (records go straight to global memory)"))
     console.print(kv)
