@@ -35,8 +35,11 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 # ticks long: each end of a span is off by up to one tick, so 200 ticks bound the error at 1%.
 MIN_RATE_SPAN_TICKS = 200
 _MAX_CTA_NS = 3600 * 10**9  # a CTA end anchor later than this after its start is corrupt
-# A record may precede its CTA's start anchor by at most this many cycles (~8 ms).
+# A record may precede its CTA's start anchor by at most this many cycles (~8 ms), and a unit's
+# end anchor by at most _BEFORE_START_NS: other warps can run, and a short one finish, before
+# thread 0 reads the start anchor (seen on the H100 in bench.py's vector add: 300 ns CTAs).
 _BEFORE_START = 1 << 24
+_BEFORE_START_NS = 10**7
 
 
 def cta_block_dtype(layout: BufferLayout) -> np.dtype:
@@ -233,11 +236,14 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     # buffer, or a CTA that never ran, leaves it missing: counted, not decoded)
     valid = (blocks["magic"] == CTA_MAGIC) & (blocks["version"] == LAYOUT_VERSION) & \
         (blocks["units"] == layout.units)
-    # ... and only if its finished units' end anchors lie after its start, within an hour
-    # (0 <= end - start < limit as int64 is end - start < limit as uint64)
+    # ... and only if its finished units' end anchors lie after its start, within an hour, or
+    # a little before it (-early <= end - start < limit is end - start + early < limit + early
+    # in uint64 arithmetic, which wraps)
     fin_all = unit_all["magic"] == UNIT_MAGIC
-    plausible = ((unit_all["end_gt"] - blocks["start_gt"][:, None]) < np.uint64(_MAX_CTA_NS)) & \
-        ((unit_all["end_clk"] - blocks["start_clk"][:, None]) < np.uint64(4 * _MAX_CTA_NS))
+    early_gt, early_clk = np.uint64(_BEFORE_START_NS), np.uint64(_BEFORE_START)
+    plausible = ((unit_all["end_gt"] - blocks["start_gt"][:, None] + early_gt) <
+                 np.uint64(_MAX_CTA_NS) + early_gt) & \
+        ((unit_all["end_clk"] - blocks["start_clk"][:, None] + early_clk) < np.uint64(4 * _MAX_CTA_NS) + early_clk)
     valid &= (plausible | ~fin_all).all(1)
     valid &= _near_launch_median(blocks["start_gt"], valid, n_ctas)
     rows_at = np.flatnonzero(valid)  # CTA rows: index into the batch's blocks
@@ -272,9 +278,11 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     ref_row = ref[lrow] if n_l > 1 else ref[0]
     start_gt = (b_start_gt - ref_row).astype(np.int64)
     any_fin = finished.any(1)
-    end_gt_abs = np.where(any_fin, np.where(finished, u_end_gt, 0).max(1), b_start_gt)
+    # (a CTA never ends before it starts: the unit that holds thread 0 ends after its start
+    # anchor, but it may not have finished while others did, a little before that anchor)
+    end_gt_abs = np.maximum(np.where(any_fin, np.where(finished, u_end_gt, 0).max(1), b_start_gt), b_start_gt)
     end_gt = (end_gt_abs.astype(np.uint64) - ref_row).astype(np.int64)
-    end_clk = np.where(any_fin, np.where(finished, u_end_clk, 0).max(1), start_clk)
+    end_clk = np.maximum(np.where(any_fin, np.where(finished, u_end_clk, 0).max(1), start_clk), start_clk)
 
     # --- time alignment: per-SM fit, per-CTA fallback, launch-wide fallback -------------------
     tick_or_default = tick if np.isfinite(tick) else 32.0

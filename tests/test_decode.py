@@ -148,6 +148,41 @@ def test_records_past_the_capacity_of_global_staging_go_to_its_sink_slots(tmp_pa
     assert unit1["cycles"].tolist() == [50, 51][:1 if overflow == "last" else 2]
 
 
+def test_a_unit_that_ends_before_thread_0_read_the_start_anchor_keeps_its_cta(tmp_path):
+    """Other warps can run, and a short one finish, before thread 0 of their CTA reads the
+    start anchor: on the H100 bench.py's vector add (300 ns CTAs) lost one CTA per launch this
+    way, counted missing though every record was there. An end anchor a little before the
+    start (as records may be) keeps the CTA; one far before it (a corrupt one) does not."""
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    layout = BufferLayout("warp", 2, 2, "shared")
+    ok = [(encode_tag(0, False), 1100), (encode_tag(0, True), 1200)]
+    early = [(encode_tag(0, False), 1000 - 40), (encode_tag(0, True), 1000 - 10)]
+    profiles = []
+    for before_ns in (32, 10**8):  # one globaltimer tick; 100 ms (corrupt)
+        path = str(tmp_path / f"e{before_ns}.plraw")
+        w = RawWriter(path, {"name": "synth"})
+        w.kernel(kernel_meta(0, "k", ["a"], layout))
+        ctas = []
+        for i in range(64):
+            gt0 = 10**9 + 1000 * i
+            units = [(2, gt0 + 500, 1800, ok), (2, gt0 + 500, 1800, ok)]
+            if i == 5:  # unit 1 finished before thread 0 read the start anchor
+                units[1] = (2, gt0 - before_ns, 990, early)
+            ctas.append({"smid": i % 4, "start_gt": gt0, "start_clk": 1000, "units": units})
+        w.launch(0, 0, 0, (64, 1, 1), 64, 0, 0, launch_buffer(layout, ctas))
+        w.close()
+        profiles.append(decode(read_raw(path)))
+    kept, corrupt = profiles
+    assert kept.launches[["records", "dropped", "missing_ctas"]].tolist() == [(256, 0, 0)]
+    cta5 = kept.ctas[kept.ctas["cta"] == 5][0]
+    assert cta5["end_ns"] >= cta5["start_ns"]
+    early_scope = kept.intervals[(kept.intervals["cta"] == 5) & (kept.intervals["unit"] == 1)]
+    assert early_scope["cycles"].tolist() == [30] and early_scope["start_ns"][0] < cta5["start_ns"]
+    assert corrupt.launches[["records", "missing_ctas"]].tolist() == [(252, 1)]
+
+
 def test_a_launch_whose_buffer_does_not_match_its_grid_is_named(tmp_path):
     """A LAUNCH chunk with fewer bytes than its CTAs need (a corrupted or hand-edited file) is
     refused with the launch and the sizes, before any of it is read."""
