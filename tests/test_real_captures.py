@@ -19,7 +19,8 @@ CAPTURES = sorted(glob.glob(os.path.join(DATA, "*.plraw")))
 PER_UNIT = {"vector_add": 2, "softmax": 2, "matmul": 2, "loop_scopes": 37, "nested": 3, "helper_twice": 2,
             "const_loop": 300,  # format version 2 (BATCH chunks), 2026-11-23; the others are version 1
             "fidelity_instant": 1,
-            "loop_scopes_sized": 37}  # sized per launch (launch prefix, capacity 74), 2026-11-23
+            "loop_scopes_sized": 37,  # sized per launch (launch prefix, capacity 74), 2026-11-23
+            "loop_scopes_sinks": 37}  # the same, 2026-11-24: two sink slots per unit (overflow "sink")
 MAX_CYCLES_PER_NS = 1.98 * 1.01  # the H100's max SM clock, 1980 MHz, and 1% for the timer ticks
 
 
@@ -27,17 +28,20 @@ def test_the_captures_are_there():
     assert {os.path.basename(c)[:-6] for c in CAPTURES} == set(PER_UNIT)
 
 
-def test_the_capture_sized_at_launch_holds_exactly_its_records():
+@pytest.mark.parametrize("name,sinks", [("loop_scopes_sized", 0), ("loop_scopes_sinks", 2)])
+def test_the_capture_sized_at_launch_holds_exactly_its_records(name, sinks):
     """loop_scopes(x, 37) on the H100 with default sizing: the loop is bounded by an argument,
-    so the launch's buffer holds 74 records per warp, no more, after a 16-byte prefix."""
+    so the launch's buffer holds 74 records per warp, no more (but, since 2026-11-24, the two
+    sink slots of global staging), after a 16-byte prefix."""
     from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
-    cap = read_raw(os.path.join(DATA, "loop_scopes_sized.plraw"))
+    cap = read_raw(os.path.join(DATA, f"{name}.plraw"))
     (kid, meta), = [(k, m) for k, m in cap.kernels.items() if m["name"] == "loop_scopes"]
     layout = BufferLayout.from_json(meta["proton_lite"]["layout"])
     assert layout.sized_at_launch and meta["proton_lite"]["records_per_unit_expr"] is not None
     (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
     assert read_capacity_word(int(np.frombuffer(launch.buffer, "<u4", 1)[0])) == 74
     assert len(launch.buffer) == LAUNCH_PREFIX_BYTES + launch.num_ctas * layout.with_capacity(74).stride
+    assert layout.with_capacity(74).stride == 32 + 4 * (24 + 8 * (74 + sinks))  # format.md §1.1, §1.3
     assert cap.end["unsized_launches"] == 0
 
 
