@@ -461,13 +461,12 @@ class _Emitter:
             return []
         if L.staging == "shared":
             return [f"st.shared.u32 [%pl_r4+{L.capacity * RECORD_BYTES}], %pl_acc;"]
+        out = ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;"]
         if L.mode == "circular":  # no sink: slot ``count``, if it is a free one
-            return ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;",
-                    f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
-                    "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
-        return ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;",
-                f"mul.wide.u32 %pl_ga0, {self.capacity}, 8;", "add.s64 %pl_ga0, %pl_ga0, %pl_d3;",
-                "st.global.u64 [%pl_ga0], %pl_accd;"]  # the first sink slot
+            return out + [f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
+                          "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
+        return out + [f"mul.wide.u32 %pl_ga0, {self.capacity}, 8;", "add.s64 %pl_ga0, %pl_ga0, %pl_d3;",
+                      "st.global.u64 [%pl_ga0], %pl_accd;"]  # the first sink slot
 
     def epilogue(self, k: int) -> list[str]:
         L = self.layout
