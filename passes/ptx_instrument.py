@@ -97,6 +97,13 @@ class PtxScan:
         """Upper bound on records per unit when no marker is inside a loop."""
         return len(self.sites)
 
+    def loop_bodies(self):
+        """(head label line, back edge line, the record sites between them, whether this is
+        the head's only back edge) for every back edge, in order."""
+        heads = [head for head, _ in self.back_edges]
+        for head, branch in self.back_edges:
+            yield head, branch, [s for s in self.sites if head < s.line < branch], heads.count(head) == 1
+
 
 CLOSE_GAP = 8  # PTX instructions: a record at most this far behind another one is "close"
 MIN_CHAIN = 3  # outside loops, runs of close records shorter than this keep one register set
@@ -622,10 +629,8 @@ def _pair_tight_loops(lines: list[str], info: PtxScan) -> None:
     version"). Only for a loop with one back edge whose body has exactly two records, in one
     basic block. Marks the sites; the second record's set-1 registers and the first one's
     set 0 no longer keep each other alive."""
-    heads = [head for head, _ in info.back_edges]
-    for head, branch in info.back_edges:
-        body = [s for s in info.sites if head < s.line < branch]
-        if len(body) != 2 or heads.count(head) > 1 or not (body[0].keeps_other and body[1].keeps_other):
+    for _, _, body, single in info.loop_bodies():
+        if len(body) != 2 or not single or not (body[0].keeps_other and body[1].keeps_other):
             continue  # not linked both ways: not a tight loop
         if _gap(lines, body[0].line, body[1].line) is None:
             continue
@@ -650,8 +655,7 @@ def _loop_bookkeeping(lines: list[str], info: PtxScan) -> tuple[dict[int, list[s
     Returns (line of the record -> lines to emit before it, lines moved)."""
     hoisted: dict[int, list[str]] = {}
     moved: set[int] = set()
-    for head, branch in info.back_edges:
-        body = [s for s in info.sites if head < s.line < branch]
+    for _, branch, body, _ in info.loop_bodies():
         if not body:
             continue
         between = range(body[-1].line + 1, branch)
@@ -703,11 +707,9 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
 
     Marks the sites; returns {back edge line: (loop number, stored by address)}."""
     labels = {m.group(1): j for j, line in enumerate(lines) for m in [_LABEL_RE.match(line)] if m}
-    heads = [head for head, _ in info.back_edges]
     flush_after: dict[int, tuple[int, bool]] = {}
-    for head, branch in info.back_edges:
-        body = [s for s in info.sites if head < s.line < branch]
-        if len(body) < 2 or heads.count(head) > 1 or _gap(lines, head, body[0].line) is None:
+    for head, branch, body, single in info.loop_bodies():
+        if len(body) < 2 or not single or _gap(lines, head, body[0].line) is None:
             continue
         if body[0].pairs or (shared and body[0].keeps_other):
             continue  # a tight loop: its records are stored in pairs (shared staging), or left as they are
