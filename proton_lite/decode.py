@@ -277,12 +277,11 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         ref[m_l > 0] = np.minimum.reduceat(b_start_gt, row_start[m_l > 0])
     ref_row = ref[lrow] if n_l > 1 else ref[0]
     start_gt = (b_start_gt - ref_row).astype(np.int64)
-    any_fin = finished.any(1)
-    # (a CTA never ends before it starts: the unit that holds thread 0 ends after its start
-    # anchor, but it may not have finished while others did, a little before that anchor)
-    end_gt_abs = np.maximum(np.where(any_fin, np.where(finished, u_end_gt, 0).max(1), b_start_gt), b_start_gt)
+    # the latest end anchor of its finished units, and never before its start (no unit
+    # finished; or the unit that holds thread 0 did not, while others did, a little before)
+    end_gt_abs = np.maximum(np.where(finished, u_end_gt, 0).max(1), b_start_gt)
     end_gt = (end_gt_abs.astype(np.uint64) - ref_row).astype(np.int64)
-    end_clk = np.maximum(np.where(any_fin, np.where(finished, u_end_clk, 0).max(1), start_clk), start_clk)
+    end_clk = np.maximum(np.where(finished, u_end_clk, 0).max(1), start_clk)
 
     # --- time alignment: per-SM fit, per-CTA fallback, launch-wide fallback -------------------
     tick_or_default = tick if np.isfinite(tick) else 32.0

@@ -26,7 +26,7 @@ A record past the capacity is not kept, and never lands on a kept one: a unit ke
 capacity go to sink slots in shared memory, which are never copied out.  With global staging
 in clamp mode (``overflow == "sink"``, since 2026-11-24) they go to two sink slots after the
 capacity in the unit block itself (``sink_slots == 2``), so a store needs no per-record
-branch and no predicate, even for a unit of capacity 0.  Captures from 2026-11-23 have
+compare (kernels sized at launch keep one predicate, capacity > 0, set once per CTA).  Captures from 2026-11-23 have
 ``overflow == "last"`` instead: no sink slots, a record past the capacity went over the
 unit's last slot, and a unit whose count exceeds the capacity keeps ``capacity - 1``.
 
