@@ -45,9 +45,11 @@ _PARAM_RE = re.compile(r"^\s*\.param\s+\.u64\s+(?:\.ptr\s+)?(?:\.global\s+)?(?:\
 _RET_RE = re.compile(r"^(\s*)(@!?%p\d+\s+)?ret(\.uni)?;\s*$")
 _LABEL_RE = re.compile(r"^\s*([$\w]+):")
 _BRA_RE = re.compile(r"\bbra(?:\.uni)?\s+([$\w]+);")
+_COND_BRA_RE = re.compile(r"^(\s*)@(!?)(%[\w]+)\s+bra(?:\.uni)?\s+([$\w]+);\s*$")
 
 # the tag a record stores, as the record code sets it (read back by `proton-lite compile`)
-RECORD_TAG_RE = re.compile(r"mov\.u32\s+%pl_tag\d,\s*(\d+);")
+RECORD_TAG_RE = re.compile(r"(?:mov\.u32\s+%pl_tag\d,\s*|// proton_lite: tag )(\d+)")
+UNROLLED_COPY = "// proton_lite: unrolled copy of a record"  # a record site's second copy (_pair_tight_loops)
 
 STAGING_ALIGN = 128  # bytes; start of the staging area within the dynamic shared memory
 SHARED_TOTAL_LIMIT = 227 * 1024  # opt-in dynamic + static shared per CTA on Hopper
@@ -72,6 +74,7 @@ class MarkerSite:
     by_address: bool = False  # global: the deferred record is stored at the first record's address - 8
     pairs: bool = False  # first record of a tight loop body: stored by the next one (_pair_tight_loops)
     stores_pair: bool = False  # second record of such a body: stores both
+    unrolled: int = -1  # global staging: the number of the tight loop unrolled twice around the pair
 
 
 @dataclass
@@ -215,6 +218,15 @@ def scan(ptx: str) -> PtxScan:
     return PtxScan(kernel, param, sites, scopes, back_edges)
 
 
+def _opaque_zero(reg: str) -> list[str]:
+    """Sets ``reg`` to 0 in a way ptxas can neither compute nor rebuild from other registers,
+    and that differs between the lanes of a warp as far as ptxas knows (so it stays off the
+    uniform datapath): the top bit of the upper half of %clock64 (a cycle counter, 2^63 after
+    more than a century) xor the thread index (below 2^31). Each call reads the counter
+    again, so two such zeros are unrelated for ptxas."""
+    return [f"mov.u32 {reg}, %clock_hi;", f"xor.b32 {reg}, {reg}, %pl_r0;", f"shr.u32 {reg}, {reg}, 31;"]
+
+
 class _Emitter:
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
@@ -227,7 +239,8 @@ class _Emitter:
             ".reg .b32 %pl_gs2;")
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
-                 keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False) -> None:
+                 keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
+                 unrolled_tags: list[tuple[int, int]] | None = None) -> None:
         self.layout = layout
         self.param = param
         self.smem = smem_symbol
@@ -239,6 +252,8 @@ class _Emitter:
         self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
         self.defers = defers  # loops whose last record is stored by the next record (set 2)
         self.by_address = by_address  # some of them store it at the next record's address - 8 (global)
+        # per tight loop unrolled twice (_pair_tight_loops, global staging): its two records' tags
+        self.unrolled_tags = unrolled_tags or []
 
     @property
     def capacity(self) -> str:
@@ -246,8 +261,15 @@ class _Emitter:
         return "%pl_r24" if self.layout.sized_at_launch else str(self.layout.capacity)
 
     def registers(self) -> list[str]:
-        """The declarations: REGS and one pending predicate per deferring loop."""
-        return list(self.REGS) + [f".reg .pred %pl_pd<{max(1, self.defers)}>;"]
+        """The declarations: REGS, one pending predicate per deferring loop, and per loop
+        unrolled twice four tag and clock registers (one per record of each copy) and two
+        addresses and counts of slots left (one per copy)."""
+        out = list(self.REGS) + [f".reg .pred %pl_pd<{max(1, self.defers)}>;"]
+        if self.unrolled_tags:
+            n = len(self.unrolled_tags)
+            out += [f".reg .b32 %pl_ut<{4 * n}>;", f".reg .b32 %pl_uc<{4 * n}>;", f".reg .b32 %pl_uo<{2 * n}>;",
+                    f".reg .b64 %pl_up<{2 * n}>;", ".reg .b32 %pl_un;", ".reg .b32 %pl_ud;"]
+        return out
 
     @property
     def unit_threads(self) -> int:
@@ -320,6 +342,7 @@ class _Emitter:
                 out.append(f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};")
                 if self.by_address:  # the second sink slot
                     out.append("add.u32 %pl_gs2, %pl_r24, 1;")
+            out += self.unrolled_prologue()
         if self.defers:  # nothing deferred yet: the deferred stores store nothing
             out += [f"setp.ne.u32 %pl_pd{n}, 0, 0;" for n in range(self.defers)]
             out += ["mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;",
@@ -433,6 +456,72 @@ class _Emitter:
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
         return out
 
+    def unrolled_prologue(self) -> list[str]:
+        """Tags of the records in loops unrolled twice, each in a register of its own for the
+        whole kernel.
+
+        A store reads its {tag, clock} pair from two adjacent registers. With the tag a
+        constant, ptxas put it into a register shared with other constants and rewrote it in
+        every iteration, and the next write waited for the previous store to read it; and it
+        gave both copies of a record one clock register. A tag that ptxas can neither compute
+        nor derive from another register in one instruction stays in one register all along,
+        and the clock beside it is then different for every record of the unrolled body. So
+        each tag is the constant plus a zero of its own (``_opaque_zero``). (Tags computed
+        from one shared zero, ``z + tag`` and ``tag - z``, were rebuilt in the loop from each
+        other, with waits; a warp-uniform tag was copied from a uniform register into the
+        store's in every iteration.)"""
+        if not self.unrolled_tags:
+            return []
+        out = []
+        for n, tags in enumerate(self.unrolled_tags):
+            for k, tag in enumerate(tags + tags):
+                t = f"%pl_ut{4 * n + k}"
+                out += [*_opaque_zero(t), f"add.u32 {t}, {t}, {tag};"]
+        return out
+
+    def unrolled_entry(self, n: int) -> list[str]:
+        """Before loop ``n``'s head (unrolled twice): the first copy's address, slot
+        min(count, capacity), and the slots left after it before the sink slots. The second
+        copy's address is moved on by the first copy before each of its pairs
+        (unrolled_record), so it starts one step back: two slots before the first copy's,
+        with two more slots left; the first step then puts it two slots after the first
+        copy's, or at the sink slots."""
+        a, b = 2 * n, 2 * n + 1
+        return ["// proton_lite: unrolled loop entry",
+                f"min.u32 %pl_un, %pl_r3, {self.capacity};", f"sub.u32 %pl_uo{a}, {self.capacity}, %pl_un;",
+                f"mul.wide.u32 %pl_up{a}, %pl_un, {RECORD_BYTES};", f"add.s64 %pl_up{a}, %pl_up{a}, %pl_d3;",
+                f"add.u32 %pl_uo{b}, %pl_uo{a}, 2;", f"add.s64 %pl_up{b}, %pl_up{a}, {-2 * RECORD_BYTES};"]
+
+    def unrolled_record(self, site: MarkerSite, tag: int, copy: int) -> list[str]:
+        """A record of loop ``site.unrolled``'s pair, in copy ``copy`` of the body. The first
+        reads the clock; the second reads it, stores both records at this copy's address, and
+        then moves the other copy's address on by four slots, or by the slots left before the
+        sink slots, in place: to where the other copy stores next (the first copy moves the
+        second's for this pass, the second the first's for the next pass). Each address is
+        thus live all through the loop and written once per pass, a copy after its stores:
+        ptxas can give its register to nothing else (it had shared one copy's address with
+        the other copy's clock, and waited). The first copy is the record site (its tag is
+        named in a comment: the code reads it from a register); the second is marked as a
+        copy."""
+        n = site.unrolled
+        k = 4 * n + 2 * copy + site.stores_pair
+        out = ["// proton_lite: record", f"// proton_lite: tag {tag}"] if copy == 0 else [UNROLLED_COPY]
+        out.append(f"mov.u32 %pl_uc{k}, %clock;")
+        if site.pairs:
+            return out
+        me, other = 2 * n + copy, 2 * n + 1 - copy
+        # warp units: every lane stores the same record (record()); larger units: the leader
+        pred = "" if self.unit_threads == 32 else "@%pl_p0 "
+        return out + [
+            f"{pred}st.global.v2.u32 [%pl_up{me}], {{%pl_ut{k - 1}, %pl_uc{k - 1}}};",
+            f"{pred}st.global.v2.u32 [%pl_up{me}+{RECORD_BYTES}], {{%pl_ut{k}, %pl_uc{k}}};",
+            "add.u32 %pl_r3, %pl_r3, 2;",
+            # four slots on, or as many as are left before the sink slots
+            f"min.u32 %pl_ud, %pl_uo{other}, 4;",
+            f"sub.u32 %pl_uo{other}, %pl_uo{other}, %pl_ud;",
+            f"mad.wide.u32 %pl_up{other}, %pl_ud, {RECORD_BYTES}, %pl_up{other};",
+        ]
+
     @staticmethod
     def _defer(pred: str, loop: int) -> str:
         """In place of a deferred record's store: it is stored later under its loop's own
@@ -545,17 +634,34 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
                                    "(global staging in clamp mode stores past the capacity in sink slots)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
     lines = ptx.split("\n")
-    if layout.staging == "shared" and layout.mode == "clamp":
-        _pair_tight_loops(lines, info)
+    unrolled = _pair_tight_loops(lines, info, layout.staging == "global") if layout.mode == "clamp" else {}
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     hoisted, moved = _loop_bookkeeping(lines, info)
     # clamp mode only: in a circular buffer a late store could land on a newer record's slot
     flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared") if layout.mode == "clamp" \
         else {}
-    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
-                    info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites))
     ids = {name: i for i, name in enumerate(info.scopes)}
     site_at = {s.line: s for s in info.sites}
+
+    def tag(site: MarkerSite) -> int:
+        return encode_tag(ids[site.name], site.kind == "exit")
+
+    pair_tags = [tuple(tag(s) for s in info.sites if s.unrolled == n) for n in range(len(unrolled))]
+    emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
+                    info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
+                    unrolled_tags=pair_tags)
+    entries = {head: n for n, head in unrolled.values()}
+
+    def body_line(i: int, copy: int = 0) -> list[str]:
+        """Line ``i`` as emitted in copy ``copy`` of its loop body."""
+        if i in moved:
+            return []
+        site = site_at.get(i)
+        if site is None:
+            return [lines[i]]
+        record = emit.unrolled_record(site, tag(site), copy) if site.unrolled >= 0 else emit.record(site, tag(site))
+        return hoisted.get(i, []) + ["\t" + r for r in record]
+
     out: list[str] = []
     in_body, regs_done, ret_count = False, False, 0
     entry_seen = False
@@ -580,12 +686,16 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
             out += ["\t" + r for r in emit.registers()]
             out += ["\t" + s for s in emit.prologue()]
             regs_done = True
-        if i in moved:
-            continue
-        if i in site_at:
-            site = site_at[i]
-            out += hoisted.get(i, [])
-            out += ["\t" + s for s in emit.record(site, encode_tag(ids[site.name], site.kind == "exit"))]
+        if i in entries:  # the head of a loop unrolled twice: its first address, on the way in
+            out += ["\t" + s for s in emit.unrolled_entry(entries[i])]
+        if i in unrolled:  # its back edge: leave after the first copy, or run the second one
+            n, head = unrolled[i]
+            m = _COND_BRA_RE.match(line)
+            negated = "" if m.group(2) else "!"
+            out.append(f"{m.group(1)}@{negated}{m.group(3)} bra $pl_unrolled_exit_{n};")
+            for j in range(head + 1, i):
+                out += body_line(j, copy=1)
+            out += [line, f"$pl_unrolled_exit_{n}:"]
             continue
         if i in flush_after:  # the loop's back edge: on the way out, store its deferred record
             out += [line] + ["\t" + s for s in emit.loop_exit_store(*flush_after[i])]
@@ -603,39 +713,64 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
             if pred:
                 out.append(f"$pl_skip_{ret_count}:")
             continue
-        out.append(line)
+        out += body_line(i)
     if not regs_done or ret_count == 0:
         raise InstrumentationError(f"proton_lite: could not find the body or the exits of kernel {info.kernel} in "
                                    "its PTX; please report this with the kernel's PTX")
     return "\n".join(out)
 
 
-def _pair_tight_loops(lines: list[str], info: PtxScan) -> None:
-    """In a tight loop with shared staging, the body's two records are stored together, by the
-    second one.
+def _pair_tight_loops(lines: list[str], info: PtxScan, unroll: bool) -> dict[int, tuple[int, int]]:
+    """In a tight loop the body's two records are stored together, by the second one; with
+    global staging (``unroll``) the body is also unrolled twice.
 
     In a tight loop (the body's two records close to each other and to the back edge, so that
     _link_close_sites linked them both ways) each record's store sat between timer reads, and
-    the `xor`s that keep the two register sets apart sat in the loop too. Now the first record
-    only reads the clock (set 0); the second reads it (set 1) and stores both, at the
-    saturating pointer and the slot after it, and the pointer advances by two slots (the sink
-    has two, staged_slots). Both sets are live until that store anyway, so no `xor` is needed,
-    and ptxas unrolls the loop again. On the H100, bench.py's tightest loop (1 FMA per element)
-    went from 12.10 to 10.38-10.43 cycles per record (two processes each). Only tight loops:
-    with 8 and 32 FMAs per iteration the same pairing measured 17.2 and 16.5 against 8.2 and
-    7.0 (the next iteration's first timer read waits for the pair's store to read its
-    registers); those loops keep one store per record and _defer_loop_tails. Global stores
-    paired the same way measured no better (docs/benchmarks.md, "Record sequence, sixth
-    version"). Only for a loop with one back edge whose body has exactly two records, in one
-    basic block. Marks the sites; the second record's set-1 registers and the first one's
-    set 0 no longer keep each other alive."""
-    for _, _, body, single in info.loop_bodies():
+    the `xor`s that keep the two register sets apart sat in the loop too.
+
+    Shared staging: the first record only reads the clock (set 0); the second reads it (set 1)
+    and stores both, at the saturating pointer and the slot after it, and the pointer
+    advances by two slots (the sink has two, staged_slots). Both sets are live until that
+    store anyway, so no `xor` is needed, and ptxas unrolls the loop again. On the H100,
+    bench.py's tightest loop (1 FMA per element) went from 12.10 to 10.38-10.43 cycles per
+    record (two processes each).
+
+    Global staging: a global store reads its registers ~20 cycles after it issues, and in a
+    loop the next iteration's timer read reached them sooner, whichever record stored what
+    (19.5 cycles per record, docs/benchmarks.md). So the body is emitted twice: the first
+    copy's back edge becomes an exit (``@!p bra`` past the second copy), the second copy keeps
+    the back edge. Each copy has its own registers (Emitter.unrolled_prologue) and its own
+    address, computed by the other copy, so a copy's stores have the whole other copy to
+    read theirs. The loop computes what it computed: the body is one basic block whose only
+    way out is the back edge's fall-through, and each copy ends with the original exit test.
+    Nothing is pending when the loop is left, from either copy.
+
+    Only tight loops: with 8 and 32 FMAs per iteration pairing measured 17.2 and 16.5
+    against 8.2 and 7.0 with shared staging (the next iteration's first timer read waits for
+    the pair's store to read its registers); those loops keep one store per record and
+    _defer_loop_tails. Only for a loop with one back edge whose body has exactly two
+    records, in one basic block; unrolled only if the back edge is conditional and the only
+    branch to the loop's head (the entry code before the head is then reached on the way in).
+    Marks the sites; the records no longer keep each other's registers alive. Returns, for
+    the loops unrolled, {back edge line: (loop number, head line)}."""
+    unrolled: dict[int, tuple[int, int]] = {}
+    for head, branch, body, single in info.loop_bodies():
         if len(body) != 2 or not single or not (body[0].keeps_other and body[1].keeps_other):
             continue  # not linked both ways: not a tight loop
         if _gap(lines, body[0].line, body[1].line) is None:
             continue
+        if unroll:
+            label = _LABEL_RE.match(lines[head]).group(1)
+            branches_in = sum(1 for line in lines for m in [_BRA_RE.search(line)] if m and m.group(1) == label)
+            if not _COND_BRA_RE.match(lines[branch]) or branches_in != 1 or \
+                    _gap(lines, head, body[0].line) is None or _gap(lines, body[1].line, branch) is None:
+                continue  # left as it is: the deferral of _defer_loop_tails
+            n = len(unrolled)
+            unrolled[branch] = (n, head)
+            body[0].unrolled = body[1].unrolled = n
         body[0].pairs, body[1].stores_pair = True, True
         body[0].keeps_other = body[1].keeps_other = False
+    return unrolled
 
 
 # register-only instructions that may move above a record: no memory, no barrier, no call

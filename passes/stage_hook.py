@@ -24,7 +24,7 @@ from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
                                                PtxScan, rewrite, scan, shared_bytes, staging_offset, strip_markers)
 
-PASS_VERSION = "proton_lite-ptx-pass-6"
+PASS_VERSION = "proton_lite-ptx-pass-7"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None

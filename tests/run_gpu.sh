@@ -20,7 +20,7 @@ echo "pytest rc=${PIPESTATUS[0]}"
 [ -f "$OUT/fidelity.json" ] && cat "$OUT/fidelity.json"
 if [ -n "${SANITIZE:-}" ]; then
   PROTON_LITE_EXACT_BUFFERS=1 PROTON_LITE_TEST_UNDER_SANITIZER=1 timeout 180 compute-sanitizer --tool memcheck --print-limit 5 $PT tests/test_gpu.py \
-    tests/test_gpu_reliability.py -k "overflow or deferred or vector_add-warp or loop_scopes-cta or matmul_per_iter-warpgroup" 2>&1 | tail -8
+    tests/test_gpu_reliability.py -k "overflow or deferred or vector_add-warp or loop_scopes or sized or matmul_per_iter-warpgroup" 2>&1 | tail -8
 fi
 if [ -z "${NO_BENCH:-}" ]; then
   timeout ${BENCH_TIMEOUT:-300} python3 tests/benchmarks/bench.py --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 \

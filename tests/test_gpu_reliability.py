@@ -168,34 +168,37 @@ def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path)
     assert "run again with a larger buffer" in s.result.summary_line
 
 
-@pytest.mark.parametrize("kernel", [loop_out_of_place, long_loop_out_of_place], ids=["tight", "long"])
-def test_overflow_in_global_staging_keeps_the_first_records_and_counts_the_rest(tmp_path, kernel):
+@pytest.mark.parametrize("kernel,capacity", [(loop_out_of_place, 7501), (loop_out_of_place, 7500),
+                                             (long_loop_out_of_place, 7501)], ids=["tight", "tight-even", "long"])
+def test_overflow_in_global_staging_keeps_the_first_records_and_counts_the_rest(tmp_path, kernel, capacity):
     """A capacity too large to stage in shared memory puts the records in global memory, where
     a record past the capacity goes to its unit's sink slots (no compare per record): every
     unit keeps exactly its first `capacity` records, the rest are counted dropped, the
     kernel's output is unchanged, and nothing is written past a unit (the sanitizer run of
-    tests/run_gpu.sh includes this test). In the long loop the deferred record is stored at
-    the next one's address - 8, which takes the second sink slot past the capacity."""
+    tests/run_gpu.sh includes this test). The tight loop is unrolled twice and stores its
+    records in pairs: with an odd capacity the last kept record is the first of a pair whose
+    second goes to a sink slot. In the long loop the deferred record is stored at the next
+    one's address - 8, which takes the second sink slot past the capacity."""
     from proton_lite.layout import BufferLayout
     x = torch.rand(7 * 128, device="cuda")
     n = torch.tensor([4000], device="cuda", dtype=torch.int32)  # 8000 records per warp
     plain = torch.empty_like(x)
     kernel[(7, )](x, plain, n, BLOCK=128)
     out = torch.full_like(x, -1.0)
-    with proton_lite.start(str(tmp_path / "g"), quiet=True, loop_capacity=7501, formats=()) as s:
+    with proton_lite.start(str(tmp_path / "g"), quiet=True, loop_capacity=capacity, formats=()) as s:
         kernel[(7, )](x, out, n, BLOCK=128)  # 4 warps x 7503 slots: more than shared memory
     torch.cuda.synchronize()
     assert torch.equal(out, plain)
     cap = read_raw(s.result.raw_path)
     (meta, ) = [m for m in cap.kernels.values() if m["name"] == kernel.__name__]
     layout = BufferLayout.from_json(meta["proton_lite"]["layout"])
-    assert (layout.staging, layout.overflow, layout.capacity) == ("global", "sink", 7501)
-    assert s.result.dropped == 7 * 4 * (8000 - 7501)
+    assert (layout.staging, layout.overflow, layout.capacity) == ("global", "sink", capacity)
+    assert s.result.dropped == 7 * 4 * (8000 - capacity)
     prof = decode(cap)
-    # the kept 7501 records of each warp: 3750 enter/exit pairs, then an enter whose exit was
-    # dropped (an odd capacity: the 7501st record is a deferred-pair's first, stored by address)
-    assert len(prof.intervals) == 7 * 4 * 3750 and (prof.intervals["cycles"] > 0).all()
-    assert prof.total_unmatched == 7 * 4
+    # the kept records of each warp: enter/exit pairs, then with an odd capacity an enter
+    # whose exit was dropped
+    assert len(prof.intervals) == 7 * 4 * (capacity // 2) and (prof.intervals["cycles"] > 0).all()
+    assert prof.total_unmatched == 7 * 4 * (capacity % 2)
 
 
 def test_exit_without_stop_still_writes_the_raw_capture(tmp_path):
