@@ -1,0 +1,252 @@
+"""A small PTX interpreter for CPU tests of what the pass emits: it runs a kernel's threads
+one after another on a byte-addressed global and shared memory, for the instructions that
+the pass's record code and the tests' minimal kernels use.
+
+Why: the record code's shape is checked in the PTX and its timing in the SASS, but where
+each record lands (pairs, deferred stores, unrolled copies, sink slots) is a matter of
+what the instructions compute. Running them here checks it on every CI run; the GPU suite
+checks the same on the H100. Threads run to completion one by one (lane 0 first), which is
+what the record code assumes of a warp: every lane stores the same record, or the leader
+alone does, and a shared-staging epilogue reads records its lane 0 wrote before.
+
+Not a general PTX interpreter: unknown instructions raise, floating point is plain Python
+floats, and the clock advances by one per instruction executed."""
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+_LINE_RE = re.compile(r"^(?:@(!?)(%[\w]+)\s+)?([a-z][\w.:]*)\s*(.*?);\s*(?://.*)?$")
+_LABEL_RE = re.compile(r"^([$\w]+):")
+_WIDTH = {"8": 8, "16": 16, "32": 32, "64": 64}
+
+
+class SimError(Exception):
+    pass
+
+
+def _bits(types: list[str]) -> int:
+    for t in reversed(types):
+        if t[2:] in _WIDTH:
+            return _WIDTH[t[2:]]
+    return 32
+
+
+def _signed(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+@dataclass
+class Launch:
+    """What a run needs: grid and block size, the kernel parameters by name, global memory
+    (one buffer at ``global_base``), dynamic shared memory per CTA."""
+    grid: int
+    threads: int
+    params: dict[str, int]
+    global_mem: bytearray
+    global_base: int = 1 << 32
+    shared_bytes: int = 0
+    regs: dict[str, int] = field(default_factory=dict)  # initial register values (the test's loop counters)
+    max_steps: int = 2_000_000
+
+
+class Kernel:
+    def __init__(self, ptx: str):
+        self.body: list[tuple] = []
+        self.labels: dict[str, int] = {}
+        self.shared_symbols: list[str] = re.findall(r"\.extern \.shared \.align \d+ \.b8 ([$\w]+)\[\];", ptx)
+        inside = False
+        for raw in ptx.split("\n"):
+            line = raw.strip()
+            if not inside:
+                inside = line == "{"
+                continue
+            if not line or line.startswith(("//", ".reg", ".loc", ".file", ".local", ".shared", ".pragma")):
+                continue
+            if line == "}":
+                break
+            m = _LABEL_RE.match(line)
+            if m:
+                self.labels[m.group(1)] = len(self.body)
+                continue
+            m = _LINE_RE.match(line)
+            if not m:
+                raise SimError(f"cannot parse: {line}")
+            neg, pred, op, args = m.groups()
+            operands = [a.strip() for a in _split_operands(args)] if args else []
+            self.body.append((neg == "!", pred, op, operands, line))
+
+    def run(self, launch: Launch) -> None:
+        for cta in range(launch.grid):
+            shared = bytearray(launch.shared_bytes)
+            for tid in range(launch.threads):
+                _Thread(self, launch, cta, tid, shared).run()
+
+
+def _split_operands(args: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in args:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur]
+
+
+class _Thread:
+    SHARED_BASE = 1 << 20  # shared addresses (the dynamic shared symbol) start here
+
+    def __init__(self, kernel: Kernel, launch: Launch, cta: int, tid: int, shared: bytearray):
+        self.k, self.l, self.cta, self.tid, self.shared = kernel, launch, cta, tid, shared
+        self.regs: dict[str, int] = dict(launch.regs)
+        self.clock = 1000 + 7 * tid
+
+    def value(self, operand: str, bits: int) -> int:
+        o = operand.strip()
+        if o.startswith("%"):
+            special = {"%tid.x": self.tid, "%ctaid.x": self.cta, "%ctaid.y": 0, "%ctaid.z": 0,
+                       "%nctaid.x": self.l.grid, "%nctaid.y": 1, "%nctaid.z": 1, "%smid": self.cta % 132,
+                       "%laneid": self.tid % 32, "%clock": self.clock & 0xFFFFFFFF, "%clock64": self.clock,
+                       "%clock_hi": self.clock >> 32, "%globaltimer": 10 * self.clock}
+            if o in special:
+                return special[o] & ((1 << bits) - 1)
+            return self.regs.get(o, 0) & ((1 << bits) - 1)
+        if o in self.k.shared_symbols:
+            return self.SHARED_BASE
+        if o.startswith(("0f", "0F")):
+            return struct.unpack("<I", bytes.fromhex(o[2:])[::-1])[0]
+        return int(o, 0) & ((1 << bits) - 1)
+
+    def address(self, operand: str) -> int:
+        inner = operand.strip()[1:-1].strip()
+        m = re.match(r"^([%$\w.]+)\s*(?:\+\s*(-?\d+))?$", inner)
+        if not m:
+            raise SimError(f"address {operand}")
+        return self.value(m.group(1), 64) + int(m.group(2) or 0)
+
+    def memory(self, space: str, addr: int, size: int) -> tuple[bytearray, int]:
+        if space == "shared":
+            off = addr - self.SHARED_BASE
+            mem = self.shared
+        else:
+            off = addr - self.l.global_base
+            mem = self.l.global_mem
+        if off < 0 or off + size > len(mem):
+            raise SimError(f"{space} access of {size} bytes at offset {off} outside 0..{len(mem)}")
+        if off % size and size <= 8:
+            raise SimError(f"misaligned {space} access of {size} bytes at offset {off}")
+        return mem, off
+
+    def set(self, reg: str, v: int, bits: int) -> None:
+        self.regs[reg] = v & ((1 << bits) - 1)
+
+    def run(self) -> None:
+        pc, steps = 0, 0
+        body = self.k.body
+        while pc < len(body):
+            steps += 1
+            if steps > self.l.max_steps:
+                raise SimError("too many steps (a loop that does not end?)")
+            neg, pred, op, ops, line = body[pc]
+            pc += 1
+            self.clock += 1
+            if pred is not None and bool(self.regs.get(pred, 0)) == neg:
+                continue
+            parts = op.split(".")
+            name, types = parts[0], ["." + t for t in parts[1:]]
+            bits = _bits(types)
+            if name == "ret":
+                return
+            if name == "bra":
+                pc = self.k.labels[ops[0]]
+                continue
+            if name in ("bar",):
+                continue
+            if name == "ld" and ".param" in types:
+                self.set(ops[0], self.l.params[ops[1].strip()[1:-1]], 64)
+                continue
+            try:
+                if name in ("st", "ld"):
+                    self._memory_op(name, types, ops)
+                    continue
+                self._alu(name, types, bits, ops, line)
+            except SimError as e:
+                raise SimError(f"{e} (CTA {self.cta}, thread {self.tid}: {line})") from None
+        raise SimError("fell off the end of the kernel")
+
+    def _memory_op(self, name: str, types: list[str], ops: list[str]) -> None:
+        space = "shared" if ".shared" in types else "global"
+        vec = 2 if ".v2" in types else 4 if ".v4" in types else 1
+        bits = _bits(types)
+        size = bits // 8
+        if name == "st":
+            addr = self.address(ops[0])
+            srcs = [s.strip() for s in ops[1].strip("{} ").split(",")] if vec > 1 else [ops[1]]
+            mem, off = self.memory(space, addr, size * vec)
+            for i, s in enumerate(srcs):
+                mem[off + i * size:off + (i + 1) * size] = self.value(s, bits).to_bytes(size, "little")
+        else:
+            addr = self.address(ops[1])
+            dsts = [s.strip() for s in ops[0].strip("{} ").split(",")] if vec > 1 else [ops[0]]
+            mem, off = self.memory(space, addr, size * vec)
+            for i, d in enumerate(dsts):
+                self.set(d, int.from_bytes(mem[off + i * size:off + (i + 1) * size], "little"), bits)
+
+    def _alu(self, name: str, types: list[str], bits: int, ops: list[str], line: str) -> None:
+        signed = any(t.startswith(".s") for t in types)
+        v = [self.value(o, 64 if name in ("mad", "mul") and ".wide" in types else bits) for o in ops[1:]]
+        sv = [_signed(x, bits) for x in v] if signed else v
+        d = ops[0]
+        if name == "mov":
+            if ".pred" in types:
+                self.regs[d] = bool(self.regs.get(ops[1], 0)) if ops[1].startswith("%") else bool(int(ops[1]))
+                return
+            self.set(d, v[0], bits)
+        elif name in ("add", "sub"):
+            self.set(d, sv[0] + sv[1] if name == "add" else sv[0] - sv[1], bits)
+        elif name == "mul":
+            if ".wide" in types:
+                self.set(d, self.value(ops[1], bits) * self.value(ops[2], bits), 2 * bits)
+            else:
+                self.set(d, sv[0] * sv[1], bits)
+        elif name == "mad":
+            if ".wide" in types:
+                self.set(d, self.value(ops[1], bits) * self.value(ops[2], bits) + self.value(ops[3], 2 * bits),
+                         2 * bits)
+            else:
+                self.set(d, sv[0] * sv[1] + sv[2], bits)
+        elif name in ("min", "max"):
+            self.set(d, (min if name == "min" else max)(sv[0], sv[1]), bits)
+        elif name in ("and", "or", "xor"):
+            self.set(d, {"and": v[0] & v[1], "or": v[0] | v[1], "xor": v[0] ^ v[1]}[name], bits)
+        elif name == "shr":
+            self.set(d, (sv[0] >> v[1]) if signed else v[0] >> v[1], bits)
+        elif name == "shl":
+            self.set(d, v[0] << v[1], bits)
+        elif name == "cvt":
+            dst_bits, src_bits = _WIDTH[types[-2][2:]], _WIDTH[types[-1][2:]]
+            x = self.value(ops[1], src_bits)
+            if types[-1].startswith(".s"):
+                x = _signed(x, src_bits)
+            self.set(d, x, dst_bits)
+        elif name == "setp":
+            cmp = types[0][1:]
+            a, b = sv[0], sv[1]
+            r = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[cmp]
+            if ".and" in types:
+                r = r and bool(self.regs.get(ops[3].strip(), 0)) != ops[3].strip().startswith("!")
+            self.regs[d] = r
+        elif name == "selp":
+            self.set(d, v[0] if self.regs.get(ops[3].strip(), 0) else v[1], bits)
+        elif name == "fma":
+            f = [struct.unpack("<f", self.value(o, 32).to_bytes(4, "little"))[0] for o in ops[1:]]
+            self.set(d, struct.unpack("<I", struct.pack("<f", f[0] * f[1] + f[2]))[0], 32)
+        else:
+            raise SimError(f"instruction not simulated: {line}")

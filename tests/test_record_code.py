@@ -1,0 +1,125 @@
+"""Where the records land: the pass's output for small PTX kernels, run on the CPU by
+tests/ptx_sim.py, read back with the decoder's own CTA block layout.
+
+Each case checks, for every unit of every CTA: the count of records, the tags of the kept
+records in program order (the first ``capacity`` of them, whatever the loop shape: pairs,
+deferred stores, unrolled copies, sink slots past the capacity), and timestamps that
+increase. The simulator raises on any access outside the buffer. The GPU suite checks the
+same kernels' records on the H100 (tests/test_gpu.py, test_gpu_reliability.py)."""
+import numpy as np
+import pytest
+
+from proton_lite.decode import cta_block_dtype
+from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, capacity_word, encode_tag
+from proton_lite.passes.ptx_instrument import rewrite, scan, shared_bytes
+from ptx_sim import Kernel, Launch
+from test_kernel_side import _ptx
+
+CTAS = 2
+FMA = "\tfma.rn.f32 %f1, %f1, %f2, %f3;"
+COUNT_DOWN = ["\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;"]
+
+
+def loop(body_between: list[str], label="$L_head", counter="%r2", scope="r") -> list[str]:
+    """A loop of ``counter`` iterations (0 runs none) around one scope, LLVM's shape: a guard,
+    the head, the scope, the count-down and the conditional back edge."""
+    return [f"\tsetp.eq.s32 %p3, {counter}, 0;", f"\t@%p3 bra {label}_out;", f"{label}:", f"E {scope}",
+            *body_between, f"X {scope}", f"\tadd.s32 {counter}, {counter}, -1;",
+            f"\tsetp.ne.s32 %p1, {counter}, 0;", f"\t@%p1 bra {label};", f"{label}_out:"]
+
+
+def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int | None = None):
+    """Rewrite ``_ptx(body)`` with ``layout``, run it, return the CTA blocks (decoder dtype) and
+    the layout the buffer was read with."""
+    ptx = _ptx(body)
+    out = rewrite(ptx, scan(ptx), layout)
+    read = layout
+    if layout.sized_at_launch:
+        read = layout.with_capacity(launch_capacity)
+    mem = bytearray(read.buffer_bytes(CTAS))
+    if layout.sized_at_launch:
+        mem[0:4] = capacity_word(launch_capacity).to_bytes(4, "little")
+    Kernel(out).run(Launch(grid=CTAS, threads=layout.num_warps * 32, params={"k_param_1": 1 << 32},
+                           global_mem=mem, shared_bytes=shared_bytes(layout) if layout.staging == "shared" else 0,
+                           regs=regs))
+    blocks = np.frombuffer(bytes(mem[read.prefix:]), dtype=cta_block_dtype(read), count=CTAS)
+    return blocks, read
+
+
+def check(blocks, layout: BufferLayout, tags: list[int]) -> None:
+    kept = min(len(tags), layout.capacity)
+    units = blocks["unit"]
+    assert (units["count"] == len(tags)).all(), (len(tags), units["count"])
+    recs = units["rec"][:, :, :kept, :]
+    assert (recs[..., 0] == np.array(tags[:kept], dtype=np.uint32)).all(), (tags[:kept], recs[0, 0, :, 0].tolist())
+    assert (np.diff(recs[..., 1].astype(np.int64), axis=2) > 0).all()  # one clock, in program order
+
+
+def scoped(name_id: int, inner: list[int]) -> list[int]:
+    return [encode_tag(name_id, False)] + inner + [encode_tag(name_id, True)]
+
+
+def global_layout(capacity, sized=False, granularity="warp", num_warps=1):
+    return BufferLayout(granularity, num_warps, capacity, "global", sized_at_launch=sized, overflow="sink")
+
+
+TIGHT = [FMA]  # one instruction between the records: _link_close_sites links them both ways
+LONG = [FMA] * 9  # more than CLOSE_GAP: a loop that defers its last record (stored by address)
+
+
+@pytest.mark.parametrize("shape", ["tight", "long"])
+@pytest.mark.parametrize("trips", [0, 1, 2, 3, 6])
+@pytest.mark.parametrize("capacity", ["exact", 7, 6, 0])
+def test_a_loop_bounded_by_an_argument_keeps_its_first_records_in_order(shape, trips, capacity):
+    """Sized at launch (global staging, sink slots): a tight loop is unrolled twice, a longer one
+    defers its last record to the next one's address - 8. With the launch's capacity exact,
+    odd, even or 0 (a tagged buffer with no slots) every unit keeps its first records."""
+    body = ["E k"] + loop(TIGHT if shape == "tight" else LONG) + ["X k"]
+    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+    cap = len(tags) if capacity == "exact" else capacity
+    blocks, read = run(body, global_layout(256, sized=True), {"%r2": trips}, launch_capacity=cap)
+    check(blocks, read, tags)
+    out = rewrite(_ptx(body), scan(_ptx(body)), global_layout(256, sized=True))
+    assert ("$pl_unrolled_exit_0" in out) == (shape == "tight")
+
+
+@pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
+@pytest.mark.parametrize("capacity", [64, 5])
+def test_units_of_every_granularity_keep_their_records(granularity, num_warps, capacity):
+    """Compiled capacity, global staging: warp units store from every lane, larger ones from
+    their leader; a loop after a record starts its pairs at an odd slot."""
+    body = ["E k"] + loop(TIGHT) + ["X k"]
+    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * 5)
+    blocks, read = run(body, global_layout(capacity, granularity=granularity, num_warps=num_warps), {"%r2": 5})
+    check(blocks, read, tags)
+
+
+@pytest.mark.parametrize("staging", ["global", "shared"])
+@pytest.mark.parametrize("capacity", [200, 9])
+def test_nested_and_consecutive_loops_keep_every_record_in_order(staging, capacity):
+    """An outer loop (deferring) around a tight inner one, then a second tight loop: pending
+    records are stored by their own loop, once."""
+    inner = loop(TIGHT, label="$L_in", counter="%r4", scope="in")
+    outer = ["\tmov.u32 %r4, %r5;", *inner]  # the inner trip count, again on each outer pass
+    body = ["E k"] + loop(outer, label="$L_out0", counter="%r2", scope="out") + \
+        loop(TIGHT, label="$L_after", counter="%r6", scope="after") + ["X k"]
+    layout = BufferLayout("warp", 1, capacity, staging, overflow="sink" if staging == "global" else "drop")
+    n_out, n_in, n_after = 3, 2, 3
+    tags = []
+    for _ in range(n_out):
+        tags += scoped(1, [encode_tag(2, False), encode_tag(2, True)] * n_in)
+    tags = scoped(0, tags + [encode_tag(3, False), encode_tag(3, True)] * n_after)
+    blocks, read = run(body, layout, {"%r2": n_out, "%r5": n_in, "%r6": n_after})
+    check(blocks, read, tags)
+
+
+def test_a_tight_global_loop_left_as_it_is_defers_its_last_record_and_keeps_it():
+    """A tight loop whose head another branch reaches is not unrolled: its last record is
+    deferred to the next iteration's first (its own address kept in set 2)."""
+    body = ["E k", "\t@%p4 bra $L_head;"] + loop(TIGHT) + ["X k"]
+    ptx = _ptx(body)
+    assert "$pl_unrolled_exit" not in rewrite(ptx, scan(ptx), global_layout(8))
+    for trips in (1, 4, 5):
+        tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+        blocks, read = run(body, global_layout(8), {"%r2": trips})
+        check(blocks, read, tags)
