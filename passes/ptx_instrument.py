@@ -868,6 +868,32 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
     return flush_after
 
 
+def fold_exit_branches(ptx: str) -> str:
+    """``@%p bra $exit; bra.uni $head; $exit:`` becomes ``@!%p bra $head; $exit:``.
+
+    LLVM ends some loops that way (Triton 3.6: the first of two loops in a kernel): a
+    conditional exit, then an unconditional back edge, the exit block next. Both jump to the
+    same places for either value of ``%p``, but only the second form has the conditional back
+    edge that _pair_tight_loops and _defer_loop_tails need. Applied to kernels that are
+    instrumented only, before ``scan``."""
+    lines = ptx.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = _COND_BRA_RE.match(lines[i])
+        if m and i + 1 < len(lines):
+            u = re.match(r"^\s*bra(?:\.uni)?\s+([$\w]+);\s*$", lines[i + 1])
+            nxt = next((line for line in lines[i + 2:] if _is_instruction(line) or _LABEL_RE.match(line)), "")
+            label = _LABEL_RE.match(nxt)
+            if u and label and label.group(1) == m.group(4):
+                out.append(f"{m.group(1)}@{'' if m.group(2) else '!'}{m.group(3)} bra {u.group(1)};")
+                i += 2
+                continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
+
+
 def strip_markers(ptx: str) -> str:
     """Remove the markers of a kernel that is compiled in a session but not selected for profiling."""
     return "\n".join(line for line in ptx.split("\n") if not _MARKER_RE.match(line))

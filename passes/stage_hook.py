@@ -22,7 +22,8 @@ from proton_lite.layout import DEFAULT_ALIGN, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION
 from proton_lite.passes.config import InstrumentConfig
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
-                                               PtxScan, rewrite, scan, shared_bytes, staging_offset, strip_markers)
+                                               PtxScan, fold_exit_branches, rewrite, scan, shared_bytes, staging_offset,
+                                               strip_markers)
 
 PASS_VERSION = "proton_lite-ptx-pass-7"
 _lock = threading.Lock()
@@ -85,6 +86,7 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None) -> dict:
 
 def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None) -> str:
     """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``."""
+    ptx = fold_exit_branches(ptx)
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
     layout = choose_layout(info, config, num_warps, triton_shared, bound)

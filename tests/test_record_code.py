@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from proton_lite.decode import cta_block_dtype
-from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, capacity_word, encode_tag
-from proton_lite.passes.ptx_instrument import rewrite, scan, shared_bytes
+from proton_lite.layout import BufferLayout, capacity_word, encode_tag
+from proton_lite.passes.ptx_instrument import fold_exit_branches, rewrite, scan, shared_bytes
 from ptx_sim import Kernel, Launch
 from test_kernel_side import _ptx
 
@@ -29,9 +29,9 @@ def loop(body_between: list[str], label="$L_head", counter="%r2", scope="r") -> 
 
 
 def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int | None = None):
-    """Rewrite ``_ptx(body)`` with ``layout``, run it, return the CTA blocks (decoder dtype) and
-    the layout the buffer was read with."""
-    ptx = _ptx(body)
+    """Rewrite ``_ptx(body)`` with ``layout`` as the stage hook does, run it, return the CTA
+    blocks (decoder dtype) and the layout the buffer was read with."""
+    ptx = fold_exit_branches(_ptx(body))
     out = rewrite(ptx, scan(ptx), layout)
     read = layout
     if layout.sized_at_launch:
@@ -123,3 +123,24 @@ def test_a_tight_global_loop_left_as_it_is_defers_its_last_record_and_keeps_it()
         tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
         blocks, read = run(body, global_layout(8), {"%r2": trips})
         check(blocks, read, tags)
+
+
+def test_a_loop_left_by_a_conditional_exit_before_an_unconditional_back_edge_is_unrolled_too():
+    """LLVM's other loop shape (``@%p bra $exit; bra.uni $head; $exit:``, Triton 3.6 for the
+    first of two loops) is folded into a conditional back edge before the scan
+    (fold_exit_branches): the loop is unrolled and keeps its records; the fold happens only
+    where the exit block comes next."""
+    shape = ["\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 bra $L_out;", "$L_head:", "E r", FMA, "X r",
+             "\tadd.s32 %r2, %r2, -1;", "\tsetp.eq.s32 %p1, %r2, 0;", "\t@%p1 bra $L_out;", "\tbra.uni $L_head;",
+             "\t// a comment", "$L_out:"]
+    body = ["E k"] + shape + ["X k"]
+    folded = fold_exit_branches(_ptx(body))
+    assert "\t@!%p1 bra $L_head;" in folded.split("\n") and "bra.uni $L_head;" not in folded
+    assert "$pl_unrolled_exit_0" in rewrite(folded, scan(folded), global_layout(64, sized=True))
+    for trips in (0, 1, 4, 5):
+        tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+        blocks, read = run(body, global_layout(64, sized=True), {"%r2": trips}, launch_capacity=len(tags))
+        check(blocks, read, tags)
+    # not folded: another instruction before the exit block
+    other = shape[:-2] + ["\tadd.s32 %r3, %r3, 1;", "$L_out:"]
+    assert "bra.uni $L_head;" in fold_exit_branches(_ptx(other))
