@@ -743,7 +743,9 @@ def _pair_tight_loops(lines: list[str], info: PtxScan, unroll: bool) -> dict[int
     address, computed by the other copy, so a copy's stores have the whole other copy to
     read theirs. The loop computes what it computed: the body is one basic block whose only
     way out is the back edge's fall-through, and each copy ends with the original exit test.
-    Nothing is pending when the loop is left, from either copy.
+    Nothing is pending when the loop is left, from either copy. On the H100 bench.py's
+    tightest loop went from 19.5 to 11.7 cycles per record ("Record sequence, seventh
+    version").
 
     Only tight loops: with 8 and 32 FMAs per iteration pairing measured 17.2 and 16.5
     against 8.2 and 7.0 with shared staging (the next iteration's first timer read waits for
