@@ -46,6 +46,7 @@ _RET_RE = re.compile(r"^(\s*)(@!?%p\d+\s+)?ret(\.uni)?;\s*$")
 _LABEL_RE = re.compile(r"^\s*([$\w]+):")
 _BRA_RE = re.compile(r"\bbra(?:\.uni)?\s+([$\w]+);")
 _COND_BRA_RE = re.compile(r"^(\s*)@(!?)(%[\w]+)\s+bra(?:\.uni)?\s+([$\w]+);\s*$")
+_UNCOND_BRA_RE = re.compile(r"^\s*bra(?:\.uni)?\s+([$\w]+);\s*$")
 
 # the tag a record stores, as the record code sets it (read back by `proton-lite compile`)
 RECORD_TAG_RE = re.compile(r"(?:mov\.u32\s+%pl_tag\d,\s*|// proton_lite: tag )(\d+)")
@@ -884,7 +885,7 @@ def fold_exit_branches(ptx: str) -> str:
     while i < len(lines):
         m = _COND_BRA_RE.match(lines[i])
         if m and i + 1 < len(lines):
-            u = re.match(r"^\s*bra(?:\.uni)?\s+([$\w]+);\s*$", lines[i + 1])
+            u = _UNCOND_BRA_RE.match(lines[i + 1])
             nxt = next((line for line in lines[i + 2:] if _is_instruction(line) or _LABEL_RE.match(line)), "")
             label = _LABEL_RE.match(nxt)
             if u and label and label.group(1) == m.group(4):

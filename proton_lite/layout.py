@@ -26,7 +26,8 @@ A record past the capacity is not kept, and never lands on a kept one: a unit ke
 capacity go to sink slots in shared memory, which are never copied out.  With global staging
 in clamp mode (``overflow == "sink"``, since 2026-11-24) they go to two sink slots after the
 capacity in the unit block itself (``sink_slots == 2``), so a store needs no per-record
-compare (kernels sized at launch keep one predicate, capacity > 0, set once per CTA).  Captures from 2026-11-23 have
+compare (kernels sized at launch keep one predicate, capacity > 0, set once per CTA, except
+in tight loops, which store their pairs into the sinks at capacity 0 too).  Captures from 2026-11-23 have
 ``overflow == "last"`` instead: no sink slots, a record past the capacity went over the
 unit's last slot, and a unit whose count exceeds the capacity keeps ``capacity - 1``.
 
@@ -64,8 +65,9 @@ MAX_LAUNCH_CAPACITY = (1 << 24) - 1
 # allocator, which is how the allocator knows that this launch needs its arguments
 LAUNCH_SIZED_ALIGN = 64
 # sink slots after the capacity of a global-staged unit (overflow == "sink"): one for records
-# past the capacity, and one more because a loop's deferred record and the record after it
-# can be stored from one address (the pass, _defer_loop_tails)
+# past the capacity, and one more because two records can be stored from one address: a
+# loop's deferred record and the record after it (_defer_loop_tails), and a tight loop's pair
+# (_pair_tight_loops)
 GLOBAL_SINK_SLOTS = 2
 DEFAULT_ALIGN = 16
 

@@ -564,13 +564,12 @@ def render_compile_report(r: dict, console) -> None:
     kv.add_column(overflow="fold")
     kv.add_row("record sites", f"{r['record_sites']} ({r['loop_record_sites']} inside loops)")
     kv.add_row(f"records per {unit}", estimate)
+    sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
     if r.get("sized_at_launch"):
-        sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
         kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
                                      f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x (records per {unit}{sinks})) bytes, "
                                      f"global (capacity {r['capacity']} if its bound cannot be evaluated for a launch)")
     else:
-        sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
         kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
                                      f"records per {unit}{sinks}, {r['buffer_mode']})")
     kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
