@@ -20,6 +20,7 @@ from triton import knobs
 
 from proton_lite.layout import DEFAULT_ALIGN, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig
+from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
                                                PtxScan, fold_exit_branches, rewrite, scan, shared_bytes, staging_offset,
@@ -66,7 +67,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     raise AssertionError("unreachable")
 
 
-def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None) -> dict:
+def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -81,14 +82,25 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None) -> dict:
         "layout": layout.to_json(),
         "stride": layout.stride,
         "shared_staging_bytes": shared_bytes(layout) if layout.staging == "shared" else 0,
+        # scopes whose markers a Triton pass removed ({"scopes", "reason", "fix"}; kernel_facts.py)
+        "lost_scopes": lost,
     }
 
 
-def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None) -> str:
-    """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``."""
+def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None,
+                   facts: dict | None = None) -> str:
+    """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``.
+
+    ``num_warps`` is the requested count; the buffer is sized for the warps the kernel really
+    runs with (``launched_warps``: warp specialization adds warps).  ``facts`` holds what the
+    earlier stages saw (``ttir_scopes``, ``ttgir_scopes``, ``warp_specialized``)."""
     ptx = fold_exit_branches(ptx)
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
+    num_warps = launched_warps(ptx, metadata, num_warps)
+    facts = facts or {}
+    lost = lost_scopes(facts.get("ttir_scopes"), facts.get("ttgir_scopes"), bool(facts.get("warp_specialized")),
+                       info.scopes)
     layout = choose_layout(info, config, num_warps, triton_shared, bound)
     new_ptx = rewrite(ptx, info, layout, triton_shared)
     if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
@@ -96,7 +108,7 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     metadata["profile_scratch_size"] = layout.stride
     # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
     metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
-    metadata["proton_lite"] = metadata_entry(info, layout, bound)
+    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost)
     return new_ptx
 
 
@@ -113,25 +125,42 @@ def _hook(*args):
         return None
     make_ptx = stages["ptx"]
     bounds: dict[int, list | None] = {}  # id(metadata) -> records per unit, from this compile's TTIR
+    facts: dict[int, dict] = {}  # id(metadata) -> what the TTIR and TTGIR held (instrument_ptx)
 
     if "ttir" in stages:
         make_ttir = stages["ttir"]
 
         def ttir_stage(src, metadata):
             mod = make_ttir(src, metadata)
+            text = str(mod)
+            facts.setdefault(id(metadata), {})["ttir_scopes"] = marker_scopes(text)
             try:
-                bounds[id(metadata)] = record_bound_expr(str(mod))
+                bounds[id(metadata)] = record_bound_expr(text)
             except Exception:  # an IR this reader does not follow: size as before (loop_capacity)
                 bounds[id(metadata)] = None
             return mod
 
         stages["ttir"] = ttir_stage
 
+    if "ttgir" in stages:
+        make_ttgir = stages["ttgir"]
+
+        def ttgir_stage(src, metadata):
+            mod = make_ttgir(src, metadata)
+            text = str(mod)
+            mine = facts.setdefault(id(metadata), {})
+            mine["ttgir_scopes"] = marker_scopes(text)
+            mine["warp_specialized"] = WARP_SPECIALIZE_OP in text
+            return mod
+
+        stages["ttgir"] = ttgir_stage
+
     def ptx_stage(src, metadata):
         ptx = make_ptx(src, metadata)
+        bound, seen = bounds.pop(id(metadata), None), facts.pop(id(metadata), None)
         if not config.selects(metadata.get("name") or scan(ptx).kernel):
             return strip_markers(ptx)  # not selected: plain code, no profile buffer
-        return instrument_ptx(ptx, metadata, config, options.num_warps, bounds.pop(id(metadata), None))
+        return instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen)
 
     stages["ptx"] = ptx_stage
     return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proton_lite.passes import stage_hook
+from proton_lite.passes.kernel_facts import warn_lost_scopes
 from proton_lite.passes.config import InstrumentConfig
 
 
@@ -79,5 +80,6 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
             stage_hook.uninstall()
     metadata = _metadata_dict(compiled)
     entry = metadata.get("proton_lite")
+    warn_lost_scopes(compiled.name, entry)
     return CompiledKernel(compiled.name, dict(compiled.asm), metadata, list(entry["scopes"]) if entry else [],
                           compiled)

@@ -291,6 +291,8 @@ def _summary_line(result: SessionResult, collector) -> str:
         hint = result.keep_all_hint or "raise capacity= or loop_capacity= in proton_lite.start() to keep them"
         line += (f"\nproton_lite: warning: {result.dropped:,} records did not fit the profile buffer and were "
                  f"dropped; {hint}")
+    for lost in getattr(collector, "lost_scopes", ()):
+        line += f"\nproton_lite: warning: {lost}"
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line

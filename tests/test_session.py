@@ -43,3 +43,13 @@ def test_the_stop_line_counts_drops_once_and_names_the_option_that_keeps_them(tm
                        "loop_capacity=4 (or capacity=4) in proton_lite.start() keeps them (the busiest unit wrote "
                        "4 records), or sizing=\"exact\" (runs such launches again); buffer_mode=\"circular\" keeps "
                        "the newest instead")
+
+
+def test_the_stop_line_names_kernels_whose_scopes_a_triton_pass_removed(tmp_path):
+    path = str(tmp_path / "d.plraw")
+    simple_capture(path)
+    result = SessionResult(path, launches=1, records=72)
+    lost = "kernel ws_mm: scope(s) 'load' have no records: Triton's warp specialization removed their markers"
+    counters = SimpleNamespace(skipped_autotune=0, unattributed=0, lost_scopes=[lost])
+    lines = _summary_line(result, counters).split("\n")
+    assert lines[1:] == ["proton_lite: warning: " + lost]

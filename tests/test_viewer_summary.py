@@ -269,6 +269,17 @@ def test_session_warnings_are_passed_through():
     assert msgs == ["clock64 wrapped in launch 3"]
 
 
+def test_kernels_that_lost_scopes_at_compile_are_named_with_the_reason():
+    p = make_profile()
+    p.kernels[1].meta = {"lost_scopes": {"scopes": ["qk", "pv"], "reason": "Triton's warp specialization removed "
+                                         "their markers", "fix": "move them outside the loop"}}
+    lost = [w for w in summarize(p)["warnings"] if w["kind"] == "lost_scopes"]
+    assert [(w["kernel"], w["scopes"]) for w in lost] == [("softmax_kernel", ["qk", "pv"])]
+    assert "'qk', 'pv' have no records: Triton's warp specialization" in lost[0]["message"]
+    assert "move them outside the loop" in _render(summarize(p), width=200)
+    assert not [w for w in summarize(make_profile())["warnings"] if w["kind"] == "lost_scopes"]
+
+
 def _render(summary, width=80):
     console = Console(width=width, record=True, color_system=None, file=io.StringIO())
     render_summary(summary, console)

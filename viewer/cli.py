@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 PROG = "proton-lite"
@@ -522,6 +523,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
             "from_arguments": sorted(arguments(expr)) if expr else None,
         },
         "sized_at_launch": bool(layout.get("sized_at_launch")),
+        # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
+        "lost_scopes": pl.get("lost_scopes"),
     }
 
 
@@ -536,7 +539,10 @@ def render_compile_report(r: dict, console) -> None:
     console.print(Text(f"{r['kernel']}", style="bold").append(
         f"  sm_{r['arch']}, {r['num_warps']} warps, one record stream per {unit} "
         f"({r['units_per_cta']} per CTA)", style=""))
-    if not r["scopes"]:
+    if r.get("lost_scopes"):
+        from proton_lite.passes.kernel_facts import lost_scopes_message
+        console.print(Text("warning: " + lost_scopes_message(r["kernel"], r["lost_scopes"]), style="yellow"))
+    if not r["scopes"] and not r.get("lost_scopes"):
         console.print(Text("no scopes: the kernel has no pl.scope / pl.enter_scope markers", style="yellow"))
     else:
         t = compact_table("scopes")
@@ -605,11 +611,14 @@ def cmd_compile(args) -> int:
     import proton_lite
     from proton_lite.passes.ptx_instrument import InstrumentationError
     from triton.compiler.errors import CompilationError
+    from proton_lite.passes.kernel_facts import ProtonLiteWarning
     try:
-        ck = proton_lite.compile(kernel, signature, constexprs, arch=args.arch, instrument=True,
-                                 num_warps=args.num_warps, num_stages=args.num_stages, granularity=args.granularity,
-                                 capacity=args.capacity, loop_capacity=args.loop_capacity,
-                                 buffer_mode=args.buffer_mode)
+        with warnings.catch_warnings():  # the report shows them, once, in its own words
+            warnings.simplefilter("ignore", ProtonLiteWarning)
+            ck = proton_lite.compile(kernel, signature, constexprs, arch=args.arch, instrument=True,
+                                     num_warps=args.num_warps, num_stages=args.num_stages,
+                                     granularity=args.granularity, capacity=args.capacity,
+                                     loop_capacity=args.loop_capacity, buffer_mode=args.buffer_mode)
     except InstrumentationError as e:
         raise CliError(_one_line(e)) from e
     except CompilationError as e:

@@ -286,6 +286,13 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                 item["hint"] = "an enter without its exit (or the reverse): follows drops, or a CTA that did not finish"
             out.append(item)
 
+    for k in sorted({int(i) for i in launches["kernel"]}):
+        lost = kernels[k].meta.get("lost_scopes")
+        if lost:
+            from proton_lite.passes.kernel_facts import lost_scopes_message
+            out.append({"kind": "lost_scopes", "kernel": kernels[k].name, "scopes": list(lost["scopes"]),
+                        "message": lost_scopes_message(kernels[k].name, lost)})
+
     tick = (profile.session or {}).get("timer_tick_ns")
     if tick is not None and float(tick) > COARSE_TIMER_NS:
         out.append({"kind": "coarse_timer", "timer_tick_ns": _jsonable(tick),

@@ -160,6 +160,7 @@ class Collector:
         self._current_device = cuda_api.device_getter()
         self.unsized = 0  # launches sized at launch whose arguments could not be read or evaluated
         self.capped = 0  # ... and those whose records would need more than LAUNCH_SIZED_MAX_BYTES
+        self.lost_scopes: list[str] = []  # one line per launched kernel whose scope markers a Triton pass removed
 
     # -- called by Triton ----------------------------------------------------------------------
     def allocate(self, size: int, alignment: int, stream) -> int:
@@ -404,6 +405,10 @@ class Collector:
             if kid is None:
                 kid = len(self._kernel_ids)
                 self._kernel_ids[metadata.hash] = kid
+                if entry.get("lost_scopes"):  # told now, at its first launch, and again at stop
+                    from proton_lite.passes.kernel_facts import lost_scopes_message, warn_lost_scopes
+                    self.lost_scopes.append(lost_scopes_message(metadata.name, entry["lost_scopes"]))
+                    warn_lost_scopes(metadata.name, entry, stacklevel=2)
                 self._queue.put(("kernel", {  # queued before any chunk that holds one of its launches
                     "id": kid, "name": metadata.name, "hash": metadata.hash, "num_warps": metadata.num_warps,
                     "num_ctas": getattr(metadata, "num_ctas", 1), "shared": metadata.shared,

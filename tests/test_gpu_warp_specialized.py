@@ -1,0 +1,84 @@
+"""Warp-specialized kernels on the GPU: every warp that runs writes inside the buffer.
+
+Triton runs ``tl.range(..., warp_specialize=True)`` loops with more warps than requested
+(4 asked, 12 run on the H100). ``tests/run_gpu.sh`` also runs these under
+compute-sanitizer's memcheck with exact-size buffers (``PROTON_LITE_EXACT_BUFFERS=1``).
+"""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+import triton  # noqa: E402
+
+import proton_lite  # noqa: E402
+from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
+from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout  # noqa: E402
+from proton_lite.passes.config import CALIBRATION_KERNEL  # noqa: E402
+from proton_lite.passes.kernel_facts import ProtonLiteWarning  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+import ws_kernels as W  # noqa: E402
+
+
+def _scratch(size, align, stream):  # TMA descriptors built in the kernel need global scratch
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def run_ws(case, scopes=True):
+    """Launch a warp-specialized kernel; return (output, torch reference, grid)."""
+    triton.set_allocator(_scratch)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    if case == "ws_matmul":
+        M, N, K = 512, 384, 1024
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16, generator=g)
+        b = torch.randn(N, K, device="cuda", dtype=torch.float16, generator=g)
+        c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        grid = ((M // 128) * (N // 128), )
+        W.ws_matmul[grid](a, b, c, M, N, K, SCOPES=scopes, num_warps=4, **W.WS_MATMUL_CONST)
+        return c, (a.float() @ b.float().T).half(), grid
+    n_ctx, d = 1024, 64
+    q, k, v = (torch.randn(n_ctx, d, device="cuda", dtype=torch.float16, generator=g) / 4 for _ in range(3))
+    o = torch.empty_like(q)
+    grid = (n_ctx // W.WS_ATTENTION_CONST["BM"], )
+    W.ws_attention[grid](q, k, v, o, n_ctx, SCOPES=scopes, num_warps=4, **W.WS_ATTENTION_CONST)
+    ref = torch.softmax(q.float() @ k.float().T, dim=1) @ v.float()
+    return o, ref.half(), grid
+
+
+@pytest.mark.parametrize("case", ["ws_matmul", "ws_attention"])
+def test_warp_specialized_kernels_write_inside_their_buffer(case, tmp_path):
+    plain, ref, grid = run_ws(case)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(plain.float(), ref.float(), atol=0.05, rtol=0.05)
+    with pytest.warns(ProtonLiteWarning, match=case):  # at its first launch: the loop's scopes were lost
+        with proton_lite.start(str(tmp_path / case), quiet=True, formats=()) as session:
+            out, _, _ = run_ws(case)
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain), f"{case}: instrumented output differs"
+    result = session.result
+    assert result.launches == 1 and result.dropped == 0 and result.unmatched == 0
+    assert f"warning: kernel {case}: scope(s)" in result.summary_line
+    cap = read_raw(result.raw_path)
+    (kid, kmeta), = [(k, m) for k, m in cap.kernels.items() if m["name"] != CALIBRATION_KERNEL]
+    layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
+    assert kmeta["num_warps"] > 4 and layout.num_warps == kmeta["num_warps"]  # sized for the warps that run
+    (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
+    n_ctas = int(np.prod(grid))
+    assert len(launch.buffer) == n_ctas * layout.stride
+    blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=n_ctas)
+    assert (blocks["magic"] == CTA_MAGIC).all()
+    # every warp, partition warps included, reached the end and wrote its header in its own slot
+    assert (blocks["unit"]["magic"] == UNIT_MAGIC).all()
+    kept = kmeta["proton_lite"]["scopes"]
+    counts = blocks["unit"]["count"]
+    if kept:  # ws_matmul's epilogue runs in the default partition: warps 0-3, one enter and one exit
+        assert kept == ["epilogue"]
+        assert (counts[:, :4] == 2).all() and (counts[:, 4:] == 0).all(), np.unique(counts)
+    else:
+        assert (counts == 0).all()
+    prof = decode(cap)  # the calibration launch is left out: only this kernel's CTAs
+    assert len(prof.ctas) == n_ctas and len(np.unique(prof.ctas["cta"])) == n_ctas
+    assert (prof.ctas["finished_units"] == layout.units).all()
