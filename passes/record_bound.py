@@ -8,12 +8,14 @@ with their bounds, so the bound is
 counting both branches of an ``scf.if`` (an upper bound, which is what a capacity needs).
 Each trip count is an expression over constants and kernel arguments, followed through
 the ``arith`` integer ops that compute it (``%1 = arith.divsi %0, %c64_i32``): a
-constexpr bound gives a number (``record_bound``); a bound from a launch argument gives an
-expression that the profile allocator evaluates for every launch
-(``record_bound_expr``, format in ``proton_lite/bound_expr.py``).  Anything else around a
-marker (a bound loaded from memory or taken from a program id or another loop's variable,
-an ``scf.while``, a marker in a function that is called rather than inlined) makes the
-bound unknown, and the pass keeps ``loop_capacity``.  Markers keep their dynamic count
+constexpr bound gives a number (``record_bound``); a bound from launch arguments, program
+ids and the grid size (``tl.program_id``, ``tl.num_programs``: grid-stride and persistent
+loops) gives an expression that the profile allocator evaluates for every launch, the
+largest over the launch's programs (``record_bound_expr``, format in
+``proton_lite/bound_expr.py``).  Anything else around a marker (a bound loaded from
+memory or taken from another loop's variable, an ``scf.while``, a marker in a function
+that is called rather than inlined) makes the bound unknown, and the kernel takes
+records from a pool at run time (docs/design.md §3).  Markers keep their dynamic count
 through Triton's pipelining and LLVM's unrolling (they are side-effecting operations), so
 a bound taken here holds for the code that runs.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from proton_lite.bound_expr import BoundError, arguments, evaluate
+from proton_lite.bound_expr import CMP_PREDICATES, BoundError, arguments, evaluate, reads_grid
 from proton_lite.language import MARKER_TAG
 
 _NAME = r"%[\w.$-]+"
@@ -32,6 +34,10 @@ _BINARY = re.compile(rf"^\s*({_NAME})\s*=\s*arith\.(\w+)\s+({_NAME})\s*,\s*({_NA
                      rf"(?:overflow<[\w, ]*>\s*)?:\s*{_INT_TYPE}\b")
 _CAST = re.compile(rf"^\s*({_NAME})\s*=\s*arith\.(extsi|extui|trunci|index_cast|index_castui)\s+({_NAME})\s*"
                    rf"(?:overflow<[\w, ]*>\s*)?:\s*{_INT_TYPE}\s+to\s+{_INT_TYPE}\b")
+_PROGRAM = re.compile(rf"^\s*({_NAME})\s*=\s*tt\.(get_program_id|get_num_programs)\s+([xyz])\s*:\s*i32\b")
+_CMP = re.compile(rf"^\s*({_NAME})\s*=\s*arith\.cmpi\s+(\w+)\s*,\s*({_NAME})\s*,\s*({_NAME})\s*:\s*{_INT_TYPE}\b")
+_SELECT = re.compile(rf"^\s*({_NAME})\s*=\s*arith\.select\s+({_NAME})\s*,\s*({_NAME})\s*,\s*({_NAME})\s*:\s*"
+                     rf"{_INT_TYPE}\b")
 _FOR = re.compile(rf"\bscf\.for\s+(?:unsigned\s+)?{_NAME}\s*=\s*({_NAME})\s+to\s+({_NAME})\s+step\s+({_NAME})")
 _FUNC = re.compile(r"^\s*tt\.func\b")
 # an argument, with the attributes of Triton's specializations (`{tt.divisibility = 16 : i32}`)
@@ -73,6 +79,16 @@ def record_bound_expr(ttir: str):
             a, b = values.get(m.group(3)), values.get(m.group(4))
             if a is not None and b is not None:
                 values[m.group(1)] = [_ARITH[m.group(2)], _bits(m.group(5)), a, b]
+        elif (m := _PROGRAM.match(line)):
+            values[m.group(1)] = ["pid" if m.group(2) == "get_program_id" else "nprog", "xyz".index(m.group(3))]
+        elif (m := _CMP.match(line)):
+            a, b = values.get(m.group(3)), values.get(m.group(4))
+            if a is not None and b is not None and m.group(2) in CMP_PREDICATES:
+                values[m.group(1)] = ["cmp", m.group(2), _bits(m.group(5)), a, b]
+        elif (m := _SELECT.match(line)):
+            c, a, b = values.get(m.group(2)), values.get(m.group(3)), values.get(m.group(4))
+            if c is not None and a is not None and b is not None:
+                values[m.group(1)] = ["select", c, a, b]
         elif (m := _CAST.match(line)):
             a = values.get(m.group(3))
             if a is not None:
@@ -104,7 +120,7 @@ def record_bound_expr(ttir: str):
         counted[key] = [counted[key][0] + 1, term] if key in counted else [1, term]
     expr = ["sum", *(t if n == 1 else ["prod", ["const", n], t] for n, t in counted.values())] if terms \
         else ["const", 0]
-    if not arguments(expr):
+    if not arguments(expr) and not reads_grid(expr):
         try:
             return ["const", evaluate(expr, {})]
         except BoundError:  # e.g. a constant loop with a non-positive step: not sized from the code

@@ -16,18 +16,30 @@ Form (nested lists, JSON-able)::
     ["exts" | "extu" | "trunc", to_bits, from_bits, a]
     ["trips", lb, ub, step]           iterations of ``scf.for`` (signed bounds)
     ["sum", e...] / ["prod", e...]    exact (unbounded) integer arithmetic
+    ["pid", axis] / ["nprog", axis]   ``tl.program_id(axis)`` / ``tl.num_programs(axis)``
+    ["cmp", pred, bits, a, b]         ``arith.cmpi`` (1 or 0); pred: eq ne slt sle sgt sge ult ule ugt uge
+    ["select", c, a, b]               ``arith.select`` on integers
 
-Only what the kernel computes on the host side of Triton's type system is here: an
-expression that needs anything else (a value loaded from memory, a program id, a loop
-variable) is not built, and the kernel keeps its compile-time capacity.
+An expression that reads a program id (a grid-stride loop ``range(pid, n, num_programs)``,
+a persistent tile loop, a causal bound ``range(0, (pid + 1) * BM, BN)``) has one value per
+program; ``max_over_programs`` evaluates it for every program id of the launch's grid at
+once (numpy, the same wrap-around semantics) and takes the largest, which is what every
+unit's capacity must hold.  Anything else (a value loaded from memory, another loop's
+variable) is not built: such a kernel takes records from the launch's pool
+(docs/design.md §3).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
+
 BINARY_OPS = ("add", "sub", "mul", "divs", "divu", "ceildivs", "floordivs", "rems", "remu", "maxs", "mins",
               "maxu", "minu")
 CASTS = ("exts", "extu", "trunc")
+CMP_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
+MAX_PROGRAMS_EVALUATED = 1 << 24  # program ids evaluated per launch at most (in blocks of PROGRAM_BLOCK)
+PROGRAM_BLOCK = 1 << 20
 
 
 class BoundError(ValueError):
@@ -86,11 +98,34 @@ def _binary(op: str, bits: int, a: int, b: int) -> int:
     return _signed(r, bits)
 
 
-def evaluate(expr: Any, args: Mapping[str, Any]) -> int:
-    """The value of ``expr`` for the kernel arguments ``args`` (name -> value)."""
+def _cmp(pred: str, bits: int, a: int, b: int) -> int:
+    if pred.startswith("u"):
+        a, b = _unsigned(a, bits), _unsigned(b, bits)
+    elif pred not in ("eq", "ne"):
+        a, b = _signed(a, bits), _signed(b, bits)
+    else:
+        a, b = _unsigned(a, bits), _unsigned(b, bits)
+    op = pred[1:] if pred[0] in "su" else pred
+    return int({"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[op])
+
+
+def evaluate(expr: Any, args: Mapping[str, Any], programs: Mapping[str, int] | None = None) -> int:
+    """The value of ``expr`` for the kernel arguments ``args`` (name -> value) and, for an
+    expression that reads them, ``programs`` (``"pid0"``.. and ``"nprog0"``..: program ids and
+    grid size per axis)."""
     kind = expr[0]
     if kind == "const":
         return int(expr[1])
+    if kind in ("pid", "nprog"):
+        key = f"{kind}{expr[1]}"
+        if programs is None or key not in programs:
+            raise BoundError(f"the loop bound reads {'a program id' if kind == 'pid' else 'the grid'}: "
+                             "evaluate it with max_over_programs")
+        return int(programs[key])
+    if kind == "cmp":
+        return _cmp(expr[1], expr[2], evaluate(expr[3], args, programs), evaluate(expr[4], args, programs))
+    if kind == "select":
+        return evaluate(expr[2] if evaluate(expr[1], args, programs) & 1 else expr[3], args, programs)
     if kind == "arg":
         name, bits = expr[1], expr[2]
         if name not in args:
@@ -100,25 +135,25 @@ def evaluate(expr: Any, args: Mapping[str, Any]) -> int:
             raise BoundError(f"argument {name!r} is {type(value).__name__}, not an int")
         return _signed(int(value), bits)
     if kind in BINARY_OPS:
-        return _binary(kind, expr[1], evaluate(expr[2], args), evaluate(expr[3], args))
+        return _binary(kind, expr[1], evaluate(expr[2], args, programs), evaluate(expr[3], args, programs))
     if kind in CASTS:
-        to_bits, from_bits, v = expr[1], expr[2], evaluate(expr[3], args)
+        to_bits, from_bits, v = expr[1], expr[2], evaluate(expr[3], args, programs)
         if kind == "exts":
             return _signed(v, from_bits)
         if kind == "extu":
             return _unsigned(v, from_bits)
         return _signed(v, to_bits)
     if kind == "trips":
-        lb, ub, step = (evaluate(e, args) for e in expr[1:4])
+        lb, ub, step = (evaluate(e, args, programs) for e in expr[1:4])
         if step <= 0:
             raise BoundError(f"loop step {step} is not positive")
         return max(0, -(-(ub - lb) // step))
     if kind == "sum":
-        return sum(evaluate(e, args) for e in expr[1:])
+        return sum(evaluate(e, args, programs) for e in expr[1:])
     if kind == "prod":
         r = 1
         for e in expr[1:]:
-            r *= evaluate(e, args)
+            r *= evaluate(e, args, programs)
         return r
     raise BoundError(f"unknown expression {kind!r}")
 
@@ -132,3 +167,143 @@ def arguments(expr: Any) -> set[str]:
         if isinstance(e, list):
             out |= arguments(e)
     return out
+
+
+def program_axes(expr: Any) -> set[int]:
+    """Grid axes whose program id the expression reads (``["pid", axis]``)."""
+    if expr[0] == "pid":
+        return {int(expr[1])}
+    out: set[int] = set()
+    for e in expr[1:]:
+        if isinstance(e, list):
+            out |= program_axes(e)
+    return out
+
+
+def reads_grid(expr: Any) -> bool:
+    """Whether the expression reads a program id or the grid size."""
+    if expr[0] in ("pid", "nprog"):
+        return True
+    return any(isinstance(e, list) and reads_grid(e) for e in expr[1:])
+
+
+def max_over_programs(expr: Any, args: Mapping[str, Any], grid: tuple[int, int, int]) -> int:
+    """The largest value of ``expr`` over every program of a launch with this ``grid``.
+
+    Program ids are evaluated all at once with numpy (``_vector``, the same semantics as
+    ``evaluate``), in blocks; an expression that reads no program id is evaluated once."""
+    programs = {f"nprog{a}": int(grid[a]) for a in range(3)}
+    axes = sorted(program_axes(expr))
+    if not axes:
+        return evaluate(expr, args, programs)
+    sizes = [int(grid[a]) for a in axes]
+    total = 1
+    for n in sizes:
+        total *= n
+    if total <= 0:
+        return 0
+    if total > MAX_PROGRAMS_EVALUATED:
+        raise BoundError(f"the loop bound depends on the program id and the grid has {total:,} programs "
+                         f"(more than {MAX_PROGRAMS_EVALUATED:,} are not evaluated at launch)")
+    best = None
+    for start in range(0, total, PROGRAM_BLOCK):
+        flat = np.arange(start, min(total, start + PROGRAM_BLOCK), dtype=np.int64)
+        env = dict(programs)
+        for a, n in zip(axes, sizes):
+            env[f"pid{a}"] = flat % n
+            flat = flat // n
+        value = int(np.max(_vector(expr, args, env)))
+        best = value if best is None else max(best, value)
+    return best
+
+
+def _wrap(v, bits: int, signed: bool = True):
+    """``v`` (int64 array) as a ``bits``-wide two's-complement (or unsigned) integer in int64."""
+    if bits >= 64:
+        return v.astype(np.int64)  # int64 arithmetic already wraps at 64 bits
+    v = v & ((1 << bits) - 1)
+    return np.where(v >> (bits - 1) & 1, v - (1 << bits), v) if signed else v
+
+
+def _div_trunc_vec(a, b):
+    if np.any(b == 0):
+        raise BoundError("division by zero in a loop bound")
+    q = np.abs(a) // np.abs(b)
+    return np.where((a >= 0) == (b >= 0), q, -q)
+
+
+def _vector(expr: Any, args: Mapping[str, Any], env: Mapping[str, Any]):
+    """``evaluate`` over int64 arrays of program ids (64-bit unsigned ops are done on uint64)."""
+    kind = expr[0]
+    if kind in ("pid", "nprog"):
+        return np.asarray(env[f"{kind}{expr[1]}"], dtype=np.int64)
+    if kind in ("const", "arg"):
+        return np.asarray(evaluate(expr, args), dtype=np.int64)
+    if kind == "cmp":
+        pred, bits = expr[1], expr[2]
+        a, b = _vector(expr[3], args, env), _vector(expr[4], args, env)
+        if pred.startswith("u") or pred in ("eq", "ne"):
+            a, b = (_wrap(a, bits, False), _wrap(b, bits, False)) if bits < 64 else \
+                (a.astype(np.uint64), b.astype(np.uint64))
+        else:
+            a, b = _wrap(a, bits), _wrap(b, bits)
+        op = pred[1:] if pred[0] in "su" else pred
+        return {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                "ge": np.greater_equal}[op](a, b).astype(np.int64)
+    if kind == "select":
+        return np.where(_vector(expr[1], args, env) & 1, _vector(expr[2], args, env), _vector(expr[3], args, env))
+    if kind in BINARY_OPS:
+        bits, a, b = expr[1], _vector(expr[2], args, env), _vector(expr[3], args, env)
+        if kind in ("divu", "remu", "maxu", "minu"):
+            ua, ub = (_wrap(a, bits, False), _wrap(b, bits, False)) if bits < 64 else \
+                (a.astype(np.uint64), b.astype(np.uint64))
+            if kind in ("divu", "remu") and np.any(ub == 0):
+                raise BoundError("division by zero in a loop bound")
+            r = {"divu": np.floor_divide, "remu": np.remainder, "maxu": np.maximum, "minu": np.minimum}[kind](ua, ub)
+            return _wrap(r.astype(np.int64), bits)
+        a, b = _wrap(a, bits), _wrap(b, bits)
+        with np.errstate(over="ignore"):
+            if kind == "add":
+                r = a + b
+            elif kind == "sub":
+                r = a - b
+            elif kind == "mul":
+                r = a * b
+            elif kind == "divs":
+                r = _div_trunc_vec(a, b)
+            elif kind == "rems":
+                r = a - b * _div_trunc_vec(a, b)
+            elif kind in ("ceildivs", "floordivs"):
+                if np.any(b == 0):
+                    raise BoundError("division by zero in a loop bound")
+                r = -((-a) // b) if kind == "ceildivs" else a // b
+            elif kind == "maxs":
+                r = np.maximum(a, b)
+            elif kind == "mins":
+                r = np.minimum(a, b)
+            else:
+                raise BoundError(f"unknown operation {kind!r}")
+        return _wrap(r, bits)
+    if kind in CASTS:
+        to_bits, from_bits, v = expr[1], expr[2], _vector(expr[3], args, env)
+        if kind == "exts":
+            return _wrap(v, from_bits)
+        if kind == "extu":
+            return _wrap(v, from_bits, False) if from_bits < 64 else v
+        return _wrap(v, to_bits)
+    if kind == "trips":
+        lb, ub, step = (_vector(e, args, env) for e in expr[1:4])
+        if np.any(step <= 0):
+            raise BoundError("loop step is not positive")
+        # as exact integers: bounds are at most 64-bit, their difference fits in float only roughly
+        return np.maximum(0, -((lb - ub) // step))
+    if kind in ("sum", "prod"):
+        parts = [_vector(e, args, env) for e in expr[1:]]
+        # exact in Python's model; here saturated, so that an overflow never reads as a small count
+        acc = np.asarray(0 if kind == "sum" else 1, dtype=np.int64)
+        guard = np.asarray(0.0 if kind == "sum" else 1.0)
+        for p in parts:
+            acc = acc + p if kind == "sum" else acc * p
+            guard = guard + p.astype(np.float64) if kind == "sum" else guard * p.astype(np.float64)
+        return np.where(np.abs(guard) > 2.0 ** 62, np.sign(guard).astype(np.int64) * (1 << 62), acc)
+    raise BoundError(f"unknown expression {kind!r}")

@@ -657,6 +657,24 @@ def test_a_kernel_sized_at_launch_gets_the_buffer_its_arguments_need(collector, 
         assert bytes(ln.buffer[LAUNCH_PREFIX_BYTES:LAUNCH_PREFIX_BYTES + 8]) == b"\x01" * 8
 
 
+def test_a_grid_stride_kernel_gets_the_records_of_its_busiest_program(collector, sim, tmp_path):
+    """``range(pid, n, num_programs)`` with a scope: the first programs run one more row."""
+    meta = _SizedMeta()
+    meta.proton_lite["records_per_unit_expr"] = ["prod", ["const", 2],
+                                                 ["trips", ["pid", 0], ["arg", "n", 32], ["nprog", 0]]]
+    shapes = [(10, (3, 1, 1)), (9, (3, 1, 1)), (10, (3, 1, 1)), (2, (3, 1, 1))]
+    for n, grid in shapes:
+        _sized_launch(collector, sim, {"n": n}, "3.9", grid=grid, meta=meta)
+    cap = finish(collector, tmp_path)
+    assert collector.unsized == 0
+    for ln, (n, grid) in zip(cap.launches, shapes):
+        busiest = 2 * len(range(0, n, grid[0]))  # program 0
+        assert read_capacity_word(int.from_bytes(bytes(ln.buffer[:4]), "little")) == busiest
+        assert len(ln.buffer) == meta.layout.with_capacity(busiest).buffer_bytes(3)
+    (expr, names, grid_bound, memo), = collector._bounds.values()
+    assert names == ("n", ) and grid_bound and len(memo) == 3  # the repeated shape was looked up
+
+
 def test_a_kernel_sized_at_launch_without_readable_arguments_is_counted(collector, sim, tmp_path):
     meta = _sized_launch(collector, sim, {"n": 5}, launcher=None)  # no launcher frame
     _sized_launch(collector, sim, {"m": 5}, launcher="3.9")  # the bound's argument is missing

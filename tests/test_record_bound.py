@@ -1,11 +1,16 @@
-"""The TTIR record bound: exact for compile-time loop bounds, unknown for anything else."""
+"""The TTIR record bound: exact for compile-time loop bounds, per launch for bounds from arguments and
+program ids, unknown for anything else."""
 import pytest
 import triton
 import triton.language as tl
 
+import numpy as np
+
 import proton_lite
 import proton_lite.language as pl
-from proton_lite.bound_expr import BoundError, arguments, evaluate
+
+from proton_lite.bound_expr import (CMP_PREDICATES, MAX_PROGRAMS_EVALUATED, BoundError, _vector, arguments, evaluate,
+                                    max_over_programs, reads_grid)
 from proton_lite.layout import LAUNCH_SIZED_ALIGN
 from proton_lite.passes.record_bound import record_bound, record_bound_expr
 
@@ -103,13 +108,6 @@ def _arg_loops(x_ptr, n, K, M, flag, BK: tl.constexpr):
 
 
 @triton.jit
-def _pid_loop(x_ptr, n):
-    for i in range(0, tl.program_id(0) + n):  # bounded by the program id: not known at launch
-        with pl.scope("p"):
-            tl.store(x_ptr + i, 1.0)
-
-
-@triton.jit
 def _loaded_loop(x_ptr):
     n = tl.load(x_ptr)  # bounded by memory contents: not known at launch
     for i in range(0, n.to(tl.int32)):
@@ -141,13 +139,115 @@ def test_loops_bounded_by_arguments_give_an_expression_over_them(K_type, divisib
         assert evaluate(expr, {"n": 0, "K": 2**31 - 1, "M": 0}) == 2  # (K + 63) wraps negative: no trips
 
 
-def test_loops_bounded_by_a_program_id_or_a_load_stay_unknown():
-    pid = proton_lite.compile(_pid_loop, {"x_ptr": "*fp32", "n": "i32"})
+def test_loops_bounded_by_a_load_stay_unknown():
     loaded = proton_lite.compile(_loaded_loop, {"x_ptr": "*fp32"})
-    for ck in (pid, loaded):
-        assert record_bound_expr(ck.asm["ttir"]) is None
-        assert not ck.profile["layout"].get("sized_at_launch")
-        assert ck.profile["layout"]["capacity"] == 256 and ck.metadata["profile_scratch_align"] == 16
+    assert record_bound_expr(loaded.asm["ttir"]) is None
+    assert loaded.profile["records_per_unit_expr"] is None
+
+
+@triton.jit
+def _grid_stride(x_ptr, n_rows):
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):  # a grid-stride row loop
+        with pl.scope("row"):
+            tl.store(x_ptr + row, 1.0)
+
+
+@triton.jit
+def _persistent(x_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):  # a persistent tile loop
+        with pl.scope("tile"):
+            for k in range(0, K, BK):  # nested: bounded by an argument
+                with pl.scope("k"):
+                    tl.store(x_ptr + tile + k, 1.0)
+
+
+@triton.jit
+def _causal(x_ptr, BM: tl.constexpr, BN: tl.constexpr):
+    hi = (tl.program_id(0) + 1) * BM
+    hi = tl.minimum(hi, tl.program_id(1) * 0 + 4096)  # a min, as causal attention kernels clip the bound
+    for start in range(0, hi, BN):
+        with pl.scope("block"):
+            tl.store(x_ptr + start, 1.0)
+
+
+@triton.jit
+def _two_axes(x_ptr, n):
+    pid_y = tl.program_id(1)
+    lo = tl.where(pid_y % 2 == 0, 0, n)  # a select on a comparison of program ids
+    for i in range(lo, n * 2 + pid_y):
+        with pl.scope("p"):
+            tl.store(x_ptr + i, 1.0)
+
+
+def _brute(per_program, grid):
+    return max(per_program(x, y, z) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2]))
+
+
+PROGRAM_CASES = {
+    "grid_stride": (_grid_stride, {"x_ptr": "*fp32", "n_rows": "i32"}, {},
+                    [({"n_rows": n}, g) for n, g in [(65536, (264, 1, 1)), (100, (264, 1, 1)), (7, (3, 1, 1)),
+                                                     (0, (5, 1, 1)), (1000, (1, 1, 1))]],
+                    lambda a, g: lambda x, y, z: 2 * len(range(x, a["n_rows"], g[0]))),
+    "persistent": (_persistent, {"x_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
+                   {"BM": 128, "BN": 128, "BK": 64},
+                   [({"M": m, "N": n, "K": k}, g) for m, n, k, g in [(4096, 4096, 4096, (132, 1, 1)),
+                                                                    (300, 129, 65, (5, 1, 1)),
+                                                                    (128, 128, 64, (132, 1, 1))]],
+                   lambda a, g: lambda x, y, z: len(range(x, -(-a["M"] // 128) * -(-a["N"] // 128), g[0])) * (
+                       2 + 2 * len(range(0, a["K"], 64)))),
+    "causal": (_causal, {"x_ptr": "*fp32"}, {"BM": 128, "BN": 64},
+               [({}, (16, 1, 1)), ({}, (64, 2, 1)), ({}, (1, 1, 1))],
+               lambda a, g: lambda x, y, z: 2 * len(range(0, min((x + 1) * 128, 4096), 64))),
+    "two_axes": (_two_axes, {"x_ptr": "*fp32", "n": "i32"}, {},
+                 [({"n": 5}, (3, 4, 1)), ({"n": 100}, (1, 7, 2)), ({"n": 0}, (2, 2, 1))],
+                 lambda a, g: lambda x, y, z: 2 * len(range(0 if y % 2 == 0 else a["n"], 2 * a["n"] + y))),
+}
+
+
+@pytest.mark.parametrize("case", list(PROGRAM_CASES))
+def test_loops_bounded_by_program_ids_are_sized_from_the_busiest_program(case):
+    kernel, sig, const, launches, per_program = PROGRAM_CASES[case]
+    ck = proton_lite.compile(kernel, sig, const)
+    expr = record_bound_expr(ck.asm["ttir"])
+    assert expr is not None and reads_grid(expr)
+    assert ck.profile["records_per_unit_expr"] == expr and ck.profile["layout"]["sized_at_launch"]
+    for args, grid in launches:
+        assert max_over_programs(expr, args, grid) == _brute(per_program(args, grid), grid), (args, grid)
+        # one program at a time, as the scalar evaluator sees it
+        for x in {0, grid[0] - 1}:
+            programs = {"pid0": x, "pid1": 0, "pid2": 0, "nprog0": grid[0], "nprog1": grid[1], "nprog2": grid[2]}
+            assert evaluate(expr, args, programs) == per_program(args, grid)(x, 0, 0)
+    with pytest.raises(BoundError, match="program id|grid"):
+        evaluate(expr, launches[0][0])  # without programs: a clear error, never a guess
+
+
+def test_the_program_id_evaluator_wraps_as_the_scalar_one():
+    """Every op, on int64 arrays of program ids, gives what ``evaluate`` gives for each id."""
+    ops = ["add", "sub", "mul", "divs", "divu", "ceildivs", "floordivs", "rems", "remu", "maxs", "mins", "maxu",
+           "minu"]
+    for op in ops:
+        for bits in (8, 32, 64):
+            for const in (-7, 3, 2**31 - 1, -2**40 if bits == 64 else -5):
+                expr = [op, bits, ["sub", bits, ["mul", bits, ["pid", 0], ["const", 3]], ["const", 11]],
+                        ["const", const]]
+                for pid in range(0, 9):
+                    scalar = evaluate(expr, {}, {"pid0": pid})
+                    assert max_over_programs(expr, {}, (pid + 1, 1, 1)) >= scalar
+                got = [int(_vector(expr, {}, {"pid0": np.array([p])})[0]) for p in range(9)]
+                assert got == [evaluate(expr, {}, {"pid0": p}) for p in range(9)], (op, bits, const)
+    for pred in CMP_PREDICATES:
+        expr = ["select", ["cmp", pred, 32, ["pid", 0], ["const", 4]], ["const", 10], ["add", 32, ["pid", 0],
+                                                                                         ["const", -1]]]
+        got = [int(v) for v in _vector(expr, {}, {"pid0": np.arange(-3, 9)})]
+        assert got == [evaluate(expr, {}, {"pid0": p}) for p in range(-3, 9)], pred
+
+
+def test_huge_grids_are_refused_rather_than_guessed():
+    expr = ["trips", ["pid", 0], ["const", 10], ["nprog", 0]]
+    with pytest.raises(BoundError, match="programs"):
+        max_over_programs(expr, {}, (MAX_PROGRAMS_EVALUATED + 1, 1, 1))
+    assert max_over_programs(expr, {}, (0, 1, 1)) == 0
 
 
 def test_explicit_capacity_and_circular_mode_are_not_sized_at_launch():

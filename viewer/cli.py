@@ -482,7 +482,7 @@ def _sites_per_scope(ptx: str, n_scopes: int) -> list[list[int]] | None:
 
 def compile_report(ck, kernel_name: str, arch: int) -> dict:
     """What the instrumentation adds to a compiled kernel, as a JSON-serializable dict."""
-    from proton_lite.bound_expr import arguments
+    from proton_lite.bound_expr import arguments, reads_grid
     from proton_lite.layout import GRANULARITY_WARPS, BufferLayout
 
     pl = ck.profile or {}
@@ -521,6 +521,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
             "at_most": pl.get("records_per_unit_max") if loop else None,  # every loop bound a constant
             # sized per launch: the kernel arguments the count depends on
             "from_arguments": sorted(arguments(expr)) if expr else None,
+            # ... and from program ids / the grid size (the busiest program's count)
+            "from_program_ids": bool(expr) and reads_grid(expr),
         },
         "sized_at_launch": bool(layout.get("sized_at_launch")),
         # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
@@ -559,9 +561,12 @@ def render_compile_report(r: dict, console) -> None:
         estimate = f"{rec['exact']} (no record site inside a loop)"
     elif rec.get("at_most") is not None:
         estimate = f"at most {rec['at_most']} (every loop around a scope has compile-time bounds)"
-    elif rec.get("from_arguments"):
+    elif rec.get("from_arguments") or rec.get("from_program_ids"):
+        source = [f"its argument(s) {', '.join(rec['from_arguments'])}"] if rec.get("from_arguments") else []
+        if rec.get("from_program_ids"):
+            source.append("the grid (the busiest program id)")
         estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration: counted for "
-                    f"each launch from its argument(s) {', '.join(rec['from_arguments'])}")
+                    f"each launch from {' and '.join(source)}")
     else:
         estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration "
                     f"(loop sites: capacity {r['capacity']})")

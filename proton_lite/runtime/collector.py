@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.bound_expr import BoundError, evaluate
+from proton_lite.bound_expr import BoundError, arguments, evaluate, max_over_programs, reads_grid
 from proton_lite.layout import LAUNCH_SIZED_ALIGN, MAX_LAUNCH_CAPACITY, BufferLayout, capacity_word
 from proton_lite.raw_format import BATCH_ENTRY, RawWriter
 from proton_lite.runtime import cuda_api
@@ -160,6 +160,7 @@ class Collector:
         self._current_device = cuda_api.device_getter()
         self.unsized = 0  # launches sized at launch whose arguments could not be read or evaluated
         self.capped = 0  # ... and those whose records would need more than LAUNCH_SIZED_MAX_BYTES
+        self._bounds: dict[int, tuple] = {}  # id(metadata) -> (expr, its arguments, reads the grid, memo)
         self.lost_scopes: list[str] = []  # one line per launched kernel whose scope markers a Triton pass removed
 
     # -- called by Triton ----------------------------------------------------------------------
@@ -229,7 +230,7 @@ class Collector:
         num_ctas = size // kernel[2]
         short = False
         try:
-            need = max(0, evaluate(metadata.proton_lite["records_per_unit_expr"], args))
+            need = max(0, self._records_needed(metadata, args, grid))
         except (BoundError, KeyError, TypeError):
             need, short = layout.capacity, True  # the compiled fallback
             with self._lock:
@@ -243,6 +244,28 @@ class Collector:
             with self._lock:
                 self.capped += 1
         return layout.with_capacity(capacity).buffer_bytes(num_ctas), (capacity, short)
+
+    def _records_needed(self, metadata, args, grid) -> int:
+        """The kernel's record bound for this launch: its expression over the arguments, the
+        largest over the grid's program ids when it reads them (memoized per arguments and
+        grid: a persistent kernel relaunched with the same shapes costs a dict lookup)."""
+        expr = metadata.proton_lite["records_per_unit_expr"]
+        bound = self._bounds.get(id(metadata))
+        if bound is None or bound[0] is not expr:
+            bound = (expr, tuple(sorted(arguments(expr))), reads_grid(expr), {})
+            self._bounds[id(metadata)] = bound
+        if not bound[2]:
+            return evaluate(expr, args)
+        g = tuple(grid) if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
+        key = (g, tuple(args.get(n) for n in bound[1]))
+        memo = bound[3]
+        need = memo.get(key)
+        if need is None:
+            need = max_over_programs(expr, args, g)
+            if len(memo) >= 1024:  # shapes that keep changing: keep the newest
+                memo.clear()
+            memo[key] = need
+        return need
 
     def on_launch_exit(self, launch_metadata) -> None:
         tls = self._tls
