@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from proton_lite.language import MARKER_TAG
 from proton_lite.passes.config import CALIBRATION_KERNEL
+from proton_lite.passes.pool import PoolCode, PoolPlan
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,
                                 MAX_LAUNCH_CAPACITY, MAX_SCOPES, RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC,
                                 BufferLayout, encode_tag)
@@ -243,6 +244,7 @@ class _Emitter:
                  keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
                  unrolled_tags: list[tuple[int, int]] | None = None) -> None:
         self.layout = layout
+        self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
         self.param = param
         self.smem = smem_symbol
         self.smem_offset = smem_offset
@@ -266,6 +268,8 @@ class _Emitter:
         unrolled twice four tag and clock registers (one per record of each copy) and two
         addresses and counts of slots left (one per copy)."""
         out = list(self.REGS) + [f".reg .pred %pl_pd<{max(1, self.defers)}>;"]
+        if self.pool is not None:
+            out += list(self.pool.REGS)
         if self.unrolled_tags:
             n = len(self.unrolled_tags)
             out += [f".reg .b32 %pl_ut<{4 * n}>;", f".reg .b32 %pl_uc<{4 * n}>;", f".reg .b32 %pl_uo<{2 * n}>;",
@@ -304,11 +308,19 @@ class _Emitter:
                 f"setp.eq.u32 %pl_p5, %pl_r25, {LAUNCH_CAPACITY_TAG};",
                 f"and.b32 %pl_r24, %pl_r24, {MAX_LAUNCH_CAPACITY};",
                 "selp.u32 %pl_r24, %pl_r24, 0, %pl_p5;",  # no tag: not our buffer, no records
+            ]
+            if self.pool is not None:
+                out += self.pool.prologue()
+            out += [
                 f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};",
                 f"mul.wide.u32 %pl_d11, %pl_r24, {RECORD_BYTES};",
                 f"add.s64 %pl_d11, %pl_d11, {UNIT_HEADER_BYTES + L.sink_slots * RECORD_BYTES};",  # unit_bytes
                 f"mul.lo.u64 %pl_d12, %pl_d11, {L.units};",
                 f"add.s64 %pl_d12, %pl_d12, {CTA_HEADER_BYTES};",  # stride
+            ]
+            if self.pool is not None:
+                out += self.pool.pool_base()
+            out += [
                 "cvt.u64.u32 %pl_d1, %pl_r5;",
                 "mul.lo.u64 %pl_d1, %pl_d1, %pl_d12;",
                 "add.s64 %pl_d0, %pl_d0, %pl_d1;",
@@ -340,7 +352,10 @@ class _Emitter:
                 # predicate ptxas scheduled bench.py's per-K-iteration matmul differently and
                 # it ran 4.6-4.7% over plain against 2.6-3.1% (docs/benchmarks.md, sixth version)
                 leader = ", %pl_p0" if self.unit_threads > 32 else ""
-                out.append(f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};")
+                if self.pool is not None:  # with a pool, records may come after a unit block of 0
+                    out.append("mov.pred %pl_p7, %pl_p0;" if leader else "setp.eq.u32 %pl_p7, 0, 0;")
+                else:
+                    out.append(f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};")
                 if self.by_address:  # the second sink slot
                     out.append("add.u32 %pl_gs2, %pl_r24, 1;")
             out += self.unrolled_prologue()
@@ -625,22 +640,32 @@ def staging_offset(triton_shared: int) -> int:
     return -(-max(triton_shared, 0) // STAGING_ALIGN) * STAGING_ALIGN
 
 
-def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0) -> str:
-    """Return instrumented PTX for ``info``'s kernel with the given buffer layout."""
+def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
+            pool_plan: PoolPlan | None = None) -> str:
+    """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
+    layout with a pool, the checks of ``pool_plan``)."""
     if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
+    if layout.pool != (pool_plan is not None) or (layout.pool and not layout.sized_at_launch):
+        raise InstrumentationError("proton_lite: internal error: a pool needs its plan and a buffer sized at launch")
     if (layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "sink") or \
             layout.capacity < 1:
         raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
                                    "(global staging in clamp mode stores past the capacity in sink slots)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
     lines = ptx.split("\n")
-    unrolled = _pair_tight_loops(lines, info, layout.staging == "global") if layout.mode == "clamp" else {}
+    # with a pool a check may switch regions between two records: no record derives its
+    # address from another one's (pairs, unrolled copies, stores by address; passes/pool.py)
+    unrolled = _pair_tight_loops(lines, info, layout.staging == "global") \
+        if layout.mode == "clamp" and not layout.pool else {}
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     hoisted, moved = _loop_bookkeeping(lines, info)
     # clamp mode only: in a circular buffer a late store could land on a newer record's slot
-    flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared") if layout.mode == "clamp" \
-        else {}
+    flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared", by_address=not layout.pool) \
+        if layout.mode == "clamp" else {}
+    checks = {line: (n, room) for n, (line, room) in enumerate(sorted(pool_plan.checks.items()))} \
+        if pool_plan is not None else {}
+    body_end = function_body(lines)[1] if pool_plan is not None else -1
     ids = {name: i for i, name in enumerate(info.scopes)}
     site_at = {s.line: s for s in info.sites}
 
@@ -667,6 +692,12 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     in_body, regs_done, ret_count = False, False, 0
     entry_seen = False
     for i, line in enumerate(lines):
+        if i == body_end:  # the function's closing brace: the pool's refills go before it
+            out += ["\t" + r for n in range(len(checks)) for r in emit.pool.refill(n)]
+        if i in checks:  # a loop head: room for the records up to the next check (passes/pool.py)
+            out.append(line)
+            out += ["\t" + r for r in emit.pool.check(*checks[i])]
+            continue
         if not entry_seen and _ENTRY_RE.match(line):
             entry_seen = True
             if layout.staging == "shared":
@@ -808,7 +839,8 @@ def _loop_bookkeeping(lines: list[str], info: PtxScan) -> tuple[dict[int, list[s
     return hoisted, moved
 
 
-def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: bool) -> dict[int, tuple[int, bool]]:
+def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: bool,
+                      by_address: bool = True) -> dict[int, tuple[int, bool]]:
     """A loop body's last record leaves its store to the next record: the first record of
     the next iteration stores both, and so does one store after the loop's back edge on the
     way out.
@@ -863,11 +895,11 @@ def _defer_loop_tails(lines: list[str], info: PtxScan, moved: set[int], shared: 
                 leaves = True
                 break
         if not leaves:
-            n, by_address = len(flush_after), not shared and not body[0].keeps_other
+            n, stored_by_address = len(flush_after), by_address and not shared and not body[0].keeps_other
             body[0].flushes, body[-1].defers = True, True
             for site in (body[0], body[-1]):
-                site.loop, site.by_address = n, by_address
-            flush_after[branch] = (n, by_address)
+                site.loop, site.by_address = n, stored_by_address
+            flush_after[branch] = (n, stored_by_address)
     return flush_after
 
 
@@ -895,6 +927,27 @@ def fold_exit_branches(ptx: str) -> str:
         out.append(lines[i])
         i += 1
     return "\n".join(out)
+
+
+def function_body(lines: list[str]) -> tuple[int, int]:
+    """(first line inside the kernel's ``{``, line of its closing ``}``): braces counted on
+    every line, so inline-asm blocks and vector operands nest."""
+    depth, start = 0, None
+    for i, line in enumerate(lines):
+        if start is None:
+            if _ENTRY_RE.match(line):
+                start = -1
+            continue
+        code = line.split("//", 1)[0]
+        opens, closes = code.count("{"), code.count("}")
+        if start == -1:
+            if opens:
+                start, depth = i + 1, opens - closes
+            continue
+        depth += opens - closes
+        if depth <= 0:
+            return start, i
+    raise InstrumentationError("proton_lite: could not find the end of the kernel's body in its PTX")
 
 
 def strip_markers(ptx: str) -> str:

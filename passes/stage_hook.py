@@ -18,13 +18,15 @@ import threading
 
 from triton import knobs
 
-from proton_lite.layout import DEFAULT_ALIGN, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
+from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
+from proton_lite.passes.pool import PoolPlan, chunk_slots_for
+from proton_lite.passes.pool import plan as plan_pool
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
-                                               PtxScan, fold_exit_branches, rewrite, scan, shared_bytes, staging_offset,
-                                               strip_markers)
+                                               PtxScan, fold_exit_branches, function_body, rewrite, scan, shared_bytes,
+                                               staging_offset, strip_markers)
 
 PASS_VERSION = "proton_lite-ptx-pass-7"
 _lock = threading.Lock()
@@ -33,10 +35,12 @@ _previous_hook = None
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
-                  bound=None) -> BufferLayout:
+                  bound=None, pool_plan: PoolPlan | None = None) -> BufferLayout:
     """Size the buffer from the code: exact for straight-line scopes and for loops whose trip
-    counts are compile-time constants, per launch for loops bounded by launch arguments
-    (``bound``: the TTIR's record bound, ``record_bound_expr``), else the loop capacity."""
+    counts are compile-time constants, per launch for loops bounded by launch arguments and
+    program ids (``bound``: the TTIR's record bound, ``record_bound_expr``), and with a
+    launch-wide pool for loops bounded at run time (``pool_plan``, passes/pool.py); else
+    (an explicit capacity, circular mode, control flow the pool cannot bound) the capacity."""
     if config.granularity == "warpgroup" and num_warps % 4:
         raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
@@ -50,6 +54,12 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
             # be read (at least 2, so that a buffer proton_lite did not allocate is never overrun)
             return BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
                                 config.buffer_mode, sized_at_launch=True, overflow="sink")
+        elif pool_plan is not None and config.buffer_mode == "clamp":
+            # a unit block of loop_capacity records (at least what comes before the first check),
+            # then chunks of the launch's pool
+            return BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity, pool_plan.entry_records),
+                                "global", config.buffer_mode, sized_at_launch=True, overflow="sink", pool=True,
+                                chunk_slots=chunk_slots_for(pool_plan, DEFAULT_CHUNK_SLOTS))
         else:
             capacity = config.loop_capacity
     else:
@@ -67,7 +77,8 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     raise AssertionError("unreachable")
 
 
-def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None) -> dict:
+def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
+                   pool_plan: PoolPlan | None = None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -84,6 +95,9 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None) -
         "shared_staging_bytes": shared_bytes(layout) if layout.staging == "shared" else 0,
         # scopes whose markers a Triton pass removed ({"scopes", "reason", "fix"}; kernel_facts.py)
         "lost_scopes": lost,
+        # a pool (passes/pool.py): records before the first check (the least unit block), checks
+        "pool_entry_records": pool_plan.entry_records if layout.pool else None,
+        "pool_checks": len(pool_plan.checks) if layout.pool else None,
     }
 
 
@@ -101,14 +115,19 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     facts = facts or {}
     lost = lost_scopes(facts.get("ttir_scopes"), facts.get("ttgir_scopes"), bool(facts.get("warp_specialized")),
                        info.scopes)
-    layout = choose_layout(info, config, num_warps, triton_shared, bound)
-    new_ptx = rewrite(ptx, info, layout, triton_shared)
+    pool_plan = None
+    if info.loop_sites and bound is None and config.capacity is None and config.buffer_mode == "clamp":
+        lines = ptx.split("\n")
+        start, end = function_body(lines)
+        pool_plan = plan_pool(lines, start, end, {s.line for s in info.sites}, info.back_edges)
+    layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan)
+    new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
         metadata["shared"] = staging_offset(triton_shared) + shared_bytes(layout)
     metadata["profile_scratch_size"] = layout.stride
     # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
     metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
-    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost)
+    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan)
     return new_ptx
 
 

@@ -28,6 +28,7 @@ from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_PREFIX_BYTES
                                 UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout, read_capacity_word)
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
+from proton_lite.decode_pool import PoolState, pool_records, read_prefix
 from proton_lite.raw_format import RawCapture, RawFormatError
 
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -209,13 +210,16 @@ def _near_launch_median(start_gt: np.ndarray, valid: np.ndarray, n_ctas: np.ndar
     return ((start_gt - med) < limit) | ((med - start_gt) < limit)  # |start - median| < limit, in uint64
 
 
-def _check_size(launch, layout: BufferLayout, where: str = "") -> None:
-    if len(launch.buffer) != launch.num_ctas * layout.stride:
+def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState | None = None) -> None:
+    chunks = pool.used if pool is not None else 0
+    if len(launch.buffer) != launch.num_ctas * layout.stride + chunks * layout.chunk_bytes:
+        more = f" + {chunks} pool chunks x {layout.chunk_bytes} bytes" if pool is not None else ""
         raise RawFormatError(f"{where}launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, "
-                             f"expected {launch.num_ctas} CTAs x {layout.stride} bytes")
+                             f"expected {launch.num_ctas} CTAs x {layout.stride} bytes{more}")
 
 
-def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf) -> dict:
+def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf,
+                  pool: PoolState | None = None) -> dict:
     """Decode launches of one kernel at once (rows of all of them in one set of arrays).
 
     Every step is per CTA, per (launch, SM) or per launch, exactly as if each launch were
@@ -224,7 +228,8 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     ``dropped``, ``unmatched``, ``missing_ctas``, ``unfinished_units``, ``row_start``,
     ``rows``), per-CTA-row arrays (``ctas``, with ``launch``: index into ``batch``) and
     per-pair arrays (``pairs``, ``cta_row`` indexing the CTA rows).  The callers have checked
-    each buffer's size (``_check_size``).
+    each buffer's size (``_check_size``).  A launch with a pool (``pool``: its prefix) is
+    decoded alone; its chunks follow its CTA blocks in its buffer (``decode_pool``).
     """
     n_l = len(batch)
     n_ctas = np.array([la.num_ctas for la in batch], np.int64)
@@ -344,8 +349,12 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
 
     # --- records ------------------------------------------------------------------------------
     counts = np.where(finished, u_count, 0).astype(np.int64)  # (m, U)
-    kept = layout.kept(counts)
-    words, group, first = _records(buf, layout, rows_at, counts, kept)
+    torn = 0
+    if pool is not None:
+        words, group, first, kept, torn = pool_records(buf, layout, pool, n, rows_at, counts)
+    else:
+        kept = layout.kept(counts)
+        words, group, first = _records(buf, layout, rows_at, counts, kept)
     rec = words.view("<u4")
     tags, clo = rec[0::2], rec[1::2]
     e_idx, x_idx, level = _pair(tags, group, first, n_scopes)
@@ -395,21 +404,8 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         most[nonempty] = np.maximum.reduceat(counts.max(1), row_start[nonempty])
     return {"ref_gt": [int(r) for r in ref.tolist()], "records": records, "dropped": dropped,
             "unmatched": unmatched, "missing_ctas": n_ctas - m_l, "unfinished_units": unfinished,
-            "unit_records_max": most,
+            "unit_records_max": most, "torn_chunks": np.array([torn] * n_l, np.int64),
             "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs}
-
-
-def decode_launch(cap_launch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf):
-    """Decode one launch; returns (ctas, pairs, stats) with absolute globaltimer ns as float64."""
-    if layout.sized_at_launch:
-        layout, cap_launch = _sized_at_launch(cap_launch, layout, "")
-    _check_size(cap_launch, layout)
-    d = _decode_batch([cap_launch], layout, n_scopes, tick, max_rate)
-    ctas = {k: v for k, v in d["ctas"].items() if k != "launch"}
-    stats = {"ref_gt": d["ref_gt"][0], "records": int(d["records"][0]), "dropped": int(d["dropped"][0]),
-             "unmatched": int(d["unmatched"][0]), "missing_ctas": int(d["missing_ctas"][0]),
-             "unfinished_units": int(d["unfinished_units"][0])}
-    return ctas, d["pairs"], stats
 
 
 # Launches of one kernel are decoded together up to this many buffer bytes (they are
@@ -418,10 +414,12 @@ BATCH_BYTES = 32 << 20
 
 
 def _batches(launches: list, launch_layouts: list):
-    """Launch indices grouped by kernel and layout, in launch order, each group small enough to copy."""
+    """Launch indices grouped by kernel and layout, in launch order, each group small enough to
+    copy; a launch with a pool alone."""
     by_kernel: dict = {}
     for i, launch in enumerate(launches):
-        by_kernel.setdefault((launch.kernel_id, launch_layouts[i].capacity), []).append(i)
+        key = (launch.kernel_id, launch_layouts[i].capacity, i if launch_layouts[i].pool else -1)
+        by_kernel.setdefault(key, []).append(i)
     out = []
     for idx in by_kernel.values():
         cur, size = [], 0
@@ -438,16 +436,17 @@ def _batches(launches: list, launch_layouts: list):
 
 
 def _sized_at_launch(launch, layout: BufferLayout, where: str):
-    """A launch of a kernel sized at launch: its own layout (capacity from its prefix) and
-    the launch with the prefix taken off its buffer (layout.py)."""
-    if len(launch.buffer) < LAUNCH_PREFIX_BYTES:
-        raise RawFormatError(f"{where}launch {launch.launch_index}: buffer holds {len(launch.buffer)} bytes, "
-                             f"less than its {LAUNCH_PREFIX_BYTES}-byte launch prefix")
+    """A launch of a kernel sized at launch: its own layout (capacity from its prefix), the
+    launch with the prefix taken off its buffer (layout.py), and its pool's state (None
+    without a pool)."""
+    pool = read_prefix(launch.buffer, where, launch.launch_index)
     word = int(np.frombuffer(launch.buffer, "<u4", 1)[0])
     capacity = read_capacity_word(word)
     # no tag: the host could not size this launch and left the word 0; the kernel kept no records
     layout = layout.with_capacity(0 if capacity is None else capacity)
-    return layout, replace(launch, buffer=launch.buffer[LAUNCH_PREFIX_BYTES:])
+    if capacity is None:
+        pool = PoolState(0, 0, 0)  # nor a pool
+    return layout, replace(launch, buffer=launch.buffer[LAUNCH_PREFIX_BYTES:]), pool if layout.pool else None
 
 
 def decode(capture: RawCapture, progress=None) -> Profile:
@@ -461,10 +460,11 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     where = f"{capture.path}: " if capture.path else ""
     launches_in = list(capture.launches)
     launch_layouts = [layouts[launch.kernel_id] for launch in launches_in]
+    pools: list[PoolState | None] = [None] * len(launches_in)
     for i, launch in enumerate(launches_in):  # the first broken launch, in launch order, is the one reported
         if launch_layouts[i].sized_at_launch:
-            launch_layouts[i], launches_in[i] = _sized_at_launch(launch, launch_layouts[i], where)
-        _check_size(launches_in[i], launch_layouts[i], where)
+            launch_layouts[i], launches_in[i], pools[i] = _sized_at_launch(launch, launch_layouts[i], where)
+        _check_size(launches_in[i], launch_layouts[i], where, pools[i])
 
     # the timer tick, from all start anchors of the capture (needs several CTAs)
     samples = []
@@ -484,7 +484,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     for idx in batches:
         kid = launches_in[idx[0]].kernel_id
         results.append(_decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
-                                     max_rate))
+                                     max_rate, pools[idx[0]]))
         if progress is not None:
             for _ in idx:
                 done += 1
@@ -492,7 +492,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     # per launch, in launch order
     refs = [0] * n_launch
-    stat = np.zeros((5, n_launch), np.int64)  # records, dropped, unmatched, missing CTAs, busiest unit
+    stat = np.zeros((6, n_launch), np.int64)  # records, dropped, unmatched, missing CTAs, busiest unit, torn
     n_rows = np.zeros(n_launch, np.int64)
     cta_min = np.zeros(n_launch)
     cta_max = np.zeros(n_launch)
@@ -500,7 +500,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         pos = np.asarray(idx)
         for j, i in enumerate(idx):
             refs[i] = r["ref_gt"][j]
-        for k, name in enumerate(("records", "dropped", "unmatched", "missing_ctas", "unit_records_max")):
+        for k, name in enumerate(("records", "dropped", "unmatched", "missing_ctas", "unit_records_max",
+                                  "torn_chunks")):
             stat[k, pos] = r[name]
         n_rows[pos] = r["rows"]
         full = r["rows"] > 0
@@ -521,7 +522,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     for i, launch in enumerate(launches_in):
         launches[i] = (launch.launch_index, index_of[launch.kernel_id], launch.device, *launch.grid,
                        launch.num_ctas, launch.stream, start_ns[i] if has[i] else 0, end_ns[i] if has[i] else 0,
-                       stat[0, i], stat[1, i], stat[2, i], stat[3, i], stat[4, i])
+                       stat[0, i], stat[1, i], stat[2, i], stat[3, i], stat[4, i],
+                       pools[i].chunks if pools[i] else 0, pools[i].taken if pools[i] else 0, stat[5, i])
 
     # The session's record-cost launches (see runtime/calibrate.py) go into its metadata:
     # their CTAs and intervals are left out, and time 0 becomes the earliest user CTA.

@@ -41,6 +41,24 @@ and its ``capacity`` is that launch's: the host evaluates the kernel's record bo
 launch's arguments.  The kernel reads the word at CTA start; without the 0xA5 tag it writes
 no records (a buffer that proton_lite did not allocate).
 
+A kernel whose loop bounds are known only at run time (``pool``, ``passes/pool.py``) uses
+the rest of the prefix, and a *pool* of ``chunks`` chunks follows the last CTA block::
+
+      4  u32  chunks           chunks in the pool, written by the host
+      8  u32  epoch            this launch's number in the session + 1, written by the host
+     12  u32  taken            chunks asked for: the units' atomic counter, zero at launch
+    pool, chunk i at ``prefix + CTAs * stride + i * chunk_bytes``:
+      0  u32  (0x504C << 16) | unit
+      4  u32  epoch            the launch's epoch: a chunk without it was not written (torn)
+      8  u32  cta              linear CTA index
+     12  u32  first            the unit's record index held by the chunk's first slot
+     16  records: chunk_slots x 8 bytes, then one sink slot
+
+A unit's records are its unit block's, then its chunks' in the order of ``first``; a region
+(block or chunk) holds the records from its ``first`` (0 for the block) to the next
+region's, at most its slots.  Only the chunks taken (``min(taken, chunks)``) are copied
+back.
+
 All fields are little-endian.  A CTA whose magic is missing never ran (or the buffer was
 not written); a unit whose magic is missing did not reach the end of the kernel.
 """
@@ -70,6 +88,10 @@ LAUNCH_SIZED_ALIGN = 64
 # (_pair_tight_loops)
 GLOBAL_SINK_SLOTS = 2
 DEFAULT_ALIGN = 16
+# the launch pool (kernels whose loop bounds are known only at run time, passes/pool.py)
+CHUNK_HEADER_BYTES = 16
+CHUNK_TAG = 0x504C  # top half of a chunk header's first word ("PL"); the unit index below it
+DEFAULT_CHUNK_SLOTS = 255  # records per chunk (odd: header + slots + one sink slot = 2064 bytes)
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,10 @@ class BufferLayout:
     # the capacity in each unit block, never read) or, in captures from 2026-11-23, "last"
     # (over the unit's last slot; a unit that overflowed keeps capacity - 1)
     overflow: str = "drop"
+    # records past the unit block go to chunks of a launch-wide pool after the CTA blocks
+    # (loop bounds known only at run time; sized_at_launch, global staging, clamp mode)
+    pool: bool = False
+    chunk_slots: int = 0  # records per pool chunk (odd), when ``pool``
 
     def kept(self, counts: np.ndarray) -> np.ndarray:
         """Records that each unit's block holds, from the counts the units wrote."""
@@ -123,8 +149,13 @@ class BufferLayout:
         """Bytes before the first CTA block."""
         return LAUNCH_PREFIX_BYTES if self.sized_at_launch else 0
 
-    def buffer_bytes(self, num_ctas: int) -> int:
-        return self.prefix + num_ctas * self.stride
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes per pool chunk: header, ``chunk_slots`` records, one sink slot."""
+        return CHUNK_HEADER_BYTES + (self.chunk_slots + 1) * RECORD_BYTES if self.pool else 0
+
+    def buffer_bytes(self, num_ctas: int, chunks: int = 0) -> int:
+        return self.prefix + num_ctas * self.stride + chunks * self.chunk_bytes
 
     def with_capacity(self, capacity: int) -> "BufferLayout":
         return replace(self, capacity=capacity)
@@ -135,6 +166,8 @@ class BufferLayout:
             del data["sized_at_launch"]
         if self.overflow == "drop":
             del data["overflow"]
+        if not self.pool:
+            del data["pool"], data["chunk_slots"]
         return data
 
     @classmethod
@@ -142,7 +175,8 @@ class BufferLayout:
         # captures from before 2026-11-23 (eighth session) have no "overflow": their records
         # past the capacity were never stored
         return cls(**{k: data[k] for k in ("granularity", "num_warps", "capacity", "staging", "mode")},
-                   sized_at_launch=bool(data.get("sized_at_launch", False)), overflow=data.get("overflow", "drop"))
+                   sized_at_launch=bool(data.get("sized_at_launch", False)), overflow=data.get("overflow", "drop"),
+                   pool=bool(data.get("pool", False)), chunk_slots=int(data.get("chunk_slots", 0)))
 
 
 def capacity_word(capacity: int) -> int:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from proton_lite.layout import BufferLayout
+
 LAUNCH_DTYPE = np.dtype([
     ("launch", "<u4"),  # index in the session, in launch order
     ("kernel", "<u4"),  # index into Profile.kernels
@@ -24,6 +26,9 @@ LAUNCH_DTYPE = np.dtype([
     ("unmatched", "<u8"),  # records without a partner (after a drop, or a CTA that did not finish)
     ("missing_ctas", "<u4"),  # CTAs whose header was never written
     ("unit_records_max", "<u4"),  # most records one unit tried to write: the capacity that drops none
+    ("pool_chunks", "<u4"),  # chunks in the launch's pool (kernels with run-time loop bounds), else 0
+    ("pool_taken", "<u4"),  # chunks its units asked for: more than pool_chunks when the pool ran out
+    ("torn_chunks", "<u4"),  # chunks taken whose header was never written (a fault): their records dropped
 ])
 
 CTA_DTYPE = np.dtype([
@@ -90,6 +95,17 @@ class Profile:
         launches = launches[launches["dropped"] > 0]
         if not len(launches):
             return None
+        short = launches[launches["pool_taken"] > launches["pool_chunks"]]
+        if len(short):  # a kernel with a launch pool, and the pool ran out
+            worst = short[np.argmax(short["pool_taken"])]
+            layout = self.kernels[int(worst["kernel"])].meta.get("layout")
+            chunk = BufferLayout.from_json(layout).chunk_bytes if layout else 2064
+            mb = -(-2 * int(worst["pool_taken"]) * chunk // (1 << 20))  # twice what was asked: asks stop at the end
+            return (f"pool_mb={max(mb, 1)} in proton_lite.start() keeps them (a launch's pool of "
+                    f"{int(worst['pool_chunks']):,} chunks ran out; its units asked for {int(worst['pool_taken']):,})")
+        if int(launches["pool_chunks"].max()) > 0 and int(launches["torn_chunks"].sum()):
+            return (f"{int(launches['torn_chunks'].sum()):,} pool chunks were taken but never written (the kernel "
+                    "stopped early, e.g. a fault): their records are lost")
         need = int(launches["unit_records_max"].max())
         circular = any(self.kernels[int(k)].meta.get("layout", {}).get("mode") == "circular"
                        for k in np.unique(launches["kernel"]))

@@ -35,11 +35,16 @@ class SessionOptions:
     granularity: "warp" (default), "warpgroup" or "cta": which threads record.
     kernels: names (fnmatch patterns) of the kernels to instrument; None = all.
     capacity: records per recording unit; None = sized from the code (see docs/design.md).
-    sizing: "code" (default): buffers sized from the code, loops with run-time trip counts
-        get loop_capacity; "exact": a launch whose records did not fit runs again with a
-        buffer sized from its counts (the kernel runs twice then: only for kernels whose
-        outputs do not depend on their previous contents; see runtime/exact.py).
-    loop_capacity: records per unit for kernels with scopes inside loops when capacity is None.
+    sizing: "code" (default): buffers sized from the code, exactly per launch where loop
+        bounds come from arguments, program ids and the grid, and with a launch-wide pool
+        where they are only known at run time; "exact": a launch whose records did not fit
+        runs again with a buffer sized from its counts (the kernel runs twice then: only for
+        kernels whose outputs do not depend on their previous contents; see runtime/exact.py).
+    loop_capacity: records per unit in the unit block of kernels whose loop bounds are known
+        only at run time (more go to the pool), and per unit when a capacity cannot be sized
+        otherwise (circular mode, control flow the pool cannot bound).
+    pool_mb: the pool of each launch of such a kernel, in MiB; None (default) sizes it from
+        what earlier launches of the kernel took (the first gets 256 MiB; runtime/pool_sizing.py).
     buffer_mode: "clamp" keeps the first records when full, "circular" the newest.
     host_buffer_mb: pinned host memory in flight before launches wait for the disk.
     copy_every: launches of a burst on one stream copied back together (one driver copy per
@@ -61,6 +66,7 @@ class SessionOptions:
     sizing: str = "code"
     loop_capacity: int = 256
     buffer_mode: str = "clamp"
+    pool_mb: int | None = None
     host_buffer_mb: int = 256
     copy_every: int = 256
     skip_autotune: bool = True
@@ -79,6 +85,10 @@ class SessionOptions:
             object.__setattr__(self, "kernels", kernels)
         if self.host_buffer_mb < 1:
             raise ValueError("proton_lite: host_buffer_mb must be at least 1")
+        if self.pool_mb is not None and (not isinstance(self.pool_mb, int) or isinstance(self.pool_mb, bool) or
+                                         not 1 <= self.pool_mb <= 65536):
+            raise ValueError(f"proton_lite: pool_mb must be a whole number of MiB from 1 to 65536, or None to size "
+                             f"pools from earlier launches (got {self.pool_mb!r})")
         if self.sizing not in SIZINGS:
             raise ValueError(f"proton_lite: unknown sizing {self.sizing!r}; valid: {', '.join(SIZINGS)}")
         if self.sizing == "exact" and self.capacity is not None:
@@ -161,7 +171,7 @@ class Session:
             from proton_lite.runtime.exact import Resizer
             resizer = Resizer(self.options.instrument_config())
         self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune,
-                                    self.options.copy_every, resizer=resizer)
+                                    self.options.copy_every, resizer=resizer, pool_mb=self.options.pool_mb)
         self._saved_mode = knobs.compilation.instrumentation_mode
         knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
         stage_hook.install()

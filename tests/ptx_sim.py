@@ -78,11 +78,15 @@ class Kernel:
             operands = [a.strip() for a in _split_operands(args)] if args else []
             self.body.append((neg == "!", pred, op, operands, line))
 
-    def run(self, launch: Launch) -> None:
-        for cta in range(launch.grid):
+    def run(self, launch: Launch, cta_order=None) -> None:
+        """Every CTA (in ``cta_order``, default ascending), its threads one after another.
+        ``shfl.sync.idx`` from lane 0: lane 0 runs first, and each later lane of its warp gets,
+        at its n-th shuffle, what lane 0 passed at its n-th (Triton's warps do not diverge)."""
+        for cta in (range(launch.grid) if cta_order is None else cta_order):
             shared = bytearray(launch.shared_bytes)
+            shuffles: dict[int, list[int]] = {}
             for tid in range(launch.threads):
-                _Thread(self, launch, cta, tid, shared).run()
+                _Thread(self, launch, cta, tid, shared, shuffles).run()
 
 
 def _split_operands(args: str) -> list[str]:
@@ -103,8 +107,11 @@ def _split_operands(args: str) -> list[str]:
 class _Thread:
     SHARED_BASE = 1 << 20  # shared addresses (the dynamic shared symbol) start here
 
-    def __init__(self, kernel: Kernel, launch: Launch, cta: int, tid: int, shared: bytearray):
+    def __init__(self, kernel: Kernel, launch: Launch, cta: int, tid: int, shared: bytearray,
+                 shuffles: dict | None = None):
         self.k, self.l, self.cta, self.tid, self.shared = kernel, launch, cta, tid, shared
+        self.shuffles = shuffles if shuffles is not None else {}
+        self.n_shuffles = 0
         self.regs: dict[str, int] = dict(launch.regs)
         self.clock = 1000 + 7 * tid
 
@@ -176,6 +183,12 @@ class _Thread:
                 if name in ("st", "ld"):
                     self._memory_op(name, types, ops)
                     continue
+                if name == "atom":
+                    self._atomic(types, ops)
+                    continue
+                if name == "shfl":
+                    self._shuffle(types, ops)
+                    continue
                 self._alu(name, types, bits, ops, line)
             except SimError as e:
                 raise SimError(f"{e} (CTA {self.cta}, thread {self.tid}: {line})") from None
@@ -198,6 +211,28 @@ class _Thread:
             mem, off = self.memory(space, addr, size * vec)
             for i, d in enumerate(dsts):
                 self.set(d, int.from_bytes(mem[off + i * size:off + (i + 1) * size], "little"), bits)
+
+    def _atomic(self, types: list[str], ops: list[str]) -> None:
+        if ".add" not in types or ".global" not in types:
+            raise SimError(f"atomic not simulated: atom{''.join(types)}")
+        bits = _bits(types)
+        size = bits // 8
+        mem, off = self.memory("global", self.address(ops[1]), size)
+        old = int.from_bytes(mem[off:off + size], "little")
+        mem[off:off + size] = ((old + self.value(ops[2], bits)) & ((1 << bits) - 1)).to_bytes(size, "little")
+        self.set(ops[0], old, bits)
+
+    def _shuffle(self, types: list[str], ops: list[str]) -> None:
+        if ".idx" not in types or ops[2].strip() != "0":
+            raise SimError("only shfl.sync.idx from lane 0 is simulated")
+        bits = _bits(types)
+        log = self.shuffles.setdefault(self.tid // 32, [])
+        if self.tid % 32 == 0:
+            log.append(self.value(ops[1], bits))
+        if self.n_shuffles >= len(log):
+            raise SimError("a lane shuffled more often than lane 0 of its warp (diverged)")
+        self.set(ops[0], log[self.n_shuffles], bits)
+        self.n_shuffles += 1
 
     def _alu(self, name: str, types: list[str], bits: int, ops: list[str], line: str) -> None:
         signed = any(t.startswith(".s") for t in types)

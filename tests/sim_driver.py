@@ -25,7 +25,8 @@ from proton_lite.runtime import cuda_api
 
 _FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async", "memset_d32_async",
               "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
-              "stream_is_capturing", "stream_synchronize", "memcpy_dtoh", "current_device",
+              "stream_is_capturing", "stream_synchronize", "stream_create", "stream_destroy", "memcpy_dtoh",
+              "current_device",
               "current_context", "set_context", "capture_query", "device_getter")
 
 

@@ -675,6 +675,86 @@ def test_a_grid_stride_kernel_gets_the_records_of_its_busiest_program(collector,
     assert names == ("n", ) and grid_bound and len(memo) == 3  # the repeated shape was looked up
 
 
+class _PoolMeta(_Meta):
+    """A kernel whose loop bounds are known only at run time: unit blocks, then a launch pool."""
+
+    def __init__(self) -> None:
+        layout = BufferLayout("warp", 2, 4, "global", sized_at_launch=True, overflow="sink", pool=True,
+                              chunk_slots=5)
+        super().__init__("pooled", layout.stride)
+        self.proton_lite = {"scopes": ["a"], "layout": layout.to_json(), "records_per_unit_max": None,
+                            "records_per_unit_expr": None, "pool_entry_records": 1}
+        self.layout = layout
+
+
+def _pool_launch(col, sim, meta, taken, grid=(3, 1, 1), stream=1, seen=None):
+    """A launch whose kernel takes ``taken`` chunks and fills each with its index (mod 251, + 1);
+    ``seen`` gets the pool's bytes as the kernel found them."""
+    lm = _launch_metadata(grid, meta, args={})
+    ptr = _Launcher39()(col, grid, stream, None, None, lm, meta.profile_scratch_size * grid[0])
+    blocks = meta.layout.buffer_bytes(grid[0])  # the unit blocks keep the compiled 4 records here
+    chunk = meta.layout.chunk_bytes
+
+    def kernel():
+        mem, off = sim._resolve(ptr, 16)
+        chunks = int.from_bytes(mem[off + 4:off + 8], "little")
+        if seen is not None:
+            seen.append(bytes(mem[off + blocks:off + blocks + chunks * chunk]))
+        mem[off + 12:off + 16] = taken.to_bytes(4, "little")
+        for i in range(min(taken, chunks)):
+            mem[off + blocks + i * chunk:off + blocks + (i + 1) * chunk] = bytes([i % 251 + 1]) * chunk
+    sim._enqueue(stream, kernel)
+    col.on_launch_exit(lm)
+
+
+def test_a_launch_pool_is_copied_back_as_far_as_its_units_took_it(tmp_path, sim):
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, pool_mb=1)
+    meta = _PoolMeta()
+    chunk, blocks = meta.layout.chunk_bytes, meta.layout.buffer_bytes(3)
+    per_launch = (1 << 20) // chunk
+    seen: list[bytes] = []
+    for taken in (3, 0, per_launch + 40):  # some, none, more than the pool holds (asks past the end count)
+        _pool_launch(col, sim, meta, taken, seen=seen)
+        deadline = time.time() + 5  # the drain thread returns the buffer before the next launch takes one
+        while not any(col.device_pool._free.values()) and time.time() < deadline:
+            time.sleep(0.001)
+    cap = finish(col, tmp_path)
+    assert [len(ln.buffer) for ln in cap.launches] == [blocks + 3 * chunk, blocks, blocks + per_launch * chunk]
+    for i, (ln, taken) in enumerate(zip(cap.launches, (3, 0, per_launch + 40))):
+        words = np.frombuffer(ln.buffer, "<u4", 4)
+        assert read_capacity_word(int(words[0])) == 4 and words[1] == per_launch and words[3] == taken
+        assert words[2] == i + 1  # the epoch: the launch's number among pool launches
+        used = min(taken, per_launch)
+        pool = np.frombuffer(ln.buffer, np.uint8, offset=blocks)
+        assert (pool.reshape(used, chunk) == (np.arange(used) % 251 + 1).astype(np.uint8)[:, None]).all()
+    # the buffer was reused, and every chunk a launch found was zero: the drain cleared what it copied
+    assert len(seen) == 3 and not any(any(s) for s in seen)
+    assert sim.calls["stream_create"] == 1  # the drain thread's own stream, once per device
+
+
+def test_pool_sizes_learn_from_earlier_launches(sim):
+    from proton_lite.runtime.pool_sizing import FIRST_POOL_BYTES, MIN_POOL_BYTES, PoolSizer
+    layout = _PoolMeta().layout
+    sizer = PoolSizer()
+    cap, chunks, total = sizer.plan(0, layout, 100, entry_records=1)
+    # the first launch: as many chunks as fit in 256 MiB with the blocks (one allocation class)
+    assert cap == 4 and total == layout.buffer_bytes(100, chunks) and FIRST_POOL_BYTES - layout.chunk_bytes < total \
+        <= FIRST_POOL_BYTES
+    sizer.observed(0, taken=50, chunks=chunks, num_ctas=100)  # half a chunk per CTA
+    _, chunks2, total2 = sizer.plan(0, layout, 1000, entry_records=1)
+    assert chunks2 * layout.chunk_bytes >= (0.5 * 1000 * 1.5 + 1000 * layout.units) * layout.chunk_bytes - \
+        layout.chunk_bytes and total2 >= MIN_POOL_BYTES and size_class(total2) - layout.chunk_bytes < total2
+    sizer.observed(0, taken=chunks2 + 5, chunks=chunks2, num_ctas=1000)  # ran out: counts double
+    _, chunks3, _ = sizer.plan(0, layout, 1000, entry_records=1)
+    assert chunks3 > 2 * chunks2 * 0.9
+    fixed = PoolSizer(pool_mb=3)
+    _, chunks4, total4 = fixed.plan(0, layout, 10, entry_records=1)
+    assert chunks4 == (3 << 20) // layout.chunk_bytes and total4 == layout.buffer_bytes(10, chunks4)
+    # a huge grid: smaller unit blocks, never below what the kernel writes before its first check
+    cap5, _, _ = sizer.plan(1, layout.with_capacity(256), 4_000_000, entry_records=3)
+    assert cap5 == 3
+
+
 def test_a_kernel_sized_at_launch_without_readable_arguments_is_counted(collector, sim, tmp_path):
     meta = _sized_launch(collector, sim, {"n": 5}, launcher=None)  # no launcher frame
     _sized_launch(collector, sim, {"m": 5}, launcher="3.9")  # the bound's argument is missing

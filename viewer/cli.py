@@ -525,6 +525,9 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
             "from_program_ids": bool(expr) and reads_grid(expr),
         },
         "sized_at_launch": bool(layout.get("sized_at_launch")),
+        # loops bounded at run time: records past the unit block go to chunks of the launch's pool
+        "pool": {"chunk_slots": layout.get("chunk_slots"), "checks": pl.get("pool_checks"),
+                 "entry_records": pl.get("pool_entry_records")} if layout.get("pool") else None,
         # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
         "lost_scopes": pl.get("lost_scopes"),
     }
@@ -567,6 +570,9 @@ def render_compile_report(r: dict, console) -> None:
             source.append("the grid (the busiest program id)")
         estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration: counted for "
                     f"each launch from {' and '.join(source)}")
+    elif r.get("pool"):
+        estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration: loop bounds known "
+                    "only at run time, every record kept (a launch pool, below)")
     else:
         estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration "
                     f"(loop sites: capacity {r['capacity']})")
@@ -576,7 +582,14 @@ def render_compile_report(r: dict, console) -> None:
     kv.add_row("record sites", f"{r['record_sites']} ({r['loop_record_sites']} inside loops)")
     kv.add_row(f"records per {unit}", estimate)
     sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
-    if r.get("sized_at_launch"):
+    if r.get("pool"):
+        p = r["pool"]
+        kv.add_row("buffer per CTA", f"{CTA_HEADER_BYTES} + {r['units_per_cta']} x ({UNIT_HEADER_BYTES} + "
+                                     f"{RECORD_BYTES} x ({r['capacity']} records{sinks})) bytes, global")
+        kv.add_row("launch pool", f"chunks of {p['chunk_slots']} records after the CTA blocks, one atomic per chunk, "
+                                  f"taken at {p['checks']} loop head(s); sized from earlier launches (pool_mb= fixes "
+                                  "it); only the chunks taken are copied back")
+    elif r.get("sized_at_launch"):
         kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
                                      f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x (records per {unit}{sinks})) bytes, "
                                      f"global (capacity {r['capacity']} if its bound cannot be evaluated for a launch)")

@@ -48,6 +48,7 @@ from proton_lite.layout import LAUNCH_SIZED_ALIGN, MAX_LAUNCH_CAPACITY, BufferLa
 from proton_lite.raw_format import BATCH_ENTRY, RawWriter
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool, ProfileBufferOOM
+from proton_lite.runtime.pool_sizing import PoolSizer
 
 _LAUNCH_INFO_KEY = "proton_lite_launch"
 IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it holds is copied
@@ -92,10 +93,14 @@ class _Chunk:
     """A device buffer that the launches of one (device, stream) fill in order."""
 
     __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed",
-                 "skipped_bytes")
+                 "skipped_bytes", "pool")
 
-    def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int) -> None:
+    def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, pool=None) -> None:
         self.buf, self.device, self.stream = buf, device, stream
+        # a launch with a pool has a chunk of its own: (chunks, epoch, bytes before the pool,
+        # bytes per pool chunk);
+        # its CTA blocks are copied when it is sealed, the chunks taken by the drain thread
+        self.pool = pool
         self.limit = limit  # bytes of slices it takes (its copy-back must fit the pinned limit)
         self.used = 0
         self.launches: list[tuple] = []  # BATCH_ENTRY rows, buffer_offset within this chunk
@@ -118,10 +123,14 @@ class Collector:
     """Owns buffers, hooks' per-launch work and the drain thread of one session."""
 
     def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
-                 copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS, resizer=None) -> None:
+                 copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS, resizer=None,
+                 pool_mb: int | None = None) -> None:
         self.writer = writer
         exact = os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") not in ("", "0")
         self.device_pool = DevicePool(exact=exact)
+        self.pool_sizer = PoolSizer(pool_mb, exact)  # launch pools (run-time loop bounds)
+        self._pool_epoch = 0
+        self._drain_streams: dict[int, int] = {}  # device -> the drain thread's stream (pool copies)
         self.pinned_pool = PinnedPool(host_limit_bytes)
         self.copy_every = copy_every
         self.idle_ns = idle_ns
@@ -175,8 +184,10 @@ class Collector:
                 "write into the same buffer and no copy-back could follow a replay. Stop the session "
                 "(proton_lite.stop()) before capturing graphs, or profile the kernels outside the graph.")
         capacity = None
+        pool = None
         if alignment == LAUNCH_SIZED_ALIGN:
             size, capacity = self._launch_capacity(size)
+            pool = capacity[2]
         device = self._current_device()
         key = (device, stream)
         now = time.time_ns()  # idle detection here, the launch's host time in the exit hook
@@ -196,10 +207,13 @@ class Collector:
             offset = 0
             if chunk is not None:
                 offset = -(-chunk.used // SLICE_ALIGN) * SLICE_ALIGN
-                if idle or offset + size > chunk.limit:
+                if idle or pool is not None or offset + size > chunk.limit:
                     self._close(chunk)  # copied before this launch runs
                     chunk = None
-            if chunk is None:
+            if pool is not None:  # a chunk of its own, never open to other launches
+                chunk = _Chunk(self.device_pool.take(size, device, stream), size, device, stream, pool)
+                offset = 0
+            elif chunk is None:
                 chunk = self._new_chunk(key, size, stream)
                 offset = 0
             chunk.used = offset + size
@@ -208,26 +222,39 @@ class Collector:
         ptr = chunk.buf.ptr + offset
         if capacity is not None:  # ordered on the stream before the kernel reads it
             cuda_api.memset_d32_async(ptr, capacity_word(capacity[0]), 1, stream)
+            if pool is not None:  # the pool's chunks and the launch's epoch (its counter is zero)
+                cuda_api.memset_d32_async(ptr + 4, pool[0], 1, stream)
+                cuda_api.memset_d32_async(ptr + 8, pool[1], 1, stream)
         return ptr
 
-    def _launch_capacity(self, size: int) -> tuple[int, tuple[int, bool]]:
-        """Slice bytes and (capacity, short) of a launch whose kernel is sized at launch: its
-        record bound evaluated with this launch's arguments.  ``short``: the capacity may be
-        less than the kernel writes (arguments unreadable, or the cap hit); records that do
-        not fit are counted as dropped, as for any kernel."""
+    def _launch_capacity(self, size: int) -> tuple[int, tuple[int, bool, tuple | None]]:
+        """Slice bytes and (capacity, short, pool) of a launch whose kernel is sized at launch:
+        its record bound evaluated with this launch's arguments, or for a kernel with a pool
+        its unit blocks and pool (``pool``: chunks, epoch, bytes before the pool, bytes per
+        chunk; else None).
+        ``short``: the capacity may be less than the kernel writes (arguments unreadable, or
+        the cap hit); records that do not fit are counted as dropped, as for any kernel."""
         found = _launch_arguments()
         if found is None:  # no launch metadata: the kernel gets no record slots (capacity word 0)
             with self._lock:
                 self.unsized += 1
-            return size, (0, True)
+            return size, (0, True, None)
         grid, metadata, args = found
         kernel = self._kernel(metadata)  # registered once per compiled kernel; its layout parsed once
         if kernel is None:  # no proton_lite entry in its metadata: nothing to size it from
             with self._lock:
                 self.unsized += 1
-            return size, (0, True)
+            return size, (0, True, None)
         layout = kernel[3]
         num_ctas = size // kernel[2]
+        if layout.pool:
+            entry = int(metadata.proton_lite.get("pool_entry_records") or 0)
+            capacity, chunks, total = self.pool_sizer.plan(kernel[0], layout, num_ctas, entry)
+            with self._lock:
+                self._pool_epoch += 1
+                epoch = self._pool_epoch
+            blocks = layout.with_capacity(capacity).buffer_bytes(num_ctas)
+            return total, (capacity, False, (chunks, epoch, blocks, layout.chunk_bytes))
         short = False
         try:
             need = max(0, self._records_needed(metadata, args, grid))
@@ -243,7 +270,7 @@ class Collector:
             short = True
             with self._lock:
                 self.capped += 1
-        return layout.with_capacity(capacity).buffer_bytes(num_ctas), (capacity, short)
+        return layout.with_capacity(capacity).buffer_bytes(num_ctas), (capacity, short, None)
 
     def _records_needed(self, metadata, args, grid) -> int:
         """The kernel's record bound for this launch: its expression over the arguments, the
@@ -311,7 +338,7 @@ class Collector:
                     self.unattributed += 1
                 elif trial:
                     self.skipped_autotune += 1
-            if not chunk.closed and (idle or len(chunk.launches) >= self.copy_every):
+            if not chunk.closed and (idle or chunk.pool is not None or len(chunk.launches) >= self.copy_every):
                 self._close(chunk)
             self._slice_done(chunk)
         if rerun is not None:
@@ -372,14 +399,17 @@ class Collector:
         if self.failed:  # the context is gone: nothing can be copied any more
             self._count_lost(chunk.launches)
             return
+        # a launch with a pool: its prefix and CTA blocks now, the chunks it took from the drain
+        # thread, once it knows how many (_drain_pool); not copied: cleared whole
+        copy = chunk.pool[2] if chunk.pool is not None and chunk.launches else chunk.used
         try:
             if chunk.launches:
-                host_buf = self.pinned_pool.take(chunk.used)  # waits while the disk is behind
-                cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, chunk.used, chunk.stream)
+                host_buf = self.pinned_pool.take(copy)  # waits while the disk is behind
+                cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, copy, chunk.stream)
                 self.copies += 1
             # cleared on the same stream, so the chunk is ready for reuse once the event is
             # reached: the drain thread then only waits (fewer GIL hand-overs in a burst)
-            cuda_api.memset_d8_async(chunk.buf.ptr, 0, chunk.used, chunk.stream)
+            cuda_api.memset_d8_async(chunk.buf.ptr, 0, copy, chunk.stream)
             event = self._event(chunk.device)
             cuda_api.event_record(event, chunk.stream)
         except cuda_api.CudaError as e:  # an earlier kernel faulted; the user sees it from their next call
@@ -471,10 +501,13 @@ class Collector:
                         cuda_api.set_context(self._contexts[chunk.device])
                         current = chunk.device
                     cuda_api.event_synchronize(item.event)
-                    # copied and cleared: back to the pool before the (slower) disk write
-                    self.device_pool.give(chunk.buf)
-                    if item.host_buf is not None:
-                        self._write(chunk, item.host_buf)
+                    if chunk.pool is not None and item.host_buf is not None:
+                        self._drain_pool(chunk, item.host_buf)
+                    else:
+                        # copied and cleared: back to the pool before the (slower) disk write
+                        self.device_pool.give(chunk.buf)
+                        if item.host_buf is not None:
+                            self._write(chunk, item.host_buf)
                 except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
                     self._failed(e)
                     self._salvage(chunk, item.host_buf)
@@ -483,6 +516,34 @@ class Collector:
             if not self.failed:
                 with self._events_lock:
                     self._events.setdefault(chunk.device, []).append(item.event)
+
+    def _drain_pool(self, chunk: _Chunk, host_buf: HostBuffer) -> None:
+        """A launch with a pool, once its kernel and the copy of its CTA blocks are done: copy
+        the chunks its units took (the counter in the copied prefix says how many), clear them,
+        return the buffer, and write the launch with its chunks after its CTA blocks."""
+        chunks, _, blocks, chunk_bytes = chunk.pool
+        head = host_buf.view()
+        taken = int(head[12:16].view("<u4")[0])
+        nbytes = min(taken, chunks) * chunk_bytes
+        extra = None
+        if nbytes:
+            stream = self._drain_streams.get(chunk.device)
+            if stream is None:  # its own, non-blocking: no wait on (or for) the user's streams
+                stream = self._drain_streams[chunk.device] = cuda_api.stream_create()
+            extra = self.pinned_pool.take(nbytes)
+            cuda_api.memcpy_dtoh_async(extra.ptr, chunk.buf.ptr + blocks, nbytes, stream)
+            cuda_api.memset_d8_async(chunk.buf.ptr + blocks, 0, nbytes, stream)
+            cuda_api.stream_synchronize(stream)
+        self.device_pool.give(chunk.buf)
+        try:
+            row = chunk.launches[0]
+            self.pool_sizer.observed(row[0], taken, chunks, row[4])
+            entries = np.array([row[:7] + (0, blocks + nbytes)], dtype=BATCH_ENTRY)
+            data = head[:blocks] if extra is None else np.concatenate([head[:blocks], extra.view()[:nbytes]])
+            self.writer.batch(entries, data)
+        finally:
+            if extra is not None:
+                self.pinned_pool.give(extra)
 
     def _salvage(self, chunk: _Chunk, host_buf: HostBuffer | None) -> None:
         """After a fault no event says whether this chunk's copy ran before it.  Pinned buffers
@@ -493,6 +554,8 @@ class Collector:
             self._count_lost(chunk.launches)
             return
         data = host_buf.view()  # taken for chunk.used bytes
+        if chunk.pool is not None:  # its chunks cannot be copied any more: none taken, their records dropped
+            data[12:16] = 0
         copied = [row for row in chunk.launches if data[row[7]:row[7] + row[8]].any()]
         self._count_lost([row for row in chunk.launches if row not in copied])
         if copied:
@@ -545,6 +608,13 @@ class Collector:
                         except cuda_api.CudaError:
                             pass
                 self._events.clear()
+            for device, stream in self._drain_streams.items():
+                self._use_device(device)
+                try:
+                    cuda_api.stream_destroy(stream)
+                except cuda_api.CudaError:
+                    pass
+            self._drain_streams.clear()
             self.device_pool.release_all(self._use_device)
             if here is not None:
                 try:

@@ -128,6 +128,16 @@ def memcpy_dtoh(dst: np.ndarray, src_device: int) -> None:
     check(cu.cuMemcpyDtoH(dst.ctypes.data, src_device, dst.nbytes), "cuMemcpyDtoH")
 
 
+def stream_create() -> int:
+    """A non-blocking stream (no implicit order with the legacy default stream)."""
+    stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+    return int(stream)
+
+
+def stream_destroy(stream: int) -> None:
+    check(cu.cuStreamDestroy(cu.CUstream(stream)), "cuStreamDestroy")
+
+
 def stream_synchronize(stream: int) -> None:
     check(cu.cuStreamSynchronize(cu.CUstream(stream)), "cuStreamSynchronize")
 
