@@ -51,7 +51,8 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
     """Compile ``kernel`` (a ``@triton.jit`` function) for ``sm_<arch>``, instrumented by default.
 
     ``signature`` maps every argument to a Triton type (``"*fp32"``, ``"i32"``, ...,
-    ``"constexpr"`` for constexprs), ``constexprs`` gives the constexpr values.
+    ``"constexpr"`` for constexprs), ``constexprs`` gives the constexpr values (a constexpr
+    with a default takes it when not given).
     ``divisible_by_16`` names the arguments to specialize as multiples of 16, as Triton's
     launcher does for an integer or pointer argument whose value is one.
     """
@@ -61,6 +62,9 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
 
     constexprs = dict(constexprs or {})
     signature = dict(signature)
+    for param in getattr(kernel, "params", ()):  # constexprs with a default, as a launch would take them
+        if param.is_constexpr and param.has_default and param.name not in constexprs:
+            constexprs[param.name] = param.default
     for name in constexprs:
         signature.setdefault(name, "constexpr")
     missing = [a for a in kernel.arg_names if a not in signature]

@@ -142,7 +142,9 @@ def long_loop_out_of_place(x_ptr, o_ptr, n_ptr, BLOCK: tl.constexpr):
     tl.store(o_ptr + offs, acc)
 
 
-def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path):
+def test_exact_sizing_needs_no_second_run_where_a_launch_pool_keeps_every_record(tmp_path):
+    """A loop bounded by a loaded count used to overflow its loop capacity and run again under
+    sizing="exact"; its records now continue in the launch's pool: every record, one run each."""
     x = torch.rand(7 * 128, device="cuda")
     iters = (300, 300, 40)  # 600, 600 and 80 records per warp
     counts = [torch.tensor([n], device="cuda", dtype=torch.int32) for n in iters]
@@ -164,8 +166,8 @@ def test_exact_sizing_runs_a_launch_again_when_its_records_did_not_fit(tmp_path)
     prof = decode(cap)
     assert s.result.dropped == 0 and prof.total_dropped == 0 and prof.total_unmatched == 0
     assert prof.launches["records"].tolist() == [7 * 4 * 2 * n for n in iters]
-    assert cap.end["exact_reruns"] == 1  # the first launch only: the session kept the larger capacity
-    assert "run again with a larger buffer" in s.result.summary_line
+    assert cap.end["exact_reruns"] == 0 and prof.launches["pool_taken"].max() > 0
+    assert "run again" not in s.result.summary_line
 
 
 @pytest.mark.parametrize("kernel,capacity", [(loop_out_of_place, 7501), (loop_out_of_place, 7500),
@@ -185,7 +187,8 @@ def test_overflow_in_global_staging_keeps_the_first_records_and_counts_the_rest(
     plain = torch.empty_like(x)
     kernel[(7, )](x, plain, n, BLOCK=128)
     out = torch.full_like(x, -1.0)
-    with proton_lite.start(str(tmp_path / "g"), quiet=True, loop_capacity=capacity, formats=()) as s:
+    # an explicit capacity: no launch pool (its loop is bounded by a loaded count)
+    with proton_lite.start(str(tmp_path / "g"), quiet=True, capacity=capacity, formats=()) as s:
         kernel[(7, )](x, out, n, BLOCK=128)  # 4 warps x 7503 slots: more than shared memory
     torch.cuda.synchronize()
     assert torch.equal(out, plain)

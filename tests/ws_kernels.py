@@ -43,7 +43,7 @@ def ws_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, 
 
 @triton.jit
 def ws_attention(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
-                 SCOPES: tl.constexpr):
+                 SCOPES: tl.constexpr, WS: tl.constexpr = True):
     """An attention-like loop: S = Q K^T, online softmax, O += P V; one (BM, D) block of Q per
     program, the loop over key blocks warp-specialized."""
     q_desc = tl.make_tensor_descriptor(q_ptr, shape=[N_CTX, D], strides=[D, 1], block_shape=[BM, D])
@@ -55,7 +55,7 @@ def ws_attention(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, BM: tl.constexpr, BN: tl.con
     m_i = tl.full((BM, ), -float("inf"), tl.float32)
     l_i = tl.zeros((BM, ), tl.float32)
     acc = tl.zeros((BM, D), tl.float32)
-    for start in tl.range(0, N_CTX, BN, warp_specialize=True):
+    for start in tl.range(0, N_CTX, BN, warp_specialize=WS):
         if SCOPES:
             pl.enter_scope("qk")
         k = k_desc.load((start, 0))
@@ -82,4 +82,4 @@ def ws_attention(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, BM: tl.constexpr, BN: tl.con
 WS_MATMUL_SIG = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"}
 WS_MATMUL_CONST = dict(BM=128, BN=128, BK=64)
 WS_ATTENTION_SIG = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32"}
-WS_ATTENTION_CONST = dict(BM=128, BN=64, D=64)
+WS_ATTENTION_CONST = dict(BM=64, BN=64, D=64)  # BM=128: Triton 3.6 computes NaNs when it warp-specializes this loop (H100, also without proton-lite)

@@ -405,7 +405,7 @@ def parse_constexprs(items: list[str], kernel) -> dict:
 
 
 def check_constexprs_complete(kernel, constexprs: dict) -> None:
-    missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs]
+    missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs and not p.has_default]
     if missing:
         raise CliError(f"{kernel.__name__} needs a value for constexpr argument(s) {', '.join(missing)}; add "
                        + " ".join(f"--constexpr {m}=VALUE" for m in missing))

@@ -1,0 +1,175 @@
+"""Loops users profile (grid-stride, persistent, data-dependent): records kept and device overhead.
+
+Usage: python tests/benchmarks/loops.py [--out loops.json] [--quick]
+For each kernel, in one process: CUPTI kernel times of plain, proton-lite with a default
+session, proton-lite with ``capacity=256`` (what a default session did before launch pools
+and program-id sizing: a fixed capacity per unit) and Triton's Proton, in interleaved rounds
+(bench.py's harness); then one session each that decodes: records kept and dropped per
+launch, and the bytes copied back against the bytes reserved.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(__file__))
+import bench  # noqa: E402  (its harness; its own kernels are not run here)
+from bench import ProtonRef, overhead_rounds, pl, ppl  # noqa: E402
+
+import proton_lite  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+
+@triton.jit
+def gs_softmax(x_ptr, o_ptr, n_rows, n_cols, BLOCK: tl.constexpr, PROF: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        if PROF == 1:
+            pl.enter_scope("row")
+        if PROF == 2:
+            ppl.enter_scope("row")
+        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
+        e = tl.exp(x - tl.max(x, 0))
+        tl.store(o_ptr + row * n_cols + cols, e / tl.sum(e, 0), mask=cols < n_cols)
+        if PROF == 1:
+            pl.exit_scope("row")
+        if PROF == 2:
+            ppl.exit_scope("row")
+
+
+@triton.jit
+def persistent_mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  PROF: tl.constexpr):
+    tiles_n = tl.cdiv(N, BN)
+    for tile in range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0)):
+        if PROF == 1:
+            pl.enter_scope("tile")
+        if PROF == 2:
+            ppl.enter_scope("tile")
+        om = (tile // tiles_n) * BM + tl.arange(0, BM)
+        on = (tile % tiles_n) * BN + tl.arange(0, BN)
+        ok = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(a_ptr + om[:, None] * K + (k + ok)[None, :])
+            b = tl.load(b_ptr + (k + ok)[:, None] * N + on[None, :])
+            acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + om[:, None] * N + on[None, :], acc.to(tl.float16))
+        if PROF == 1:
+            pl.exit_scope("tile")
+        if PROF == 2:
+            ppl.exit_scope("tile")
+
+
+@triton.jit
+def segments(offs_ptr, x_ptr, o_ptr, D: tl.constexpr, PROF: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, D)
+    acc = tl.zeros((D, ), tl.float32)
+    for r in range(tl.load(offs_ptr + pid), tl.load(offs_ptr + pid + 1)):
+        if PROF == 1:
+            pl.enter_scope("row")
+        if PROF == 2:
+            ppl.enter_scope("row")
+        acc += tl.load(x_ptr + r * D + cols)
+        if PROF == 1:
+            pl.exit_scope("row")
+        if PROF == 2:
+            ppl.exit_scope("row")
+    tl.store(o_ptr + pid * D + cols, acc)
+
+
+def cases(quick):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = 65536 if not quick else 8192
+    x = torch.randn(rows, 1024, device="cuda")
+    o = torch.empty_like(x)
+    yield "grid-stride softmax", "gs_softmax", lambda p: gs_softmax[(2 * sms, )](x, o, rows, 1024, BLOCK=1024, PROF=p)
+    S = 8192 if not quick else 2048
+    a = torch.randn(S, S, device="cuda", dtype=torch.float16)
+    b = torch.randn(S, S, device="cuda", dtype=torch.float16)
+    c = torch.empty(S, S, device="cuda", dtype=torch.float16)
+    yield "persistent matmul 8192^3", "persistent_mm", lambda p: persistent_mm[(sms, )](
+        a, b, c, S, S, S, BM=128, BN=128, BK=64, PROF=p, num_warps=8, num_stages=3)
+    g = torch.Generator().manual_seed(0)
+    n_seg = 1024
+    lens = torch.randint(10, 30, (n_seg, ), generator=g)
+    lens[::16] = 2000  # every 16th segment 100x the median
+    offs = torch.zeros(n_seg + 1, dtype=torch.int32)
+    offs[1:] = torch.cumsum(lens, 0)
+    xs = torch.randn(int(offs[-1]), 128, device="cuda")
+    os_ = torch.empty(n_seg, 128, device="cuda")
+    offs = offs.cuda()
+    yield "segments (loaded bounds)", "segments", lambda p: segments[(n_seg, )](offs, xs, os_, D=128, PROF=p)
+
+
+def kept(tmp, name, launch, options):
+    """Records kept and dropped per launch, bytes copied back and reserved, from one decoded session."""
+    with proton_lite.start(os.path.join(tmp, name), quiet=True, formats=(), **options) as s:
+        launch(1)
+        launch(1)
+    torch.cuda.synchronize()
+    res = s.result
+    cap = read_raw(res.raw_path)
+    from proton_lite.decode import decode
+    prof = decode(cap)
+    mine = prof.launches[np.isin(prof.launches["kernel"], [i for i, k in enumerate(prof.kernels)
+                                                             if k.name != "proton_lite_calibrate"])]
+    copied = [len(ln.buffer) for ln in cap.launches if cap.kernels[ln.kernel_id]["name"] != "proton_lite_calibrate"]
+    return {"records_per_launch": int(mine["records"].mean()), "dropped_per_launch": int(mine["dropped"].mean()),
+            "copied_bytes_per_launch": int(np.mean(copied)),
+            "pool_chunks": int(mine["pool_chunks"].max()), "pool_taken": int(mine["pool_taken"].max())}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="loops.json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    proton_ref = ProtonRef(tmp)
+    rows = []
+    for label, kname, launch, in cases(args.quick):
+        row = {"kernel": label}
+        t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, {})
+        old = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, {"capacity": 256})
+        row["plain_us"] = statistics.median(t["plain"] + old["plain"])
+        row["pl_us"] = statistics.median(t["pl"])
+        row["pl_cap256_us"] = statistics.median(old["pl"])
+        row["pl_overhead_pct"] = 100 * (row["pl_us"] / row["plain_us"] - 1)
+        row["pl_cap256_overhead_pct"] = 100 * (row["pl_cap256_us"] / row["plain_us"] - 1)
+        if t["proton"]:
+            row["proton_overhead_pct"] = 100 * (statistics.median(t["proton"]) / row["plain_us"] - 1)
+        row["default"] = kept(tmp, kname + "_default", launch, {})
+        row["capacity_256"] = kept(tmp, kname + "_cap", launch, {"capacity": 256})
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows, "proton_error": proton_ref.error}
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"\n{'kernel':26} {'plain us':>9} {'ovh %':>6} {'cap256 %':>8} {'Proton %':>8} {'kept/launch':>11} "
+          f"{'dropped':>8} {'cap256 dropped':>14} {'copied MB':>9}")
+    for r in rows:
+        d, c = r["default"], r["capacity_256"]
+        print(f"{r['kernel'][:26]:26} {r['plain_us']:9.1f} {r['pl_overhead_pct']:6.2f} "
+              f"{r['pl_cap256_overhead_pct']:8.2f} {r.get('proton_overhead_pct', float('nan')):8.2f} "
+              f"{d['records_per_launch']:11d} {d['dropped_per_launch']:8d} {c['dropped_per_launch']:14d} "
+              f"{d['copied_bytes_per_launch'] / 1e6:9.2f}")
+    print(f"Proton: {proton_ref.error or 'ok'}")
+    sys.stdout.flush()
+    os._exit(0)  # leave Proton's data unwritten, as bench.py does
+
+
+if __name__ == "__main__":
+    main()
