@@ -97,12 +97,24 @@ class Profile:
             return None
         short = launches[launches["pool_taken"] > launches["pool_chunks"]]
         if len(short):  # a kernel with a launch pool, and the pool ran out
-            worst = short[np.argmax(short["pool_taken"])]
-            layout = self.kernels[int(worst["kernel"])].meta.get("layout")
-            chunk = BufferLayout.from_json(layout).chunk_bytes if layout else 2064
-            mb = -(-2 * int(worst["pool_taken"]) * chunk // (1 << 20))  # twice what was asked: asks stop at the end
-            return (f"pool_mb={max(mb, 1)} in proton_lite.start() keeps them (a launch's pool of "
-                    f"{int(worst['pool_chunks']):,} chunks ran out; its units asked for {int(worst['pool_taken']):,})")
+            need, chunk, worst = 0, 0, None
+            for row in short:
+                meta = self.kernels[int(row["kernel"])].meta.get("layout")
+                layout = BufferLayout.from_json(meta) if meta else None
+                if layout is None or not layout.pool:
+                    continue
+                # the chunks it had, the dropped records in chunks at least half full (a unit
+                # moves on once a chunk cannot hold what it may write before its next check,
+                # at most half a chunk: passes/pool.py), and the partly filled chunk of each
+                # unit that asked in vain (each asks once, then stops)
+                n = int(row["pool_chunks"]) + -(-int(row["dropped"]) // -(-layout.chunk_slots // 2)) + \
+                    int(row["pool_taken"]) - int(row["pool_chunks"])
+                if n * layout.chunk_bytes > need * chunk:
+                    need, chunk, worst = n, layout.chunk_bytes, row
+            if worst is not None:
+                mb = -(-need * chunk // (1 << 20))
+                return (f"pool_mb={max(mb, 1)} in proton_lite.start() keeps them (a launch's pool of "
+                        f"{int(worst['pool_chunks']):,} chunks ran out; it needed at most {need:,})")
         if int(launches["pool_chunks"].max()) > 0 and int(launches["torn_chunks"].sum()):
             return (f"{int(launches['torn_chunks'].sum()):,} pool chunks were taken but never written (the kernel "
                     "stopped early, e.g. a fault): their records are lost")

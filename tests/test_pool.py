@@ -154,7 +154,17 @@ def test_an_exhausted_pool_keeps_the_first_records_and_counts_the_rest(tmp_path)
     tried = sum(2 + 2 * (1 + 7 * c) for c in range(4))
     assert launch["pool_taken"] > launch["pool_chunks"] == 4
     assert launch["dropped"] > 0 and launch["records"] + launch["dropped"] == tried
-    assert "pool_mb=" in prof.keep_all_hint()
+    hint = prof.keep_all_hint()
+    assert "pool_mb=" in hint and "needed at most" in hint
+    # the pool it names is enough: the same launch with a pool that cannot run out took fewer chunks
+    full, _, _ = run_pool(tmp_path, body, {"%r7": 7}, capacity=3, chunks=10_000)
+    taken = int(full.launches[0]["pool_taken"])
+    assert full.launches[0]["dropped"] == 0
+    layout = BufferLayout("warp", 1, 256, "global", sized_at_launch=True, overflow="sink", pool=True, chunk_slots=5)
+    named = int(hint.split("pool_mb=")[1].split()[0]) << 20
+    assert named // layout.chunk_bytes >= taken
+    needed = int(hint.split("needed at most ")[1].rstrip(")").replace(",", ""))
+    assert taken <= needed <= 3 * taken  # a bound, not a wild guess
     # what is kept of each unit is the first of its records: `k` is complete only where nothing
     # was dropped, and every kept `r` pair is one of the first iterations
     got = enters_per_unit(prof, info.scopes)
