@@ -318,3 +318,15 @@ def test_human_units():
     assert fmt_ns(2_500_000_000) == "2.50 s"
     assert fmt_cycles(1234) == "1.23k" and fmt_cycles(999) == "999" and fmt_cycles(4.2e6) == "4.20M"
     assert fmt_ns(None) == "-"
+
+
+def test_scopes_of_kernels_that_lost_records_are_marked_incomplete():
+    p = make_profile()  # launch 1 (matmul_kernel) dropped 7 records; softmax_kernel lost none
+    rows = summarize(p)["scopes"]
+    assert {r["kernel"]: r["incomplete"] for r in rows} == {"matmul_kernel": True, "softmax_kernel": False}
+    text = _render(summarize(p), width=120)
+    assert "load *" in text and "row *" not in text and "* incomplete: records of this kernel were lost" in text
+    p.launches["dropped"] = 0
+    p.launches["unmatched"] = 0
+    assert not any(r["incomplete"] for r in summarize(p)["scopes"])
+    assert "incomplete" not in _render(summarize(p), width=120)

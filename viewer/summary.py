@@ -97,6 +97,11 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
                                                       + (", ".join(names) or "none")})
 
     scopes, scopes_total = _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, scope, sort, top)
+    # a kernel that lost records (dropped, unmatched, torn pool chunks): its numbers are marked
+    lossy = (launches["dropped"] > 0) | (launches["unmatched"] > 0) | (launches["torn_chunks"] > 0)
+    incomplete = {kernels[int(i)].name for i in launches["kernel"][lossy]}
+    for row in scopes:
+        row["incomplete"] = row["kernel"] in incomplete
     if scope is not None and scopes_total == 0:
         names = sorted({s for i in selected for s in kernels[i].scopes})
         warnings.append({"kind": "filter", "message": f"no recorded scope is named {scope!r}; scopes: "
@@ -441,9 +446,16 @@ def _scope_time_table(rows: list[dict]) -> Table:
         share = fmt_share(r["share"])
         if r["share"] == 0 and r.get("inclusive_share"):
             share = f"({fmt_share(r['inclusive_share'])})"  # only nested: inclusive share in brackets
-        t.add_row(r["scope"], fmt_count(r["count"]), fmt_ns(r["total"]), share, fmt_ns(r["mean"]),
+        t.add_row(_marked(r), fmt_count(r["count"]), fmt_ns(r["total"]), share, fmt_ns(r["mean"]),
                   fmt_ns(r["min"]), fmt_ns(r["max"]))
+    if any(r.get("incomplete") for r in rows):
+        t.caption += "\n* incomplete: records of this kernel were lost (see the warnings); its numbers cover what was kept"
     return t
+
+
+def _marked(row: dict) -> str:
+    """A scope's name, with ``*`` when its kernel lost records (its numbers are incomplete)."""
+    return row["scope"] + (" *" if row.get("incomplete") else "")
 
 
 def _scope_dist_table(rows: list[dict]) -> Table:
@@ -453,7 +465,7 @@ def _scope_dist_table(rows: list[dict]) -> Table:
         t.add_column(name, justify="right", no_wrap=True)
     for r in rows:
         c = r["cycles"]
-        t.add_row(r["scope"], fmt_ns(r["p50"]), fmt_ns(r["p90"]), fmt_ns(r["p99"]), fmt_cycles(c["mean"]),
+        t.add_row(_marked(r), fmt_ns(r["p50"]), fmt_ns(r["p90"]), fmt_ns(r["p99"]), fmt_cycles(c["mean"]),
                   fmt_cycles(c["p50"]), fmt_cycles(c["p99"]))
     return t
 
