@@ -171,7 +171,8 @@ class Session:
             from proton_lite.runtime.exact import Resizer
             resizer = Resizer(self.options.instrument_config())
         self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune,
-                                    self.options.copy_every, resizer=resizer, pool_mb=self.options.pool_mb)
+                                    self.options.copy_every, resizer=resizer, pool_mb=self.options.pool_mb,
+                                    selects=self.options.instrument_config().selects)
         self._saved_mode = knobs.compilation.instrumentation_mode
         knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
         stage_hook.install()
@@ -203,11 +204,16 @@ class Session:
         from triton import knobs
         from triton.runtime import _allocation
 
+        from proton_lite.runtime.after_stop import AFTER_STOP
         from proton_lite.runtime.collector import ATTACHER
 
         knobs.compilation.instrumentation_mode = self._saved_mode
         stage_hook.uninstall()
-        _allocation.set_profile_allocator(self._saved_allocator)
+        # binaries compiled in the session may be launched again from a library's cache: where
+        # Triton's default allocator was, one that gives them scratch instead of an error
+        # (runtime/after_stop.py); a user's own allocator is restored as it was
+        _allocation.set_profile_allocator(AFTER_STOP if isinstance(self._saved_allocator, _allocation.NullAllocator)
+                                          else self._saved_allocator)
         knobs.runtime.launch_exit_hook.remove(self._hooks[1])
         if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
             knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook
@@ -303,6 +309,19 @@ def _summary_line(result: SessionResult, collector) -> str:
                  f"dropped; {hint}")
     for lost in getattr(collector, "lost_scopes", ()):
         line += f"\nproton_lite: warning: {lost}"
+    plain = getattr(collector, "uninstrumented", None)
+    if plain:
+        names = sorted(plain, key=lambda n: (-plain[n], n))
+        shown = ", ".join(f"{n} ({plain[n]:,})" for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8
+                                                                        else "")
+        line += (f"\nproton_lite: warning: {sum(plain.values()):,} launch(es) of {len(names)} kernel(s) ran without "
+                 f"instrumentation and are not in the profile: {shown}. They were compiled before the session (a "
+                 "library's cache, warmup(), an autotuner's choice) or outside Triton's JIT; start the session "
+                 "before their first call, or clear the cache that holds them")
+    inductor = _inductor_kernels_compiled()
+    if inductor:
+        line += (f"\nproton_lite: warning: torch.compile generated {inductor} Triton kernel(s) in this process; their "
+                 "launches go through Inductor's own launcher and are not profiled yet (count unknown)")
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line
@@ -344,6 +363,16 @@ def _stop_at_exit() -> None:
             session.stop()
         except Exception as e:  # never raise during interpreter shutdown
             print(f"proton_lite: could not finish the session at exit: {e}", file=sys.stderr)
+
+
+def _inductor_kernels_compiled() -> int:
+    """Kernels torch.compile (Inductor) generated in this process, from its own metrics; 0 when
+    torch was never imported (nothing here imports it)."""
+    metrics = sys.modules.get("torch._inductor.metrics")
+    try:
+        return int(getattr(metrics, "generated_kernel_count", 0) or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _fastpath_error() -> str | None:

@@ -862,3 +862,35 @@ def test_slices_start_at_256_byte_boundaries_whatever_the_launch_size(collector,
     cap = finish(collector, tmp_path)
     assert all(p % 256 == 0 for p in starts) and len(set(starts)) == 20
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(20)]
+
+
+def test_launches_without_a_profile_buffer_are_counted_by_kernel_name(tmp_path, sim):
+    """A plain binary launched in a session (compiled before it, from a library's cache) never
+    asks for a buffer; its exit hook names it for the warning at stop, through both hook
+    paths. Kernels the session's kernels= patterns leave out are plain on purpose."""
+    from triton.compiler.compiler import LazyDict
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20,
+                    selects=lambda name: not name.startswith("skip"))
+    _, on_exit = hooks(col)
+    for name, n in (("cached_add", 3), ("skipped_on_purpose", 2), ("cached_norm", 1)):
+        for _ in range(n):
+            on_exit(LazyDict({"name": name, "function": 1, "stream": 0}))
+    launch(col, sim, stream=1, payload=b"\x01" * 8)  # an instrumented launch is not counted
+    finish(col, tmp_path)
+    assert col.uninstrumented == {"cached_add": 3, "cached_norm": 1}
+    assert col.launches == 1
+
+
+def test_the_scratch_left_after_stop_is_zeroed_grown_and_kept_per_device(sim):
+    from proton_lite.runtime.after_stop import ScratchAfterStop
+    scratch = ScratchAfterStop()
+    a = scratch(1000, 64, 5)
+    sim.stream_synchronize(5)
+    mem, off = sim._resolve(a, 1000)
+    assert not any(mem[off:off + 1000])  # zeroed before the kernel that gets it
+    mem[off:off + 4] = b"\x43\x50\x4c\x31"  # a kernel wrote its CTA header there
+    assert scratch(500, 16, 5) == a  # smaller: the same buffer
+    b = scratch(10_000, 16, 5)  # larger: a new one; the old one is kept (a kernel may still use it)
+    assert b != a and scratch.launches == 3 and a in scratch._outgrown
+    sim.device = 1
+    assert scratch(100, 16, 0) not in (a, b)  # another device, its own buffer

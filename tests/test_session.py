@@ -53,3 +53,15 @@ def test_the_stop_line_names_kernels_whose_scopes_a_triton_pass_removed(tmp_path
     counters = SimpleNamespace(skipped_autotune=0, unattributed=0, lost_scopes=[lost])
     lines = _summary_line(result, counters).split("\n")
     assert lines[1:] == ["proton_lite: warning: " + lost]
+
+
+def test_the_stop_line_names_kernels_that_ran_without_instrumentation(tmp_path):
+    path = str(tmp_path / "d.plraw")
+    simple_capture(path)
+    result = SessionResult(path, launches=1, records=72)
+    counters = SimpleNamespace(skipped_autotune=0, unattributed=0,
+                               uninstrumented={f"k{i}": i + 1 for i in range(10)})
+    lines = _summary_line(result, counters).split("\n")
+    assert len(lines) == 2 and lines[1].startswith("proton_lite: warning: 55 launch(es) of 10 kernel(s) ran "
+                                                   "without instrumentation and are not in the profile: ")
+    assert "k9 (10), k8 (9)" in lines[1] and "and 2 more" in lines[1] and "start the session before" in lines[1]

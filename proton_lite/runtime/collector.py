@@ -124,8 +124,10 @@ class Collector:
 
     def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
                  copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS, resizer=None,
-                 pool_mb: int | None = None) -> None:
+                 pool_mb: int | None = None, selects=None) -> None:
         self.writer = writer
+        self.selects = selects or (lambda name: True)  # the session's kernels= patterns
+        self.uninstrumented: dict[str, int] = {}  # kernel name -> launches that ran without a profile buffer
         exact = os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") not in ("", "0")
         self.device_pool = DevicePool(exact=exact)
         self.pool_sizer = PoolSizer(pool_mb, exact)  # launch pools (run-time loop bounds)
@@ -272,6 +274,18 @@ class Collector:
                 self.capped += 1
         return layout.with_capacity(capacity).buffer_bytes(num_ctas), (capacity, short, None)
 
+    def _note_uninstrumented(self, launch_metadata) -> None:
+        """A launch without a profile buffer: a plain binary of a kernel the session selects
+        (compiled before the session and launched from a cache, or compiled outside Triton's
+        JIT), counted per kernel name for the warning at stop.  Kernels that ``kernels=``
+        leaves out are plain on purpose and not counted."""
+        data = getattr(launch_metadata, "data", None)
+        name = data.get("name") if isinstance(data, dict) else None
+        if not name or not self.selects(name):
+            return
+        with self._lock:
+            self.uninstrumented[name] = self.uninstrumented.get(name, 0) + 1
+
     def _records_needed(self, metadata, args, grid) -> int:
         """The kernel's record bound for this launch: its expression over the arguments, the
         largest over the grid's program ids when it reads them (memoized per arguments and
@@ -297,8 +311,9 @@ class Collector:
     def on_launch_exit(self, launch_metadata) -> None:
         tls = self._tls
         item = getattr(tls, "item", None)
-        if item is None:
-            return  # not an instrumented launch
+        if item is None:  # not an instrumented launch: one the session should have seen is named at stop
+            self._note_uninstrumented(launch_metadata)
+            return
         tls.item = None
         chunk, offset, size, idle, sized, now_ns = item
         info = _launch_info(launch_metadata)

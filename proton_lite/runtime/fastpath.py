@@ -172,7 +172,7 @@ static PyObject *slow_exit(FastPath *self, PyObject *lm) {
 
 static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
     PyObject *item = tls_item(self);
-    if (item == Py_None) { Py_DECREF(item); Py_RETURN_NONE; }  /* not an instrumented launch */
+    if (item == Py_None) { Py_DECREF(item); return slow_exit(self, lm); }  /* plain: counted by name in Python */
     PyObject *res = NULL, *extras = NULL, *grid = NULL, *row = NULL, *launches = NULL;
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6 || PyTuple_GET_ITEM(item, 4) != Py_None)
         goto slow;  /* sized at launch */
