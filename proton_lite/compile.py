@@ -44,6 +44,16 @@ def _divisibility_attrs(kernel, names) -> dict:
     return attrs
 
 
+def _source_class(kernel):
+    """Triton's AST source for the kernel's language: Gluon kernels (``@gluon.jit``) have their own."""
+    from triton.compiler import ASTSource
+    is_gluon = getattr(kernel, "is_gluon", None)
+    if callable(is_gluon) and is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return GluonASTSource
+    return ASTSource
+
+
 def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None = None, arch: int = 90,
             instrument: bool = True, num_warps: int = 4, num_stages: int = 3, granularity: str = "warp",
             capacity: int | None = None, loop_capacity: int = 256, buffer_mode: str = "clamp",
@@ -58,7 +68,6 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
     """
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     constexprs = dict(constexprs or {})
     signature = dict(signature)
@@ -77,7 +86,7 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
         opts["instrumentation_mode"] = config.to_mode()
         stage_hook.install()
     try:
-        src = ASTSource(kernel, signature, constexprs, _divisibility_attrs(kernel, divisible_by_16))
+        src = _source_class(kernel)(kernel, signature, constexprs, _divisibility_attrs(kernel, divisible_by_16))
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
     finally:
         if instrument:

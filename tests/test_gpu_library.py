@@ -75,3 +75,18 @@ def test_torch_compile_kernels_are_named_in_a_warning(tmp_path):
     got2 = f(x, y)  # and torch.compile still works after stop
     torch.cuda.synchronize()
     torch.testing.assert_close(got2, eager)
+
+
+def test_a_gluon_kernel_is_profiled_in_a_session(tmp_path):
+    import gluon_kernels as G
+    x = torch.rand(N, device="cuda")
+    plain = torch.empty_like(x)
+    G.gl_scale[(N // 128, )](x, plain, N, BLOCK=128, num_warps=4)
+    out = torch.empty_like(x)
+    with proton_lite.start(str(tmp_path / "gluon"), quiet=True, formats=()) as s:
+        G.gl_scale[(N // 128, )](x, out, N, BLOCK=128, num_warps=4)
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain) and torch.equal(out, x * 2)
+    res = s.result
+    assert res.launches == 1 and res.dropped == 0 and res.unmatched == 0
+    assert res.records == (N // 128) * 4 * 4  # CTAs x warps x (2 scopes x 2 records)

@@ -139,3 +139,27 @@ def test_sm100_buffers_count_the_partition_warps_too():
     ck = pl_compile(kernel, sig, dict(const, SCOPES=True), arch=100, num_warps=4)
     warps = ptx_block_threads(ck.asm["ptx"]) // 32
     assert warps > 4 and ck.profile["layout"]["num_warps"] == warps == ck.metadata["num_warps"]
+
+
+def test_compile_signatures_take_tensor_descriptor_types(capsys, tmp_path):
+    """`--signature` splits between types, not on the comma inside a descriptor's shape."""
+    src = tmp_path / "desc.py"
+    src.write_text("""
+import triton
+import triton.language as tl
+import proton_lite.language as pl
+
+
+@triton.jit
+def copy_tile(in_desc, out_ptr, N, BM: tl.constexpr, BN: tl.constexpr):
+    with pl.scope("load"):
+        tile = in_desc.load([tl.program_id(0) * BM, 0])
+    offs = tl.arange(0, BM)[:, None] * N + tl.arange(0, BN)[None, :]
+    tl.store(out_ptr + offs, tile)
+""")
+    base = ["compile", f"{src}:copy_tile", "--constexpr", "BM=64", "--constexpr", "BN=64", "--json"]
+    assert cli.main(base + ["--signature", "tensordesc<fp16[64, 64]>,*fp16,i32"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in r["scopes"]] == ["load"]
+    assert cli.main(base + ["--signature", "in_desc:tensordesc<fp16[64, 64]>, out_ptr:*fp16, N:i32"]) == 0
+    capsys.readouterr()

@@ -429,10 +429,24 @@ def _bad_type(ty: str, arg: str, fix: str | None):
                    + (fix or "use e.g. *fp32, *fp16, *bf16, *i8, i32, i64, fp32, i1"))
 
 
+def _split_types(text: str) -> list[str]:
+    """Split a signature on the commas between types, not those inside a type
+    (``tensordesc<fp16[128, 64]>``)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch in "[<(") - (ch in "]>)")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur]
+
+
 def parse_signature(text: str, kernel, constexprs: dict) -> dict:
     """``"*fp32,*fp32,i32"`` (one type per non-constexpr argument, in order) or ``"x:*fp32,n:i32"``."""
     free = [p.name for p in kernel.params if not p.is_constexpr and p.name not in constexprs]
-    items = [s.strip() for s in text.split(",")] if text.strip() else []
+    items = [s.strip() for s in _split_types(text)] if text.strip() else []
     example = ",".join("*fp32" if n.endswith("ptr") else "i32" for n in free)
     named = [":" in s for s in items]
     if any(named):
