@@ -28,7 +28,7 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
                                                PtxScan, fold_exit_branches, function_body, rewrite, scan, shared_bytes,
                                                staging_offset, strip_markers)
 
-PASS_VERSION = "proton_lite-ptx-pass-7"
+PASS_VERSION = "proton_lite-ptx-pass-8"  # 8: launch pools, program-id sizing, real warp counts
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None

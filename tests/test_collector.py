@@ -894,3 +894,17 @@ def test_the_scratch_left_after_stop_is_zeroed_grown_and_kept_per_device(sim):
     assert b != a and scratch.launches == 3 and a in scratch._outgrown
     sim.device = 1
     assert scratch(100, 16, 0) not in (a, b)  # another device, its own buffer
+
+
+def test_the_drain_thread_copies_a_pool_larger_than_the_pinned_limit(tmp_path, sim):
+    """Only the drain thread gives pinned buffers back, so it must not wait for the limit
+    itself when it copies a pool's chunks: a 2 MiB pool under a 1 MiB pinned limit."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=1 << 20, pool_mb=2)
+    meta = _PoolMeta()
+    per_launch = (2 << 20) // meta.layout.chunk_bytes
+    _pool_launch(col, sim, meta, per_launch)
+    done = threading.Event()
+    threading.Thread(target=lambda: (finish(col, tmp_path), done.set()), daemon=True).start()
+    assert done.wait(20), "the drain thread waited for the pinned limit it alone could free"
+    (ln, ) = read_raw(tmp_path / "c.plraw").launches
+    assert len(ln.buffer) == meta.layout.buffer_bytes(3) + per_launch * meta.layout.chunk_bytes

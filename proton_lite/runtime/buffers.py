@@ -162,11 +162,14 @@ class PinnedPool(_SlabPool):
         self._in_use = 0
         self._cond = threading.Condition()
 
-    def take(self, size: int) -> HostBuffer:
+    def take(self, size: int, wait: bool = True) -> HostBuffer:
+        """A zeroed buffer of at least ``size`` bytes; waits while ``limit`` bytes are in flight,
+        unless ``wait`` is False (the drain thread, which alone gives buffers back, must never
+        wait for itself: it may pass the limit for as long as it holds the buffer)."""
         cls = size_class(size)
         key = (cls, )
         with self._cond:
-            while self._in_use and self._in_use + cls > self.limit:
+            while wait and self._in_use and self._in_use + cls > self.limit:
                 self._cond.wait(timeout=1.0)
             buf = self._pop(key)
             if buf is None:  # on failure nothing is counted in flight, so later takes do not wait for it

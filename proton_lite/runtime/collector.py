@@ -97,9 +97,8 @@ class _Chunk:
 
     def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, pool=None) -> None:
         self.buf, self.device, self.stream = buf, device, stream
-        # a launch with a pool has a chunk of its own: (chunks, epoch, bytes before the pool,
-        # bytes per pool chunk);
-        # its CTA blocks are copied when it is sealed, the chunks taken by the drain thread
+        # a launch with a pool has a chunk of its own: (chunks, epoch, bytes before the pool, bytes
+        # per pool chunk); its CTA blocks are copied when it is sealed, its chunks by the drain thread
         self.pool = pool
         self.limit = limit  # bytes of slices it takes (its copy-back must fit the pinned limit)
         self.used = 0
@@ -545,7 +544,7 @@ class Collector:
             stream = self._drain_streams.get(chunk.device)
             if stream is None:  # its own, non-blocking: no wait on (or for) the user's streams
                 stream = self._drain_streams[chunk.device] = cuda_api.stream_create()
-            extra = self.pinned_pool.take(nbytes)
+            extra = self.pinned_pool.take(nbytes, wait=False)  # this thread gives buffers back: never wait
             cuda_api.memcpy_dtoh_async(extra.ptr, chunk.buf.ptr + blocks, nbytes, stream)
             cuda_api.memset_d8_async(chunk.buf.ptr + blocks, 0, nbytes, stream)
             cuda_api.stream_synchronize(stream)
