@@ -45,6 +45,7 @@ class PoolPlan:
     checks: dict[int, int]  # PTX line of a loop head's label -> records it makes room for
     entry_records: int  # records any path writes before its first check
     max_headroom: int  # the most any check needs: a chunk must hold at least this many
+    body_end: int  # PTX line of the kernel's closing brace: the refills go before it
 
 
 class _Graph:
@@ -191,7 +192,7 @@ def plan(lines: list[str], body_start: int, body_end: int, site_lines: set[int],
     longest = _longest(graph, checks)
     head_of_block = {graph.block_of_line[h]: h for h in heads}
     room = {head_of_block[b]: longest[b] for b in checks}
-    return PoolPlan(room, longest[0], max(room.values(), default=0))
+    return PoolPlan(room, longest[0], max(room.values(), default=0), body_end)
 
 
 def chunk_slots_for(plan_: PoolPlan, default: int) -> int:

@@ -665,7 +665,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         if layout.mode == "clamp" else {}
     checks = {line: (n, room) for n, (line, room) in enumerate(sorted(pool_plan.checks.items()))} \
         if pool_plan is not None else {}
-    body_end = function_body(lines)[1] if pool_plan is not None else -1
+    body_end = pool_plan.body_end if pool_plan is not None else -1
     ids = {name: i for i, name in enumerate(info.scopes)}
     site_at = {s.line: s for s in info.sites}
 

@@ -30,12 +30,11 @@ variable) is not built: such a kernel takes records from the launch's pool
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Mapping
 
 import numpy as np
 
-BINARY_OPS = ("add", "sub", "mul", "divs", "divu", "ceildivs", "floordivs", "rems", "remu", "maxs", "mins",
-              "maxu", "minu")
 CASTS = ("exts", "extu", "trunc")
 CMP_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
 MAX_PROGRAMS_EVALUATED = 1 << 24  # program ids evaluated per launch at most (in blocks of PROGRAM_BLOCK)
@@ -55,58 +54,72 @@ def _unsigned(v: int, bits: int) -> int:
     return v & ((1 << bits) - 1)
 
 
-def _div_trunc(a: int, b: int) -> int:
-    if b == 0:
-        raise BoundError("division by zero in a loop bound")
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
+class _Scalar:
+    """Python-int arithmetic for ``evaluate`` (``_Vector``: the same on numpy arrays)."""
+
+    max, min = staticmethod(max), staticmethod(min)
+
+    @staticmethod
+    def nonzero(b):
+        if b == 0:
+            raise BoundError("division by zero in a loop bound")
+        return b
+
+    @staticmethod
+    def div(a, b):  # MLIR's divsi: truncating
+        q = abs(a) // abs(_Scalar.nonzero(b))
+        return q if (a >= 0) == (b >= 0) else -q
+
+
+class _Vector:
+    max, min = staticmethod(np.maximum), staticmethod(np.minimum)
+
+    @staticmethod
+    def nonzero(b):
+        if np.any(b == 0):
+            raise BoundError("division by zero in a loop bound")
+        return b
+
+    @staticmethod
+    def div(a, b):
+        q = np.abs(a) // np.abs(_Vector.nonzero(b))
+        return np.where((a >= 0) == (b >= 0), q, -q)
+
+
+# one table for both evaluators: each op takes operands already made signed (or unsigned)
+# at the op's width and the arithmetic ``m`` (_Scalar or _Vector); the result is wrapped after
+_SIGNED_OPS = {
+    "add": lambda a, b, m: a + b, "sub": lambda a, b, m: a - b, "mul": lambda a, b, m: a * b,
+    "divs": lambda a, b, m: m.div(a, b), "rems": lambda a, b, m: a - b * m.div(a, b),
+    "ceildivs": lambda a, b, m: -((-a) // m.nonzero(b)), "floordivs": lambda a, b, m: a // m.nonzero(b),
+    "maxs": lambda a, b, m: m.max(a, b), "mins": lambda a, b, m: m.min(a, b),
+}
+_UNSIGNED_OPS = {
+    "divu": lambda a, b, m: a // m.nonzero(b), "remu": lambda a, b, m: a % m.nonzero(b),
+    "maxu": lambda a, b, m: m.max(a, b), "minu": lambda a, b, m: m.min(a, b),
+}
+BINARY_OPS = (*_SIGNED_OPS, *_UNSIGNED_OPS)
+_CMP_OPS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+            "ge": operator.ge}
+
+
+def _cmp_op(pred: str):
+    """(compare as unsigned, the comparison) of an ``arith.cmpi`` predicate; eq/ne compare bits."""
+    return pred[0] != "s", _CMP_OPS[pred[1:] if pred[0] in "su" else pred]
 
 
 def _binary(op: str, bits: int, a: int, b: int) -> int:
-    if op in ("divu", "remu", "maxu", "minu"):
-        ua, ub = _unsigned(a, bits), _unsigned(b, bits)
-        if op in ("divu", "remu") and ub == 0:
-            raise BoundError("division by zero in a loop bound")
-        r = {"divu": lambda: ua // ub, "remu": lambda: ua % ub, "maxu": lambda: max(ua, ub),
-             "minu": lambda: min(ua, ub)}[op]()
-        return _signed(r, bits)
-    a, b = _signed(a, bits), _signed(b, bits)
-    if op == "add":
-        r = a + b
-    elif op == "sub":
-        r = a - b
-    elif op == "mul":
-        r = a * b
-    elif op == "divs":
-        r = _div_trunc(a, b)
-    elif op == "rems":
-        r = a - b * _div_trunc(a, b)
-    elif op == "ceildivs":
-        if b == 0:
-            raise BoundError("division by zero in a loop bound")
-        r = -((-a) // b)
-    elif op == "floordivs":
-        if b == 0:
-            raise BoundError("division by zero in a loop bound")
-        r = a // b
-    elif op == "maxs":
-        r = max(a, b)
-    elif op == "mins":
-        r = min(a, b)
-    else:
+    if op in _UNSIGNED_OPS:
+        return _signed(_UNSIGNED_OPS[op](_unsigned(a, bits), _unsigned(b, bits), _Scalar), bits)
+    if op not in _SIGNED_OPS:
         raise BoundError(f"unknown operation {op!r}")
-    return _signed(r, bits)
+    return _signed(_SIGNED_OPS[op](_signed(a, bits), _signed(b, bits), _Scalar), bits)
 
 
 def _cmp(pred: str, bits: int, a: int, b: int) -> int:
-    if pred.startswith("u"):
-        a, b = _unsigned(a, bits), _unsigned(b, bits)
-    elif pred not in ("eq", "ne"):
-        a, b = _signed(a, bits), _signed(b, bits)
-    else:
-        a, b = _unsigned(a, bits), _unsigned(b, bits)
-    op = pred[1:] if pred[0] in "su" else pred
-    return int({"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[op])
+    unsigned, op = _cmp_op(pred)
+    conv = _unsigned if unsigned else _signed
+    return int(op(conv(a, bits), conv(b, bits)))
 
 
 def evaluate(expr: Any, args: Mapping[str, Any], programs: Mapping[str, int] | None = None) -> int:
@@ -225,11 +238,9 @@ def _wrap(v, bits: int, signed: bool = True):
     return np.where(v >> (bits - 1) & 1, v - (1 << bits), v) if signed else v
 
 
-def _div_trunc_vec(a, b):
-    if np.any(b == 0):
-        raise BoundError("division by zero in a loop bound")
-    q = np.abs(a) // np.abs(b)
-    return np.where((a >= 0) == (b >= 0), q, -q)
+def _unsigned_vec(v, bits: int):
+    """``v`` as an unsigned ``bits``-wide integer (uint64 at 64 bits, where int64 cannot hold it)."""
+    return _wrap(v, bits, False) if bits < 64 else v.astype(np.uint64)
 
 
 def _vector(expr: Any, args: Mapping[str, Any], env: Mapping[str, Any]):
@@ -240,50 +251,19 @@ def _vector(expr: Any, args: Mapping[str, Any], env: Mapping[str, Any]):
     if kind in ("const", "arg"):
         return np.asarray(evaluate(expr, args), dtype=np.int64)
     if kind == "cmp":
-        pred, bits = expr[1], expr[2]
+        bits, (unsigned, op) = expr[2], _cmp_op(expr[1])
         a, b = _vector(expr[3], args, env), _vector(expr[4], args, env)
-        if pred.startswith("u") or pred in ("eq", "ne"):
-            a, b = (_wrap(a, bits, False), _wrap(b, bits, False)) if bits < 64 else \
-                (a.astype(np.uint64), b.astype(np.uint64))
-        else:
-            a, b = _wrap(a, bits), _wrap(b, bits)
-        op = pred[1:] if pred[0] in "su" else pred
-        return {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-                "ge": np.greater_equal}[op](a, b).astype(np.int64)
+        a, b = (_unsigned_vec(a, bits), _unsigned_vec(b, bits)) if unsigned else (_wrap(a, bits), _wrap(b, bits))
+        return op(a, b).astype(np.int64)
     if kind == "select":
         return np.where(_vector(expr[1], args, env) & 1, _vector(expr[2], args, env), _vector(expr[3], args, env))
     if kind in BINARY_OPS:
         bits, a, b = expr[1], _vector(expr[2], args, env), _vector(expr[3], args, env)
-        if kind in ("divu", "remu", "maxu", "minu"):
-            ua, ub = (_wrap(a, bits, False), _wrap(b, bits, False)) if bits < 64 else \
-                (a.astype(np.uint64), b.astype(np.uint64))
-            if kind in ("divu", "remu") and np.any(ub == 0):
-                raise BoundError("division by zero in a loop bound")
-            r = {"divu": np.floor_divide, "remu": np.remainder, "maxu": np.maximum, "minu": np.minimum}[kind](ua, ub)
+        if kind in _UNSIGNED_OPS:
+            r = _UNSIGNED_OPS[kind](_unsigned_vec(a, bits), _unsigned_vec(b, bits), _Vector)
             return _wrap(r.astype(np.int64), bits)
-        a, b = _wrap(a, bits), _wrap(b, bits)
         with np.errstate(over="ignore"):
-            if kind == "add":
-                r = a + b
-            elif kind == "sub":
-                r = a - b
-            elif kind == "mul":
-                r = a * b
-            elif kind == "divs":
-                r = _div_trunc_vec(a, b)
-            elif kind == "rems":
-                r = a - b * _div_trunc_vec(a, b)
-            elif kind in ("ceildivs", "floordivs"):
-                if np.any(b == 0):
-                    raise BoundError("division by zero in a loop bound")
-                r = -((-a) // b) if kind == "ceildivs" else a // b
-            elif kind == "maxs":
-                r = np.maximum(a, b)
-            elif kind == "mins":
-                r = np.minimum(a, b)
-            else:
-                raise BoundError(f"unknown operation {kind!r}")
-        return _wrap(r, bits)
+            return _wrap(_SIGNED_OPS[kind](_wrap(a, bits), _wrap(b, bits), _Vector), bits)
     if kind in CASTS:
         to_bits, from_bits, v = expr[1], expr[2], _vector(expr[3], args, env)
         if kind == "exts":
