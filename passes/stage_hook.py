@@ -10,6 +10,12 @@ Triton 3.9 also calls the hook with no arguments to fold it into the cache key; 
 returns a constant key there, because the settings already live in
 ``instrumentation_mode`` (see ``config.py``).  The hook is installed only while a session
 or ``proton_lite.compile`` needs it, so plain compiles keep Triton's own cache keys.
+
+A session also *forces* its mode on compiles that carry none (``force``): callers of
+``triton.compile`` such as torch.compile's Inductor build their own options, and Triton
+copies the mode into options only in ``JITFunction.run``.  Such a compile has the plain
+cache key, so while forcing, Triton's cache manager is wrapped to look under a salted key
+(``_SaltedCache``): an instrumented binary never lands where a plain compile finds it.
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ PASS_VERSION = "proton_lite-ptx-pass-8"  # 8: launch pools, program-id sizing, r
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
+_forced_mode = ""  # the session's mode, for compiles whose options carry none (force)
+_saved_manager = None  # (was set, previous value) of knobs.cache.manager_class while forcing
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
@@ -139,7 +147,7 @@ def _hook(*args):
     backend, stages, options, language, capability = args
     if _previous_hook is not None:
         _previous_hook(*args)
-    config = InstrumentConfig.from_mode(getattr(options, "instrumentation_mode", ""))
+    config = InstrumentConfig.from_mode(getattr(options, "instrumentation_mode", "") or _forced_mode)
     if config is None or "ptx" not in stages:
         return None
     make_ptx = stages["ptx"]
@@ -210,3 +218,54 @@ def uninstall() -> None:
 
 def installed() -> bool:
     return knobs.runtime.add_stages_inspection_hook is _hook
+
+
+class _SaltedCache:
+    """Triton's cache manager class, called with keys salted by the forced mode: binaries
+    compiled while forcing live apart from plain ones (override and dump directories,
+    which Triton keys by source only, are left as they are)."""
+
+    def __init__(self, inner, salt: str) -> None:
+        self.inner, self.salt = inner, salt
+
+    def __call__(self, key, override=False, dump=False):
+        if override or dump:
+            return self.inner(key, override=override, dump=dump)
+        salted = hashlib.sha256(f"{key}-{self.salt}".encode()).hexdigest()[:len(key)] if key else key
+        return self.inner(salted)
+
+
+def force(mode: str) -> None:
+    """Instrument compiles whose options carry no instrumentation mode with ``mode`` (a
+    session's), under salted cache keys, until ``unforce``."""
+    global _forced_mode, _saved_manager
+    from triton.runtime.cache import FileCacheManager
+
+    with _lock:
+        if _saved_manager is None:
+            was_set = "manager_class" in vars(knobs.cache)
+            previous = knobs.cache.manager_class
+            _saved_manager = (was_set, previous)
+            knobs.cache.manager_class = _SaltedCache(previous or FileCacheManager, PASS_VERSION + mode)
+        else:
+            knobs.cache.manager_class.salt = PASS_VERSION + mode
+        _forced_mode = mode
+
+
+def unforce() -> None:
+    global _forced_mode, _saved_manager
+    with _lock:
+        _forced_mode = ""
+        if _saved_manager is None:
+            return
+        was_set, previous = _saved_manager
+        _saved_manager = None
+        if isinstance(knobs.cache.manager_class, _SaltedCache):
+            if was_set:
+                knobs.cache.manager_class = previous
+            else:
+                del knobs.cache.manager_class
+
+
+def forced_mode() -> str:
+    return _forced_mode

@@ -1,0 +1,92 @@
+"""A session's mode on compiles that carry none (Inductor's ``triton.compile`` calls), and the
+salted cache that keeps those binaries apart from plain ones.  Real compiles for sm_90, no GPU."""
+import os
+
+import pytest
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import kernels as K
+from proton_lite.passes import stage_hook
+from proton_lite.passes.config import InstrumentConfig
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    if "dir" in vars(knobs.cache):
+        pytest.skip("knobs.cache.dir is set explicitly in this process")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _compile(options=None):
+    src = ASTSource(K.vector_add, {**K.signature(K.vector_add), "BLOCK": "constexpr"}, {"BLOCK": 256})
+    return triton.compile(src, target=TARGET, options=dict(num_warps=4, **(options or {})))
+
+
+def _entry(compiled):
+    return getattr(compiled.metadata, "proton_lite", None)
+
+
+def test_forcing_instruments_a_compile_without_a_mode_and_keeps_it_out_of_the_plain_cache(cache_dir):
+    plain = _compile()
+    assert _entry(plain) is None and "globaltimer" not in plain.asm["ptx"]
+    had_manager = "manager_class" in vars(knobs.cache)
+    stage_hook.install()
+    stage_hook.force(InstrumentConfig().to_mode())
+    try:
+        forced = _compile()
+        again = _compile()  # from the salted cache
+    finally:
+        stage_hook.unforce()
+        stage_hook.uninstall()
+    assert _entry(forced) is not None and forced.metadata.profile_scratch_size > 0
+    assert "globaltimer" in forced.asm["ptx"] and again.asm["ptx"] == forced.asm["ptx"]
+    # Triton 3.6 keys both alike (3.9 adds the stage hook's key): they live in two places all the same
+    assert len(os.listdir(cache_dir)) == 2
+    after = _compile()  # plain again, from the plain entry
+    assert _entry(after) is None and after.asm["ptx"] == plain.asm["ptx"]
+    assert ("manager_class" in vars(knobs.cache)) == had_manager and not stage_hook.forced_mode()
+
+
+def test_forcing_leaves_another_tools_mode_alone(cache_dir):
+    stage_hook.install()
+    stage_hook.force(InstrumentConfig(kernels=("nothing_matches",)).to_mode())
+    try:
+        excluded = _compile()  # the session's kernels= leaves it out: plain code, no buffer
+        explicit = _compile({"instrumentation_mode": InstrumentConfig().to_mode()})
+    finally:
+        stage_hook.unforce()
+        stage_hook.uninstall()
+    assert _entry(excluded) is None and "globaltimer" not in excluded.asm["ptx"]
+    assert _entry(explicit) is not None  # a mode in the options wins over the forced one
+
+
+def test_a_users_cache_manager_is_wrapped_and_given_back(cache_dir):
+    from triton.runtime.cache import FileCacheManager
+    keys = []
+
+    class Recording(FileCacheManager):
+        def __init__(self, key, override=False, dump=False):
+            keys.append(key)
+            super().__init__(key, override=override, dump=dump)
+
+    knobs.cache.manager_class = Recording
+    try:
+        stage_hook.install()
+        stage_hook.force(InstrumentConfig().to_mode())
+        try:
+            forced = _compile()
+        finally:
+            stage_hook.unforce()
+            stage_hook.uninstall()
+        assert knobs.cache.manager_class is Recording
+        plain = _compile()
+    finally:
+        del knobs.cache.manager_class
+    assert _entry(forced) is not None and _entry(plain) is None
+    assert len(set(keys)) == 2  # the user's manager saw both, under different keys
