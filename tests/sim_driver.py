@@ -26,7 +26,7 @@ from proton_lite.runtime import cuda_api
 _FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async", "memset_d32_async",
               "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
               "stream_is_capturing", "stream_synchronize", "stream_create", "stream_destroy", "memcpy_dtoh",
-              "current_device",
+              "current_device", "mem_alloc_zeroed_while_capturing",
               "current_context", "set_context", "capture_query", "device_getter")
 
 
@@ -93,6 +93,13 @@ class SimDriver:
             self.device_mem[base] = bytearray(b"\xa5" * size)  # not zero: allocations are dirty
             self.mem_ctx[base] = self.current_context()
             return base
+
+    def mem_alloc_zeroed_while_capturing(self, size: int) -> int:
+        """Allocated and cleared at once, outside any stream (nothing joins a graph)."""
+        ptr = self.mem_alloc(size)
+        with self._lock:
+            self.device_mem[ptr][:] = bytes(size)
+        return ptr
 
     def mem_free(self, ptr: int) -> None:
         with self._lock:

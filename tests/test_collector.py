@@ -104,11 +104,11 @@ def collector(tmp_path, sim):
     return Collector(RawWriter(tmp_path / "c.plraw", {"test": True}), host_limit_bytes=64 << 20)
 
 
-def _launch_metadata(grid, meta, attributed=True, jit_fn=None, args=None):
+def _launch_metadata(grid, meta, attributed=True, jit_fn=None, args=None, stream=0):
     """Triton's own launch metadata object (LazyDict, 3.6 and 3.9) as its launcher holds it:
     our LaunchInfo pending in it, unless the JIT function had none attached."""
     from triton.compiler.compiler import LazyDict
-    lm = LazyDict({"name": meta.name, "function": 1, "stream": 0})
+    lm = LazyDict({"name": meta.name, "function": 1, "stream": stream})
     if attributed:
         lm.add(LaunchInfo(jit_fn), (grid, meta, args or {}))
     return lm
@@ -125,7 +125,7 @@ def launch(col, sim, stream: int, grid=(4, 1, 1), payload: bytes = b"", meta=Non
     if check is not None:
         check(buf, size)
     run = sim.kernel(stream, buf, payload)
-    on_launch_exit(_launch_metadata(grid, meta, attributed, jit_fn))
+    on_launch_exit(_launch_metadata(grid, meta, attributed, jit_fn, stream=stream))
     return run
 
 
@@ -346,12 +346,28 @@ def test_pinned_memory_in_flight_stays_within_its_limit(tmp_path, sim):
     assert len(cap.launches) == 80
 
 
-def test_a_stream_being_captured_into_a_graph_is_refused(collector, sim, tmp_path):
+def test_a_launch_captured_into_a_graph_gets_lasting_scratch_and_is_named(collector, sim, tmp_path, monkeypatch):
+    """A graph's replays are not recorded yet: a captured launch must not break the capture
+    (no refusal, nothing enqueued on the capturing stream), must not write into a chunk that
+    is copied and reused, and is counted by kernel name for the warning at stop."""
+    from proton_lite.runtime import after_stop
+    monkeypatch.setattr(after_stop, "AFTER_STOP", after_stop.ScratchAfterStop())
+    launch(collector, sim, stream=1, payload=b"\x01" * 8)  # an ordinary launch first
     sim.capturing.add(9)
-    with pytest.raises(RuntimeError, match="CUDA graph"):
-        collector.allocate(1024, 16, 9)
-    assert sim.calls.get("mem_alloc", 0) == 0
-    assert finish(collector, tmp_path).launches == []
+    queued = sim.calls.get("memset_d8_async", 0)
+    seen = []
+    run = launch(collector, sim, stream=9, payload=b"\x07" * 8, check=lambda buf, size: seen.append(buf))
+    assert sim.calls.get("mem_alloc_zeroed_while_capturing") == 1
+    assert sim.calls.get("memset_d8_async", 0) == queued  # nothing joined the graph
+    assert seen[0] == after_stop.AFTER_STOP._buffers[0][0]  # not a chunk's slice
+    assert all(not (c.buf.ptr <= seen[0] < c.buf.ptr + c.limit) for c in collector._open.values())
+    launch(collector, sim, stream=9, payload=b"\x07" * 8)
+    assert collector.captured == {"k": 2} and collector.uninstrumented == {}
+    assert after_stop.AFTER_STOP.launches == 0  # not counted as after-stop launches
+    sim.capturing.discard(9)
+    cap = finish(collector, tmp_path)
+    assert len(cap.launches) == 1 and cap.launches[0].stream == 1
+    assert run is not None
 
 
 def test_out_of_device_memory_names_the_size_and_the_ways_out(tmp_path, monkeypatch):

@@ -290,17 +290,34 @@ def test_two_gpus_in_one_process_keep_their_launches_apart(tmp_path):
                                                                       ("#3", "0")}
 
 
-def test_cuda_graph_capture_is_a_clear_error(tmp_path):
-    x = torch.rand(4096, device="cuda")
+def test_a_graph_captured_in_a_session_runs_and_is_named_at_stop(tmp_path):
+    """Replays are not recorded yet: capturing must not break (it used to be refused), the
+    captured launch is named in the stop line, and replays after stop write only into
+    scratch that outlives the graph (this test also runs under compute-sanitizer)."""
+    n = 4096
+    x = torch.rand(n, device="cuda")
     out = torch.empty_like(x)
-    K.vector_add[(4, )](x, x, out, 4096, BLOCK=1024)  # compiled outside the capture
+    K.vector_add[(4, )](x, x, out, n, BLOCK=1024)  # compiled outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with proton_lite.start(str(tmp_path / "graph"), quiet=True, formats=()):
-        K.vector_add[(4, )](x, x, out, 4096, BLOCK=1024)
-        with pytest.raises(RuntimeError, match="CUDA graph"):
-            with torch.cuda.graph(g):
-                K.vector_add[(4, )](x, x, out, 4096, BLOCK=1024)
+    with proton_lite.start(str(tmp_path / "graph"), quiet=True, formats=(), calibrate=False) as s:
+        K.vector_add[(4, )](x, x, out, n, BLOCK=1024)
+        with torch.cuda.graph(g):
+            K.vector_add[(4, )](x, x, out, n, BLOCK=1024)
+        for _ in range(3):
+            out.zero_()
+            g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, x + x)
+    assert s.result.launches == 1  # the eager launch; the capture is not a launch of its own
+    assert "1 launch(es) of 1 kernel(s) were captured into CUDA graphs" in s.result.summary_line
+    assert "vector_add (1)" in s.result.summary_line
+    x.copy_(torch.rand(n, device="cuda"))
+    for _ in range(5):  # after stop
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + x)
+    del g
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})], key=["n"])

@@ -16,6 +16,9 @@ write CTA headers there, or nothing: the launch prefix is the host's), so a kern
 at launch records nothing and a kernel with a launch pool takes no chunk (docs/format.md
 §1.1, §1.12).  Buffers are kept for the life of the process: a kernel may still run in
 one that was outgrown.
+
+Launches captured into a CUDA graph inside a session get the same scratch (their replays
+are not recorded yet): the graph holds its address, and it lives as long as the process.
 """
 from __future__ import annotations
 
@@ -34,17 +37,21 @@ class ScratchAfterStop:
         self._lock = threading.Lock()
         self.launches = 0  # instrumented launches after stop, whose records were discarded
 
-    def __call__(self, size: int, alignment: int, stream) -> int:
+    def __call__(self, size: int, alignment: int, stream, count: bool = True) -> int:
         device = cuda_api.current_device()
+        stream = int(stream or 0)
         with self._lock:
-            self.launches += 1
+            self.launches += count
             ptr, have = self._buffers.get(device, (0, 0))
             if size > have:
                 have = size_class(size)
                 if ptr:
                     self._outgrown.append(ptr)
-                ptr = cuda_api.mem_alloc(have)
-                cuda_api.memset_d8_async(ptr, 0, have, int(stream or 0))  # before the kernel, on its stream
+                if cuda_api.stream_is_capturing(stream):  # a clear on its stream would join the graph
+                    ptr = cuda_api.mem_alloc_zeroed_while_capturing(have)
+                else:
+                    ptr = cuda_api.mem_alloc(have)
+                    cuda_api.memset_d8_async(ptr, 0, have, stream)  # before the kernel, on its stream
                 self._buffers[device] = (ptr, have)
         return ptr
 

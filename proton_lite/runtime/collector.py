@@ -127,6 +127,7 @@ class Collector:
         self.writer = writer
         self.selects = selects or (lambda name: True)  # the session's kernels= patterns
         self.uninstrumented: dict[str, int] = {}  # kernel name -> launches that ran without a profile buffer
+        self.captured: dict[str, int] = {}  # kernel name -> launches captured into CUDA graphs (not recorded)
         exact = os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") not in ("", "0")
         self.device_pool = DevicePool(exact=exact)
         self.pool_sizer = PoolSizer(pool_mb, exact)  # launch pools (run-time loop bounds)
@@ -179,11 +180,7 @@ class Collector:
         ``data_ptr()``: Triton's launcher takes it as is, with no ``cuPointerGetAttribute``."""
         stream = int(stream or 0)
         if self._is_capturing(stream):
-            raise RuntimeError(
-                "proton_lite: a kernel with instrumentation is being captured into a CUDA graph. Triton's launcher "
-                "allocates the profile buffer on the host at launch time, so every replay of the graph would "
-                "write into the same buffer and no copy-back could follow a replay. Stop the session "
-                "(proton_lite.stop()) before capturing graphs, or profile the kernels outside the graph.")
+            return self._captured(size, alignment, stream)
         capacity = None
         pool = None
         if alignment == LAUNCH_SIZED_ALIGN:
@@ -273,6 +270,18 @@ class Collector:
                 self.capped += 1
         return layout.with_capacity(capacity).buffer_bytes(num_ctas), (capacity, short, None)
 
+    def _captured(self, size: int, alignment: int, stream: int) -> int:
+        """A launch being captured into a CUDA graph: its replays cannot be recorded yet, so it
+        gets scratch whose records are never read (kept for the life of the process, as the
+        graph may be), and its exit hook counts it by kernel name (``captured``)."""
+        from proton_lite.runtime.after_stop import AFTER_STOP
+        stale = getattr(self._tls, "item", None)
+        if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
+            self._tls.item = None
+            with self._lock:
+                self._settle(stale[0], self._current_device())
+        return AFTER_STOP(size, alignment, stream, count=False)
+
     def _note_uninstrumented(self, launch_metadata) -> None:
         """A launch without a profile buffer: a plain binary of a kernel the session selects
         (compiled before the session and launched from a cache, or compiled outside Triton's
@@ -282,8 +291,10 @@ class Collector:
         name = data.get("name") if isinstance(data, dict) else None
         if not name or not self.selects(name):
             return
+        stream = data.get("stream")
+        counts = self.captured if stream is not None and self._is_capturing(int(stream or 0)) else self.uninstrumented
         with self._lock:
-            self.uninstrumented[name] = self.uninstrumented.get(name, 0) + 1
+            counts[name] = counts.get(name, 0) + 1
 
     def _records_needed(self, metadata, args, grid) -> int:
         """The kernel's record bound for this launch: its expression over the arguments, the
@@ -706,9 +717,11 @@ def _launch_arguments():
 
 
 _trial_codes: frozenset | None = None  # id() of code objects: hashing a code object hashes its contents
+_extra_trial_codes: set[int] = set()  # ... of other autotuners' timing functions (add_trial_functions)
 # id() of JIT functions compiled while an autotuner benchmark ran (ids: JITFunction's own hash
 # is costly); kept across sessions, as Triton keeps their compiled variants
 _AUTOTUNED: set[int] = set()
+_KEEP_CODES: list = []  # the code objects added by add_trial_functions
 
 
 def note_compile(jit_fn) -> None:
@@ -724,6 +737,36 @@ def note_compile(jit_fn) -> None:
             _AUTOTUNED.add(id(jit_fn))
             return
         frame, depth = frame.f_back, depth + 1
+
+
+def add_trial_functions(*functions) -> None:
+    """Other autotuners' timing functions (Inductor's ``CachingAutotuner.bench``, its
+    benchmarker): a launch with one of them, or a function nested in one, on the stack is a
+    timing trial."""
+    global _trial_codes
+    ids: set[int] = set()
+
+    def add(code) -> None:
+        if id(code) not in ids:
+            ids.add(id(code))
+            _KEEP_CODES.append(code)  # an id stays unique only while its code object lives
+            for const in code.co_consts:
+                if isinstance(const, types.CodeType):
+                    add(const)
+
+    for function in functions:
+        function = getattr(function, "__func__", function)
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            add(code)
+    _extra_trial_codes.update(ids)
+    if _trial_codes is not None:
+        _trial_codes = _trial_codes | frozenset(ids)
+
+
+def mark_trials(jit_fn) -> None:
+    """Launches of ``jit_fn`` may be autotuning trials from now on (checked by frames)."""
+    _AUTOTUNED.add(id(jit_fn))
 
 
 def _autotuner_trial_codes() -> frozenset:
@@ -759,7 +802,7 @@ def _know_trial_codes() -> bool:
     if _trial_codes is None:
         if "triton.runtime.autotuner" not in sys.modules:
             return False
-        _trial_codes = _autotuner_trial_codes()
+        _trial_codes = _autotuner_trial_codes() | frozenset(_extra_trial_codes)
         _JIT_RUN = _code_of("triton.runtime.jit", "JITFunction.run")
         _WRAPPERS = frozenset(id(c) for c in (_code_of("triton.runtime.autotuner", "Heuristics.run"), ) if c)
     return True
@@ -770,9 +813,9 @@ def _in_autotuner_benchmark() -> bool:
     if not _know_trial_codes():
         return False
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
-        # 5 through Triton's Heuristics)
+        # 5 through Triton's Heuristics; Inductor's benchmarker up to 8)
         frame, depth = sys._getframe(2), 0
-        while frame is not None and depth < 8:
+        while frame is not None and depth < 12:
             code = frame.f_code
             if id(code) in _trial_codes:
                 return True

@@ -89,6 +89,25 @@ def mem_alloc(size: int) -> int:
     return int(check(cu.cuMemAlloc(size), f"cuMemAlloc({size} bytes)"))
 
 
+def mem_alloc_zeroed_while_capturing(size: int) -> int:
+    """Zeroed device memory, allocated while a stream of this thread captures a graph: the
+    thread's capture mode is relaxed for the allocation (as PyTorch's allocator does), and
+    the memory is cleared on a stream of its own, outside the graph."""
+    relaxed = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    previous = check(cu.cuThreadExchangeStreamCaptureMode(relaxed), "cuThreadExchangeStreamCaptureMode")
+    try:
+        ptr = mem_alloc(size)
+        stream = stream_create()
+        try:
+            memset_d8_async(ptr, 0, size, stream)
+            stream_synchronize(stream)
+        finally:
+            stream_destroy(stream)
+    finally:
+        check(cu.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
+    return ptr
+
+
 def mem_free(ptr: int) -> None:
     check(cu.cuMemFree(ptr), "cuMemFree")
 
