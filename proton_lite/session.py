@@ -176,6 +176,12 @@ class Session:
         self._saved_mode = knobs.compilation.instrumentation_mode
         knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
         stage_hook.install()
+        stage_hook.force(knobs.compilation.instrumentation_mode)  # compiles that carry no mode (Inductor's)
+        from proton_lite.runtime.collector import mark_trials
+        from proton_lite.runtime.inductor import InductorBridge
+        self._inductor_before = _inductor_kernels_compiled()
+        self._inductor = InductorBridge(ATTACHER.attach, mark_trials)
+        self._inductor.install()  # only when the program uses torch
         self._saved_allocator = _allocation._profile_allocator.get()
         # the collector's hooks, in C for the common case when that builds (runtime/fastpath.py)
         from proton_lite.runtime import fastpath
@@ -208,6 +214,8 @@ class Session:
         from proton_lite.runtime.collector import ATTACHER
 
         knobs.compilation.instrumentation_mode = self._saved_mode
+        self._inductor.uninstall()
+        stage_hook.unforce()
         stage_hook.uninstall()
         # binaries compiled in the session may be launched again from a library's cache: where
         # Triton's default allocator was, one that gives them scratch instead of an error
@@ -238,6 +246,7 @@ class Session:
         self._writer.end({"launches": user_launches, "calibration_launches": collector.launches - user_launches,
                           "unattributed": collector.unattributed,
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
+                          "uninstrumented": collector.uninstrumented, "captured": collector.captured,
                           "exact_reruns": collector.resizer.reruns if collector.resizer else 0,
                           "unsized_launches": collector.unsized, "capped_launches": collector.capped,
                           "host_hooks": "c" if self._fastpath is not None else "python",
@@ -258,7 +267,8 @@ class Session:
             result.dropped = profile.total_dropped
             result.keep_all_hint = profile.keep_all_hint()
             result.unmatched = profile.total_unmatched
-        result.summary_line = _summary_line(result, collector)
+        result.summary_line = _summary_line(result, collector, self._inductor,
+                                            _inductor_kernels_compiled() - self._inductor_before)
         self.result = result
         if not self.options.quiet:
             print(result.summary_line, file=sys.stderr)
@@ -280,7 +290,8 @@ class Session:
         return False
 
 
-def _summary_line(result: SessionResult, collector) -> str:
+def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> str:
+    from proton_lite.coverage import not_covered
     from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
 
     parts = [f"proton_lite: {result.launches} launch{'es' if result.launches != 1 else ''}",
@@ -309,19 +320,8 @@ def _summary_line(result: SessionResult, collector) -> str:
                  f"dropped; {hint}")
     for lost in getattr(collector, "lost_scopes", ()):
         line += f"\nproton_lite: warning: {lost}"
-    plain = getattr(collector, "uninstrumented", None)
-    if plain:
-        names = sorted(plain, key=lambda n: (-plain[n], n))
-        shown = ", ".join(f"{n} ({plain[n]:,})" for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8
-                                                                        else "")
-        line += (f"\nproton_lite: warning: {sum(plain.values()):,} launch(es) of {len(names)} kernel(s) ran without "
-                 f"instrumentation and are not in the profile: {shown}. They were compiled before the session (a "
-                 "library's cache, warmup(), an autotuner's choice) or outside Triton's JIT; start the session "
-                 "before their first call, or clear the cache that holds them")
-    inductor = _inductor_kernels_compiled()
-    if inductor:
-        line += (f"\nproton_lite: warning: torch.compile generated {inductor} Triton kernel(s) in this process; their "
-                 "launches go through Inductor's own launcher and are not profiled yet (count unknown)")
+    for warning in not_covered(collector, inductor, inductor_new):
+        line += f"\nproton_lite: warning: {warning}"
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line

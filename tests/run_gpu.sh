@@ -14,17 +14,20 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
-PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-300} \
-  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py} 2>&1 | tail -40
+PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-480} \
+  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_inductor.py tests/test_gpu_liger.py} 2>&1 | tail -40
 echo "pytest rc=${PIPESTATUS[0]}"
 [ -f "$OUT/fidelity.json" ] && cat "$OUT/fidelity.json"
 if [ -n "${SANITIZE:-}" ]; then
   PROTON_LITE_EXACT_BUFFERS=1 PROTON_LITE_TEST_UNDER_SANITIZER=1 timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool memcheck --print-limit 5 $PT tests/test_gpu.py \
     tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py \
-    -k "${SAN_K:-overflow or deferred or vector_add-warp or loop_scopes or sized or matmul_per_iter-warpgroup or warp_specialized or every_record or exhausted}" 2>&1 | tail -8
+    -k "${SAN_K:-graph_captured or overflow or deferred or vector_add-warp or loop_scopes or sized or matmul_per_iter-warpgroup or warp_specialized or every_record or exhausted}" 2>&1 | tail -8
 fi
 if [ -n "${LOOPS_BENCH:-}" ]; then
   timeout ${LOOPS_TIMEOUT:-300} python3 tests/benchmarks/loops.py --out "$OUT/loops.json" 2>&1 | grep -v -i warn | tail -12
+fi
+if [ -n "${LIBRARY_BENCH:-}" ]; then
+  timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60
 fi
 if [ -z "${NO_BENCH:-}" ]; then
   timeout ${BENCH_TIMEOUT:-300} python3 tests/benchmarks/bench.py --out "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 \

@@ -1,0 +1,171 @@
+"""torch.compile (Inductor) kernels in a session, on the GPU: every launch recorded under its
+Inductor name whether the function was compiled before the session or in it, with warm or
+cold caches; outputs unchanged; every setting given back at stop.
+
+Launches made are counted outside any session by CUPTI (torch.profiler), launches recorded
+from the raw capture."""
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+import proton_lite  # noqa: E402
+from proton_lite.passes import stage_hook  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+from proton_lite.runtime.inductor import SETTINGS, _live_autotuners  # noqa: E402
+
+CALLS = 3
+
+
+def pointwise(x, w, b):
+    return torch.relu(x * 2 + w) - torch.sigmoid(x) * b
+
+
+def reduction(x, w, b):
+    return (torch.softmax(x * w, dim=-1) * b).sum(-1)
+
+
+def matmul_epilogue(x, w, b):
+    return torch.relu(x @ w + b) * 0.5
+
+
+FUNCTIONS = {"pointwise": pointwise, "reduction": reduction, "matmul_epilogue": matmul_epilogue}
+
+
+def _args(name):
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(512, 384, device="cuda", generator=g)
+    if name == "matmul_epilogue":
+        return x, torch.randn(384, 256, device="cuda", generator=g), torch.randn(256, device="cuda", generator=g)
+    return x, torch.randn(512, 384, device="cuda", generator=g), torch.randn(512, 384, device="cuda", generator=g)
+
+
+def _triton_launches(fn, args) -> Counter:
+    """Inductor's kernels one call launches, counted by CUPTI outside any session."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return Counter(e.name for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("triton_"))
+
+
+def _recorded(result) -> Counter:
+    cap = read_raw(result.raw_path)
+    return Counter(cap.kernels[launch.kernel_id]["name"] for launch in cap.launches)
+
+
+def _settings():
+    import importlib
+
+    from triton import knobs
+    values = {(m, n): getattr(importlib.import_module(m), n) for m, names, _ in SETTINGS for n in names
+              if hasattr(importlib.import_module(m), n)}
+    return values, knobs.runtime.jit_post_compile_hook, knobs.cache.manager_class, knobs.compilation.instrumentation_mode
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """Fresh Inductor and Triton cache directories and no compiled graphs: a cold start."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _session(tmp_path, fn, args):
+    with proton_lite.start(str(tmp_path / "trace"), quiet=True, formats=(), calibrate=False) as s:
+        outs = [fn(*args) for _ in range(CALLS)]
+    torch.cuda.synchronize()
+    return s.result, outs
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+@pytest.mark.parametrize("when", ["before", "inside_cold", "inside_warm"])
+def test_every_inductor_launch_is_recorded(name, when, tmp_path, caches):
+    eager, args = FUNCTIONS[name], _args(name)
+    expected_out = eager(*args)
+    saved = _settings()
+    fn = torch.compile(eager)
+    per_call = None
+    if when in ("before", "inside_warm"):
+        plain = fn(*args)  # compiled, autotuned and cached outside the session
+        per_call = _triton_launches(fn, args)
+        if when == "inside_warm":  # the caches on disk are warm; the graph is compiled again in the session
+            torch._dynamo.reset()
+            fn = torch.compile(eager)
+    result, outs = _session(tmp_path, fn, args)
+    assert _settings() == saved and not stage_hook.forced_mode()
+    after = fn(*args)  # after stop: the same graph, its kernels plain again
+    torch.cuda.synchronize()
+    if per_call is None:
+        per_call = _triton_launches(fn, args)
+        plain = after
+    assert per_call, "the function launches no Triton kernel: nothing to check"
+    recorded = _recorded(result)
+    assert recorded == Counter({k: v * CALLS for k, v in per_call.items()}), result.summary_line
+    assert result.launches == CALLS * sum(per_call.values()) and result.dropped == 0
+    for out in outs + [after]:
+        assert torch.equal(out, plain)  # instrumented kernels compute exactly what plain ones do
+    torch.testing.assert_close(plain, expected_out, rtol=2e-3, atol=2e-3)
+    assert "not in the profile" not in result.summary_line, result.summary_line
+
+
+def test_kernels_go_back_to_plain_and_the_next_compile_is_static(tmp_path, caches):
+    from torch._inductor.runtime.triton_heuristics import StaticTritonCompileResult
+    args = _args("pointwise")
+    before = {id(a) for a in _live_autotuners()}
+    fn = torch.compile(pointwise)
+    result, _ = _session(tmp_path, fn, args)
+    assert result.launches == CALLS
+    ours = [a for a in _live_autotuners() if id(a) not in before]
+    assert ours and all(not isinstance(r, StaticTritonCompileResult) and r.kernel.metadata.profile_scratch_size > 0
+                        for a in ours for r in a.compile_results)
+    fn(*args)  # the first launch after stop compiles them plain, as outside any session
+    # (Inductor launches a kernel statically only when its profile scratch size is 0)
+    for a in ours:
+        assert "run" not in vars(a) and "precompile" not in vars(a)
+        assert all(isinstance(r, StaticTritonCompileResult) for r in a.compile_results)
+    later = torch.compile(lambda x, w, b: torch.tanh(x) + w * b)
+    known = {id(a) for a in _live_autotuners()}
+    later(*args)
+    new = [a for a in _live_autotuners() if id(a) not in known]
+    assert new and all(isinstance(r, StaticTritonCompileResult) for a in new for r in a.compile_results)
+
+
+def test_autotuning_in_the_session_is_not_recorded_as_launches(tmp_path, caches):
+    """max-autotune times kernel templates (compiled only for that) and configs of the chosen
+    kernels: those launches are trials, left out and counted."""
+    import torch._inductor.config as config
+    args = _args("matmul_epilogue")
+    fn = torch.compile(matmul_epilogue, mode="max-autotune-no-cudagraphs")
+    with config.patch(max_autotune_gemm_backends="TRITON"):
+        result, outs = _session(tmp_path, fn, args)
+        plain = fn(*args)
+        per_call = _triton_launches(fn, args)
+    assert per_call and _recorded(result) == Counter({k: v * CALLS for k, v in per_call.items()})
+    assert "autotuner trial launches skipped" in result.summary_line
+    for out in outs:
+        assert torch.equal(out, plain)
+
+
+def test_graphs_of_reduce_overhead_are_counted_and_named(tmp_path, caches):
+    args = _args("pointwise")
+    fn = torch.compile(pointwise, mode="reduce-overhead")
+    with proton_lite.start(str(tmp_path / "graphs"), quiet=True, formats=(), calibrate=False) as s:
+        outs = [fn(*args).clone() for _ in range(4)]
+    torch.cuda.synchronize()
+    expected = pointwise(*args)
+    for out in outs:
+        torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
+    line = s.result.summary_line
+    assert "captured into CUDA graphs" in line and "triton_" in line and "reduce-overhead" in line, line
+    after = fn(*args).clone()  # replays after stop: the graph's scratch is still there
+    torch.cuda.synchronize()
+    torch.testing.assert_close(after, expected, rtol=2e-3, atol=2e-3)
+
