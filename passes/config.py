@@ -25,14 +25,18 @@ CALIBRATION_SCOPES = ("calibrate", "record")  # outer scope, back-to-back inner 
 
 
 def _pass_fingerprint() -> str:
-    """Hash of the pass sources: Triton 3.6 does not key its cache on stage hooks, so a changed
-    pass must change the compile options to invalidate binaries built by an older pass."""
+    """Hash of the pass sources and of the language module that emits the markers: Triton 3.6
+    does not key its cache on stage hooks, nor any cache on the code that builds a kernel's IR
+    beyond the kernel's own source, so a change there must change the compile options to
+    invalidate binaries built before it."""
     import hashlib
     from pathlib import Path
 
     from proton_lite import layout
+    package = Path(layout.__file__).parent
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")) + [Path(layout.__file__)]:
+    for path in sorted(Path(__file__).parent.glob("*.py")) + [package / "layout.py", package / "language.py",
+                                                             package / "scope_names.py"]:
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 

@@ -24,8 +24,11 @@ MARKER_TAG = "@@proton_lite"
 
 
 def instrumentation_enabled(options: Any) -> bool:
-    """True when the compile options ask for proton_lite instrumentation."""
-    mode = getattr(options, "instrumentation_mode", "") or ""
+    """True when the compile options ask for proton_lite instrumentation, or carry no mode
+    while a session forces its own on such compiles (``triton.compile`` called directly, as
+    torch.compile does: passes/stage_hook.force)."""
+    from proton_lite.passes.stage_hook import forced_mode
+    mode = getattr(options, "instrumentation_mode", "") or forced_mode()
     return INSTRUMENTATION_MODE in {m.strip() for m in mode.split(",")}
 
 

@@ -15,7 +15,6 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from proton_lite.passes import stage_hook
 from proton_lite.passes.config import BUFFER_MODES, GRANULARITIES, InstrumentConfig
 from proton_lite.raw_format import RawWriter
 
@@ -138,15 +137,12 @@ class Session:
         self.raw_path = str(Path(options.name).with_name(Path(options.name).name + ".plraw"))
         self.result: SessionResult | None = None
         self._installed = False
-        self._fastpath = None  # runtime/fastpath.FastPath when the C hooks are in use
+        self._hooks = None  # runtime/triton_hooks.TritonHooks while installed
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _install(self) -> None:
-        from triton import knobs
-        from triton.runtime import _allocation
-
         from proton_lite.runtime import cuda_api
-        from proton_lite.runtime.collector import ATTACHER, Collector, note_compile
+        from proton_lite.runtime.collector import Collector
 
         device = None
         try:
@@ -173,59 +169,14 @@ class Session:
         self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune,
                                     self.options.copy_every, resizer=resizer, pool_mb=self.options.pool_mb,
                                     selects=self.options.instrument_config().selects)
-        self._saved_mode = knobs.compilation.instrumentation_mode
-        knobs.compilation.instrumentation_mode = self.options.instrument_config().to_mode()
-        stage_hook.install()
-        stage_hook.force(knobs.compilation.instrumentation_mode)  # compiles that carry no mode (Inductor's)
-        from proton_lite.runtime.collector import mark_trials
-        from proton_lite.runtime.inductor import InductorBridge
         self._inductor_before = _inductor_kernels_compiled()
-        self._inductor = InductorBridge(ATTACHER.attach, mark_trials)
-        self._inductor.install()  # only when the program uses torch
-        self._saved_allocator = _allocation._profile_allocator.get()
-        # the collector's hooks, in C for the common case when that builds (runtime/fastpath.py)
-        from proton_lite.runtime import fastpath
-        self._fastpath = fastpath.hooks_for(self._collector)
-        fp = self._fastpath
-        self._hooks = (fp.allocate, fp.on_launch_exit) if fp is not None else \
-            (self._collector.allocate, self._collector.on_launch_exit)
-        _allocation.set_profile_allocator(self._hooks[0])
-        knobs.runtime.launch_exit_hook.add(self._hooks[1])
-        self._saved_jit_cache_hook = knobs.runtime.jit_cache_hook
-        previous = self._saved_jit_cache_hook
-
-        def jit_cache_hook(*args, **kwargs):
-            fn = kwargs.get("fn")
-            if fn is not None:
-                ATTACHER.attach(fn.jit_function)
-                note_compile(fn.jit_function)
-            return previous(*args, **kwargs) if previous is not None else None
-
-        knobs.runtime.jit_cache_hook = jit_cache_hook
-        self._jit_cache_hook = jit_cache_hook
-        ATTACHER.attach_known()
+        from proton_lite.runtime.triton_hooks import TritonHooks
+        self._hooks = TritonHooks(self._collector, self.options.instrument_config().to_mode())
+        self._hooks.install()
         self._installed = True
 
     def _uninstall(self) -> None:
-        from triton import knobs
-        from triton.runtime import _allocation
-
-        from proton_lite.runtime.after_stop import AFTER_STOP
-        from proton_lite.runtime.collector import ATTACHER
-
-        knobs.compilation.instrumentation_mode = self._saved_mode
-        self._inductor.uninstall()
-        stage_hook.unforce()
-        stage_hook.uninstall()
-        # binaries compiled in the session may be launched again from a library's cache: where
-        # Triton's default allocator was, one that gives them scratch instead of an error
-        # (runtime/after_stop.py); a user's own allocator is restored as it was
-        _allocation.set_profile_allocator(AFTER_STOP if isinstance(self._saved_allocator, _allocation.NullAllocator)
-                                          else self._saved_allocator)
-        knobs.runtime.launch_exit_hook.remove(self._hooks[1])
-        if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
-            knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook
-        ATTACHER.detach_all()
+        self._hooks.uninstall()
         self._installed = False
 
     def stop(self) -> SessionResult:
@@ -249,9 +200,10 @@ class Session:
                           "uninstrumented": collector.uninstrumented, "captured": collector.captured,
                           "exact_reruns": collector.resizer.reruns if collector.resizer else 0,
                           "unsized_launches": collector.unsized, "capped_launches": collector.capped,
-                          "host_hooks": "c" if self._fastpath is not None else "python",
+                          "host_hooks": "c" if self._hooks.fastpath is not None else "python",
                           # (allocations, exit hooks) the C hooks served without the Python ones
-                          "host_hooks_fast": list(self._fastpath.counts()) if self._fastpath is not None else None,
+                          "host_hooks_fast": list(self._hooks.fastpath.counts()) if self._hooks.fastpath is not None
+                          else None,
                           "host_hooks_error": _fastpath_error(),
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
@@ -267,7 +219,7 @@ class Session:
             result.dropped = profile.total_dropped
             result.keep_all_hint = profile.keep_all_hint()
             result.unmatched = profile.total_unmatched
-        result.summary_line = _summary_line(result, collector, self._inductor,
+        result.summary_line = _summary_line(result, collector, self._hooks.inductor,
                                             _inductor_kernels_compiled() - self._inductor_before)
         self.result = result
         if not self.options.quiet:

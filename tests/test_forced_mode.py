@@ -45,6 +45,7 @@ def test_forcing_instruments_a_compile_without_a_mode_and_keeps_it_out_of_the_pl
         stage_hook.unforce()
         stage_hook.uninstall()
     assert _entry(forced) is not None and forced.metadata.profile_scratch_size > 0
+    assert _entry(forced)["scopes"] == ["load", "store"] and _entry(forced)["record_sites"] == 4  # its scopes too
     assert "globaltimer" in forced.asm["ptx"] and again.asm["ptx"] == forced.asm["ptx"]
     # Triton 3.6 keys both alike (3.9 adds the stage hook's key): they live in two places all the same
     assert len(os.listdir(cache_dir)) == 2

@@ -1,0 +1,89 @@
+"""Everything a session installs into Triton (and torch.compile), and takes back at stop.
+
+Installed, in this order, all through Triton's own extension points:
+  - ``knobs.compilation.instrumentation_mode``: JIT compiles carry the session's mode;
+  - the stage hook (``passes/stage_hook.py``), forcing the mode on compiles that carry none;
+  - the Inductor bridge (``runtime/inductor.py``), when the program uses torch;
+  - the profile allocator and the launch-exit hook: the collector's, in C when that builds;
+  - ``knobs.runtime.jit_cache_hook`` and ``knobs.compilation.listener``: every JIT function
+    compiled (by the JIT, or by a direct ``triton.compile``) gets launch metadata that tells
+    the exit hook what was launched, and the JIT's compiles are checked for autotuner trials.
+At stop each is given back as it was, except that where Triton's default profile allocator
+was, the after-stop one stays (``runtime/after_stop.py``).
+"""
+from __future__ import annotations
+
+from proton_lite.passes import stage_hook
+
+
+class TritonHooks:
+    def __init__(self, collector, mode: str) -> None:
+        self.collector, self.mode = collector, mode
+        self.fastpath = None  # runtime/fastpath.FastPath when the C hooks are in use
+        self.inductor = None  # runtime/inductor.InductorBridge
+
+    def install(self) -> None:
+        from triton import knobs
+        from triton.runtime import _allocation
+
+        from proton_lite.runtime import fastpath
+        from proton_lite.runtime.collector import ATTACHER, mark_trials, note_compile
+        from proton_lite.runtime.inductor import InductorBridge
+
+        self._saved_mode = knobs.compilation.instrumentation_mode
+        knobs.compilation.instrumentation_mode = self.mode
+        stage_hook.install()
+        stage_hook.force(self.mode)  # compiles that carry no mode (Inductor's, a direct triton.compile)
+        self.inductor = InductorBridge(ATTACHER.attach, mark_trials)
+        self.inductor.install()  # only when the program uses torch
+        self._saved_allocator = _allocation._profile_allocator.get()
+        self.fastpath = fastpath.hooks_for(self.collector)
+        fp = self.fastpath
+        self._hooks = (fp.allocate, fp.on_launch_exit) if fp is not None else \
+            (self.collector.allocate, self.collector.on_launch_exit)
+        _allocation.set_profile_allocator(self._hooks[0])
+        knobs.runtime.launch_exit_hook.add(self._hooks[1])
+
+        self._saved_jit_cache_hook = previous_cache_hook = knobs.runtime.jit_cache_hook
+
+        def jit_cache_hook(*args, **kwargs):
+            fn = kwargs.get("fn")
+            if fn is not None:
+                ATTACHER.attach(fn.jit_function)
+                note_compile(fn.jit_function)
+            return previous_cache_hook(*args, **kwargs) if previous_cache_hook is not None else None
+
+        knobs.runtime.jit_cache_hook = self._jit_cache_hook = jit_cache_hook
+        self._saved_listener = previous_listener = knobs.compilation.listener
+
+        def listener(*args, **kwargs):
+            fn = getattr(kwargs.get("src"), "fn", None)
+            if fn is not None and hasattr(fn, "launch_metadata"):  # a CompiledKernel launched directly
+                ATTACHER.attach(fn)
+            return previous_listener(*args, **kwargs) if previous_listener is not None else None
+
+        knobs.compilation.listener = self._listener = listener
+        ATTACHER.attach_known()
+
+    def uninstall(self) -> None:
+        from triton import knobs
+        from triton.runtime import _allocation
+
+        from proton_lite.runtime.after_stop import AFTER_STOP
+        from proton_lite.runtime.collector import ATTACHER
+
+        knobs.compilation.instrumentation_mode = self._saved_mode
+        self.inductor.uninstall()
+        stage_hook.unforce()
+        stage_hook.uninstall()
+        # binaries compiled in the session may be launched again from a library's cache: where
+        # Triton's default allocator was, one that gives them scratch instead of an error
+        # (runtime/after_stop.py); a user's own allocator is restored as it was
+        _allocation.set_profile_allocator(AFTER_STOP if isinstance(self._saved_allocator, _allocation.NullAllocator)
+                                          else self._saved_allocator)
+        knobs.runtime.launch_exit_hook.remove(self._hooks[1])
+        if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
+            knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook
+        if knobs.compilation.listener is self._listener:
+            knobs.compilation.listener = self._saved_listener
+        ATTACHER.detach_all()
