@@ -1,7 +1,7 @@
 """torch.compile (Inductor) kernels inside a session.
 
 Inductor compiles and launches Triton kernels its own way, and each of these alone keeps
-them out of a profile (read from PyTorch 2.11 and Triton 3.6/3.9, docs/design.md §9):
+them out of a profile (read from PyTorch 2.11 and Triton 3.6/3.9, docs/design.md §4b):
   1. it calls ``triton.compile`` with options that carry no instrumentation mode;
   2. it compiles in subprocess workers, which see none of this process's hooks;
   3. its static CUDA launcher passes no profile buffer and runs no launch hooks;
@@ -9,9 +9,9 @@ them out of a profile (read from PyTorch 2.11 and Triton 3.6/3.9, docs/design.md
   5. a launch is attributed through its JIT function's ``launch_metadata``, which only
      Triton's JIT sets for us.
 While a session runs, the bridge therefore sets a few of torch's settings (``SETTINGS``:
-compile in this process, Triton's launcher, no graph caches, the post-compile hook that names
-each compiled kernel's JIT function), the stage hook forces the session's mode on compiles that carry none
-(``stage_hook.force``), and kernels compiled before the session are recompiled instrumented
+compile in this process, Triton's launcher, no graph caches, the post-compile hook that
+names each compiled kernel's JIT function), the stage hook forces the session's mode on
+compiles that carry none (``stage_hook.force``), and kernels compiled before the session are recompiled instrumented
 at their first launch in it.  At stop every setting is restored, those kernels get their
 own launchers back, and kernels compiled inside the session go back to plain binaries at
 their first launch after it (no instrumented binary keeps running outside a session).
@@ -54,7 +54,7 @@ class InductorBridge:
     def __init__(self, attach, mark_trials) -> None:
         self._attach = attach  # ATTACHER.attach: a JIT function's launches become attributable
         self._mark_trials = mark_trials  # a JIT function whose launches may be autotuning trials
-        self._saved: dict[str, object] = {}
+        self._saved: dict[tuple[str, str], object] = {}  # (config module, name) -> the user's value
         self._saved_post_hook = None
         self._post_hook = None
         self._lock = threading.Lock()
