@@ -40,6 +40,7 @@ _users = 0
 _previous_hook = None
 _forced_mode = ""  # the session's mode, for compiles whose options carry none (force)
 _saved_manager = None  # (was set, previous value) of knobs.cache.manager_class while forcing
+_forced_veto = None  # (kernel name, count) -> True when a forced compile must stay plain (force)
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
@@ -147,6 +148,7 @@ def _hook(*args):
     backend, stages, options, language, capability = args
     if _previous_hook is not None:
         _previous_hook(*args)
+    forced = not getattr(options, "instrumentation_mode", "")
     config = InstrumentConfig.from_mode(getattr(options, "instrumentation_mode", "") or _forced_mode)
     if config is None or "ptx" not in stages:
         return None
@@ -187,6 +189,8 @@ def _hook(*args):
         bound, seen = bounds.pop(id(metadata), None), facts.pop(id(metadata), None)
         if not config.selects(metadata.get("name") or scan(ptx).kernel):
             return strip_markers(ptx)  # not selected: plain code, no profile buffer
+        if forced and _forced_veto is not None and _forced_veto(metadata.get("name"), count=False):
+            return strip_markers(ptx)  # its caller launches it without a profile buffer
         return instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen)
 
     stages["ptx"] = ptx_stage
@@ -231,14 +235,21 @@ class _SaltedCache:
     def __call__(self, key, override=False, dump=False):
         if override or dump:
             return self.inner(key, override=override, dump=dump)
-        salted = hashlib.sha256(f"{key}-{self.salt}".encode()).hexdigest()[:len(key)] if key else key
+        salt = self.salt
+        if _forced_veto is not None and _forced_veto(None, count=True):  # kept plain: a key of its own
+            salt += "-plain"
+        salted = hashlib.sha256(f"{key}-{salt}".encode()).hexdigest()[:len(key)] if key else key
         return self.inner(salted)
 
 
-def force(mode: str) -> None:
+def force(mode: str, veto=None) -> None:
     """Instrument compiles whose options carry no instrumentation mode with ``mode`` (a
-    session's), under salted cache keys, until ``unforce``."""
-    global _forced_mode, _saved_manager
+    session's), under salted cache keys, until ``unforce``.  ``veto(kernel_name, count)``,
+    called in the compiling thread (at the cache lookup, counting, and in the PTX stage), keeps
+    a compile plain, under a key of its own, when it returns True: its caller will launch the
+    binary without Triton's launcher, hence without a profile buffer."""
+    global _forced_mode, _saved_manager, _forced_veto
+    _forced_veto = veto
     from triton.runtime.cache import FileCacheManager
 
     with _lock:
@@ -253,9 +264,9 @@ def force(mode: str) -> None:
 
 
 def unforce() -> None:
-    global _forced_mode, _saved_manager
+    global _forced_mode, _saved_manager, _forced_veto
     with _lock:
-        _forced_mode = ""
+        _forced_mode, _forced_veto = "", None
         if _saved_manager is None:
             return
         was_set, previous = _saved_manager

@@ -91,3 +91,29 @@ def test_a_users_cache_manager_is_wrapped_and_given_back(cache_dir):
         del knobs.cache.manager_class
     assert _entry(forced) is not None and _entry(plain) is None
     assert len(set(keys)) == 2  # the user's manager saw both, under different keys
+
+
+def test_a_vetoed_compile_stays_plain_under_a_key_of_its_own(cache_dir):
+    """Inductor's C++ wrapper launches cubins itself: such compiles stay plain, and neither
+    binary is handed to the other kind of compile from the cache."""
+    asked = []
+
+    def veto(name, count):
+        asked.append((name, count))
+        return True
+
+    stage_hook.install()
+    try:
+        stage_hook.force(InstrumentConfig().to_mode(), veto=veto)
+        vetoed = _compile()
+        stage_hook.force(InstrumentConfig().to_mode())  # no veto: instrumented, not the plain entry
+        forced = _compile()
+        stage_hook.force(InstrumentConfig().to_mode(), veto=veto)
+        again = _compile()  # the vetoed entry, not the instrumented one
+    finally:
+        stage_hook.unforce()
+        stage_hook.uninstall()
+    assert _entry(vetoed) is None and "globaltimer" not in vetoed.asm["ptx"]
+    assert _entry(forced) is not None
+    assert _entry(again) is None and again.asm["ptx"] == vetoed.asm["ptx"]
+    assert (None, True) in asked and ("vector_add", False) in asked  # counted once, at the lookup

@@ -169,3 +169,17 @@ def test_graphs_of_reduce_overhead_are_counted_and_named(tmp_path, caches):
     torch.cuda.synchronize()
     torch.testing.assert_close(after, expected, rtol=2e-3, atol=2e-3)
 
+
+
+def test_kernels_for_the_cpp_wrapper_stay_plain_and_are_named(tmp_path, caches):
+    """Inductor's C++ wrapper launches the cubins itself, with a profile buffer of one CTA's
+    size: its kernels must stay plain (and be named), never be instrumented."""
+    args = _args("pointwise")
+    fn = torch.compile(pointwise, options={"cpp_wrapper": True})
+    with proton_lite.start(str(tmp_path / "cpp"), quiet=True, formats=(), calibrate=False) as s:
+        outs = [fn(*args) for _ in range(2)]
+    torch.cuda.synchronize()
+    for out in outs:
+        torch.testing.assert_close(out, pointwise(*args), rtol=2e-3, atol=2e-3)
+    line = s.result.summary_line
+    assert s.result.launches == 0 and "cpp_wrapper" in line and "triton_poi_fused" in line, line

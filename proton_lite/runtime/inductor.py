@@ -64,6 +64,7 @@ class InductorBridge:
         self._timing_known: set = set()  # autotuner classes and timing modules registered
         self.reinstrumented = 0
         self.failures: dict[str, str] = {}  # kernel name -> why it could not be re-instrumented
+        self.from_cpp: dict[str, int] = {}  # kernel name -> compiles kept plain for Inductor's C++ launcher
         self.installed = False
         self.used = False  # installed in this session (torch was in use at start)
 
@@ -137,6 +138,24 @@ class InductorBridge:
                 self._timing_known.add(name)
                 add_trial_functions(*_module_functions(module, prefix))
 
+    def launched_from_cpp(self, kernel_name, count: bool = False) -> bool:
+        """Called while a kernel compiles in the session: True when Inductor compiles it for its
+        C++ wrapper or AOTInductor (``store_cubin``), which launch the cubin themselves and
+        would hand an instrumented kernel a profile buffer of one CTA's size.  Such kernels
+        stay plain and are named at stop."""
+        frame, depth = sys._getframe(1), 0
+        while frame is not None and depth < 40:  # compile time: a deep look costs nothing
+            if frame.f_code.co_name == "_precompile_config":
+                meta = getattr(frame.f_locals.get("self"), "inductor_meta", None) or {}
+                if meta.get("store_cubin"):
+                    if count:
+                        name = meta.get("kernel_name") or kernel_name or "triton kernel"
+                        self.from_cpp[name] = self.from_cpp.get(name, 0) + 1
+                    return True
+                return False
+            frame, depth = frame.f_back, depth + 1
+        return False
+
     # -- re-instrumenting kernels compiled before the session -----------------------------------
     def reinstrument(self, autotuner) -> None:
         """Compile the autotuner's configs again (the session's stage hook instruments them) and
@@ -183,6 +202,13 @@ class InductorBridge:
 
     def warnings(self) -> list[str]:
         lines = []
+        if self.from_cpp:
+            names = sorted(self.from_cpp)
+            lines.append(f"{len(names)} torch.compile kernel(s) compiled in the session for Inductor's C++ wrapper "
+                         f"(cpp_wrapper=True or AOTInductor) were kept plain and are not in the profile: "
+                         + ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                         + ". That wrapper launches them itself, without a profile buffer; compile without "
+                         "cpp_wrapper to profile them")
         if self.failures:
             names = sorted(self.failures)
             lines.append(f"{len(names)} torch.compile kernel(s) compiled before the session could not be "

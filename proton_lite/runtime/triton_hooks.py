@@ -33,9 +33,11 @@ class TritonHooks:
         self._saved_mode = knobs.compilation.instrumentation_mode
         knobs.compilation.instrumentation_mode = self.mode
         stage_hook.install()
-        stage_hook.force(self.mode)  # compiles that carry no mode (Inductor's, a direct triton.compile)
         self.inductor = InductorBridge(ATTACHER.attach, mark_trials)
         self.inductor.install()  # only when the program uses torch
+        # compiles that carry no mode (Inductor's, a direct triton.compile), except those that
+        # Inductor launches from C++
+        stage_hook.force(self.mode, veto=self.inductor.launched_from_cpp if self.inductor.used else None)
         self._saved_allocator = _allocation._profile_allocator.get()
         self.fastpath = fastpath.hooks_for(self.collector)
         fp = self.fastpath
