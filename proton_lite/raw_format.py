@@ -27,12 +27,13 @@ import json
 import mmap
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
 import numpy as np
+
+from proton_lite.crc import crc32
 
 MAGIC = b"PLRAW\r\n\x1a"
 FORMAT_VERSION = 2  # 2 added BATCH chunks; version 1 files (LAUNCH chunks only) still read
@@ -89,7 +90,7 @@ class RawWriter:
         crc = 0
         size = 0
         for part in parts:
-            crc = zlib.crc32(part, crc)
+            crc = crc32(part, crc)  # large payloads on several cores (proton_lite/crc.py)
             size += len(part)
         self._file.write(CHUNK_HEADER.pack(kind, crc, size))
         for part in parts:
@@ -148,7 +149,7 @@ def iter_chunks(data: memoryview, path: str) -> Iterator[tuple[int, memoryview, 
         if kind not in _CHUNK_NAMES:
             raise RawFormatError(f"{path}: unknown chunk type {kind} at byte {offset}; the file is corrupted "
                                  "or written by a newer proton-lite")
-        if zlib.crc32(payload) != crc:
+        if crc32(payload) != crc:
             raise RawFormatError(f"{path}: {_CHUNK_NAMES[kind]} chunk at byte {offset} is corrupted (checksum "
                                  "mismatch)")
         yield kind, payload, offset

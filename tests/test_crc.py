@@ -1,0 +1,44 @@
+"""The parallel CRC-32 equals zlib's on every size and starting value (its combine step is
+checked against zlib itself, on random data)."""
+import zlib
+
+import numpy as np
+import pytest
+
+from proton_lite import crc
+
+
+@pytest.mark.parametrize("n", [0, 1, crc.PARALLEL_MIN - 1, crc.PARALLEL_MIN, 5 * crc.BLOCK + 12345,
+                               9 * crc.BLOCK])
+@pytest.mark.parametrize("start", [0, 0xDEADBEEF])
+def test_equals_zlib(n, start):
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    assert crc.crc32(data, start) == zlib.crc32(data.tobytes(), start)
+
+
+def test_the_shift_operator_is_zlibs_combine():
+    """shift(crc(A)) ^ crc(B) == crc(A || B) for a length that is not a power of two."""
+    rng = np.random.default_rng(1)
+    a, b = rng.bytes(1000), rng.bytes(777)
+    cols = crc.shift_matrix(len(b))
+    shifted = 0
+    for i in range(32):
+        if zlib.crc32(a) >> i & 1:
+            shifted ^= cols[i]
+    assert shifted ^ zlib.crc32(b) == zlib.crc32(a + b)
+
+
+def test_a_raw_chunk_of_several_blocks_reads_back(tmp_path):
+    from proton_lite.raw_format import BATCH_ENTRY, RawWriter, read_raw
+    data = np.random.default_rng(2).integers(0, 256, 6 * crc.BLOCK, dtype=np.uint8)
+    w = RawWriter(tmp_path / "c.plraw", {"name": "c"})
+    w.kernel({"id": 0, "name": "k", "hash": "h", "num_warps": 4})
+    w.batch(np.array([(0, 0, 0, (1, 1, 1), 1, 0, 0, 0, len(data))], dtype=BATCH_ENTRY), data)
+    w.close()
+    raw = (tmp_path / "c.plraw").read_bytes()
+    assert read_raw(tmp_path / "c.plraw").launches[0].buffer == data.tobytes()
+    flipped = bytearray(raw)
+    flipped[-3 * crc.BLOCK] ^= 1  # one bit in the middle of the payload
+    (tmp_path / "bad.plraw").write_bytes(bytes(flipped))
+    with pytest.raises(Exception, match="BATCH chunk at byte 104 is corrupted"):
+        read_raw(tmp_path / "bad.plraw")
