@@ -249,10 +249,10 @@ def force(mode: str, veto=None) -> None:
     a compile plain, under a key of its own, when it returns True: its caller will launch the
     binary without Triton's launcher, hence without a profile buffer."""
     global _forced_mode, _saved_manager, _forced_veto
-    _forced_veto = veto
     from triton.runtime.cache import FileCacheManager
 
     with _lock:
+        _forced_veto = veto
         if _saved_manager is None:
             was_set = "manager_class" in vars(knobs.cache)
             previous = knobs.cache.manager_class

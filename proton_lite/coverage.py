@@ -3,7 +3,8 @@
 Three kinds of launch run in a session without leaving records: plain binaries of kernels
 the session selects (compiled before it and launched from a cache), launches captured into
 CUDA graphs (their replays are not recorded yet), and torch.compile kernels the session
-could not reach (torch imported after ``start``, or a recompile that failed).  Each is
+could not reach (torch imported after ``start``, a recompile that failed, kernels that
+Inductor's C++ wrapper launches itself).  Each is
 counted per kernel where it can be, and named with what to do about it.
 """
 from __future__ import annotations
