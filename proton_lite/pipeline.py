@@ -43,9 +43,12 @@ def load_profile(raw_path: str, progress: bool = False) -> Profile:
             bar.stop()
 
 
-def raw_to_traces(raw_path: str, base: str, formats, progress: bool = False) -> tuple[Profile, list[str]]:
-    """Decode ``raw_path`` and write one trace per format; files appear whole or not at all."""
+def raw_to_traces(raw_path: str, base: str, formats, progress: bool = False, cut=None) -> tuple[Profile, list[str]]:
+    """Decode ``raw_path`` and write one trace per format; files appear whole or not at all.
+    ``cut``: a function of the decoded profile that returns the part to write (profile_cut)."""
     profile = load_profile(raw_path, progress=progress)
+    if cut is not None:
+        profile = cut(profile)
     paths = []
     for fmt in formats:
         from proton_lite.trace import write_trace

@@ -31,6 +31,7 @@ from pathlib import Path
 PROG = "proton-lite"
 EXIT_OK, EXIT_NOT_FETCHED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_FORMATS = {"perfetto": ".pftrace", "chrome": ".json"}  # as proton_lite.trace.EXTENSIONS
+TOO_LARGE_FOR_THE_UI = 1 << 30  # bytes of trace above which `trace` suggests a cut
 TRACE_SUFFIXES = tuple(TRACE_FORMATS.values())
 EMIT_KINDS = ("ptx", "ttgir", "ttir", "llir", "cubin")
 _CAPTURE_HINT = "give a .plraw capture written by proton_lite.start()/stop(), or capture again"
@@ -200,8 +201,8 @@ def _output_base(src: str, out: str | None) -> str:
     return out
 
 
-def convert(src: str, out: str | None, formats: list[str]):
-    """Write the traces of capture ``src``; returns (profile, paths)."""
+def convert(src: str, out: str | None, formats: list[str], cut=None):
+    """Write the traces of capture ``src`` (of the part ``cut`` keeps); returns (profile, paths)."""
     from proton_lite.pipeline import raw_to_traces
     from proton_lite.raw_format import RawFormatError
 
@@ -210,7 +211,7 @@ def convert(src: str, out: str | None, formats: list[str]):
     base = _output_base(src, out)
     _check_writers(formats)
     try:
-        profile, paths = raw_to_traces(src, base, formats, progress=_interactive())
+        profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut)
     except RawFormatError as e:
         raise _raw_error(e) from e
     except OSError as e:
@@ -247,9 +248,34 @@ def cmd_trace(args) -> int:
         suffix = Path(args.output).suffix.lower() if args.output else ""
         formats = [f for f, ext in TRACE_FORMATS.items() if ext == suffix] or ["perfetto"]
     formats = list(dict.fromkeys(formats))
-    profile, paths = convert(args.file, args.output, formats)
+    cut = None
+    if args.launch or args.window:
+        from proton_lite.profile_cut import cut as cut_profile, parse_launches, parse_window
+        try:
+            keep = parse_launches(args.launch) if args.launch else None
+            window = parse_window(args.window) if args.window else None
+        except ValueError as e:
+            raise CliError(str(e)) from e
+
+        def cut(profile):
+            part = cut_profile(profile, keep, window)
+            if not len(part.launches):
+                numbers = ", ".join(str(int(n)) for n in profile.launches["launch"][:12])
+                span = int(profile.launches["end_ns"].max()) / 1000 if len(profile.launches) else 0
+                raise CliError(f"{args.file}: nothing left after the cut: the capture has launches {numbers}"
+                               f"{' ...' if len(profile.launches) > 12 else ''} over 0 to {span:,.1f} µs")
+            return part
+    profile, paths = convert(args.file, args.output, formats, cut)
     for p in paths:
         print(p)
+    info = (profile.session or {}).get("cut")
+    if info:
+        print(f"kept {len(info['launches']):,} of {info['of_launches']:,} launches and {len(profile.ctas):,} of "
+              f"{info['of_ctas']:,} CTAs (slices that cross the window's edge are kept whole)", file=sys.stderr)
+    for p in paths:
+        if os.path.getsize(p) > TOO_LARGE_FOR_THE_UI:
+            _warn(f"{p} is {os.path.getsize(p) / 2**30:.1f} GiB: Perfetto's UI holds a trace in the browser's "
+                  "memory and works up to a few GB; cut it with --launch N or --window START:END (µs)")
     _capture_warnings(profile)
     return EXIT_OK
 
@@ -768,6 +794,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: next to the capture")
     p.add_argument("--format", nargs="+", action="extend", choices=TRACE_FORMATS,
                    help="one or more trace formats (default: from -o's extension, else perfetto)")
+    p.add_argument("--launch", nargs="+", action="extend", metavar="N",
+                   help="only these launches (numbers as in the trace's titles, #3; ranges 5-7)")
+    p.add_argument("--window", metavar="START:END",
+                   help="only what overlaps this time window, in µs from the trace's start (1200:3400, 1200:, "
+                        ":3400); slices crossing its edges are kept whole")
     p.set_defaults(func=cmd_trace)
 
     p = _sub(sub, "summary", "tables of launches, scopes and SMs", "proton-lite summary run.plraw --sort mean "
