@@ -1,9 +1,12 @@
 """Everything a session installs into Triton (and torch.compile), and takes back at stop.
 
-Installed, in this order, all through Triton's own extension points:
+Installed, in this order, through Triton's own extension points (and, for torch.compile,
+torch's settings and its kernel objects: ``runtime/inductor.py``):
   - ``knobs.compilation.instrumentation_mode``: JIT compiles carry the session's mode;
-  - the stage hook (``passes/stage_hook.py``), forcing the mode on compiles that carry none;
-  - the Inductor bridge (``runtime/inductor.py``), when the program uses torch;
+  - the stage hook (``passes/stage_hook.py``);
+  - the Inductor bridge, when the program uses torch;
+  - the forced mode on compiles that carry none (``stage_hook.force``), except those the
+    bridge vetoes (kernels Inductor launches from C++);
   - the profile allocator and the launch-exit hook: the collector's, in C when that builds;
   - ``knobs.runtime.jit_cache_hook`` and ``knobs.compilation.listener``: every JIT function
     compiled (by the JIT, or by a direct ``triton.compile``) gets launch metadata that tells
