@@ -20,8 +20,8 @@ import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
-BLOCK = 1 << 20  # bytes per block checksummed by one thread
-PARALLEL_MIN = 4 * BLOCK  # smaller buffers: one zlib call is as fast
+BLOCK = 256 << 10  # bytes per block checksummed by one thread
+PARALLEL_MIN = 2 * BLOCK  # smaller buffers: one zlib call is as fast
 _POLY = 0xEDB88320
 _lock = threading.Lock()
 _tables: list[list[int]] | None = None
