@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from proton_lite.language import INSTRUMENTATION_MODE
 from proton_lite.layout import GRANULARITY_WARPS
 
-GRANULARITIES = tuple(GRANULARITY_WARPS)
+AUTO = "auto"  # "warp" for kernels with scopes (or warp-specialized), "cta" for the rest: resolve_granularity
+GRANULARITIES = (AUTO, ) + tuple(GRANULARITY_WARPS)
 BUFFER_MODES = ("clamp", "circular")
 _PREFIX = "plcfg="
 _VERSION = "plv="
@@ -49,7 +50,8 @@ _KERNELS = "plk="
 class InstrumentConfig:
     """How kernels are instrumented.
 
-    granularity: which threads record: one lane per warp, per warp group (4 warps) or per CTA.
+    granularity: which threads record: one lane per warp, per warp group (4 warps) or per CTA;
+        "auto": per warp in kernels with scopes, per CTA in kernels without (resolve_granularity).
     capacity: records per recording unit; None sizes it from the code (exact when no scope
         is inside a loop, otherwise ``loop_capacity``).
     loop_capacity: records per unit when a scope sits inside a loop and capacity is None.
@@ -102,3 +104,14 @@ class InstrumentConfig:
             elif part.startswith(_KERNELS):
                 fields["kernels"] = tuple(bytes.fromhex(h).decode() for h in part[len(_KERNELS):].split(".") if h)
         return cls(**fields)
+
+
+def resolve_granularity(granularity: str, has_scopes: bool, warp_specialized: bool) -> str:
+    """The granularity a kernel is instrumented with.  ``"auto"``: per warp where there is
+    something to record per warp (scopes; warp-specialized kernels, whose warps do different
+    work); per CTA in a kernel without scopes, whose warps have only their start and end to
+    tell: its CTA's lifetime takes 64 bytes, where 16 warps' lifetimes take 544, and bytes
+    per launch are what a session's host time is made of (docs/design.md §4)."""
+    if granularity != AUTO:
+        return granularity
+    return "warp" if has_scopes or warp_specialized else "cta"

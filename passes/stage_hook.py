@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import replace
 
 from triton import knobs
 
 from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
-from proton_lite.passes.config import InstrumentConfig
+from proton_lite.passes.config import InstrumentConfig, resolve_granularity
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
@@ -124,6 +125,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     facts = facts or {}
     lost = lost_scopes(facts.get("ttir_scopes"), facts.get("ttgir_scopes"), bool(facts.get("warp_specialized")),
                        info.scopes)
+    config = replace(config, granularity=resolve_granularity(config.granularity, bool(info.sites),
+                                                             bool(facts.get("warp_specialized"))))
     pool_plan = None
     if info.loop_sites and bound is None and config.capacity is None and config.buffer_mode == "clamp":
         lines = ptx.split("\n")

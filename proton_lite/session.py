@@ -31,7 +31,9 @@ class SessionOptions:
 
     name: base path of the output files (``NAME.plraw``, ``NAME.pftrace``, ``NAME.json``).
     formats: trace formats written at stop, any of "perfetto", "chrome"; () = raw only.
-    granularity: "warp" (default), "warpgroup" or "cta": which threads record.
+    granularity: which threads record: "auto" (default: one lane per warp in kernels with
+        scopes, per CTA in kernels without, whose warps would only repeat the CTA's start and
+        end), "warp", "warpgroup" or "cta".
     kernels: names (fnmatch patterns) of the kernels to instrument; None = all.
     capacity: records per recording unit; None = sized from the code (see docs/design.md).
     sizing: "code" (default): buffers sized from the code, exactly per launch where loop
@@ -59,7 +61,7 @@ class SessionOptions:
 
     name: str = "proton_lite"
     formats: tuple[str, ...] = ("perfetto",)
-    granularity: str = "warp"
+    granularity: str = "auto"
     kernels: tuple[str, ...] | None = None
     capacity: int | None = None
     sizing: str = "code"

@@ -117,3 +117,19 @@ def test_a_vetoed_compile_stays_plain_under_a_key_of_its_own(cache_dir):
     assert _entry(forced) is not None
     assert _entry(again) is None and again.asm["ptx"] == vetoed.asm["ptx"]
     assert (None, True) in asked and ("vector_add", False) in asked  # counted once, at the lookup
+
+
+def test_auto_granularity_records_ctas_only_in_a_kernel_without_scopes(cache_dir):
+    """A session's default: per warp where there are scopes, per CTA where there are none
+    (an 8-warp kernel's buffer shrinks from 288 to 64 bytes per CTA)."""
+    src = ASTSource(K.vector_add_plain, {**K.signature(K.vector_add_plain), "BLOCK": "constexpr"}, {"BLOCK": 256})
+    stage_hook.install()
+    stage_hook.force(InstrumentConfig("auto").to_mode())
+    try:
+        scopeless = triton.compile(src, target=TARGET, options=dict(num_warps=8))
+        scoped = _compile()
+    finally:
+        stage_hook.unforce()
+        stage_hook.uninstall()
+    assert _entry(scopeless)["layout"]["granularity"] == "cta" and scopeless.metadata.profile_scratch_size == 64
+    assert _entry(scoped)["layout"]["granularity"] == "warp" and _entry(scoped)["scopes"] == ["load", "store"]
