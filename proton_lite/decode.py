@@ -20,6 +20,8 @@ level by level without a sort.  Every result is the same as decoding launch by l
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -410,6 +412,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
 
 # Launches of one kernel are decoded together up to this many buffer bytes (they are
 # copied into one buffer); a launch at least half this size is decoded alone, in place.
+DECODE_WORKERS = max(1, min(16, os.cpu_count() or 1))  # threads decoding batches at once
 BATCH_BYTES = 32 << 20
 
 
@@ -479,16 +482,28 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
     n_launch = len(launches_in)
     batches = _batches(launches_in, launch_layouts)
+
+    def decode_one(idx):
+        kid = launches_in[idx[0]].kernel_id
+        return _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
+                             max_rate, pools[idx[0]])
+
+    # batches are independent and numpy releases the GIL in their large array work: several at
+    # once on several cores; results are taken in batch order, so the arrays do not depend on it
+    workers = min(len(batches), DECODE_WORKERS)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     results = []
     done = 0
-    for idx in batches:
-        kid = launches_in[idx[0]].kernel_id
-        results.append(_decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
-                                     max_rate, pools[idx[0]]))
-        if progress is not None:
-            for _ in idx:
-                done += 1
-                progress(done, n_launch)
+    try:
+        for idx, r in zip(batches, pool.map(decode_one, batches) if pool else map(decode_one, batches)):
+            results.append(r)
+            if progress is not None:
+                for _ in idx:
+                    done += 1
+                    progress(done, n_launch)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
 
     # per launch, in launch order
     refs = [0] * n_launch

@@ -279,3 +279,39 @@ def test_launches_sized_at_launch_decode_with_their_own_capacity(tmp_path):
         w.close()
         with pytest.raises(Exception, match=match):
             decode(read_raw(str(tmp_path / "bad.plraw")))
+
+
+def test_batches_decoded_on_several_threads_give_the_same_bytes(tmp_path, monkeypatch):
+    """Launches of different kernels are decoded as separate batches, several at once: the
+    profile must not depend on that (or on which thread finishes first)."""
+    import proton_lite.decode as D
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    from synth import kernel_meta, launch_buffer
+
+    path = tmp_path / "k.plraw"
+    w = RawWriter(path, {"name": "threads"})
+    for kid, units in enumerate((1, 2, 4, 8)):
+        layout = BufferLayout("warp", units, 4, "shared")
+        w.kernel(kernel_meta(kid, f"k{kid}", ["a", "b"], layout))
+        for li in range(3):
+            ctas = []
+            for c in range(24):
+                clk, gt = 10_000_000 * (c % 5 + 1) + 7000 * li, 1_000_000_000 + 5000 * li + 40 * c
+                recs = [(encode_tag(0, False), clk + 100), (encode_tag(1, False), clk + 200 + c),
+                        (encode_tag(1, True), clk + 1700), (encode_tag(0, True), clk + 3100 + kid)]
+                ctas.append({"smid": c % 5, "start_gt": gt, "start_clk": clk,
+                             "units": [(4, gt + 2100, clk + 3200, recs)] * units})
+            w.launch(kid, 0, 4 * li + kid, (24, 1, 1), 24, 0, 0, launch_buffer(layout, ctas))
+    w.end({"launches": 12})
+    w.close()
+    capture = read_raw(path)
+    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
+    serial = D.decode(capture)
+    monkeypatch.setattr(D, "DECODE_WORKERS", 4)
+    threaded = D.decode(capture)
+    assert len(D._batches(list(capture.launches), [BufferLayout.from_json(capture.kernels[la.kernel_id]
+                                                   ["proton_lite"]["layout"]) for la in capture.launches])) >= 4
+    for name in ("launches", "ctas", "intervals"):
+        assert getattr(serial, name).tobytes() == getattr(threaded, name).tobytes()
+    assert len(serial.intervals) == 3 * 24 * 2 * (1 + 2 + 4 + 8)  # launches x CTAs x scopes x units
