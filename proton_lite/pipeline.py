@@ -19,28 +19,38 @@ def output_path(base: str, fmt: str) -> str:
     return str(p.with_name(p.name + ext))
 
 
+class _Bar:
+    """A rich progress bar that appears only once a stage has run for ``after`` seconds
+    (short stages print nothing); ``report(done, total)`` is the stage's callback."""
+
+    def __init__(self, label: str, after: float = 1.0) -> None:
+        self.label, self.after = label, after
+        self.started = time.monotonic()
+        self.bar, self.task = None, None
+
+    def report(self, done: int, total: int) -> None:
+        if self.bar is None and time.monotonic() - self.started > self.after:
+            from rich.progress import Progress
+            self.bar = Progress(transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total)
+
+    def __enter__(self) -> "_Bar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def load_profile(raw_path: str, progress: bool = False) -> Profile:
     capture = read_raw(raw_path)
     if not progress or len(capture.launches) < 2:
         return decode(capture)
-    from rich.progress import Progress
-    started = time.monotonic()
-    bar, task = None, None
-
-    def report(done: int, total: int) -> None:
-        nonlocal bar, task
-        if bar is None and time.monotonic() - started > 1.0:  # only for decodes longer than a second
-            bar = Progress(transient=True)
-            bar.start()
-            task = bar.add_task("proton_lite: decoding", total=total)
-        if bar is not None:
-            bar.update(task, completed=done)
-
-    try:
-        return decode(capture, progress=report)
-    finally:
-        if bar is not None:
-            bar.stop()
+    with _Bar("proton_lite: decoding") as bar:
+        return decode(capture, progress=bar.report)
 
 
 def raw_to_traces(raw_path: str, base: str, formats, progress: bool = False, cut=None) -> tuple[Profile, list[str]]:
@@ -55,7 +65,11 @@ def raw_to_traces(raw_path: str, base: str, formats, progress: bool = False, cut
         path = output_path(base, fmt)
         tmp = path + ".tmp"
         try:
-            write_trace(profile, tmp, fmt)
+            if progress:
+                with _Bar(f"proton_lite: writing {Path(path).name}") as bar:
+                    write_trace(profile, tmp, fmt, progress=bar.report)
+            else:
+                write_trace(profile, tmp, fmt)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

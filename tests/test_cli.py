@@ -405,7 +405,7 @@ def fake_writer(monkeypatch):
     import proton_lite.trace as trace_mod
     calls = []
 
-    def write_trace(profile, path, fmt):
+    def write_trace(profile, path, fmt, progress=None):
         calls.append((str(path), fmt, len(profile.launches)))
         Path(path).write_bytes(f"fake {fmt}".encode())
         return {}

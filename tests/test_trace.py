@@ -473,3 +473,45 @@ def test_launches_of_two_gpus_name_their_device(tmp_path, fmt, ext):
         names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
         assert {"#1 attn grid=(2,2,1) warps=8 GPU 1 SM 3", "#2 matmul grid=(3,1,1) warps=4 GPU 0 SM 5"} <= names
     assert_same_profile(p, load_trace(tmp_path / f"t{ext}"))  # the device survives the round trip
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_writers_report_progress_and_write_the_same_bytes(tmp_path, monkeypatch, fmt):
+    """The progress callback (behind `trace`'s progress bar) sees every batch, in order, and
+    changes nothing in the file."""
+    import proton_lite.trace.chrome as chrome_mod
+    import proton_lite.trace.perfetto as perfetto_mod
+    monkeypatch.setattr(perfetto_mod, "CHUNK", 256)
+    monkeypatch.setattr(chrome_mod, "CHUNK", 256)
+    from proton_lite.decode import decode
+    from proton_lite.raw_format import read_raw
+    profile = decode(read_raw(os.path.join(os.path.dirname(__file__), "data", "softmax.plraw")))
+    calls = []
+    write_trace(profile, tmp_path / "a", fmt, progress=lambda done, total: calls.append((done, total)))
+    write_trace(profile, tmp_path / "b", fmt)
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+    total = calls[-1][1]
+    assert total > 4 and calls == [(i, total) for i in range(1, total + 1)]
+
+
+def test_raw_to_traces_with_the_progress_bar_writes_the_same_trace(tmp_path, monkeypatch):
+    """With progress on (an interactive `trace`), the bar shows from the first report here and
+    the trace is the one written without it."""
+    import shutil
+
+    import proton_lite.pipeline as pipeline
+    src = tmp_path / "softmax.plraw"
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "softmax.plraw"), src)
+    shown = []
+    real = pipeline._Bar
+
+    class Eager(real):
+        def __init__(self, label, after=1.0):
+            super().__init__(label, after=0.0)
+            shown.append(label)
+
+    monkeypatch.setattr(pipeline, "_Bar", Eager)
+    _, (with_bar, ) = pipeline.raw_to_traces(str(src), str(tmp_path / "a"), ["perfetto"], progress=True)
+    _, (without, ) = pipeline.raw_to_traces(str(src), str(tmp_path / "b"), ["perfetto"], progress=False)
+    assert open(with_bar, "rb").read() == open(without, "rb").read()
+    assert shown == ["proton_lite: decoding", "proton_lite: writing a.pftrace"]  # none without progress

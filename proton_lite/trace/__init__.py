@@ -28,14 +28,15 @@ META_FORMAT = "proton-lite-trace"  # marks files written here; the reader refuse
 META_VERSION = 1
 
 
-def write_trace(profile: Profile, path: str | Path, fmt: str) -> dict:
-    """Write ``profile`` to ``path`` as ``fmt`` (one of FORMATS); returns the writer's stats."""
+def write_trace(profile: Profile, path: str | Path, fmt: str, progress=None) -> dict:
+    """Write ``profile`` to ``path`` as ``fmt`` (one of FORMATS); returns the writer's stats.
+    ``progress(done, total)``: called as the writer goes."""
     if fmt == "perfetto":
         from proton_lite.trace.perfetto import write_perfetto
-        return write_perfetto(profile, path)
+        return write_perfetto(profile, path, progress=progress)
     if fmt == "chrome":
         from proton_lite.trace.chrome import write_chrome
-        return write_chrome(profile, path)
+        return write_chrome(profile, path, progress=progress)
     raise ValueError(f"unknown trace format {fmt!r}; valid formats: {', '.join(FORMATS)}")
 
 

@@ -43,7 +43,7 @@ def _int(r: Rows, key: bytes, values, present=None, signed=False) -> None:
     r.decimal(values, present, signed=signed)
 
 
-def write_chrome(profile: Profile, path: str | Path, workers: int | None = None) -> dict:
+def write_chrome(profile: Profile, path: str | Path, workers: int | None = None, progress=None) -> dict:
     from proton_lite.trace.readback import scope_lookup
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
@@ -190,8 +190,10 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None)
                 pending = data
         put(('{"otherData":{"proton_lite":' + _meta_json(meta) + '},\n"traceEvents":[\n').encode())
         put("".join(line + ",\n" for line in head).encode())
-        for data in _run_ordered(tasks, workers):
+        for done, data in enumerate(_run_ordered(tasks, workers), start=1):
             put(data)
+            if progress is not None:  # (done, total) as batches of events are written
+                progress(done, len(tasks))
         tail = (pending[:-2] + b"\n" if pending.endswith(b",\n") else pending) + b"]}\n"
         f.write(tail)
         size += len(tail)

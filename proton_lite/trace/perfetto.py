@@ -206,8 +206,10 @@ def _time_order(seq_order: np.ndarray, ev_time: np.ndarray) -> tuple[np.ndarray,
     return seq_order[pos], np.diff(ts[pos], prepend=np.int64(0))
 
 
-def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, workers: int | None = None) -> dict:
-    """Write ``profile`` as a .pftrace; ``compress`` deflates packet batches (~5x smaller).
+def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, workers: int | None = None,
+                   progress=None) -> dict:
+    """Write ``profile`` as a .pftrace; ``compress`` deflates packet batches (~5x smaller);
+    ``progress(done, total)`` is called as batches of events are written.
 
     Track descriptors are encoded in worker threads while the events are being ordered;
     the bytes do not depend on ``workers``.
@@ -270,8 +272,11 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 put("descriptors", d.result())
             put("head", _sequence_start(event_names))
             chunks = (event_task(slice(lo, lo + CHUNK)) for lo in range(0, len(ev), CHUNK))
-            for data in _ordered(run, chunks, 2 * workers):
+            total = -(-len(ev) // CHUNK)
+            for done, data in enumerate(_ordered(run, chunks, 2 * workers), start=1):
                 put("events", data)
+                if progress is not None:
+                    progress(done, total)
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
