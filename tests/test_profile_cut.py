@@ -78,3 +78,14 @@ def test_a_trace_too_large_for_the_browser_suggests_a_cut(tmp_path, capsys, monk
     monkeypatch.setattr(cli, "TOO_LARGE_FOR_THE_UI", 100)
     rc, out, err = _run(capsys, "trace", SOFTMAX, "-o", tmp_path / "big")
     assert rc == 0 and "works up to a few GB; cut it with --launch N or --window" in err
+
+
+def test_the_summary_of_a_cut_trace_says_it_is_a_part(tmp_path, capsys):
+    src = tmp_path / "matmul.plraw"
+    shutil.copy(MATMUL, src)
+    rc, out, err = _run(capsys, "trace", src, "--launch", "0-1", "-o", tmp_path / "two")
+    assert rc == 0, err
+    rc, out, err = _run(capsys, "summary", out.strip(), "--json")
+    warnings = [w for w in __import__("json").loads(out)["warnings"] if w["kind"] == "cut"]
+    assert rc == 0 and len(warnings) == 1
+    assert warnings[0]["message"].startswith("a part of the capture: 2 of 3 launches (proton-lite trace")

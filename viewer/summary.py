@@ -320,6 +320,15 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                     "message": "the capture was cut off before stop() (crash or Ctrl-C): launches after the "
                                "last complete one are missing"})
 
+    cut = (profile.session or {}).get("cut")
+    if isinstance(cut, dict):
+        window = cut.get("window_us")
+        where = f", window {window[0] if window[0] is not None else ''}:{window[1] if window[1] is not None else ''} µs" \
+            if window else ""
+        out.append({"kind": "cut", "message": f"a part of the capture: {len(cut.get('launches') or []):,} of "
+                    f"{cut.get('of_launches', 0):,} launches{where} (proton-lite trace --launch/--window); totals "
+                    "cover that part only"})
+
     for w in (profile.session or {}).get("warnings") or []:
         out.append({"kind": "session", "message": w if isinstance(w, str) else str(_jsonable(w))})
     return out
