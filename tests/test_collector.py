@@ -463,7 +463,7 @@ def test_autotuner_trials_are_recognised_from_triton_s_own_autotuner_code():
     here the real ``_bench`` runs its ``kernel_call`` into a stand-in for the launch path."""
     from triton.runtime.autotuner import Autotuner, Config
 
-    from proton_lite.runtime.collector import _in_autotuner_benchmark
+    from proton_lite.runtime.trials import _in_autotuner_benchmark
     seen = []
 
     def exit_hook():  # Collector.on_launch_exit, called by Triton's hook chain
@@ -488,9 +488,9 @@ def test_autotuner_trials_are_recognised_from_triton_s_own_autotuner_code():
 
     # the same, with the stand-in taking the place of JITFunction.run: then only its caller is
     # looked at (kernel_call, or the user's code), not the frames above
-    from proton_lite.runtime import collector as collector_module
-    saved = collector_module._JIT_RUN
-    collector_module._JIT_RUN = JitFunction.run.__code__
+    from proton_lite.runtime import trials as trials_module
+    saved = trials_module._JIT_RUN
+    trials_module._JIT_RUN = JitFunction.run.__code__
     try:
         tuner._bench(config=Config({}))
         JitFunction().run()
@@ -500,7 +500,7 @@ def test_autotuner_trials_are_recognised_from_triton_s_own_autotuner_code():
         tuner.fn.run = lambda *a, **k: launch_from_a_trial_s_callee()
         tuner._bench(config=Config({}))
     finally:
-        collector_module._JIT_RUN = saved
+        trials_module._JIT_RUN = saved
     assert seen == [True, False, True, False, False]
 
 
@@ -825,7 +825,7 @@ def test_only_functions_compiled_inside_an_autotuner_benchmark_are_checked_for_t
     launches, so only its launches pay it."""
     from triton.runtime.autotuner import Autotuner, Config
 
-    from proton_lite.runtime.collector import _AUTOTUNED, note_compile
+    from proton_lite.runtime.trials import _AUTOTUNED, note_compile
 
     class Kernel:  # stands for a JITFunction: compile (first call only), then launch
         def __init__(self, compiles_in_session: bool):
@@ -861,12 +861,12 @@ def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):
     (anchored at JITFunction.run) ready, not just the list of trial code objects."""
     from triton.runtime.jit import JITFunction
 
-    from proton_lite.runtime import collector as collector_module
-    monkeypatch.setattr(collector_module, "_trial_codes", None)
-    monkeypatch.setattr(collector_module, "_JIT_RUN", None)
-    collector_module.note_compile(object())  # a compile outside any benchmark
-    assert collector_module._JIT_RUN is JITFunction.run.__code__
-    assert collector_module._trial_codes
+    from proton_lite.runtime import trials as trials_module
+    monkeypatch.setattr(trials_module, "_trial_codes", None)
+    monkeypatch.setattr(trials_module, "_JIT_RUN", None)
+    trials_module.note_compile(object())  # a compile outside any benchmark
+    assert trials_module._JIT_RUN is JITFunction.run.__code__
+    assert trials_module._trial_codes
 
 
 def test_slices_start_at_256_byte_boundaries_whatever_the_launch_size(collector, sim, tmp_path):

@@ -37,7 +37,6 @@ import queue
 import sys
 import threading
 import time
-import types
 import weakref
 from dataclasses import dataclass
 
@@ -49,6 +48,7 @@ from proton_lite.raw_format import BATCH_ENTRY, RawWriter
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool, ProfileBufferOOM
 from proton_lite.runtime.pool_sizing import PoolSizer
+from proton_lite.runtime.trials import _AUTOTUNED, _in_autotuner_benchmark  # noqa: F401 (fastpath: _AUTOTUNED)
 
 _LAUNCH_INFO_KEY = "proton_lite_launch"
 IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it holds is copied
@@ -714,125 +714,6 @@ def _launch_arguments():
             if info is not None:
                 return info[:3]
     return None
-
-
-_trial_codes: frozenset | None = None  # id() of code objects: hashing a code object hashes its contents
-_extra_trial_codes: set[int] = set()  # ... of other autotuners' timing functions (add_trial_functions)
-# id() of JIT functions compiled while an autotuner benchmark ran (ids: JITFunction's own hash
-# is costly); kept across sessions, as Triton keeps their compiled variants
-_AUTOTUNED: set[int] = set()
-_KEEP_CODES: list = []  # the code objects added by add_trial_functions
-
-
-def note_compile(jit_fn) -> None:
-    """Called when a JIT function compiles (the session's jit_cache_hook): if Triton's
-    autotuner is timing configs right now, its launches may be trials from now on.  Every
-    config an autotuner tries compiles inside its first timing run, so this sees them all."""
-    if jit_fn is None or id(jit_fn) in _AUTOTUNED or not _know_trial_codes():
-        return
-    frame, depth = sys._getframe(1), 0
-    while frame is not None and depth < 40:  # compile time: a deep walk costs nothing here
-        code = frame.f_code
-        if id(code) in _trial_codes or (not _trial_codes and _named_like_a_trial(code)):
-            _AUTOTUNED.add(id(jit_fn))
-            return
-        frame, depth = frame.f_back, depth + 1
-
-
-def add_trial_functions(*functions) -> None:
-    """Other autotuners' timing functions (Inductor's ``CachingAutotuner.bench``, its
-    benchmarker): a launch with one of them, or a function nested in one, on the stack is a
-    timing trial."""
-    global _trial_codes
-    ids: set[int] = set()
-
-    def add(code) -> None:
-        if id(code) not in ids:
-            ids.add(id(code))
-            _KEEP_CODES.append(code)  # an id stays unique only while its code object lives
-            for const in code.co_consts:
-                if isinstance(const, types.CodeType):
-                    add(const)
-
-    for function in functions:
-        function = getattr(function, "__func__", function)
-        code = getattr(function, "__code__", None)
-        if code is not None:
-            add(code)
-    _extra_trial_codes.update(ids)
-    if _trial_codes is not None:
-        _trial_codes = _trial_codes | frozenset(ids)
-
-
-def mark_trials(jit_fn) -> None:
-    """Launches of ``jit_fn`` may be autotuning trials from now on (checked by frames)."""
-    _AUTOTUNED.add(id(jit_fn))
-
-
-def _autotuner_trial_codes() -> frozenset:
-    """The code of Triton's ``Autotuner._bench`` and the functions nested in it (its
-    ``kernel_call``): a launch with one of them on the stack is a timing trial."""
-    module = sys.modules.get("triton.runtime.autotuner")
-    code = getattr(getattr(getattr(module, "Autotuner", None), "_bench", None), "__code__", None)
-    if code is None:
-        return frozenset()
-    return frozenset(id(c) for c in (code, *code.co_consts) if isinstance(c, types.CodeType))
-
-
-def _named_like_a_trial(code) -> bool:
-    """For a Triton whose Autotuner has no ``_bench``: its benchmark, recognised by name."""
-    return code.co_name in ("_bench", "do_bench") and "autotuner" in code.co_filename
-
-
-def _code_of(module_name: str, qualname: str):
-    obj = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return getattr(obj, "__code__", None)
-
-
-_JIT_RUN = None  # JITFunction.run's code: the launch's caller sits right above it
-_WRAPPERS: frozenset = frozenset()  # id() of codes that may sit between kernel_call and JITFunction.run
-
-
-def _know_trial_codes() -> bool:
-    """Look up the code objects the trial checks compare with, once Triton's autotuner is
-    imported; False before that (no launch can be a trial then)."""
-    global _trial_codes, _JIT_RUN, _WRAPPERS
-    if _trial_codes is None:
-        if "triton.runtime.autotuner" not in sys.modules:
-            return False
-        _trial_codes = _autotuner_trial_codes() | frozenset(_extra_trial_codes)
-        _JIT_RUN = _code_of("triton.runtime.jit", "JITFunction.run")
-        _WRAPPERS = frozenset(id(c) for c in (_code_of("triton.runtime.autotuner", "Heuristics.run"), ) if c)
-    return True
-
-
-def _in_autotuner_benchmark() -> bool:
-    """True while Triton's autotuner times its candidate configs (their launches are trials)."""
-    if not _know_trial_codes():
-        return False
-    if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
-        # 5 through Triton's Heuristics; Inductor's benchmarker up to 8)
-        frame, depth = sys._getframe(2), 0
-        while frame is not None and depth < 12:
-            code = frame.f_code
-            if id(code) in _trial_codes:
-                return True
-            if code is _JIT_RUN:  # the caller of JITFunction.run decides: kernel_call or not
-                caller = frame.f_back
-                while caller is not None and id(caller.f_code) in _WRAPPERS:
-                    caller = caller.f_back
-                return caller is not None and id(caller.f_code) in _trial_codes
-            frame, depth = frame.f_back, depth + 1
-        return False
-    frame, depth = sys._getframe(2), 0  # a Triton without Autotuner._bench: go by names
-    while frame is not None and depth < 16:
-        depth += 1
-        if _named_like_a_trial(frame.f_code):
-            return True
-        frame = frame.f_back
-    return False
 
 
 class LaunchMetadataAttacher:

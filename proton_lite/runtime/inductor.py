@@ -128,7 +128,7 @@ class InductorBridge:
         """Launches from its ``bench``, from Inductor's benchmarker and from the functions that
         time fusions and templates while Inductor compiles (a warm-up call comes before the
         benchmarker) are trials."""
-        from proton_lite.runtime.collector import add_trial_functions
+        from proton_lite.runtime.trials import add_trial_functions
         if autotuner_class not in self._timing_known:
             self._timing_known.add(autotuner_class)
             add_trial_functions(getattr(autotuner_class, "bench", None))

@@ -30,7 +30,8 @@ class TritonHooks:
         from triton.runtime import _allocation
 
         from proton_lite.runtime import fastpath
-        from proton_lite.runtime.collector import ATTACHER, mark_trials, note_compile
+        from proton_lite.runtime.collector import ATTACHER
+        from proton_lite.runtime.trials import mark_trials, note_compile
         from proton_lite.runtime.inductor import InductorBridge
 
         self._saved_mode = knobs.compilation.instrumentation_mode
