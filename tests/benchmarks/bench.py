@@ -175,8 +175,12 @@ def median_scope_cycles(path, scope, launch, **options):
     return float(np.median(iv["cycles"]))
 
 
-def cupti_times_us(fn, name, reps):
-    """CUPTI kernel durations (torch.profiler) of ``reps`` launches of ``fn``; host work excluded."""
+def kernel_times(fn, reps, keep) -> dict[str, list[float]]:
+    """CUPTI kernel durations (torch.profiler) per kernel name (``keep(name)``) over ``reps``
+    calls of ``fn``, after one warm-up call; host work excluded.  Events of a profiler that
+    does not mark them as CUDA events count when there are no marked ones."""
+    from collections import defaultdict
+
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
@@ -184,10 +188,16 @@ def cupti_times_us(fn, name, reps):
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    times = [e.device_time for e in prof.events() if e.name == name and e.device_type.name == "CUDA"]
-    if not times:
-        times = [e.device_time for e in prof.events() if e.name == name]
+    events = [e for e in prof.events() if keep(e.name)]
+    times = defaultdict(list)
+    for e in [e for e in events if e.device_type.name == "CUDA"] or events:
+        times[e.name].append(e.device_time)
     return times
+
+
+def cupti_times_us(fn, name, reps):
+    """CUPTI kernel durations (torch.profiler) of ``reps`` launches of ``fn``; host work excluded."""
+    return kernel_times(fn, reps, lambda n: n == name).get(name, [])
 
 
 def host_launch_us(fn, n=20):

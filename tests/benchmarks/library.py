@@ -22,25 +22,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench import ProtonRef  # noqa: E402
+from bench import ProtonRef, kernel_times  # noqa: E402
 
 import proton_lite  # noqa: E402
-
-
-def kernel_times(fn, reps, keep) -> dict[str, list[float]]:
-    """CUPTI durations per kernel name (``keep(name)``) over ``reps`` calls of ``fn``."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    times = defaultdict(list)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and keep(e.name):
-            times[e.name].append(e.device_time)
-    return times
 
 
 def host_us(fn, n=30) -> float:
