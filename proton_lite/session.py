@@ -47,7 +47,10 @@ class SessionOptions:
     pool_mb: the pool of each launch of such a kernel, in MiB; None (default) sizes it from
         what earlier launches of the kernel took (the first gets 256 MiB; runtime/pool_sizing.py).
     buffer_mode: "clamp" keeps the first records when full, "circular" the newest.
-    host_buffer_mb: pinned host memory in flight before launches wait for the disk.
+    host_buffer_mb: pinned host memory for copies on their way to the disk.
+    device_buffer_mb: device memory that copied-back records may wait in while the disk is
+        behind, before launches wait for it; None (default): an eighth of the memory free at
+        the first launch, at most 4 GiB.  Only used while the disk is behind.
     copy_every: launches of a burst on one stream copied back together (one driver copy per
         batch keeps host time per launch low); a launch after idle time is copied at once.
         If a kernel faults, launches of its batch not yet copied are lost and reported;
@@ -68,7 +71,8 @@ class SessionOptions:
     loop_capacity: int = 256
     buffer_mode: str = "clamp"
     pool_mb: int | None = None
-    host_buffer_mb: int = 256
+    host_buffer_mb: int = 64
+    device_buffer_mb: int | None = None
     copy_every: int = 256
     skip_autotune: bool = True
     decode: bool = True
@@ -86,6 +90,10 @@ class SessionOptions:
             object.__setattr__(self, "kernels", kernels)
         if self.host_buffer_mb < 1:
             raise ValueError("proton_lite: host_buffer_mb must be at least 1")
+        if self.device_buffer_mb is not None and (not isinstance(self.device_buffer_mb, int) or
+                                                  isinstance(self.device_buffer_mb, bool) or self.device_buffer_mb < 1):
+            raise ValueError(f"proton_lite: device_buffer_mb must be a whole number of MiB >= 1, or None for an "
+                             f"eighth of the free device memory (got {self.device_buffer_mb!r})")
         if self.pool_mb is not None and (not isinstance(self.pool_mb, int) or isinstance(self.pool_mb, bool) or
                                          not 1 <= self.pool_mb <= 65536):
             raise ValueError(f"proton_lite: pool_mb must be a whole number of MiB from 1 to 65536, or None to size "
@@ -170,7 +178,9 @@ class Session:
             resizer = Resizer(self.options.instrument_config())
         self._collector = Collector(self._writer, self.options.host_buffer_mb << 20, self.options.skip_autotune,
                                     self.options.copy_every, resizer=resizer, pool_mb=self.options.pool_mb,
-                                    selects=self.options.instrument_config().selects)
+                                    selects=self.options.instrument_config().selects,
+                                    device_limit_bytes=None if self.options.device_buffer_mb is None
+                                    else self.options.device_buffer_mb << 20)
         self._inductor_before = _inductor_kernels_compiled()
         from proton_lite.runtime.triton_hooks import TritonHooks
         self._hooks = TritonHooks(self._collector, self.options.instrument_config().to_mode())
@@ -195,7 +205,9 @@ class Session:
             if _active is self:
                 _active = None
         collector = self._collector
+        t0 = time.perf_counter_ns()
         collector.finish()
+        drain = collector.drain_stats(stop_ns=time.perf_counter_ns() - t0)
         self._writer.end({"launches": user_launches, "calibration_launches": collector.launches - user_launches,
                           "unattributed": collector.unattributed,
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
@@ -207,6 +219,7 @@ class Session:
                           "host_hooks_fast": list(self._hooks.fastpath.counts()) if self._hooks.fastpath is not None
                           else None,
                           "host_hooks_error": _fastpath_error(),
+                          "drain": drain,
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
@@ -244,6 +257,9 @@ class Session:
         return False
 
 
+WAIT_NOTE_NS = 50_000_000  # launches that waited this long in all for the disk are told at stop
+
+
 def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> str:
     from proton_lite.coverage import not_covered
     from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
@@ -276,6 +292,12 @@ def _summary_line(result: SessionResult, collector, inductor=None, inductor_new:
         line += f"\nproton_lite: warning: {lost}"
     for warning in not_covered(collector, inductor, inductor_new):
         line += f"\nproton_lite: warning: {warning}"
+    drain = getattr(collector, "_drain", None)
+    if drain is not None and drain.wait_ns >= WAIT_NOTE_NS:
+        line += (f"\nproton_lite: note: launches waited {drain.wait_ns / 1e9:.2f} s in all for the raw file to be "
+                 f"written ({drain.peak_queued_bytes / 2**20:,.0f} MiB of records waited on the GPU); the program's "
+                 "host timing was slowed by that much. A larger device_buffer_mb= keeps more on the GPU, a faster "
+                 "disk for the capture, fewer records (granularity='cta', fewer kernels=) need less")
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line

@@ -24,7 +24,7 @@ from collections import deque
 from proton_lite.runtime import cuda_api
 
 _FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free", "memset_d8_async", "memset_d32_async",
-              "memcpy_dtoh_async", "event_create", "event_record", "event_synchronize", "event_destroy",
+              "memcpy_dtoh_async", "event_create", "event_record", "stream_wait_event", "event_synchronize", "event_destroy",
               "stream_is_capturing", "stream_synchronize", "stream_create", "stream_destroy", "memcpy_dtoh",
               "current_device", "mem_alloc_zeroed_while_capturing",
               "current_context", "set_context", "capture_query", "device_getter")
@@ -41,6 +41,7 @@ class _Event:
     def __init__(self, ctx: str) -> None:
         self.done = True  # an event never recorded counts as complete, as in CUDA
         self.stream = None
+        self.record = [True]  # this record's completion: a stream waiting on it keeps it past a new record
         self.ctx = ctx
 
 
@@ -202,9 +203,22 @@ class SimDriver:
                 raise cuda_api.CudaError("cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE (the event and the stream "
                                          "belong to different contexts)")
             event.done, event.stream = False, int(stream)
+            record = event.record = [False]
 
         def op():
-            event.done = True
+            record[0] = True
+            if event.record is record:
+                event.done = True
+        self._enqueue(stream, op)
+
+    def stream_wait_event(self, stream: int, event: _Event) -> None:
+        """Later work on ``stream`` waits for the event's record as of now (a later record of
+        the same event does not change what it waits for, as in CUDA)."""
+        record, source = event.record, event.stream
+
+        def op():
+            if not record[0]:
+                self._run_until(source, lambda: record[0])
         self._enqueue(stream, op)
 
     def _run_until(self, stream: int, stop=None) -> None:

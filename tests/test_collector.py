@@ -168,12 +168,15 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
     n = 200
     for i in range(n):
         launch(col, sim, stream=3, payload=i.to_bytes(8, "little"))
-    copies_before_stop = sim.calls.get("memcpy_dtoh_async", 0)
+    copies_before_stop = col.copies  # chunks sealed with something to copy (the copier copies them)
     cap = finish(col, tmp_path)
     # the first launch came after idle time (copied alone), then one copy per 16 launches
     assert copies_before_stop == 1 + (n - 1) // 16
     assert sim.calls["memcpy_dtoh_async"] == copies_before_stop + 1  # the rest, at stop
-    assert sim.calls["event_record"] == sim.calls["memcpy_dtoh_async"]
+    # the isolated first launch: its copy and one event on its stream; every other chunk: an
+    # event on its stream, then the copier's copy and an event on the copier's stream
+    assert sim.calls["event_record"] == 1 + 2 * (sim.calls["memcpy_dtoh_async"] - 1)
+    assert sim.calls["stream_wait_event"] == sim.calls["memcpy_dtoh_async"] - 1
     assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(n))
     if HOOKS["mode"] == "c":  # the C hooks served the burst; the first launch into each chunk went to Python
         allocs, exits = _C_HOOKS[id(col)][0].counts()
@@ -267,7 +270,7 @@ def test_a_launch_that_never_reached_its_exit_hook_does_not_hold_its_chunk(tmp_p
     col.allocate(SCRATCH * 4, 16, 1)  # its cuLaunchKernel failed: Triton never calls the exit hook
     for i in range(4):
         launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
-    copies = sim.calls.get("memcpy_dtoh_async", 0)
+    copies = col.copies  # chunks sealed (and handed to the copier) so far
     cap = finish(col, tmp_path)
     assert copies >= 2  # batches went out during the burst, not only at stop
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x01", b"\x02", b"\x03", b"\x04"]
@@ -346,6 +349,106 @@ def test_pinned_memory_in_flight_stays_within_its_limit(tmp_path, sim):
     assert len(cap.launches) == 80
 
 
+class _GatedWriter(RawWriter):
+    """A raw writer whose batch writes wait until ``gate`` is set: a disk that is behind."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path, {})
+        self.gate = threading.Event()
+        self.batches = 0
+
+    def batch(self, entries, data) -> None:
+        self.gate.wait()
+        self.batches += 1
+        super().batch(entries, data)
+
+
+def _copy_streams(sim):
+    """Record the stream of every device-to-host copy the simulated driver is asked for."""
+    streams = []
+    real = cuda_api.memcpy_dtoh_async
+
+    def copy(dst, src, size, stream):
+        streams.append(int(stream))
+        return real(dst, src, size, stream)
+    return streams, copy
+
+
+def test_a_disk_that_is_behind_does_not_hold_up_launches_while_device_memory_lasts(tmp_path, sim, monkeypatch):
+    """Pinned memory for two chunks and a writer that writes nothing yet: every launch of the
+    burst still returns, its chunk waiting on the device, and all are written, in order, once
+    the disk catches up."""
+    streams, copy = _copy_streams(sim)
+    monkeypatch.setattr(cuda_api, "memcpy_dtoh_async", copy)
+    writer = _GatedWriter(tmp_path / "c.plraw")
+    per_launch = SCRATCH * 64
+    col = Collector(writer, host_limit_bytes=2 * size_class(per_launch), copy_every=1 << 20, idle_ns=10**12,
+                    device_limit_bytes=64 << 20)
+    col.chunk_bytes = per_launch  # one launch per chunk: 40 chunks, 20x what pinned memory holds
+    done = threading.Event()
+
+    def burst():
+        for i in range(40):
+            launch(col, sim, stream=5, grid=(64, 1, 1), payload=i.to_bytes(8, "little"))
+        done.set()
+    t = threading.Thread(target=burst, daemon=True)
+    t.start()
+    try:
+        assert done.wait(timeout=20), "launches waited for the disk"
+        assert writer.batches == 0 and col._drain.queued_bytes >= 30 * per_launch  # they wait on the device
+    finally:
+        writer.gate.set()
+    t.join()
+    cap = finish(col, tmp_path)
+    assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(40))
+    # only the first (after idle time) was copied on the launches' stream; the rest on the copier's
+    assert streams[0] == 5 and len(streams) == 40 and 5 not in streams[1:]
+    assert col._drain.queued_bytes == 0 and col.pinned_pool.bytes_allocated <= 2 * size_class(per_launch)
+
+
+def test_device_memory_held_by_chunks_waiting_for_the_disk_stays_within_its_limit(tmp_path, sim):
+    """Past the device limit the launching thread waits for the drain, and goes on once the
+    disk catches up; nothing is lost."""
+    writer = _GatedWriter(tmp_path / "c.plraw")
+    per_launch = SCRATCH * 64
+    limit = 6 * per_launch
+    col = Collector(writer, host_limit_bytes=1 << 20, copy_every=1 << 20, idle_ns=10**12, device_limit_bytes=limit)
+    col.chunk_bytes = per_launch
+    launched = []
+
+    def burst():
+        for i in range(30):
+            launch(col, sim, stream=2, grid=(64, 1, 1), payload=i.to_bytes(8, "little"))
+            launched.append(i)
+    t = threading.Thread(target=burst, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.5)
+        stalled_at = len(launched)
+        assert 6 <= stalled_at < 30, stalled_at  # it stopped at the limit (a chunk or two past it)
+        assert col._drain.queued_bytes <= limit + per_launch
+    finally:
+        writer.gate.set()
+    t.join(timeout=20)
+    assert len(launched) == 30
+    cap = finish(col, tmp_path)
+    assert len(cap.launches) == 30 and col.lost == 0
+    assert col._drain.peak_queued_bytes <= limit + per_launch and col._drain.waits > 0
+
+
+def test_running_out_of_device_memory_while_chunks_wait_for_the_disk_waits_instead_of_failing(tmp_path, monkeypatch):
+    sim = SimDriver(device_bytes=10 * size_class(SCRATCH * 64)).install(monkeypatch)
+    writer = _GatedWriter(tmp_path / "c.plraw")
+    col = Collector(writer, host_limit_bytes=1 << 20, copy_every=1 << 20, idle_ns=10**12,
+                    device_limit_bytes=1 << 30)  # the limit is never reached: memory runs out first
+    col.chunk_bytes = SCRATCH * 64
+    threading.Timer(0.3, writer.gate.set).start()
+    for i in range(40):
+        launch(col, sim, stream=2, grid=(64, 1, 1), payload=i.to_bytes(8, "little"))
+    cap = finish(col, tmp_path)
+    assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(40))
+
+
 def test_a_launch_captured_into_a_graph_gets_lasting_scratch_and_is_named(collector, sim, tmp_path, monkeypatch):
     """A graph's replays are not recorded yet: a captured launch must not break the capture
     (no refusal, nothing enqueued on the capturing stream), must not write into a chunk that
@@ -395,7 +498,7 @@ def test_the_drain_thread_follows_device_changes(collector, sim, tmp_path):
     assert collector.errors == [] and collector.lost == 0 and collector.unattributed == 0
     assert [ln.device for ln in cap.launches] == [0, 1, 1, 0]
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x04"] * 4
-    drain = [ctx for thread, ctx in sim.contexts_set if thread == "proton_lite-drain"]
+    drain = [ctx for thread, ctx in sim.contexts_set if thread == "proton_lite-write"]
     assert drain == ["ctx0", "ctx1", "ctx0"]
     # events, memory and streams stayed in their own contexts (the simulated driver refuses
     # anything else), everything was freed, and the launching thread is back in its context
@@ -924,3 +1027,17 @@ def test_the_drain_thread_copies_a_pool_larger_than_the_pinned_limit(tmp_path, s
     assert done.wait(20), "the drain thread waited for the pinned limit it alone could free"
     (ln, ) = read_raw(tmp_path / "c.plraw").launches
     assert len(ln.buffer) == meta.layout.buffer_bytes(3) + per_launch * meta.layout.chunk_bytes
+
+
+def test_a_new_buffer_is_cleared_on_the_stream_that_first_uses_it(sim):
+    """A slab grown for a launch on one stream holds buffers that later launches on other
+    streams take: each must be cleared in the order of its own stream, since nothing orders
+    a clear on the first stream before a kernel on another."""
+    from proton_lite.runtime.buffers import DevicePool
+    pool = DevicePool()
+    first = [pool.take(8192, 0, 1) for _ in range(3)]  # slabs of 1, 1 and 2 buffers: one left free
+    other = pool.take(8192, 0, 2)  # from the slab grown for stream 1
+    assert all(b.ptr != other.ptr for b in first)
+    sim.stream_synchronize(2)  # stream 2 ran everything before its kernel; stream 1 ran nothing
+    mem, off = sim._resolve(other.ptr, other.capacity)
+    assert not any(mem[off:off + other.capacity]), "a buffer reached stream 2 without a clear ordered on it"

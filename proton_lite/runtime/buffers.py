@@ -11,11 +11,13 @@ many buffers as the class already has (1, 1, 2, 4, ... up to ``SLAB_MAX_BYTES`` 
 A burst of launches that outruns the GPU therefore allocates O(log n) times, and once a
 pool has grown to what a session keeps in flight, launches allocate nothing.
 
-Both pools hand out zeroed buffers.  Device: a new slab is cleared on the launch's stream,
-and the collector clears a used chunk on its stream right after its copy, before ``give``;
+Both pools hand out zeroed buffers.  Device: a new buffer is cleared at its first take, on
+the stream of the launch that takes it (a slab's buffers may serve different streams, and
+a clear on one stream is not ordered before a kernel on another); a used chunk is cleared
+after its copy, and given back once that clear is done;
 so a CTA or unit that never writes its header reads as missing, not as an older launch's
 data.  Pinned: a new slab is cleared, and ``give`` clears what a copy wrote; so after a
-kernel fault a buffer whose copy never ran reads as empty (``Collector._salvage``).
+kernel fault a buffer whose copy never ran reads as empty (``Drain._salvage``).
 """
 from __future__ import annotations
 
@@ -35,10 +37,11 @@ def size_class(size: int) -> int:
 class DeviceBuffer:
     """A pooled device buffer (the collector's chunk; launches get slices of it)."""
 
-    __slots__ = ("ptr", "capacity", "device")
+    __slots__ = ("ptr", "capacity", "device", "fresh")
 
     def __init__(self, ptr: int, capacity: int, device: int) -> None:
         self.ptr, self.capacity, self.device = ptr, capacity, device
+        self.fresh = True  # never cleared: cleared at its first take, on the taking launch's stream
 
 
 class HostBuffer:
@@ -126,7 +129,7 @@ class DevicePool(_SlabPool):
             buf = None if self.exact else self._pop(key)
             if buf is None:
                 try:
-                    buf, base, nbytes = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device),
+                    buf, _, _ = self._grow(key, cls, lambda ptr: DeviceBuffer(ptr, cls, device),
                                                    limit_bytes=cls if self.exact else None)
                 except cuda_api.CudaError as e:
                     if "OUT_OF_MEMORY" not in str(e):
@@ -137,7 +140,9 @@ class DevicePool(_SlabPool):
                         f"({free_b / 2**20:.0f} MiB free of {total / 2**20:.0f} MiB; {e}). The kernel was not "
                         "launched. Reduce it with fewer scopes, granularity='warpgroup' or 'cta', a smaller "
                         "capacity/loop_capacity, or profile fewer kernels (kernels=[...]).") from None
-                cuda_api.memset_d8_async(base, 0, nbytes, stream)  # ordered before the launch
+            if buf.fresh:  # ordered before the launch on this stream (a slab's other buffers may go to
+                buf.fresh = False  # other streams: each is cleared on the stream that first uses it)
+                cuda_api.memset_d8_async(buf.ptr, 0, buf.capacity, stream)
         return buf
 
     def give(self, buf: DeviceBuffer) -> None:
@@ -179,6 +184,15 @@ class PinnedPool(_SlabPool):
             self._in_use += cls
         buf.size = size
         return buf
+
+    def try_take(self, size: int) -> HostBuffer | None:
+        """A zeroed buffer if one is free or can be made within ``limit``, else None at once
+        (the launching thread never waits for the disk: the drain copies such a chunk)."""
+        cls = size_class(size)
+        with self._cond:
+            if self._in_use and self._in_use + cls > self.limit:
+                return None
+        return self.take(size, wait=False)
 
     def give(self, buf: HostBuffer) -> None:
         """Take a buffer back, zeroing the ``size`` bytes it was taken for."""

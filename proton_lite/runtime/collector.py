@@ -33,20 +33,19 @@ session's errors (``copy_every=1`` copies after every launch).
 from __future__ import annotations
 
 import os
-import queue
 import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
 from proton_lite.bound_expr import BoundError, arguments, evaluate, max_over_programs, reads_grid
 from proton_lite.layout import LAUNCH_SIZED_ALIGN, MAX_LAUNCH_CAPACITY, BufferLayout, capacity_word
-from proton_lite.raw_format import BATCH_ENTRY, RawWriter
+from proton_lite.raw_format import RawWriter
 from proton_lite.runtime import cuda_api
-from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, HostBuffer, PinnedPool, ProfileBufferOOM
+from proton_lite.runtime.buffers import DeviceBuffer, DevicePool, PinnedPool, ProfileBufferOOM
+from proton_lite.runtime.drain import Drain, Sealed
 from proton_lite.runtime.pool_sizing import PoolSizer
 from proton_lite.runtime.trials import _AUTOTUNED, _in_autotuner_benchmark  # noqa: F401 (fastpath: _AUTOTUNED)
 
@@ -56,6 +55,14 @@ CHUNK_BYTES = 4 << 20  # device bytes per chunk; a launch that needs more gets a
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 DEFAULT_COPY_EVERY = 256
 LAUNCH_SIZED_MAX_BYTES = 1 << 30  # a launch sized from its arguments gets at most this much (then drops, counted)
+DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
+DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
+
+
+def default_device_limit(free_bytes: int) -> int:
+    """Device bytes that sealed chunks may hold while the disk is behind, when the session
+    does not set ``device_buffer_mb``: records wait in HBM instead of holding up launches."""
+    return max(64 << 20, min(DEVICE_LIMIT_MAX, free_bytes // DEVICE_LIMIT_SHARE))
 
 
 class LaunchInfo:
@@ -93,7 +100,7 @@ class _Chunk:
     """A device buffer that the launches of one (device, stream) fill in order."""
 
     __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed",
-                 "skipped_bytes", "pool")
+                 "skipped_bytes", "pool", "eager", "returned")
 
     def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, pool=None) -> None:
         self.buf, self.device, self.stream = buf, device, stream
@@ -107,15 +114,8 @@ class _Chunk:
         self.closed = False  # takes no more slices; sealed once ``inflight`` is 0
         self.sealed = False
         self.skipped_bytes = 0  # bytes of slices whose launches are not saved
-
-
-@dataclass
-class _Sealed:
-    """A chunk whose copy (if it holds saved launches) and event are enqueued on its stream."""
-
-    chunk: _Chunk
-    host_buf: HostBuffer | None
-    event: object
+        self.eager = False  # copied on its own stream when sealed (it precedes or is an isolated launch)
+        self.returned = False  # given back to the device pool
 
 
 class Collector:
@@ -123,7 +123,7 @@ class Collector:
 
     def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
                  copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS, resizer=None,
-                 pool_mb: int | None = None, selects=None) -> None:
+                 pool_mb: int | None = None, selects=None, device_limit_bytes: int | None = None) -> None:
         self.writer = writer
         self.selects = selects or (lambda name: True)  # the session's kernels= patterns
         self.uninstrumented: dict[str, int] = {}  # kernel name -> launches that ran without a profile buffer
@@ -132,7 +132,6 @@ class Collector:
         self.device_pool = DevicePool(exact=exact)
         self.pool_sizer = PoolSizer(pool_mb, exact)  # launch pools (run-time loop bounds)
         self._pool_epoch = 0
-        self._drain_streams: dict[int, int] = {}  # device -> the drain thread's stream (pool copies)
         self.pinned_pool = PinnedPool(host_limit_bytes)
         self.copy_every = copy_every
         self.idle_ns = idle_ns
@@ -154,11 +153,11 @@ class Collector:
         self._kernels: dict[int, tuple] = {}  # id(metadata) -> (metadata, _kernel() result)
         self._kernel_ids: dict[str, int] = {}  # kernel hash -> id in the raw file
         self._launch_index = 0
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._drain, name="proton_lite-drain", daemon=True)
-        self._thread.start()
+        self.device_limit = device_limit_bytes  # None: set at the first launch (default_device_limit)
+        self._drain = Drain(self)
         self.launches = 0
-        self.copies = 0  # chunks sealed (driver copies enqueued)
+        self.copies = 0  # chunks sealed with launches to copy
+        self.eager_copies = 0  # ... of which the launching thread copied on their stream (Drain: the rest)
         self.unattributed = 0
         self.lost = 0  # saved launches whose records a fault kept from reaching the host
         self.errors: list[str] = []
@@ -206,16 +205,19 @@ class Collector:
             if chunk is not None:
                 offset = -(-chunk.used // SLICE_ALIGN) * SLICE_ALIGN
                 if idle or pool is not None or offset + size > chunk.limit:
-                    self._close(chunk)  # copied before this launch runs
+                    chunk.eager = chunk.eager or idle  # then copied on its stream before this launch runs
+                    self._close(chunk)
                     chunk = None
             if pool is not None:  # a chunk of its own, never open to other launches
-                chunk = _Chunk(self.device_pool.take(size, device, stream), size, device, stream, pool)
+                chunk = _Chunk(self._take_device(size, device, stream), size, device, stream, pool)
                 offset = 0
             elif chunk is None:
                 chunk = self._new_chunk(key, size, stream)
                 offset = 0
             chunk.used = offset + size
             chunk.inflight += 1
+            chunk.eager = chunk.eager or idle  # an isolated launch: on its way at its exit hook
+            self._last_slice_ns[key] = time.time_ns()  # our own work (a pool growing) is not idle time
         tls.item = (chunk, offset, size, idle, capacity, now)
         ptr = chunk.buf.ptr + offset
         if capacity is not None:  # ordered on the stream before the kernel reads it
@@ -375,15 +377,30 @@ class Collector:
         # room for copy_every launches like this one (small launches: small chunks), at most chunk_bytes
         limit = max(size, min(self.chunk_bytes, -(-size // SLICE_ALIGN) * SLICE_ALIGN * self.copy_every))
         try:
-            buf = self.device_pool.take(limit, device, stream)  # zeroed
+            buf = self._take_device(limit, device, stream)  # zeroed
         except ProfileBufferOOM:
             if size >= limit:
                 raise
             limit = size  # a chunk just for this launch may still fit
-            buf = self.device_pool.take(size, device, stream)
+            buf = self._take_device(size, device, stream)
         chunk = _Chunk(buf, limit, device, stream)
         self._open[key] = chunk
         return chunk
+
+    def _take_device(self, size: int, device: int, stream: int):
+        """A zeroed device buffer; while sealed chunks waiting for the disk hold more than the
+        device limit, wait for the drain first (and when memory runs out while some wait)."""
+        if self.device_limit is None:
+            free, total = cuda_api.mem_get_info()
+            self.device_limit = default_device_limit(free)
+        self._drain.wait_below(self.device_limit)
+        try:
+            return self.device_pool.take(size, device, stream)
+        except ProfileBufferOOM:
+            if self._drain.queued_bytes == 0:
+                raise
+            self._drain.wait_below(0)  # what waits on the device will be freed for reuse
+            return self.device_pool.take(size, device, stream)
 
     def _close(self, chunk: _Chunk) -> None:
         """No more slices for this chunk; it is sealed as soon as its last launch is in."""
@@ -418,23 +435,28 @@ class Collector:
             self._seal(chunk)
 
     def _seal(self, chunk: _Chunk) -> None:
-        """Enqueue the chunk's copy-back and event on its stream (after every launch in it)."""
+        """Hand the chunk to the drain once every launch in it is enqueued: an event after its
+        launches on their stream, and nothing else on the launch path (``runtime/drain.py``
+        copies it), unless it is ``eager``: then its copy and clearing are enqueued here, on its
+        stream, so that they run before any later kernel there (one that faults included)."""
         chunk.sealed = True
         host_buf = None
         if self.failed:  # the context is gone: nothing can be copied any more
             self._count_lost(chunk.launches)
             return
-        # a launch with a pool: its prefix and CTA blocks now, the chunks it took from the drain
-        # thread, once it knows how many (_drain_pool); not copied: cleared whole
-        copy = chunk.pool[2] if chunk.pool is not None and chunk.launches else chunk.used
+        # a launch with a pool: its prefix and CTA blocks now, the chunks it took once the drain
+        # knows how many (Drain._write_pooled); not copied: cleared whole
+        copy = (chunk.pool[2] if chunk.pool is not None else chunk.used) if chunk.launches else 0
+        clear = chunk.pool[2] if chunk.pool is not None and chunk.launches else chunk.used
         try:
-            if chunk.launches:
-                host_buf = self.pinned_pool.take(copy)  # waits while the disk is behind
-                cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, copy, chunk.stream)
+            if copy and (chunk.eager or self.copy_every == 1):
+                host_buf = self.pinned_pool.try_take(copy)  # None: the disk is behind; the copier copies it
+                if host_buf is not None:
+                    cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, copy, chunk.stream)
+                    cuda_api.memset_d8_async(chunk.buf.ptr, 0, clear, chunk.stream)
+            if copy:
                 self.copies += 1
-            # cleared on the same stream, so the chunk is ready for reuse once the event is
-            # reached: the drain thread then only waits (fewer GIL hand-overs in a burst)
-            cuda_api.memset_d8_async(chunk.buf.ptr, 0, copy, chunk.stream)
+                self.eager_copies += host_buf is not None
             event = self._event(chunk.device)
             cuda_api.event_record(event, chunk.stream)
         except cuda_api.CudaError as e:  # an earlier kernel faulted; the user sees it from their next call
@@ -443,11 +465,11 @@ class Collector:
             self._failed(e)
             self._count_lost(chunk.launches)
             return
-        self._queue.put(_Sealed(chunk, host_buf, event))
+        self._drain.submit(Sealed(chunk, host_buf, event, copy, clear))
 
     def _failed(self, error: Exception) -> None:
         """A CUDA call failed: the context is gone (a kernel fault).  From now on nothing is
-        enqueued; chunks already sealed are kept as far as their copies got (``_salvage``)."""
+        enqueued; chunks already sealed are kept as far as their copies got (``Drain._salvage``)."""
         with self._errors_lock:  # not self._lock: the drain thread never waits for a launching thread
             if not self.failed:
                 self.failed = True
@@ -487,17 +509,32 @@ class Collector:
                     from proton_lite.passes.kernel_facts import lost_scopes_message, warn_lost_scopes
                     self.lost_scopes.append(lost_scopes_message(metadata.name, entry["lost_scopes"]))
                     warn_lost_scopes(metadata.name, entry, stacklevel=2)
-                self._queue.put(("kernel", {  # queued before any chunk that holds one of its launches
+                self._drain.kernel({  # queued before any chunk that holds one of its launches
                     "id": kid, "name": metadata.name, "hash": metadata.hash, "num_warps": metadata.num_warps,
                     "num_ctas": getattr(metadata, "num_ctas", 1), "shared": metadata.shared,
                     "profile_scratch_size": metadata.profile_scratch_size, "proton_lite": entry,
-                }))
+                })
             layout = BufferLayout.from_json(entry["layout"])
             bound = entry.get("records_per_unit_max")  # from the TTIR; None: a run-time loop bound
             may_drop = not isinstance(bound, int) or bound > layout.capacity
             kernel = (kid, int(getattr(metadata, "num_ctas", 1)), int(metadata.profile_scratch_size), layout, may_drop)
             self._kernels[id(metadata)] = (metadata, kernel)  # holds metadata: its id stays unique
         return kernel
+
+    def drain_stats(self, stop_ns: int = 0) -> dict:
+        """How the records travelled (the END chunk's ``drain``): what was copied, how much waited
+        on the device for the disk, and how long launching threads and stop waited for it."""
+        d = self._drain
+        return {"chunks": self.copies, "eager_chunks": self.eager_copies, "copied_bytes": d.copied_bytes,
+                "copy_wait_ms": round(d.copy_ns / 1e6, 3),
+                "write_ms": round(d.write_ns / 1e6, 3), "device_limit_bytes": self.device_limit,
+                "peak_device_backlog_bytes": d.peak_queued_bytes, "launch_waits": d.waits,
+                "launch_wait_ms": round(d.wait_ns / 1e6, 3), "stop_ms": round(stop_ns / 1e6, 3)}
+
+    def _recycle_event(self, device: int, event) -> None:
+        if not self.failed:
+            with self._events_lock:
+                self._events.setdefault(device, []).append(event)
 
     def _event(self, device: int):
         """An event of ``device``'s context (the current one: the chunk's launches ran there)."""
@@ -506,96 +543,6 @@ class Collector:
             if free:
                 return free.pop()
         return cuda_api.event_create()
-
-    # -- drain thread --------------------------------------------------------------------------
-    def _drain(self) -> None:
-        current = None  # device whose context this thread has current
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, tuple):
-                self.writer.kernel(item[1])
-                continue
-            chunk = item.chunk
-            if self.failed:  # the context is gone; the copy may still have run before the fault
-                self._salvage(chunk, item.host_buf)
-            else:
-                try:
-                    if chunk.device != current:
-                        cuda_api.set_context(self._contexts[chunk.device])
-                        current = chunk.device
-                    cuda_api.event_synchronize(item.event)
-                    if chunk.pool is not None and item.host_buf is not None:
-                        self._drain_pool(chunk, item.host_buf)
-                    else:
-                        # copied and cleared: back to the pool before the (slower) disk write
-                        self.device_pool.give(chunk.buf)
-                        if item.host_buf is not None:
-                            self._write(chunk, item.host_buf)
-                except cuda_api.CudaError as e:  # a kernel fault: launches before it are on disk
-                    self._failed(e)
-                    self._salvage(chunk, item.host_buf)
-            if item.host_buf is not None:
-                self.pinned_pool.give(item.host_buf)  # zeroed for the next copy (see _salvage)
-            if not self.failed:
-                with self._events_lock:
-                    self._events.setdefault(chunk.device, []).append(item.event)
-
-    def _drain_pool(self, chunk: _Chunk, host_buf: HostBuffer) -> None:
-        """A launch with a pool, once its kernel and the copy of its CTA blocks are done: copy
-        the chunks its units took (the counter in the copied prefix says how many), clear them,
-        return the buffer, and write the launch with its chunks after its CTA blocks."""
-        chunks, _, blocks, chunk_bytes = chunk.pool
-        head = host_buf.view()
-        taken = int(head[12:16].view("<u4")[0])
-        nbytes = min(taken, chunks) * chunk_bytes
-        extra = None
-        if nbytes:
-            stream = self._drain_streams.get(chunk.device)
-            if stream is None:  # its own, non-blocking: no wait on (or for) the user's streams
-                stream = self._drain_streams[chunk.device] = cuda_api.stream_create()
-            extra = self.pinned_pool.take(nbytes, wait=False)  # this thread gives buffers back: never wait
-            cuda_api.memcpy_dtoh_async(extra.ptr, chunk.buf.ptr + blocks, nbytes, stream)
-            cuda_api.memset_d8_async(chunk.buf.ptr + blocks, 0, nbytes, stream)
-            cuda_api.stream_synchronize(stream)
-        self.device_pool.give(chunk.buf)
-        try:
-            row = chunk.launches[0]
-            self.pool_sizer.observed(row[0], taken, chunks, row[4])
-            entries = np.array([row[:7] + (0, blocks + nbytes)], dtype=BATCH_ENTRY)
-            data = head[:blocks] if extra is None else np.concatenate([head[:blocks], extra.view()[:nbytes]])
-            self.writer.batch(entries, data)
-        finally:
-            if extra is not None:
-                self.pinned_pool.give(extra)
-
-    def _salvage(self, chunk: _Chunk, host_buf: HostBuffer | None) -> None:
-        """After a fault no event says whether this chunk's copy ran before it.  Pinned buffers
-        are zero before each copy and every instrumented CTA writes a non-zero header, so a
-        launch whose slice holds any non-zero byte was copied (whole, unless the fault hit
-        another stream mid-copy: the decoder counts such CTAs missing).  The rest are lost."""
-        if host_buf is None:
-            self._count_lost(chunk.launches)
-            return
-        data = host_buf.view()  # taken for chunk.used bytes
-        if chunk.pool is not None:  # its chunks cannot be copied any more: none taken, their records dropped
-            data[12:16] = 0
-        copied = [row for row in chunk.launches if data[row[7]:row[7] + row[8]].any()]
-        self._count_lost([row for row in chunk.launches if row not in copied])
-        if copied:
-            self._write(chunk, host_buf, copied)
-
-    def _write(self, chunk: _Chunk, host_buf: HostBuffer, rows: list | None = None) -> None:
-        """The chunk's saved launches as one BATCH chunk of the raw file."""
-        rows = chunk.launches if rows is None else rows
-        entries = np.array(rows, dtype=BATCH_ENTRY)
-        data = host_buf.view()  # taken for chunk.used bytes
-        if chunk.skipped_bytes or len(rows) < len(chunk.launches):  # only the slices of saved launches
-            parts = [data[o:o + n] for o, n in zip(entries["buffer_offset"].tolist(), entries["buffer_bytes"].tolist())]
-            entries["buffer_offset"] = np.concatenate(([0], np.cumsum(entries["buffer_bytes"])[:-1]))
-            data = np.concatenate(parts)
-        self.writer.batch(entries, data)
 
     def finish(self) -> None:
         """Copy back what the open chunks hold, wait for every copy, free buffers (call once)."""
@@ -618,8 +565,7 @@ class Collector:
                     self._seal(chunk)
                 else:
                     self._close(chunk)
-        self._queue.put(None)
-        self._thread.join()
+        self._drain.finish()
         if self.failed:
             self.errors.append(self._fault_message())
         self.writer.flush()
@@ -633,13 +579,6 @@ class Collector:
                         except cuda_api.CudaError:
                             pass
                 self._events.clear()
-            for device, stream in self._drain_streams.items():
-                self._use_device(device)
-                try:
-                    cuda_api.stream_destroy(stream)
-                except cuda_api.CudaError:
-                    pass
-            self._drain_streams.clear()
             self.device_pool.release_all(self._use_device)
             if here is not None:
                 try:

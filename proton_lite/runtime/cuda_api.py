@@ -181,6 +181,11 @@ def event_record(event, stream: int) -> None:
     check(cu.cuEventRecord(event, cu.CUstream(stream)), "cuEventRecord")
 
 
+def stream_wait_event(stream: int, event) -> None:
+    """Work enqueued on ``stream`` from now on waits for ``event``'s latest record."""
+    check(cu.cuStreamWaitEvent(cu.CUstream(stream), event, 0), "cuStreamWaitEvent")
+
+
 def event_done(event) -> bool:
     err, = cu.cuEventQuery(event)
     if err == _NOT_READY:

@@ -44,6 +44,7 @@ def stub_driver():
     def noop(*a, **k):
         release_gil()
     for name in ("memset_d8_async", "memcpy_dtoh_async", "event_record", "event_synchronize", "stream_synchronize",
+                 "stream_wait_event",
                  "set_context", "mem_free", "host_free", "event_destroy", "stream_destroy"):
         setattr(cuda_api, name, noop)
     cuda_api.stream_is_capturing = lambda stream: bool(release_gil()) and False
@@ -55,6 +56,7 @@ def stub_driver():
     cuda_api.host_alloc = host_alloc
     cuda_api.event_create = lambda: object()
     cuda_api.stream_create = lambda: 7
+    cuda_api.mem_get_info = lambda: (80 << 30, 80 << 30)
     return keep
 
 
