@@ -80,21 +80,35 @@ class RawCapture:
 class RawWriter:
     """Appends chunks to a raw file; each chunk is written whole with one write call."""
 
-    def __init__(self, path: str | os.PathLike, session: dict) -> None:
+    def __init__(self, path: str | os.PathLike, session: dict, native: bool = True) -> None:
         self.path = str(path)
-        self._file: BinaryIO = open(self.path, "wb")
-        self._file.write(FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+        # unbuffered: the C writer (proton_lite/native_write.py) writes to the same descriptor
+        self._file: BinaryIO = open(self.path, "wb", buffering=0)
+        self._native = None
+        if native:
+            from proton_lite import native_write
+            self._native = native_write.module()
+        self._write_all(FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
         self._json_chunk(SESSION, session)
 
+    def _write_all(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            view = view[self._file.write(view):]
+
     def _chunk(self, kind: int, parts: list[bytes | memoryview]) -> None:
+        if self._native is not None:  # checksum and write in one call that releases the GIL
+            from proton_lite.native_write import BLOCK, THREADS
+            self._native.write_chunk(self._file.fileno(), kind, tuple(parts), THREADS, BLOCK)
+            return
         crc = 0
         size = 0
         for part in parts:
             crc = crc32(part, crc)  # large payloads on several cores (proton_lite/crc.py)
             size += len(part)
-        self._file.write(CHUNK_HEADER.pack(kind, crc, size))
+        self._write_all(CHUNK_HEADER.pack(kind, crc, size))
         for part in parts:
-            self._file.write(part)
+            self._write_all(part)
 
     def _json_chunk(self, kind: int, data: dict) -> None:
         self._chunk(kind, [json.dumps(data, sort_keys=True, separators=(",", ":")).encode()])
@@ -118,7 +132,7 @@ class RawWriter:
         self._json_chunk(END, data)
 
     def flush(self) -> None:
-        self._file.flush()
+        self._file.flush()  # unbuffered: nothing waits in Python (kept for callers)
 
     def close(self) -> None:
         if not self._file.closed:

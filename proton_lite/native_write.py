@@ -1,0 +1,201 @@
+"""Raw-file chunks written by C code that does not hold the GIL: checksum and write in one call.
+
+Why: while a session runs, the drain writes the records of thousands of CTAs per launch, and
+each Python-level step of that work (a checksum block handed to a worker thread, its result
+collected, the write) takes the GIL from the launching thread and gives it back.  Measured
+on the H100 machine (``docs/design.md`` section 4), those hand-overs, not the bytes, were
+what slowed launches: a loop of 1,024-CTA launches ran at 73-132 µs per call with the
+writes and 47-54 µs without them.  Here one call per chunk releases the GIL once, computes
+the CRC-32 on several threads (zlib's ``crc32`` and ``crc32_combine``, found in the
+``libz`` that Python's own ``zlib`` module uses) and writes the chunk header and its parts
+with ``writev``.  The result is byte for byte what ``RawWriter``'s Python path writes.
+
+Built at first use with Triton's ``compile_module_from_src`` (as ``runtime/fastpath.py``);
+without a compiler or ``libz``, ``module()`` is None and the Python path writes instead.
+"""
+from __future__ import annotations
+
+import os
+
+_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+typedef unsigned long (*crc_fn)(unsigned long, const unsigned char *, unsigned int);
+typedef unsigned long (*combine_fn)(unsigned long, unsigned long, long);
+static crc_fn z_crc32;
+static combine_fn z_combine;
+
+#define MAX_PARTS 8
+#define MAX_THREADS 16
+
+static unsigned long crc_serial(unsigned long crc, const unsigned char *p, size_t n) {
+    while (n) {
+        unsigned int k = n > (1u << 30) ? (1u << 30) : (unsigned int)n;
+        crc = z_crc32(crc, p, k);
+        p += k; n -= k;
+    }
+    return crc;
+}
+
+typedef struct { const unsigned char *p; size_t n; unsigned long crc; } job_t;
+
+static void *crc_job(void *arg) {
+    job_t *j = (job_t *)arg;
+    j->crc = crc_serial(0, j->p, j->n);
+    return NULL;
+}
+
+/* crc of (what ``crc`` covers) followed by p[0:n], on up to ``threads`` threads */
+static unsigned long crc_parallel(unsigned long crc, const unsigned char *p, size_t n, int threads,
+                                  size_t min_block) {
+    size_t parts = min_block ? n / min_block : 1;
+    if (parts > (size_t)threads) parts = threads;
+    if (parts > MAX_THREADS) parts = MAX_THREADS;
+    if (parts < 2) return crc_serial(crc, p, n);
+    job_t jobs[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    size_t step = n / parts, off = 0;
+    for (size_t i = 0; i < parts; i++) {
+        jobs[i].p = p + off;
+        jobs[i].n = i == parts - 1 ? n - off : step;
+        off += jobs[i].n;
+        if (i > 0) started[i] = pthread_create(&tid[i], NULL, crc_job, &jobs[i]) == 0;
+    }
+    crc_job(&jobs[0]);
+    for (size_t i = 1; i < parts; i++) {
+        if (started[i]) pthread_join(tid[i], NULL);
+        else crc_job(&jobs[i]);  /* no thread to be had: this one does it */
+    }
+    for (size_t i = 0; i < parts; i++) crc = z_combine(crc, jobs[i].crc, (long)jobs[i].n);
+    return crc;
+}
+
+/* write_chunk(fd, kind, parts, threads, min_block) -> crc: a raw-file chunk (header
+   "<IIQ": kind, crc32 of the payload, payload bytes; then the parts), GIL released */
+static PyObject *write_chunk(PyObject *self, PyObject *args) {
+    int fd, threads;
+    unsigned int kind;
+    Py_ssize_t min_block;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "iIO!in", &fd, &kind, &PyTuple_Type, &parts, &threads, &min_block)) return NULL;
+    Py_ssize_t np = PyTuple_GET_SIZE(parts);
+    if (np > MAX_PARTS) { PyErr_SetString(PyExc_ValueError, "too many parts"); return NULL; }
+    Py_buffer views[MAX_PARTS];
+    Py_ssize_t got = 0;
+    for (; got < np; got++)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts, got), &views[got], PyBUF_SIMPLE) < 0) break;
+    if (got < np) { for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]); return NULL; }
+    unsigned long crc = z_crc32(0, NULL, 0);
+    uint64_t size = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < np; i++) {
+        crc = crc_parallel(crc, (const unsigned char *)views[i].buf, (size_t)views[i].len, threads, (size_t)min_block);
+        size += (uint64_t)views[i].len;
+    }
+    unsigned char header[16];
+    uint32_t k32 = kind, c32 = (uint32_t)crc;
+    for (int b = 0; b < 4; b++) { header[b] = (k32 >> (8 * b)) & 0xFF; header[4 + b] = (c32 >> (8 * b)) & 0xFF; }
+    for (int b = 0; b < 8; b++) header[8 + b] = (size >> (8 * b)) & 0xFF;
+    struct iovec iov[MAX_PARTS + 1];
+    int n_iov = 0;
+    iov[n_iov].iov_base = header; iov[n_iov++].iov_len = 16;
+    for (Py_ssize_t i = 0; i < np; i++) {
+        if (!views[i].len) continue;
+        iov[n_iov].iov_base = views[i].buf; iov[n_iov++].iov_len = (size_t)views[i].len;
+    }
+    struct iovec *v = iov;
+    while (n_iov > 0) {
+        ssize_t w = writev(fd, v, n_iov);
+        if (w < 0) { if (errno == EINTR) continue; err = errno; break; }
+        while (n_iov > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n_iov--; }
+        if (n_iov > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }
+    }
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < np; i++) PyBuffer_Release(&views[i]);
+    if (err) { errno = err; return PyErr_SetFromErrno(PyExc_OSError); }
+    return PyLong_FromUnsignedLong(crc & 0xFFFFFFFFul);
+}
+
+static PyObject *crc32_of(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    unsigned long value;
+    int threads;
+    Py_ssize_t min_block;
+    if (!PyArg_ParseTuple(args, "y*kin", &view, &value, &threads, &min_block)) return NULL;
+    unsigned long crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc_parallel(value, (const unsigned char *)view.buf, (size_t)view.len, threads, (size_t)min_block);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc & 0xFFFFFFFFul);
+}
+
+static PyObject *init_zlib(PyObject *self, PyObject *arg) {
+    const char *path = PyUnicode_AsUTF8(arg);
+    if (!path) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { PyErr_SetString(PyExc_OSError, dlerror()); return NULL; }
+    z_crc32 = (crc_fn)dlsym(h, "crc32");
+    z_combine = (combine_fn)dlsym(h, "crc32_combine");
+    if (!z_crc32 || !z_combine) { PyErr_SetString(PyExc_OSError, "crc32 or crc32_combine missing"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"init_zlib", init_zlib, METH_O, "load crc32 and crc32_combine from this zlib"},
+    {"write_chunk", write_chunk, METH_VARARGS, "write a raw-file chunk without the GIL"},
+    {"crc32", crc32_of, METH_VARARGS, "zlib.crc32 on several threads without the GIL"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_write", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_proton_lite_native_write(void) { return PyModule_Create(&module); }
+"""
+
+BLOCK = 256 << 10  # bytes per thread at least (smaller payloads: one thread is as fast)
+THREADS = max(1, min(8, os.cpu_count() or 1))
+
+_module = None
+_error: str | None = None
+
+
+def _zlib_path() -> str:
+    """The libz this process already has loaded (Python's zlib module's), else the system's."""
+    import zlib  # noqa: F401 (loads libz where the module is linked against it)
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "/libz.so" in line:
+                    return line.split()[-1]
+    except OSError:
+        pass
+    import ctypes.util
+    return ctypes.util.find_library("z") or "libz.so.1"
+
+
+def module():
+    """The compiled extension, or None (built once per process; Triton caches the binary)."""
+    global _module, _error
+    if _module is None and _error is None and os.environ.get("PROTON_LITE_NATIVE_WRITE", "1") not in ("0", ""):
+        try:
+            from triton.runtime.build import compile_module_from_src
+            mod = compile_module_from_src(_SOURCE, "proton_lite_native_write")
+            mod.init_zlib(_zlib_path())
+            _module = mod
+        except Exception as e:  # no compiler, headers or libz: RawWriter's Python path writes
+            _error = f"{type(e).__name__}: {e}"[:300]
+    return _module
+
+
+def error() -> str | None:
+    return _error
