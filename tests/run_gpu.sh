@@ -26,6 +26,10 @@ fi
 if [ -n "${LOOPS_BENCH:-}" ]; then
   timeout ${LOOPS_TIMEOUT:-300} python3 tests/benchmarks/loops.py --out "$OUT/loops.json" 2>&1 | grep -v -i warn | tail -12
 fi
+if [ -n "${HOST_SCALE:-}" ]; then
+  timeout ${HOST_SCALE_TIMEOUT:-420} python3 tests/benchmarks/host_scale.py --json "$OUT/host_scale.json" ${HOST_SCALE_ARGS:-} \
+    2>&1 | grep -v -i warn | tail -60
+fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60
 fi

@@ -84,7 +84,7 @@ def time_inside_hooks(session, launch, n: int) -> dict:
                 spent[name] += time.perf_counter() - t
         return wrapper
 
-    installed_alloc, installed_exit = session._hooks  # the C hooks when they built, else the collector's
+    installed_alloc, installed_exit = session._hooks._hooks  # the C hooks when they built, else the collector's
     alloc, exit_hook = timed("allocate", installed_alloc), timed("exit", installed_exit)
     _allocation.set_profile_allocator(alloc)
     knobs.runtime.launch_exit_hook.remove(installed_exit)
@@ -125,7 +125,7 @@ def burst_with_idle_hooks(session, launch, n: int) -> float:
     def nothing(metadata):
         return None
 
-    installed_alloc, installed_exit = session._hooks
+    installed_alloc, installed_exit = session._hooks._hooks  # runtime/triton_hooks.TritonHooks
     _allocation.set_profile_allocator(allocate)
     knobs.runtime.launch_exit_hook.remove(installed_exit)
     knobs.runtime.launch_exit_hook.add(nothing)
