@@ -1041,3 +1041,28 @@ def test_a_new_buffer_is_cleared_on_the_stream_that_first_uses_it(sim):
     sim.stream_synchronize(2)  # stream 2 ran everything before its kernel; stream 1 ran nothing
     mem, off = sim._resolve(other.ptr, other.capacity)
     assert not any(mem[off:off + other.capacity]), "a buffer reached stream 2 without a clear ordered on it"
+
+
+def test_the_copiers_pinned_working_set_is_pinned_at_the_first_launch_not_while_launches_run(tmp_path, sim):
+    """Pinning host memory holds the driver's lock for milliseconds: the session's first
+    launch pins the working set in one slab, and the launching thread never pins later."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    allocate, on_exit = hooks(col)
+    assert sim.calls.get("host_alloc", 0) == 0
+    buf = allocate(SCRATCH * 4, 16, 1)
+    assert sim.calls["host_alloc"] == 1  # before any kernel of the session ran
+    assert col.pinned_pool.bytes_allocated == 4 * size_class(col.chunk_bytes)
+    sim.kernel(1, buf, b"\x01" * 8)
+    on_exit(_launch_metadata((4, 1, 1), _DEFAULT_META.setdefault(id(col), (_Meta(), col))[0], stream=1))
+    sim.run_all()
+    deadline = time.time() + 10
+    while col.pinned_pool._in_use and time.time() < deadline:  # the writer gives its buffer back
+        time.sleep(0.01)
+    # every reserved buffer in flight: the launching thread's try_take gives up instead of pinning
+    held = [col.pinned_pool.try_take(1024) for _ in range(4)]
+    assert all(h is not None for h in held) and col.pinned_pool.try_take(1024) is None
+    assert sim.calls["host_alloc"] == 1
+    for h in held:
+        col.pinned_pool.give(h)
+    cap = finish(col, tmp_path)
+    assert len(cap.launches) == 1

@@ -167,32 +167,67 @@ class PinnedPool(_SlabPool):
         self._in_use = 0
         self._cond = threading.Condition()
 
-    def take(self, size: int, wait: bool = True) -> HostBuffer:
-        """A zeroed buffer of at least ``size`` bytes; waits while ``limit`` bytes are in flight,
-        unless ``wait`` is False (the drain thread, which alone gives buffers back, must never
-        wait for itself: it may pass the limit for as long as it holds the buffer)."""
+    def reserve(self, size: int, count: int) -> None:
+        """Allocate ``count`` buffers of ``size``'s class in one slab now.  Pinning host memory
+        takes the driver's lock for milliseconds (30 ms for 64 MiB on the H100 machine), and
+        while it does, launches on other threads wait: so the copier's working set is made
+        before the first launch instead of while launches run."""
         cls = size_class(size)
+        count = max(1, min(count, self.limit // cls))
+        with self._cond:
+            have = len(self._free.get((cls, ), ()))
+            if have >= count:
+                return
+            base = self._alloc(count * cls)
+            cuda_api.host_memset(base, 0, count * cls)
+            self._slabs.append(((cls, ), base))
+            self._count[(cls, )] = self._count.get((cls, ), 0) + count
+            self.bytes_allocated += count * cls
+            for i in range(count):
+                self._put((cls, ), HostBuffer(base + i * cls, cls))
+
+    def take(self, size: int, wait: bool = True, at_least: int = 0) -> HostBuffer:
+        """A zeroed buffer of at least ``size`` bytes (of the class of ``at_least`` when larger:
+        copies of chunks use their chunk's class, so that the reserved buffers serve them);
+        waits while ``limit`` bytes are in flight, unless ``wait`` is False (the drain's writer,
+        which alone gives buffers back, must never wait for itself: it may pass the limit for as
+        long as it holds the buffer)."""
+        cls = size_class(max(size, at_least))
         key = (cls, )
         with self._cond:
             while wait and self._in_use and self._in_use + cls > self.limit:
                 self._cond.wait(timeout=1.0)
-            buf = self._pop(key)
+            buf = self._pop_fit(cls)
             if buf is None:  # on failure nothing is counted in flight, so later takes do not wait for it
                 buf, base, nbytes = self._grow(key, cls, lambda ptr: HostBuffer(ptr, cls),
                                                limit_bytes=max(cls, self.limit - self._in_use))
                 cuda_api.host_memset(base, 0, nbytes)  # zero before any copy (module docstring)
-            self._in_use += cls
+            self._in_use += buf.capacity
         buf.size = size
         return buf
 
+    def _pop_fit(self, cls: int) -> HostBuffer | None:
+        """A free buffer of class ``cls``, else of the smallest larger class that has one."""
+        buf = self._pop((cls, ))
+        if buf is None:
+            larger = sorted(k[0] for k, free in self._free.items() if free and k[0] > cls)
+            if larger:
+                buf = self._pop((larger[0], ))
+        return buf
+
     def try_take(self, size: int) -> HostBuffer | None:
-        """A zeroed buffer if one is free or can be made within ``limit``, else None at once
-        (the launching thread never waits for the disk: the drain copies such a chunk)."""
+        """A free zeroed buffer within ``limit``, else None at once: the launching thread neither
+        waits for the disk nor pins memory (``reserve`` says why); the drain copies such a chunk."""
         cls = size_class(size)
         with self._cond:
             if self._in_use and self._in_use + cls > self.limit:
                 return None
-        return self.take(size, wait=False)
+            buf = self._pop_fit(cls)
+            if buf is None:
+                return None
+            self._in_use += buf.capacity
+        buf.size = size
+        return buf
 
     def give(self, buf: HostBuffer) -> None:
         """Take a buffer back, zeroing the ``size`` bytes it was taken for."""

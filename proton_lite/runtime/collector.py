@@ -55,6 +55,7 @@ CHUNK_BYTES = 4 << 20  # device bytes per chunk; a launch that needs more gets a
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 DEFAULT_COPY_EVERY = 256
 LAUNCH_SIZED_MAX_BYTES = 1 << 30  # a launch sized from its arguments gets at most this much (then drops, counted)
+PINNED_RESERVE_CHUNKS = 4  # pinned buffers of a chunk's size made at the first launch (the copier's working set)
 DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
 DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
 
@@ -195,6 +196,8 @@ class Collector:
         with self._lock:
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
+                if len(self._contexts) == 1:  # the session's first launch: the copier's working set
+                    self._reserve_pinned()
             if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
                 self._settle(stale[0], device)
             last = self._last_slice_ns.get(key)
@@ -387,6 +390,14 @@ class Collector:
         self._open[key] = chunk
         return chunk
 
+    def _reserve_pinned(self) -> None:
+        """Pin the copier's working set now (PinnedPool.reserve says why); a failure only means
+        the pool grows later, as it would without this."""
+        try:
+            self.pinned_pool.reserve(self.chunk_bytes, PINNED_RESERVE_CHUNKS)
+        except cuda_api.CudaError:
+            pass
+
     def _take_device(self, size: int, device: int, stream: int):
         """A zeroed device buffer; while sealed chunks waiting for the disk hold more than the
         device limit, wait for the drain first (and when memory runs out while some wait)."""
@@ -449,11 +460,13 @@ class Collector:
         copy = (chunk.pool[2] if chunk.pool is not None else chunk.used) if chunk.launches else 0
         clear = chunk.pool[2] if chunk.pool is not None and chunk.launches else chunk.used
         try:
-            if copy and (chunk.eager or self.copy_every == 1):
+            if copy and self.copy_every == 1:  # chasing a fault: every launch copied right after it
+                host_buf = self.pinned_pool.take(copy, at_least=chunk.buf.capacity)
+            elif copy and chunk.eager:
                 host_buf = self.pinned_pool.try_take(copy)  # None: the disk is behind; the copier copies it
-                if host_buf is not None:
-                    cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, copy, chunk.stream)
-                    cuda_api.memset_d8_async(chunk.buf.ptr, 0, clear, chunk.stream)
+            if host_buf is not None:
+                cuda_api.memcpy_dtoh_async(host_buf.ptr, chunk.buf.ptr, copy, chunk.stream)
+                cuda_api.memset_d8_async(chunk.buf.ptr, 0, clear, chunk.stream)
             if copy:
                 self.copies += 1
                 self.eager_copies += host_buf is not None

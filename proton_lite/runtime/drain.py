@@ -138,7 +138,8 @@ class Drain:
         owner._recycle_event(chunk.device, item.event)  # the wait took the event's state: free now
         item.event = None
         if item.copy_bytes:
-            item.host_buf = owner.pinned_pool.take(item.copy_bytes)  # waits while the disk is behind
+            # of the chunk's class (the reserved working set); waits while the disk is behind
+            item.host_buf = owner.pinned_pool.take(item.copy_bytes, at_least=chunk.buf.capacity)
             cuda_api.memcpy_dtoh_async(item.host_buf.ptr, chunk.buf.ptr, item.copy_bytes, stream)
         cuda_api.memset_d8_async(chunk.buf.ptr, 0, item.clear_bytes, stream)
         item.event = owner._event(chunk.device)
