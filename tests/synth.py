@@ -60,3 +60,66 @@ def simple_capture(path, n_ctas=6, n_sms=3, units=4, scopes=("a", "b"), rate=1.5
     w.end({"launches": 1})
     w.close()
     return layout
+
+
+def wave_profile(n_ctas=8192, launches=2, sms=132, resident=6, warps=4, early=0.0, late=0.0, touching=0.1,
+                 seed=0):
+    """A decoded profile shaped like a layernorm at scale, built without a GPU.
+
+    Each launch runs ``n_ctas`` CTAs of ``warps`` warps, at most ``resident`` at once per
+    SM, dispatched in CTA order to the SM slot that frees first (as the block scheduler
+    does), so that the trace shows waves and a tail; a fraction ``touching`` of the CTAs
+    starts in the very ns its slot's previous CTA ended.  Every warp records two scopes.
+    The edge cases of slot packing, off by default as in the real captures in tests/data:
+    a fraction ``early`` of the warps records its first scope a few ns before its CTA's
+    start (a unit may record before thread 0 stamps the CTA header) and ``late`` a
+    zero-length scope a few ns after its CTA's end.
+    """
+    import heapq
+
+    from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
+    rng = np.random.default_rng(seed)
+    kernel = KernelInfo(name="layer_norm_fwd", scopes=["stats", "normalize", "flush"], num_warps=warps,
+                        granularity="warp", unit_warps=1, capacity=4, meta={"kernel": "layer_norm_fwd"})
+    la = np.zeros(launches, LAUNCH_DTYPE)
+    rows, t_launch = [], 0
+    speed = rng.uniform(0.9, 1.1, sms)  # some SMs are slower: the tail
+    for li in range(launches):
+        free = [(t_launch + 3 * s + 40 * k, s, k) for s in range(sms) for k in range(resident)]
+        heapq.heapify(free)
+        dur = rng.normal(3000, 250, n_ctas).clip(1500)
+        gap = np.where(rng.random(n_ctas) < touching, 0, rng.integers(20, 200, n_ctas))
+        for c in range(n_ctas):  # the block scheduler: the slot that frees first takes the next CTA
+            t, s, k = heapq.heappop(free)
+            start = t + int(gap[c])
+            rows.append((li, c, s, start, start + int(dur[c] * speed[s])))
+            heapq.heappush(free, (rows[-1][4], s, k))
+        end = max(r[4] for r in rows[-n_ctas:])
+        la[li] = (li, 0, 0, n_ctas, 1, 1, n_ctas, 7, t_launch + 0, end, 0, 0, 0, 0, 0, 0, 0, 0)
+        t_launch = end + 2000
+    rows = np.array(rows, np.int64)
+    ctas = np.zeros(len(rows), CTA_DTYPE)
+    ctas["launch"], ctas["cta"], ctas["smid"] = rows[:, 0], rows[:, 1], rows[:, 2]
+    ctas["start_ns"], ctas["end_ns"] = rows[:, 3], rows[:, 4]
+    la["start_ns"] = [rows[rows[:, 0] == i, 3].min() for i in range(launches)]
+    ctas["start_clock"] = (1 << 40) + rows[:, 2] * 10_000_000 + rows[:, 3] * 3 // 2
+    ctas["end_clock"] = ctas["start_clock"] + (rows[:, 4] - rows[:, 3]) * 3 // 2
+    ctas["cycles_per_ns"], ctas["measured_cycles_per_ns"], ctas["finished_units"] = 1.5, 1.5, warps
+    n = len(rows) * warps
+    cw = np.arange(n) // warps  # the CTA of each warp
+    s, e = rows[cw, 3], rows[cw, 4]
+    first = s + np.where(rng.random(n) < early, -rng.integers(1, 9, n), rng.integers(0, 5, n))
+    mid = s + ((e - s) * rng.uniform(0.35, 0.45, n)).astype(np.int64)
+    last = e - rng.integers(0, 30, n)
+    spans = [(0, first, mid), (1, mid, last)]
+    flush = rng.random(n) < late
+    iv = np.zeros(2 * n + int(flush.sum()), INTERVAL_DTYPE)
+    at = 0
+    for scope, lo, hi in spans + [(2, (e + rng.integers(1, 9, n))[flush], None)]:
+        w = np.arange(n) if scope < 2 else np.flatnonzero(flush)
+        part = iv[at:at + len(w)]
+        part["launch"], part["cta"], part["unit"], part["scope"] = rows[cw[w], 0], rows[cw[w], 1], w % warps, scope
+        part["start_ns"], part["end_ns"] = lo, lo if hi is None else hi
+        part["cycles"] = (part["end_ns"] - part["start_ns"]) * 3 // 2
+        at += len(w)
+    return Profile(kernels=[kernel], launches=la, ctas=ctas, intervals=iv, t0_ns=10**12, session={"name": "wave"})

@@ -201,7 +201,7 @@ def test_many_small_compressed_batches(tmp_path, monkeypatch):
     p = synthetic_profile()
     stats = pf.write_perfetto(p, tmp_path / "t.pftrace", workers=3)
     pb, packets, _ = _packets(tmp_path / "t.pftrace")
-    assert sum(1 for k in packets if k.HasField("track_event")) == 2 * stats["slices"]
+    assert sum(1 for k in packets if k.HasField("track_event")) == 2 * stats["slices"] == stats["events"]
     top = pb.Trace()
     top.ParseFromString(tmp_path.joinpath("t.pftrace").read_bytes())
     assert sum(k.HasField("compressed_packets") for k in top.packet) >= 10
@@ -267,20 +267,36 @@ def test_pftrace_follows_perfettos_rules(tmp_path):
     write_trace(p, tmp_path / "t.pftrace", "perfetto")
     pb, packets, first = _packets(tmp_path / "t.pftrace")
     seq = [k for k in packets if k.trusted_packet_sequence_id]
-    assert {k.trusted_packet_sequence_id for k in seq} == {1}
-    assert seq[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    assert [n.name for n in seq[0].interned_data.event_names][:2] == ["CTA", "load"]
+    assert {k.trusted_packet_sequence_id for k in seq} == {1, 2}  # intervals; CTA slices and counters
+    for s in (1, 2):
+        head = next(k for k in seq if k.trusted_packet_sequence_id == s)
+        assert head.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+        assert {n.name for n in head.interned_data.debug_annotation_names} >= {"cycles", "cta"}
+    head1 = next(k for k in seq if k.trusted_packet_sequence_id == 1)
+    assert [n.name for n in head1.interned_data.event_names][:2] == ["load", "mma"]
     events = [k for k in packets if k.HasField("track_event")]
     assert len(events) == 2 * (len(p.intervals) + len(p.ctas))
-    assert all(k.HasField("timestamp") and k.trusted_packet_sequence_id == 1 for k in events)
-    begins = [k.track_event for k in events if k.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
-    assert all(e.name_iid > 0 and not e.HasField("name") for e in begins)
+    assert all(k.HasField("timestamp") and k.trusted_packet_sequence_id for k in events)
+    begins = [k for k in events if k.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    iv_begins = [k.track_event for k in begins if k.trusted_packet_sequence_id == 1]
+    cta_begins = [k.track_event for k in begins if k.trusted_packet_sequence_id == 2]
+    assert len(iv_begins) == len(p.intervals) and len(cta_begins) == len(p.ctas)
+    assert all(e.name_iid > 0 and not e.HasField("name") for e in iv_begins)
+    # each CTA slice names its CTA and carries its id as an arg
+    assert all(e.name.startswith("CTA ") and not e.name_iid for e in cta_begins)
+    assert sorted(int(e.name.split()[1]) for e in cta_begins) == sorted(p.ctas["cta"].tolist())
+    assert all([a.int_value for a in e.debug_annotations] == [int(e.name.split()[1])] for e in cta_begins)
+    assert "CTA 3 (1,1,0)" in {e.name for e in cta_begins}
     tracks = [k.track_descriptor for k in packets if k.HasField("track_descriptor")]
     parents = {t.parent_uuid for t in tracks}
     assert all(t.sibling_merge_behavior == pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE for t in tracks)
     assert all(t.child_ordering == pb.TrackDescriptor.EXPLICIT for t in tracks if t.uuid in parents)
     names = {t.name for t in tracks}
-    assert {"#1 attn grid=(2,2,1) warps=8", "SM 3", "CTA 3 (1,1,0)", "warpgroup 1 lane 1"} <= names
+    assert {"#1 attn grid=(2,2,1) warps=8", "SM 3", "slot 0", "warpgroup 1 lane 1"} <= names
+    # launches and SMs are counter tracks (resident CTAs); the SMs of a launch share a y axis
+    counters = {t.name: t.counter for t in tracks if t.HasField("counter")}
+    assert set(counters) == {t.name for t in tracks if t.name.startswith(("#", "SM "))}
+    assert counters["SM 3"].y_axis_share_key == "SMs of #1" and counters["SM 3"].unit_name == "CTAs"
     # the first packet holds only the metadata, in a field number Perfetto does not know
     assert not first.ListFields() and first.ByteSize() > 1000
 
@@ -312,12 +328,27 @@ def test_packet_bounds_ignores_0x0a_bytes_inside_packets():
 
 # ---- what Perfetto's trace processor makes of the files ---------------------------------------
 
-def _expected_slices(p: Profile):
-    """(ts, dur, name) of every slice, as the trace processor should report them."""
+def _cta_slice_name(p: Profile, launch: int, cta: int) -> str:
+    la = p.launches[p.launches["launch"] == launch][0]
+    gx, gy = int(la["grid_x"]), int(la["grid_y"])
+    if gy * int(la["grid_z"]) == 1:
+        return f"CTA {cta}"
+    return f"CTA {cta} ({cta % gx},{cta // gx % gy},{cta // (gx * gy)})"
+
+
+def _expected_slices(p: Profile, launch_spans: bool = False):
+    """(ts, dur, name) of every slice, as the trace processor should report them; with
+    ``launch_spans`` (the JSON) one per launch too, from its first CTA start to its last end."""
     from proton_lite.trace import _scope_names, _time_shift
     shift = _time_shift(p)
     kern = dict(zip(p.launches["launch"].tolist(), p.launches["kernel"].tolist()))
-    out = [(int(c["start_ns"]) + shift, int(c["end_ns"] - c["start_ns"]), "CTA") for c in p.ctas]
+    out = [(int(c["start_ns"]) + shift, int(c["end_ns"] - c["start_ns"]),
+            _cta_slice_name(p, int(c["launch"]), int(c["cta"]))) for c in p.ctas]
+    for la in p.launches if launch_spans else ():
+        mine = p.ctas[p.ctas["launch"] == la["launch"]]
+        k = p.kernels[int(la["kernel"])]
+        title = f"#{la['launch']} {k.name} grid=({la['grid_x']},{la['grid_y']},{la['grid_z']}) warps={k.num_warps}"
+        out.append((int(mine["start_ns"].min()) + shift, int(mine["end_ns"].max() - mine["start_ns"].min()), title))
     for i in p.intervals:
         k = p.kernels[kern[int(i["launch"])]]
         out.append((int(i["start_ns"]) + shift, int(i["end_ns"] - i["start_ns"]),
@@ -342,15 +373,15 @@ def test_trace_processor_imports_without_errors_or_losses(tmp_path, fmt, ext):
     ])
     assert bad == []
     n = len(p.intervals) + len(p.ctas)
-    assert len(slices) == n
-    assert sorted((s["ts"], s["dur"], s["name"]) for s in slices) == _expected_slices(p)
+    expected = _expected_slices(p, launch_spans=fmt == "chrome")
+    assert sorted((s["ts"], s["dur"], s["name"]) for s in slices) == expected
     cta_cycles = (p.ctas["end_clock"] - p.ctas["start_clock"]).astype(np.int64).sum()
     assert cycles == [{"n": n, "total": int(p.intervals["cycles"].sum() + cta_cycles)}]
-    if fmt == "perfetto":  # the launch > SM > CTA > unit/lane tree
+    if fmt == "perfetto":  # the launch > SM > slot > unit/lane tree
         tree = {(t["name"], t["parent"], t["grandparent"]) for t in tracks}
-        assert ("warpgroup 1 lane 1", "CTA 3 (1,1,0)", "SM 3") in tree
+        assert ("warpgroup 1 lane 1", "slot 0", "SM 3") in tree
         assert ("SM 3", "#1 attn grid=(2,2,1) warps=8", None) in tree
-        assert ("CTA 2", "SM 5", "#2 matmul grid=(3,1,1) warps=4") in tree  # the CTA without scopes
+        assert ("slot 2", "SM 5", "#2 matmul grid=(3,1,1) warps=4") in tree  # 3 CTAs at once, one without scopes
 
 
 @needs_tp
@@ -361,12 +392,19 @@ def test_chrome_processes_and_threads_are_named_and_ordered(tmp_path):
         "select p.pid as pid, p.name as process, t.tid as tid, t.name as thread from thread t "
         "join process p using (upid) where t.name is not null order by t.tid"])  # (+ an unnamed main thread each)
     names = {(r["process"], r["thread"]) for r in rows}
-    assert ("#1 attn grid=(2,2,1) warps=8 SM 3", "CTA 3 (1,1,0) warpgroup 1 lane 1") in names
-    assert ("#2 matmul grid=(3,1,1) warps=4 SM 5", "CTA 2") in names
+    assert ("#1 attn grid=(2,2,1) warps=8 SM 3", "slot 0 warpgroup 1 lane 1") in names
+    assert ("#2 matmul grid=(3,1,1) warps=4 SM 5", "slot 2") in names  # 3 CTAs at once
     assert all(0 < r["pid"] < 2**31 and 0 < r["tid"] < 2**31 and r["pid"] != r["tid"] for r in rows)
     doc = json.loads((tmp_path / "t.json").read_text())
-    sort = [e for e in doc["traceEvents"] if e["name"] in ("process_sort_index", "thread_sort_index")]
-    assert len(sort) == len({e["pid"] for e in doc["traceEvents"] if e["ph"] == "X"}) + len(rows)
+    kinds = [e["name"] for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert kinds.count("process_sort_index") == kinds.count("process_name") == len(p.launches) + len(
+        {(int(c["launch"]), int(c["smid"])) for c in p.ctas})  # a process per launch and per (launch, SM)
+    spans = {(r["process"], r["thread"]) for r in rows if r["thread"] == "launch"}
+    assert spans == {(f"#{i} {k}", "launch") for i, k in [(0, "matmul grid=(4,1,1) warps=4"),
+                                                         (1, "attn grid=(2,2,1) warps=8"),
+                                                         (2, "matmul grid=(3,1,1) warps=4"),
+                                                         (3, "tiny grid=(1,1,1) warps=1")]}
+    assert kinds.count("thread_sort_index") == len(rows) - len(spans)  # slots and units, ordered
 
 
 @needs_tp
@@ -427,8 +465,8 @@ def test_foreign_and_damaged_files_are_refused(tmp_path):
     _one_line_error(tmp_path / "cut.pftrace", "truncated")
     write_trace(synthetic_profile(), tmp_path / "t.json", "chrome")
     text = (tmp_path / "t.json").read_text()
-    (tmp_path / "v9.json").write_text(text.replace('"version":1', '"version":9', 1))
-    _one_line_error(tmp_path / "v9.json", "version 9")
+    (tmp_path / "v9.json").write_text(text.replace('"version":2', '"version":9', 1))
+    _one_line_error(tmp_path / "v9.json", "version 9", "proton-lite trace")
     (tmp_path / "cut.json").write_text(text[:len(text) // 2])
     _one_line_error(tmp_path / "cut.json", "invalid JSON")
 

@@ -13,19 +13,15 @@ import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from proton_lite.profile_data import LAUNCH_DTYPE, KernelInfo, Profile
 
-if TYPE_CHECKING:
-    from proton_lite.trace._proto import Rows
-
 FORMATS = ("perfetto", "chrome")
 EXTENSIONS = {"perfetto": ".pftrace", "chrome": ".json"}
 META_FORMAT = "proton-lite-trace"  # marks files written here; the reader refuses others
-META_VERSION = 1
+META_VERSION = 2  # 2: CTAs packed into slots (trace/rows.py); 1: one track per CTA
 
 
 def write_trace(profile: Profile, path: str | Path, fmt: str, progress=None) -> dict:
@@ -302,7 +298,8 @@ def _check_meta(meta, path) -> dict:
         raise ValueError(f"{path}: not a proton-lite trace (no proton-lite metadata found)")
     if meta.get("version") != META_VERSION:
         raise ValueError(f"{path}: proton-lite trace version {meta.get('version')!r} is not supported "
-                         f"(this reader knows version {META_VERSION})")
+                         f"(this reader knows version {META_VERSION}); write it again from the capture "
+                         "with `proton-lite trace CAPTURE.plraw`")
     return meta
 
 
@@ -368,26 +365,6 @@ def _unique(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), rank[keys]
 
 
-def _unit_tracks(profile: Profile, iv_cta: np.ndarray, n_ctas: int):
-    """The (CTA rank, unit, lane) tracks that hold intervals, sorted, and each interval's track.
-
-    Returns (track CTA rank, track unit, track lane, interval track index).
-    """
-    iv = profile.intervals
-    if not len(iv):
-        z = np.zeros(0, np.int64)
-        return z, z, z, z
-    units = int(iv["unit"].max()) + 1
-    lanes = int(iv["lane"].max()) + 1
-    unit = iv["unit"].astype(np.int64)
-    lane = iv["lane"].astype(np.int64)
-    if n_ctas * units * lanes < 1 << 62:
-        keys, inv = _unique((iv_cta * units + unit) * lanes + lane, n_ctas * units * lanes)
-        return keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv
-    keys, inv = np.unique((iv_cta << 32) | (unit << 16) | lane, return_inverse=True)
-    return keys >> 32, (keys >> 16) & 0xFFFF, keys & 0xFFFF, inv
-
-
 def _pack_columns(arrays: dict[str, np.ndarray]) -> dict:
     """Numeric columns as one compact JSON-able value (exact; dtypes kept).
 
@@ -429,25 +406,15 @@ def _unpack_columns(packed: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def _cta_extras(ctas_sorted: np.ndarray) -> dict:
-    """The CTA fields that the slices do not carry, in ``_cta_layout`` order."""
+def _cta_extras(ctas_sorted: np.ndarray, extent_lo: np.ndarray) -> dict:
+    """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
+    before its start each CTA's slot extent begins (the reader needs it to give intervals
+    their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start)."""
     return _pack_columns({"start_clock": ctas_sorted["start_clock"],
                           "cycles_per_ns": ctas_sorted["cycles_per_ns"],
                           "measured_cycles_per_ns": ctas_sorted["measured_cycles_per_ns"],
-                          "finished_units": ctas_sorted["finished_units"]})
-
-
-def _cta_name(r: Rows, cid, gx, gy, multi) -> None:
-    """``CTA 37``, or ``CTA 37 (5,1,0)`` in a 2-D / 3-D grid."""
-    r.const(b"CTA ")
-    r.decimal(cid)
-    r.const(b" (", multi)
-    r.decimal(cid % gx, multi)
-    r.const(b",", multi)
-    r.decimal((cid // gx) % gy, multi)
-    r.const(b",", multi)
-    r.decimal(cid // (gx * gy), multi)
-    r.const(b")", multi)
+                          "finished_units": ctas_sorted["finished_units"],
+                          "extent_lead_ns": ctas_sorted["start_ns"].astype(np.int64) - extent_lo})
 
 
 def _ordered(submit, tasks, ahead: int):

@@ -1,14 +1,20 @@
 """``NAME.json``: the Chrome Trace Event Format, for tools that do not read Perfetto protobuf.
 
-Same tree as the .pftrace, in the only two levels JSON has: one process per (launch, SM),
-named ``<launch title> SM <id>`` and sorted in launch then SM order; one thread per CTA
-(the CTA-lifetime slice) and per (CTA, unit, lane), sorted CTA by CTA.  pids and tids are
-small integers, tids unique over the file and never equal to a pid (a thread whose tid
-equals its pid is drawn first as the main thread).  Every slice is an ``X`` event with
-``ts``/``dur`` in microseconds written as ``us.nnn`` (exact ns, relative, non-negative)
-and args ``cycles``, ``sm``, ``cta``, ``unit``, ``depth`` (plus ``lane`` > 0, and ``scope``
-where the name alone would not give the scope id back).  The ``_metadata`` JSON sits in
-``otherData.proton_lite``, which the trace processor ignores.
+Same tree as the .pftrace (see ``rows``), in the only two levels JSON has: per launch one
+process named by its title (``_launch_title``) holding a ``resident CTAs`` counter (on
+the GPU) and a ``launch`` thread with one slice over the launch (what its row shows while
+collapsed: Perfetto's UI draws a collapsed process as a summary of its threads' slices),
+then one process per (launch, SM) named ``<launch title> SM <id>`` with the same counter
+for that SM; pids in launch, then SM order.  In an SM's process, one thread per slot
+(``slot 2``: the lifetime slices of the CTAs packed into it) and per (slot, unit, lane)
+(``slot 2 warp 3``), sorted slot by slot.  pids and tids are small integers, tids unique
+over the file and never equal to a pid (a thread whose tid equals its pid is drawn first
+as the main thread).  Every slice is an ``X`` event with ``ts``/``dur`` in microseconds
+written as ``us.nnn`` (exact ns, relative, non-negative); CTA and scope slices carry
+args ``cycles``, ``sm``, ``cta``, and scopes ``unit``, ``depth`` (plus ``lane`` > 0,
+and ``scope`` where the name alone would not give the scope id back); a CTA slice is
+named ``CTA 37`` (``CTA 37 (5,1,0)`` in a 2-D grid).  Counters are ``C`` events.  The
+``_metadata`` JSON sits in ``otherData.proton_lite``, which the trace processor ignores.
 
 Why the lines are built as byte columns (``_proto.Rows``) rather than with ``%``: string
 formatting costs microseconds per event in Python, several seconds per million slices.
@@ -21,13 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace import (_cta_extras, _cta_layout, _cta_name, _launch_title, _meta_json, _metadata, _nesting,
-                               _run_ordered, _scope_names, _several_devices, _sorted_launches, _time_shift,
-                               _unit_tracks, _workers)
+from proton_lite.trace import (_cta_extras, _cta_layout, _launch_title, _meta_json, _metadata, _nesting, _run_ordered,
+                               _scope_names, _several_devices, _sorted_launches, _time_shift, _workers)
 from proton_lite.trace._proto import Rows
+from proton_lite.trace.rows import (SLOT_NAME, cta_name, grid_of_ctas, resident_changes, slot_layout, unit_names,
+                                    unit_tracks)
 
-CTA_SLICE_NAME = "CTA"
 CHUNK = 1 << 16  # lines per encoding task
+COUNTER_NAME, COUNTER_ARG = "resident", "CTAs"  # the importer names the track "resident CTAs"
 
 
 def _times(r: Rows, key: bytes, ns: np.ndarray) -> None:
@@ -38,9 +45,26 @@ def _times(r: Rows, key: bytes, ns: np.ndarray) -> None:
     r.digits3(ns % 1000)
 
 
+def _us(ns: int) -> str:
+    """µs with exact ns, for a few lines written by hand (what ``_times`` writes)."""
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
 def _int(r: Rows, key: bytes, values, present=None, signed=False) -> None:
     r.const(b',"' + key + b'":', present)
     r.decimal(values, present, signed=signed)
+
+
+def _counter_lines(pid: np.ndarray, t: np.ndarray, value: np.ndarray) -> bytes:
+    """``C`` events: the resident-CTA count of process ``pid`` from time ``t`` (ns) on."""
+    r = Rows(len(pid))
+    r.const(b'{"ph":"C","name":"' + COUNTER_NAME.encode() + b'"')
+    _int(r, b"pid", pid)
+    _times(r, b"ts", t)
+    r.const(b',"args":{"' + COUNTER_ARG.encode() + b'":')
+    r.decimal(value)
+    r.const(b"}},\n")
+    return r.tobytes()
 
 
 def write_chrome(profile: Profile, path: str | Path, workers: int | None = None, progress=None) -> dict:
@@ -52,61 +76,55 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     n_iv, n_cta = len(iv), len(ctas)
     kernels = profile.kernels
     k_of_launch = launches["kernel"].astype(np.int64)
+    lay = slot_layout(profile, ctas, cta_lr, iv_cta)
 
-    # processes: (launch, SM) in CTA order; threads: each CTA, then its unit/lane tracks
-    new_sm = np.ones(n_cta, bool)
-    new_sm[1:] = (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
-    cta_pid = np.cumsum(new_sm)  # 1-based
-    n_pid = int(cta_pid[-1]) if n_cta else 0
-    ut_cta, ut_unit, ut_lane, iv_track = _unit_tracks(profile, iv_cta, n_cta)
-    n_ut = len(ut_cta)
-    units_before = np.searchsorted(ut_cta, np.arange(n_cta))  # unit tracks of earlier CTAs
-    cta_tid = n_pid + 1 + np.arange(n_cta) + units_before  # tids above all pids
-    ut_tid = n_pid + 2 + ut_cta + np.arange(n_ut)  # right after their CTA's tid
-    first_tid = np.zeros(n_pid + 1, np.int64)
-    first_tid[cta_pid[new_sm]] = cta_tid[new_sm]
-
-    cid = ctas["cta"].astype(np.int64)
+    # processes: each launch, then its (launch, SM) groups; pids 1..
+    group_launch = cta_lr[lay.group_first]
+    group_pid = np.arange(lay.n_groups) + group_launch + 2
+    group_bounds = np.searchsorted(group_launch, np.arange(len(launches) + 1))  # each launch's SM groups
+    launch_pid = np.arange(len(launches)) + 1 + group_bounds[:-1]
+    n_pid = len(launches) + lay.n_groups
     sm = ctas["smid"].astype(np.int64)
-    grid = np.maximum(np.stack([launches["grid_x"], launches["grid_y"], launches["grid_z"]], 1).astype(np.int64), 1)
-    gx, gy, gz = (grid[cta_lr, k] for k in range(3))
-    multi = gy * gz > 1
-    head = []
+    head, processes = [], []
     show_device = _several_devices(launches)
-    for i in np.flatnonzero(new_sm).tolist():
-        pid = int(cta_pid[i])
-        la = launches[int(cta_lr[i])]
-        title = _launch_title(kernels[int(la["kernel"])], la, show_device) + f" SM {int(sm[i])}"
-        head.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": title}}))
-        head.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}')
+    titles = [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
+    for li, la in enumerate(launches):
+        title = titles[li]
+        pids = [(int(launch_pid[li]), title, -1)]
+        pids += [(int(group_pid[g]), f"{title} SM {int(sm[lay.group_first[g]])}", int(sm[lay.group_first[g]]))
+                 for g in range(group_bounds[li], group_bounds[li + 1])]
+        for pid, name, smid in pids:
+            head.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
+            head.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}')
+            processes.append([int(la["launch"]), smid])
 
-    # threads (names need no JSON escaping): the CTA's, then one per unit and lane
-    gran = np.array([{"warp": 0, "warpgroup": 1, "cta": 2}[k.granularity] for k in kernels] or [0], np.int64)
-    ut_gran = gran[k_of_launch[cta_lr[ut_cta]]] if n_ut else np.zeros(0, np.int64)
-    is_cta_t = np.r_[np.ones(n_cta, bool), np.zeros(n_ut, bool)]
-    t_cta = np.r_[np.arange(n_cta), ut_cta].astype(np.int64)
-    t_tid = np.r_[cta_tid, ut_tid].astype(np.int64)
-    t_unit = np.r_[np.zeros(n_cta, np.int64), ut_unit]
-    t_lane = np.r_[np.zeros(n_cta, np.int64), ut_lane]
-    t_gran = np.r_[np.zeros(n_cta, np.int64), ut_gran]
+    # threads (names need no JSON escaping): each slot, then its unit/lane tracks; tids above all pids
+    ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
+    n_rows, n_ut = lay.n_rows, len(ut_row)
+    units_before = np.searchsorted(ut_row, np.arange(n_rows))  # unit tracks of earlier slots
+    row_tid = n_pid + 1 + np.arange(n_rows) + units_before
+    ut_tid = n_pid + 2 + ut_row + np.arange(n_ut)  # right after their slot's tid
+    row_pid = group_pid[lay.row_group]
+    first_tid = np.zeros(n_pid + 1, np.int64)
+    first_tid[row_pid[lay.row_slot == 0]] = row_tid[lay.row_slot == 0]
+    unit_labels, ut_name = unit_names(kernels, k_of_launch[group_launch[lay.row_group[ut_row]]], ut_unit, ut_lane)
+    is_row_t = np.r_[np.ones(n_rows, bool), np.zeros(n_ut, bool)]
+    t_row = np.r_[np.arange(n_rows), ut_row].astype(np.int64)
+    t_tid = np.r_[row_tid, ut_tid].astype(np.int64)
+    t_name = np.r_[np.zeros(n_rows, np.int64), ut_name]
     by_tid = np.argsort(t_tid, kind="stable")
 
     def thread_lines(sel: slice) -> bytes:
         o = by_tid[sel]
-        c, pid, tid = t_cta[o], cta_pid[t_cta[o]], t_tid[o]
-        unit, gr, lane = ~is_cta_t[o], t_gran[o], t_lane[o]
+        row, pid, tid, unit = t_row[o], row_pid[t_row[o]], t_tid[o], ~is_row_t[o]
         r = Rows(len(o))
         r.const(b'{"ph":"M","name":"thread_name"')
         _int(r, b"pid", pid)
         _int(r, b"tid", tid)
-        r.const(b',"args":{"name":"')
-        _cta_name(r, cid[c], gx[c], gy[c], multi[c])
-        r.const(b" warp ", unit & (gr == 0))
-        r.const(b" warpgroup ", unit & (gr == 1))
-        r.decimal(t_unit[o], unit & (gr < 2))
-        r.const(b" cta", unit & (gr == 2))
-        r.const(b" lane ", lane > 0)
-        r.decimal(lane, lane > 0)
+        r.const(b',"args":{"name":"' + SLOT_NAME.encode() + b" ")
+        r.decimal(lay.row_slot[row])
+        r.const(b" ", unit)
+        r.table(unit_labels or [b""], t_name[o], unit)
         r.const(b'"}},\n{"ph":"M","name":"thread_sort_index"')
         _int(r, b"pid", pid)
         _int(r, b"tid", tid)
@@ -116,7 +134,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         return r.tobytes()
 
     # slices: check nesting per thread (crossing X events are dropped by the importer)
-    track = np.r_[ut_tid[iv_track] if n_iv else np.zeros(0, np.int64), cta_tid].astype(np.int64)
+    track = np.r_[ut_tid[iv_track] if n_iv else np.zeros(0, np.int64), row_tid[lay.row]].astype(np.int64)
     start = np.r_[iv["start_ns"], ctas["start_ns"]].astype(np.int64) + shift
     end = np.r_[iv["end_ns"], ctas["end_ns"]].astype(np.int64) + shift
     depth = np.r_[iv["depth"], np.zeros(n_cta, np.uint16)].astype(np.int64)
@@ -133,7 +151,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     iv_kernel = k_of_launch[cta_lr[iv_cta]] if n_iv else np.zeros(0, np.int64)
     n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
     pairs, pair_idx = np.unique(iv_kernel * n_scopes + iv["scope"].astype(np.int64), return_inverse=True)
-    names, explicit = [json.dumps(CTA_SLICE_NAME).encode()], [False]
+    names, explicit = [b""], [False]
     for key in pairs.tolist():
         k, sc = divmod(key, n_scopes)
         name = _scope_names(kernels[k], sc)[sc]
@@ -144,41 +162,69 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
             explicit.append(True)
     name_idx = np.r_[pair_idx + 1, np.zeros(n_cta, np.int64)]
     explicit = np.array(explicit, bool)
-    row = np.r_[iv_cta, np.arange(n_cta)].astype(np.int64)  # CTA of each slice
+    slice_cta = np.r_[iv_cta, np.arange(n_cta)].astype(np.int64)
+    cid = ctas["cta"].astype(np.int64)
+    gx, gy, multi = grid_of_ctas(launches, cta_lr)
     cycles = np.r_[iv["cycles"].astype(np.int64), (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)]
     unit = np.r_[iv["unit"], np.zeros(n_cta, np.uint32)].astype(np.int64)
     lane = np.r_[iv["lane"], np.zeros(n_cta, np.uint16)].astype(np.int64)
     scope = np.r_[iv["scope"], np.zeros(n_cta, np.uint32)].astype(np.int64)
-    is_iv = np.arange(len(start)) < n_iv
 
-    def slice_lines(sel: slice) -> bytes:
+    def slice_lines(sel: slice, of_ctas: bool) -> bytes:
+        """Lines of the slices ``order[sel]``: all CTA lifetimes, or all intervals (each kind
+        with only its own columns)."""
         o = order[sel]
-        c, s = row[o], is_iv[o]
+        c = slice_cta[o]
         r = Rows(len(o))
         r.const(b'{"ph":"X","name":')
-        r.table(names, name_idx[o])
+        if of_ctas:
+            r.const(b'"')
+            cta_name(r, cid[c], gx[c], gy[c], multi[c])
+            r.const(b'"')
+        else:
+            r.table(names, name_idx[o])
         _times(r, b"ts", start[o])
         _times(r, b"dur", end[o] - start[o])
-        _int(r, b"pid", cta_pid[c])
+        _int(r, b"pid", group_pid[lay.group[c]])
         _int(r, b"tid", track[o])
         r.const(b',"args":{"cycles":')
         r.decimal(cycles[o], signed=True)
         _int(r, b"sm", sm[c])
         _int(r, b"cta", cid[c])
-        _int(r, b"unit", unit[o], s)
-        _int(r, b"depth", depth[o], s)
-        _int(r, b"lane", lane[o], lane[o] > 0)
-        _int(r, b"scope", scope[o], s & explicit[name_idx[o]])
+        if not of_ctas:
+            _int(r, b"unit", unit[o])
+            _int(r, b"depth", depth[o])
+            _int(r, b"lane", lane[o], lane[o] > 0)
+            _int(r, b"scope", scope[o], explicit[name_idx[o]])
         r.const(b"}},\n")
         return r.tobytes()
 
-    processes = [[int(launches["launch"][int(cta_lr[i])]), int(sm[i])] for i in np.flatnonzero(new_sm)]
-    meta = _metadata(profile, launches, shift, processes=processes, cta_slice_name=CTA_SLICE_NAME,
-                     ctas=_cta_extras(ctas))
+    # counters: resident CTAs per launch (on the GPU) and per SM
+    c_t = np.r_[start[n_iv:], end[n_iv:]]
+    c_delta = np.r_[np.ones(n_cta, np.int64), -np.ones(n_cta, np.int64)]
+    lev, lv = resident_changes(np.r_[cta_lr, cta_lr], c_t, c_delta)
+    gev, gv = resident_changes(np.r_[lay.group, lay.group], c_t, c_delta)
+    c_pid = np.r_[launch_pid[cta_lr[lev % max(n_cta, 1)]], group_pid[lay.group[gev % max(n_cta, 1)]]]
+    c_t, c_v = np.r_[c_t[lev], c_t[gev]], np.r_[lv, gv]
+
+    # each launch's span, on a thread of the launch's process: drawn in its row while collapsed
+    bounds = np.searchsorted(cta_lr, np.arange(len(launches) + 1))
+    for li in np.flatnonzero(np.diff(bounds)).tolist():
+        lo, hi = bounds[li], bounds[li + 1]
+        t0, t1 = int(start[n_iv + lo:n_iv + hi].min()), int(end[n_iv + lo:n_iv + hi].max())
+        pid, tid = int(launch_pid[li]), n_pid + 1 + n_rows + n_ut + li
+        head.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"launch"}}}}')
+        head.append(f'{{"ph":"X","name":{json.dumps(titles[li])},"ts":{_us(t0)},"dur":{_us(t1 - t0)},"pid":{pid},'
+                    f'"tid":{tid},"args":{{"ctas":{hi - lo},"sms":{group_bounds[li + 1] - group_bounds[li]}}}}}')
+
+    meta = _metadata(profile, launches, shift, processes=processes, ctas=_cta_extras(ctas, lay.extent_lo))
     # CTA slices first (their order puts CTAs after the intervals), then the intervals
     order = np.r_[order[order >= n_iv], order[order < n_iv]]
-    tasks = [lambda sel=slice(lo, lo + CHUNK): thread_lines(sel) for lo in range(0, n_cta + n_ut, CHUNK)]
-    tasks += [lambda sel=slice(lo, lo + CHUNK): slice_lines(sel) for lo in range(0, len(order), CHUNK)]
+    tasks = [lambda sel=slice(lo, lo + CHUNK): thread_lines(sel) for lo in range(0, n_rows + n_ut, CHUNK)]
+    tasks += [lambda sel=slice(lo, lo + CHUNK): _counter_lines(c_pid[sel], c_t[sel], c_v[sel])
+              for lo in range(0, len(c_pid), CHUNK)]
+    tasks += [lambda sel=slice(lo, min(lo + CHUNK, n_cta)): slice_lines(sel, True) for lo in range(0, n_cta, CHUNK)]
+    tasks += [lambda sel=slice(lo, lo + CHUNK): slice_lines(sel, False) for lo in range(n_cta, len(order), CHUNK)]
     workers = _workers() if workers is None else workers
     size, pending = 0, b""
     with open(path, "wb") as f:
@@ -199,4 +245,5 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         size += len(tail)
     n_slices = n_iv + n_cta
     return {"format": "chrome", "path": str(path), "bytes": size, "slices": n_slices, "processes": n_pid,
-            "threads": n_cta + n_ut, "bytes_per_slice": size / n_slices if n_slices else 0.0}
+            "threads": n_rows + n_ut, "slots": n_rows, "counter_events": len(c_pid),
+            "bytes_per_slice": size / n_slices if n_slices else 0.0}

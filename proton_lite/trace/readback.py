@@ -2,9 +2,13 @@
 
 Why: the viewer summarizes and diffs trace files as well as raw captures, and the round
 trip is how the writers are tested.  Everything comes from the file itself: slices give
-times, tracks / args give launch, SM, CTA, unit and lane, debug args give cycles; the
-embedded metadata gives kernels, launches, session and the per-CTA clocks.  Files not
-written by proton-lite are refused with a one-line ``ValueError``.
+times, tracks / args give launch, SM, unit and lane, debug args give cycles; the
+embedded metadata gives kernels, launches, session and the per-CTA clocks.  A CTA slice
+names its CTA in a ``cta`` arg; in a .pftrace an interval's CTA is the one whose extent on
+the interval's slot holds its start (``rows.cta_by_time``, with the extents' starts from
+the metadata), in a .json every slice has a ``cta`` arg.  The counters are derived from
+the CTA slices and not read.  Files not written by proton-lite are refused with a one-line
+``ValueError``.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import numpy as np
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, Profile
 from proton_lite.trace import _check_meta, _kernels_from_meta, _launch_rank, _launches_from_meta, _unpack_columns
 from proton_lite.trace._proto import fields, packet_bounds, parse_messages, read_varint
+from proton_lite.trace.rows import cta_by_time
 
 
 def load_trace(path: str | Path) -> Profile:
@@ -35,38 +40,50 @@ def load_trace(path: str | Path) -> Profile:
     raise ValueError(f"{path}: not a proton-lite trace (neither Perfetto protobuf nor JSON)")
 
 
-def _profile(meta: dict, ctas: dict, iv: dict) -> Profile:
-    """Assemble a Profile from the parsed columns and the metadata (CTA extras joined)."""
+def _cta_table(meta: dict, ctas: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CTA rows in the writers' order (launch, SM, CTA id: that of the metadata's
+    per-CTA columns), those columns joined; returns (ctas, their extent starts, the index
+    in ``ctas`` (the input) of each row)."""
     launches = _launches_from_meta(meta)
-    kernels = _kernels_from_meta(meta)
     c = np.zeros(len(ctas["cta"]), CTA_DTYPE)
     lr = _launch_rank(launches, np.asarray(ctas["launch"]), "CTA slices")
     for k in ("launch", "cta", "smid", "start_ns", "end_ns"):
         c[k] = ctas[k]
-    order = np.lexsort((c["cta"], c["smid"], lr))  # the writers' CTA order: that of the extras
+    order = np.lexsort((c["cta"], c["smid"], lr))
     c = c[order]
-    extras = _unpack_columns(meta["ctas"])
     if int(meta["ctas"]["rows"]) != len(c):
         raise ValueError(f"{len(c)} CTA slices but metadata for {meta['ctas']['rows']} CTAs")
+    extras = _unpack_columns(meta["ctas"])
+    lead = extras.pop("extent_lead_ns", np.zeros(len(c), np.int64))
     for k, v in extras.items():
         c[k] = v
     c["end_clock"] = c["start_clock"] + np.asarray(ctas["cycles"], np.int64)[order].view(np.uint64)
-    c = c[np.lexsort((c["cta"], lr[order]))]  # decode order: launch, then CTA id
+    if len(c) > 1 and not np.all((c["launch"][1:] != c["launch"][:-1]) | (c["cta"][1:] != c["cta"][:-1])):
+        raise ValueError("two CTA slices of one launch carry the same CTA id")
+    return c, c["start_ns"] - lead, order
+
+
+def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
+    """Assemble a Profile from the CTA table (``_cta_table``) and the interval columns."""
+    launches = _launches_from_meta(meta)
+    lr = _launch_rank(launches, c["launch"], "CTA slices")
+    c = c[np.lexsort((c["cta"], lr))]  # decode order: launch, then CTA id
     out = np.zeros(len(iv["cta"]), INTERVAL_DTYPE)
     for k in INTERVAL_DTYPE.names:
         out[k] = iv[k]
     out = out[np.lexsort((out["depth"], -out["end_ns"], out["start_ns"], out["lane"], out["unit"], out["cta"],
                           out["launch"]))] if len(out) else out
-    return Profile(kernels=kernels, launches=launches, ctas=c, intervals=out, t0_ns=int(meta["t0_ns"]),
-                   session=meta.get("session") or {})
+    return Profile(kernels=_kernels_from_meta(meta), launches=launches, ctas=c, intervals=out,
+                   t0_ns=int(meta["t0_ns"]), session=meta.get("session") or {})
 
 
 # ---- Perfetto ------------------------------------------------------------------------------
 
 def _load_perfetto(data: bytes, path) -> Profile:
-    from proton_lite.trace import perfetto as pf
+    from proton_lite.trace import perfetto_fields as pf
     meta = _first_packet_meta(data, pf.META_FIELD, path)
-    wanted = {pf.P_TIMESTAMP: 0, pf.P_TRACK_EVENT: 2, pf.P_TRACK_DESCRIPTOR: 2, pf.P_DEFAULTS: 2, pf.P_COMPRESSED: 2}
+    wanted = {pf.P_TIMESTAMP: 0, pf.P_SEQ_ID: 0, pf.P_TRACK_EVENT: 2, pf.P_TRACK_DESCRIPTOR: 2, pf.P_DEFAULTS: 2,
+              pf.P_COMPRESSED: 2}
     starts, ends = packet_bounds(data)
     buf = np.frombuffer(data, np.uint8)
     pk = parse_messages(buf, starts, ends, wanted)
@@ -84,30 +101,24 @@ def _load_perfetto(data: bytes, path) -> Profile:
         pk = parse_messages(buf, starts, ends, wanted)
         if pk[pf.P_COMPRESSED][0].any():
             raise ValueError("compressed packets inside compressed packets")
-    incremental = False
-    has, lo, hi = pk[pf.P_DEFAULTS]
-    for k in np.flatnonzero(has).tolist():
-        d = parse_messages(buf, lo[k:k + 1], hi[k:k + 1], {pf.TPD_CLOCK_ID: 0})[pf.TPD_CLOCK_ID]
-        incremental = bool(d[0][0]) and int(d[1][0]) == pf.CLOCK_ID
-    has_ts, ts = pk[pf.P_TIMESTAMP]
-    t_all = np.cumsum(np.where(has_ts, ts, 0).astype(np.int64)) if incremental else ts.astype(np.int64)
+    t_all = _timestamps(buf, pk, pf)
     # track descriptors: uuid -> (parent, rank)
     has, lo, hi = pk[pf.P_TRACK_DESCRIPTOR]
     td = parse_messages(buf, lo[has], hi[has], {pf.TD_UUID: 0, pf.TD_PARENT: 0, pf.TD_RANK: 0})
     t_uuid = td[pf.TD_UUID][1].astype(np.int64)
     t_parent = np.where(td[pf.TD_PARENT][0], td[pf.TD_PARENT][1].astype(np.int64), -1)
     t_rank = (td[pf.TD_RANK][1] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    # track events
+    # track events (the counter values on the CTA slices are derived from them: not read)
     has, lo, hi = pk[pf.P_TRACK_EVENT]
-    if np.any(has & ~has_ts):
+    if np.any(has & ~pk[pf.P_TIMESTAMP][0]):
         raise ValueError("a TrackEvent packet without a timestamp")
     t = t_all[has]
     te = parse_messages(buf, lo[has], hi[has], {pf.TE_TYPE: 0, pf.TE_TRACK_UUID: 0, pf.TE_NAME_IID: 0,
                                                 pf.TE_ANNOTATIONS: 2})
     typ = te[pf.TE_TYPE][1].astype(np.int64)
-    track = te[pf.TE_TRACK_UUID][1].astype(np.int64)
     if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
+    track = te[pf.TE_TRACK_UUID][1].astype(np.int64)
     a_has, a_lo, a_hi = te[pf.TE_ANNOTATIONS]
     ann = parse_messages(buf, a_lo[a_has], a_hi[a_has], {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
     an = np.zeros(len(typ), np.int64)
@@ -121,44 +132,73 @@ def _load_perfetto(data: bytes, path) -> Profile:
     start, end = t[b] - shift, t[e] - shift
     depth = np.where(an[b] == pf.ANN_DEPTH, av[b], _nest_level(track, b, e))
 
-    # each slice's track: CTA track (parent SM, grandparent launch) or unit track (one level down)
-    slice_track = track[b]
-    by_uuid = np.argsort(t_uuid)
-    def lookup(u):
-        i = np.searchsorted(t_uuid, u, sorter=by_uuid)
-        i = by_uuid[np.minimum(i, max(len(by_uuid) - 1, 0))] if len(by_uuid) else i
-        ok = (t_uuid[i] == u) if len(by_uuid) else np.zeros(len(u), bool)
-        if not np.all(ok):
-            raise ValueError("slices on a track that has no TrackDescriptor")
-        return i
-    own = lookup(slice_track)
-    up = [own]
-    for _ in range(3):  # walk to the root, at most launch > SM > CTA > unit
-        prev = up[-1]
-        par = t_parent[prev]
-        nxt = np.full(len(prev), -1, np.int64)
-        nxt[par >= 0] = lookup(par[par >= 0]) if np.any(par >= 0) else nxt[par >= 0]
-        nxt[prev < 0] = -1
-        up.append(nxt)
+    # each slice's track: a slot (parent SM, grandparent launch) or a unit track one level down
+    up = _ancestors(t_uuid, t_parent, track[b], 3)
     n_up = sum((u >= 0).astype(np.int64) for u in up[1:])
     is_cta = n_up == 2
     if np.any((n_up != 2) & (n_up != 3)):
-        raise ValueError("slices on a track that is neither a CTA nor a unit track")
+        raise ValueError("slices on a track that is neither a CTA slot nor a unit track")
+    if np.any(is_cta & (an[b] != pf.ANN_CTA)) or np.any(~is_cta & (iid < 1)):
+        raise ValueError("slice args do not match their tracks (a CTA slot's slices carry a 'cta' arg)")
     rank = lambda i: np.where(i >= 0, t_rank[np.maximum(i, 0)], 0)
-    cta_i = np.where(is_cta, own, up[1])
+    slot_i = np.where(is_cta, up[0], up[1])
     sm_i = np.where(is_cta, up[1], up[2])
     launch_i = np.where(is_cta, up[2], up[3])
-    if np.any(is_cta & (iid != 1)) or np.any(~is_cta & (iid < 2)):
-        raise ValueError(f"slice names do not match their tracks (CTA tracks hold only {pf.CTA_SLICE_NAME!r})")
     names = np.array([s for _, s in meta["names"]] or [0], np.int64)
-    scope = names[np.clip(iid - 2, 0, len(names) - 1)]
-    u_rank = rank(own)
+    scope = names[np.clip(iid - 1, 0, len(names) - 1)]
     c, u = is_cta, ~is_cta
-    ctas = {"launch": rank(launch_i)[c], "smid": rank(sm_i)[c], "cta": rank(cta_i)[c], "start_ns": start[c],
-            "end_ns": end[c], "cycles": cycles[c]}
-    iv = {"launch": rank(launch_i)[u], "cta": rank(cta_i)[u], "unit": u_rank[u] >> 16, "lane": u_rank[u] & 0xFFFF,
-          "scope": scope[u], "depth": depth[u], "start_ns": start[u], "end_ns": end[u], "cycles": cycles[u]}
-    return _profile(meta, ctas, iv)
+    table, lo_ns, order = _cta_table(meta, {"launch": rank(launch_i)[c], "smid": rank(sm_i)[c], "cta": av[b][c],
+                                               "start_ns": start[c], "end_ns": end[c], "cycles": cycles[c]})
+    # an interval's CTA: the one whose extent on its slot holds the interval's start
+    owner = cta_by_time(slot_i[c][order], lo_ns, slot_i[u], start[u])
+    if len(owner) and owner.min() < 0:
+        raise ValueError("an interval starts before every CTA of its slot")
+    u_rank = rank(up[0])[u]
+    iv = {"launch": table["launch"][owner], "cta": table["cta"][owner], "unit": u_rank >> 16,
+          "lane": u_rank & 0xFFFF, "scope": scope[u], "depth": depth[u], "start_ns": start[u], "end_ns": end[u],
+          "cycles": cycles[u]}
+    return _profile(meta, table, iv)
+
+
+def _timestamps(buf: np.ndarray, pk: dict, pf) -> np.ndarray:
+    """Each packet's timestamp: with the writers' incremental clock, a running sum per sequence."""
+    incremental = False
+    has, lo, hi = pk[pf.P_DEFAULTS]
+    for k in np.flatnonzero(has).tolist():
+        d = parse_messages(buf, lo[k:k + 1], hi[k:k + 1], {pf.TPD_CLOCK_ID: 0})[pf.TPD_CLOCK_ID]
+        incremental = bool(d[0][0]) and int(d[1][0]) == pf.CLOCK_ID
+    has_ts, ts = pk[pf.P_TIMESTAMP]
+    if not incremental:
+        return ts.astype(np.int64)
+    seq = pk[pf.P_SEQ_ID][1].astype(np.int64)
+    out = np.zeros(len(ts), np.int64)
+    for s in np.unique(seq).tolist():
+        m = seq == s
+        out[m] = np.cumsum(np.where(has_ts[m], ts[m], 0).astype(np.int64))
+    return out
+
+
+def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray, levels: int) -> list[np.ndarray]:
+    """[own descriptor index, parent's, grandparent's, ...] of each track uuid; -1 above the root."""
+    by_uuid = np.argsort(t_uuid)
+
+    def lookup(u):
+        if not len(by_uuid):
+            if len(u):
+                raise ValueError("slices on a track that has no TrackDescriptor")
+            return np.zeros(0, np.int64)
+        i = by_uuid[np.minimum(np.searchsorted(t_uuid, u, sorter=by_uuid), len(by_uuid) - 1)]
+        if not np.all(t_uuid[i] == u):
+            raise ValueError("slices on a track that has no TrackDescriptor")
+        return i
+    up = [lookup(uuid)]
+    for _ in range(levels):
+        prev = up[-1]
+        par = np.where(prev >= 0, t_parent[np.maximum(prev, 0)], -1)
+        nxt = np.full(len(prev), -1, np.int64)
+        nxt[par >= 0] = lookup(par[par >= 0])
+        up.append(nxt)
+    return up
 
 
 def _first_packet_meta(data: bytes, meta_field: int, path) -> dict:
@@ -246,7 +286,7 @@ def _load_chrome(data: bytes, path) -> Profile:
     kernel_of_launch = dict(zip(meta["launches"]["launch"], meta["launches"]["kernel"]))
     scope_ids = [scope_lookup(k) for k in kernels]
     shift = int(meta["shift_ns"])
-    xs = [ev for ev in doc.get("traceEvents", ()) if ev.get("ph") == "X"]
+    xs = [ev for ev in doc.get("traceEvents", ()) if ev.get("ph") == "X" and "cta" in ev.get("args", ())]
     args = [ev["args"] for ev in xs]
     is_cta = np.array(["unit" not in a for a in args], bool)
     launch = np.array([launch_of_pid[ev["pid"]] for ev in xs], np.int64)
@@ -267,4 +307,4 @@ def _load_chrome(data: bytes, path) -> Profile:
                             np.int64),
           "depth": np.array([a["depth"] for a in ua], np.int64), "start_ns": start[u], "end_ns": end[u],
           "cycles": cycles[u]}
-    return _profile(meta, ctas, iv)
+    return _profile(meta, _cta_table(meta, ctas)[0], iv)

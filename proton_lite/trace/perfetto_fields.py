@@ -1,0 +1,38 @@
+"""Field numbers of Perfetto's protos that the .pftrace writer and reader use, and packet framing.
+
+From trace_packet.proto, track_event.proto, debug_annotation.proto, interned_data.proto,
+track_descriptor.proto, counter_descriptor.proto and clock_snapshot.proto, checked against
+the descriptors in the ``perfetto`` package.
+"""
+from __future__ import annotations
+
+from proton_lite.trace._proto import field_bytes
+
+META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
+SEQ_ID = 1  # the intervals
+SEQ_CTAS = 2  # the CTA slices and the resident-CTA counters
+CLOCK_ID = 64  # first sequence-scoped clock id
+BOOTTIME = 6
+# TracePacket
+P_CLOCK_SNAPSHOT, P_TIMESTAMP, P_SEQ_ID, P_TRACK_EVENT, P_INTERNED, P_FLAGS = 6, 8, 10, 11, 12, 13
+P_COMPRESSED, P_DEFAULTS, P_TRACK_DESCRIPTOR = 50, 59, 60
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+# TrackEvent, DebugAnnotation, InternedData, TracePacketDefaults, ClockSnapshot
+TE_ANNOTATIONS, TE_TYPE, TE_NAME_IID, TE_TRACK_UUID, TE_NAME = 4, 9, 10, 11, 23
+TE_EXTRA_COUNTER_VALUES, TE_EXTRA_COUNTER_TRACKS = 12, 31
+TYPE_SLICE_BEGIN, TYPE_SLICE_END = 1, 2
+DA_NAME_IID, DA_INT = 1, 4
+ID_EVENT_NAMES, ID_ANNOTATION_NAMES = 2, 3
+TPD_CLOCK_ID = 58
+CS_CLOCKS, CLK_ID, CLK_TS, CLK_INCREMENTAL = 1, 1, 2, 3
+ANN_CYCLES, ANN_DEPTH, ANN_CTA = 1, 2, 3
+ANNOTATION_NAMES = {ANN_CYCLES: "cycles", ANN_DEPTH: "depth", ANN_CTA: "cta"}
+# TrackDescriptor, CounterDescriptor
+TD_UUID, TD_NAME, TD_PARENT, TD_COUNTER, TD_CHILD_ORDERING, TD_RANK, TD_DESCRIPTION, TD_MERGE = 1, 2, 5, 8, 11, 12, 14, 15
+CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY = 6, 7
+CHILD_ORDERING_EXPLICIT, SIBLING_MERGE_NONE = 3, 2
+
+
+def packet(*parts: bytes) -> bytes:
+    """One ``Trace.packet`` holding ``parts`` (encoded TracePacket fields)."""
+    return field_bytes(1, b"".join(parts))

@@ -1,0 +1,225 @@
+"""The .pftrace's track tree and its CTA sequence (layout: ``rows``).
+
+Tracks: one counter track per launch (resident CTAs on the GPU) > one counter track per SM
+(resident CTAs on it; the SMs of a launch share one y axis) > one track per slot (the
+lifetime slices of the CTAs packed into it) > one per unit and lane.  A track with
+children draws its own slices or counter in its header row, also while collapsed, which
+is what makes waves and the tail visible with every SM group collapsed (checked in the
+Perfetto UI v52 that ``open --offline`` serves).  Tracks carry their identity in
+``sibling_order_rank`` (launch index, SM id, slot, unit << 16 | lane), which also orders
+them (``child_ordering = EXPLICIT``); ``sibling_merge_behavior = NONE``.
+
+Sequence 2 holds the CTA slices, in a layout of their own so that the interval packets of
+sequence 1 (millions) keep their short fixed one; the counters ride on the CTA slices.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from proton_lite.profile_data import Profile
+from proton_lite.trace import _argsort_keys, _launch_title, _several_devices
+from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
+from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY,
+                                               CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_SEQ_ID, P_TIMESTAMP,
+                                               P_TRACK_DESCRIPTOR, P_TRACK_EVENT, SEQ_CTAS, SIBLING_MERGE_NONE,
+                                               TD_CHILD_ORDERING, TD_COUNTER, TD_DESCRIPTION, TD_MERGE, TD_NAME,
+                                               TD_PARENT, TD_RANK, TD_UUID, TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS,
+                                               TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_TRACK_UUID, TE_TYPE,
+                                               TYPE_SLICE_BEGIN, TYPE_SLICE_END, packet)
+from proton_lite.trace.rows import (SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names,
+                                    unit_tracks)
+
+CHUNK = 1 << 18  # descriptors encoded per task
+COUNTER_UNIT = "CTAs"
+LAUNCH_DESCRIPTION = ("CTAs resident on the GPU over time. Inside: one group per SM with the CTAs resident on "
+                      "it, then its slots: CTAs of the SM that never overlap share a slot, one track per warp "
+                      "(or warp group) below it.")
+
+
+def _rank(rank) -> np.ndarray:
+    """sibling_order_rank is an int32: larger values wrap (the reader masks them back)."""
+    return np.asarray(rank, np.int64).astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def _descriptor(uuid: int, name: str, rank: int, extra: bytes = b"") -> bytes:
+    """A root track that has children (a launch)."""
+    d = (field_varint(TD_UUID, uuid) + field_bytes(TD_NAME, name) + extra +
+         field_varint(TD_CHILD_ORDERING, CHILD_ORDERING_EXPLICIT) + field_varint(TD_RANK, int(_rank([rank])[0])) +
+         field_varint(TD_MERGE, SIBLING_MERGE_NONE))
+    return packet(field_bytes(P_TRACK_DESCRIPTOR, d))
+
+
+def _descriptor_rows(uuid, parent, rank, name_fill, has_children: bool, extra_fill=None) -> Rows:
+    """TrackDescriptor packets for many tracks; ``name_fill(rows)`` adds the name bytes,
+    ``extra_fill(rows)`` more fields (a counter descriptor)."""
+    r = Rows(len(uuid))
+    r.const(b"\x0a")
+    plen = r.placeholder()
+    p0 = r.mark()
+    r.const(tag(P_TRACK_DESCRIPTOR, 2))
+    dlen = r.placeholder()
+    d0 = r.mark()
+    r.const(tag(TD_UUID, 0))
+    r.varint(uuid)
+    r.const(tag(TD_NAME, 2))
+    nlen = r.placeholder()
+    n0 = r.mark()
+    name_fill(r)
+    r.set_length(nlen, r.length_since(n0))
+    r.const(tag(TD_PARENT, 0))
+    r.varint(parent)
+    if extra_fill is not None:
+        extra_fill(r)
+    if has_children:
+        r.const(field_varint(TD_CHILD_ORDERING, CHILD_ORDERING_EXPLICIT))
+    r.const(tag(TD_RANK, 0))
+    r.varint(_rank(rank))
+    r.const(field_varint(TD_MERGE, SIBLING_MERGE_NONE))
+    r.set_length(dlen, r.length_since(d0))
+    r.set_length(plen, r.length_since(p0))
+    return r
+
+
+class Tracks:
+    """Track uuids: unit/lane tracks first (1..U, the smallest varints: most events refer to
+    them), then slots, SMs, launches; and the tasks that encode their descriptors
+    (``finish(rows, compress)`` turns a batch into the file's bytes)."""
+
+    def __init__(self, profile: Profile, launches, ctas, cta_lr, lay: SlotLayout, compress: bool, finish):
+        kernels = profile.kernels
+        ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
+        n_units, n_rows, n_sms = len(ut_row), lay.n_rows, lay.n_groups
+        self.iv_uuid = iv_track + 1
+        self.row_uuid = n_units + 1 + np.arange(n_rows)
+        self.sm_uuid = n_units + n_rows + 1 + np.arange(n_sms)
+        self.launch_uuid = n_units + n_rows + n_sms + 1 + np.arange(len(launches))
+        self.count = n_units + n_rows + n_sms + len(launches)
+        sm_lr = cta_lr[lay.group_first]
+        sm_id = ctas["smid"][lay.group_first].astype(np.int64)
+        launch_no = launches["launch"].astype(np.int64)
+        show_device = _several_devices(launches)
+        counter = field_bytes(TD_COUNTER, field_bytes(CD_UNIT_NAME, COUNTER_UNIT))
+
+        def launch_rows() -> bytes:
+            return b"".join(_descriptor(int(self.launch_uuid[i]), _launch_title(kernels[int(la["kernel"])], la,
+                                                                                 show_device),
+                                        int(la["launch"]), counter + field_bytes(TD_DESCRIPTION, LAUNCH_DESCRIPTION))
+                            for i, la in enumerate(launches))
+
+        def sm_rows(sel: slice) -> bytes:  # not deflated: few, and they go out with the launches'
+            def name(r: Rows) -> None:
+                r.const(b"SM ")
+                r.decimal(sm_id[sel])
+
+            def shared_axis(r: Rows) -> None:  # the SMs of one launch share a y axis: comparable
+                r.const(tag(TD_COUNTER, 2))
+                clen = r.placeholder()
+                c0 = r.mark()
+                r.const(field_bytes(CD_UNIT_NAME, COUNTER_UNIT) + tag(CD_Y_AXIS_SHARE_KEY, 2))
+                klen = r.placeholder()
+                k0 = r.mark()
+                r.const(b"SMs of #")
+                r.decimal(launch_no[sm_lr[sel]])
+                r.set_length(klen, r.length_since(k0))
+                r.set_length(clen, r.length_since(c0))
+            return finish(_descriptor_rows(self.sm_uuid[sel], self.launch_uuid[sm_lr[sel]], sm_id[sel], name, True,
+                                            shared_axis), False)
+
+        def slot_rows(sel: slice) -> bytes:
+            def name(r: Rows) -> None:
+                r.const(SLOT_NAME.encode() + b" ")
+                r.decimal(lay.row_slot[sel])
+            return finish(_descriptor_rows(self.row_uuid[sel], self.sm_uuid[lay.row_group[sel]], lay.row_slot[sel],
+                                            name, True), compress)
+
+        ut_kernel = launches["kernel"].astype(np.int64)[sm_lr[lay.row_group[ut_row]]] if n_units else ut_row
+        unit_labels, name_idx = unit_names(kernels, ut_kernel, ut_unit, ut_lane)
+        ut_rank = (ut_unit << 16) | ut_lane
+
+        def unit_rows(sel: slice) -> bytes:
+            return finish(_descriptor_rows(np.arange(1, n_units + 1)[sel], self.row_uuid[ut_row[sel]], ut_rank[sel],
+                                            lambda r: r.table(unit_labels, name_idx[sel]), False), compress)
+
+        self.tasks = [launch_rows]
+        self.tasks += [lambda sel=slice(lo, lo + CHUNK): sm_rows(sel) for lo in range(0, n_sms, CHUNK)]
+        self.tasks += [lambda sel=slice(lo, lo + CHUNK): slot_rows(sel) for lo in range(0, n_rows, CHUNK)]
+        self.tasks += [lambda sel=slice(lo, lo + CHUNK): unit_rows(sel) for lo in range(0, n_units, CHUNK)]
+
+
+class CtaEvents:
+    """Sequence 2: each CTA's lifetime slice on its slot track, in time order (at equal
+    times: ends, begins, then the end of a zero-length slice).  The resident-CTA counters of
+    the SMs and launches ride on these events (``extra_counter_values``, ~7 bytes a
+    sample where a packet of its own would take ~14)."""
+
+    def __init__(self, launches, ctas, cta_lr, lay: SlotLayout, tracks: Tracks, shift: int):
+        n = len(ctas)
+        start = ctas["start_ns"].astype(np.int64) + shift
+        end = ctas["end_ns"].astype(np.int64) + shift
+        zero = end <= start
+        t = np.r_[start, end]
+        phase = np.r_[np.full(n, 1), np.where(zero, 2, 0)]
+        track = np.r_[tracks.row_uuid[lay.row], tracks.row_uuid[lay.row]].astype(np.int64)
+        order = _argsort_keys([t, phase, track], lambda idx: [])  # ties: in CTA order
+        self.begin = order < n
+        self.cta_i = order % max(n, 1)
+        self.track, self.dts = track[order], np.diff(t[order], prepend=np.int64(0))
+        cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
+        self.value = np.where(self.begin, ctas["cta"].astype(np.int64)[self.cta_i], cycles[self.cta_i])
+        delta = np.where(self.begin, 1, -1)
+        samples = []  # (events carrying a sample, counter track uuid of each, value): SMs, launches
+        for key, uuid in ((lay.group, tracks.sm_uuid), (cta_lr, tracks.launch_uuid)):
+            k = key[self.cta_i]
+            ev, value = resident_changes(k, t[order], delta)
+            has = np.zeros(2 * n, bool)
+            has[ev] = True
+            v = np.zeros(2 * n, np.int64)
+            v[ev] = value
+            samples.append((has, uuid[k] if n else k, v))
+        # Perfetto's importer (v52) reads the value after a leading 0 in extra_counter_values
+        # as 0 too: an event with two samples puts a 0 last
+        (sm_has, sm_uuid, sm_v), (la_has, la_uuid, la_v) = samples
+        swap = ~sm_has | (la_has & (sm_v == 0))
+        self.counters = [(sm_has | la_has, np.where(swap, la_uuid, sm_uuid), np.where(swap, la_v, sm_v)),
+                         (sm_has & la_has, np.where(swap, sm_uuid, la_uuid), np.where(swap, sm_v, la_v))]
+        self.cid = ctas["cta"].astype(np.int64)
+        self.gx, self.gy, self.multi = grid_of_ctas(launches, cta_lr)
+        self.n_samples = sum(int(c[0].sum()) for c in self.counters)
+
+    def rows(self, sel: slice) -> Rows:
+        begin, c = self.begin[sel], self.cta_i[sel]
+        r = Rows(len(begin))
+        r.const(b"\x0a")
+        plen = r.placeholder()
+        p0 = r.mark()
+        r.const(tag(P_TIMESTAMP, 0))
+        r.varint(self.dts[sel])
+        r.const(field_varint(P_SEQ_ID, SEQ_CTAS) + tag(P_TRACK_EVENT, 2))
+        tlen = r.placeholder()
+        t0 = r.mark()
+        r.const(tag(TE_TYPE, 0))
+        r.column(np.where(begin, TYPE_SLICE_BEGIN, TYPE_SLICE_END).astype(np.uint8))
+        r.const(tag(TE_TRACK_UUID, 0))
+        r.varint(self.track[sel])
+        r.const(tag(TE_NAME, 2), begin)
+        nlen = r.placeholder()
+        n0 = r.mark()
+        cta_name(r, self.cid[c], self.gx[c], self.gy[c], self.multi[c], begin)
+        r.set_length(nlen, r.length_since(n0), begin)
+        r.const(tag(TE_ANNOTATIONS, 2))  # BEGIN: the CTA id; END: its cycles
+        alen = r.placeholder()
+        a0 = r.mark()
+        r.const(tag(DA_NAME_IID, 0))
+        r.column(np.where(begin, ANN_CTA, ANN_CYCLES).astype(np.uint8))
+        r.const(tag(DA_INT, 0))
+        r.varint(self.value[sel])
+        r.set_length(alen, r.length_since(a0))
+        for has, uuid, _ in self.counters:  # the tracks of the samples, then their values (in that order)
+            r.const(tag(TE_EXTRA_COUNTER_TRACKS, 0), has[sel])
+            r.varint(uuid[sel], has[sel])
+        for has, _, value in self.counters:
+            r.const(tag(TE_EXTRA_COUNTER_VALUES, 0), has[sel])
+            r.varint(value[sel], has[sel])
+        r.set_length(tlen, r.length_since(t0))
+        r.set_length(plen, r.length_since(p0))
+        return r

@@ -1,0 +1,238 @@
+"""CTA slots and occupancy: the track layout that keeps a trace of 10,000 CTAs readable.
+
+Why: one track per CTA gives ~60 rows per SM for a grid of 8,192 CTAs (82,186 tracks for
+two launches of a layernorm): the UI slows down, and with the SM groups collapsed nothing
+is drawn, so waves and the tail are invisible.  Here CTAs of one SM that never overlap
+share a row (a "slot"), so an SM has as many slots as it ever held CTAs at once, and the
+SM and launch groups carry the number of resident CTAs over time on their own rows.
+
+A CTA occupies its slot for its *extent*: its lifetime and every interval of its units (a
+unit may record a few ns before thread 0 stamps the CTA header), each counted as at least
+1 ns, half open.  Extents on one slot are disjoint, so no two slices on a slot or on one
+of its unit tracks ever cross, and a reader finds an interval's CTA from its slot and its
+start time alone (``cta_by_time``): the last CTA on the slot whose extent starts at or
+before it.  Everything is vectorised numpy: a few passes per slot level, none per CTA.
+The names of CTAs and unit tracks are here too, so that both writers name them alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.trace import _argsort_keys, _unique
+from proton_lite.trace._proto import Rows
+
+SLOT_NAME = "slot"  # the track of a slot is "slot 2"
+
+
+@dataclass
+class SlotLayout:
+    """Where each CTA and interval goes; CTAs in ``_cta_layout`` order (launch, SM, CTA id).
+
+    ``group``: the (launch, SM) group of each CTA (0-based, in CTA order); ``slot``: its
+    slot in that group; ``row``: its slot track, numbered over the whole trace in (group,
+    slot) order, whose group and slot are ``row_group``/``row_slot``; ``extent_lo``/
+    ``extent_hi``: the half-open span it occupies; ``iv_row``: each interval's slot track.
+    """
+    group: np.ndarray
+    group_first: np.ndarray  # index of each group's first CTA
+    slot: np.ndarray
+    row: np.ndarray
+    row_group: np.ndarray
+    row_slot: np.ndarray
+    extent_lo: np.ndarray
+    extent_hi: np.ndarray
+    iv_row: np.ndarray
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_first)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.row_group)
+
+
+def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: np.ndarray) -> SlotLayout:
+    """Pack the CTAs of each (launch, SM) into slots; inputs as ``_cta_layout`` returns them."""
+    n = len(ctas)
+    new_group = np.ones(n, bool)
+    new_group[1:] = (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
+    group = np.cumsum(new_group) - 1
+    lo, hi = cta_extents(ctas, iv_cta, profile.intervals)
+    slot = pack_slots(group, lo, hi)
+    n_slots = np.zeros(int(group[-1]) + 1 if n else 0, np.int64)
+    if n:
+        np.maximum.at(n_slots, group, slot + 1)
+    row_base = np.cumsum(n_slots) - n_slots
+    row = row_base[group] + slot
+    row_group = np.repeat(np.arange(len(n_slots)), n_slots)
+    row_slot = np.arange(len(row_group)) - row_base[row_group]
+    return SlotLayout(group=group, group_first=np.flatnonzero(new_group), slot=slot, row=row, row_group=row_group,
+                      row_slot=row_slot, extent_lo=lo, extent_hi=hi, iv_row=row[iv_cta] if len(iv_cta) else iv_cta)
+
+
+def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """End of the half-open span a slice occupies: a zero-length one still takes 1 ns, so that
+    it cannot touch, and be confused with, a CTA that starts at that very ns."""
+    return np.maximum(end, start + 1)
+
+
+def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open [lo, hi) of each CTA: its lifetime and all of its units' intervals."""
+    start = ctas["start_ns"].astype(np.int64)
+    lo = start.copy()
+    hi = _occupied_end(start, ctas["end_ns"].astype(np.int64))
+    if len(intervals):
+        i_start = intervals["start_ns"].astype(np.int64)
+        np.minimum.at(lo, iv_cta, i_start)
+        np.maximum.at(hi, iv_cta, _occupied_end(i_start, intervals["end_ns"].astype(np.int64)))
+    return lo, hi
+
+
+def pack_slots(group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Slot of each CTA: greedy interval partitioning within each group.
+
+    CTAs in order of (group, lo, hi, index) each take the lowest-numbered slot whose last
+    CTA ended at or before their start; that uses as many slots as CTAs overlap at most.
+    Computed slot by slot instead of CTA by CTA: slot 0 of a group holds exactly the chain
+    "its first CTA, then the next one that starts at or after the previous one's end" (any
+    CTA in between finds slot 0 busy), slot 1 the same chain among the CTAs left, and so
+    on.  Each chain is found for all groups at once by pointer doubling, so the cost is
+    O(n log n) per slot level, and levels = the most CTAs one SM held at once.
+    """
+    n = len(group)
+    slot = np.full(n, -1, np.int64)
+    if not n:
+        return slot
+    group = np.asarray(group, np.int64)
+    order = np.lexsort((np.arange(n), hi, lo, group))
+    g = group[order]
+    # times as ranks (order and ties kept) so that (group, time) packs into one int64
+    times, inv = np.unique(np.concatenate([lo[order], hi[order]]), return_inverse=True)
+    width = len(times) + 1
+    key_lo = g * width + inv[:n]
+    key_hi = g * width + inv[n:]
+    left = np.arange(n)  # positions (in ``order``) not yet given a slot, ascending
+    level = 0
+    while len(left):
+        m = len(left)
+        keys = key_lo[left]
+        nxt = np.searchsorted(keys, key_hi[left])  # first CTA left that starts at/after the end
+        gl = g[left]
+        nxt = np.where((nxt < m) & (gl[np.minimum(nxt, m - 1)] == gl), nxt, m)  # m: none in the group
+        jump = np.append(nxt, m)
+        on = np.zeros(m + 1, bool)
+        on[np.flatnonzero(np.r_[True, gl[1:] != gl[:-1]])] = True  # each group's first CTA left
+        count = int(on.sum())
+        while True:  # on = {jump^d(first) : d < 2^k}; stops once the chains reach the end
+            on[jump[on]] = True
+            now = int(on.sum())
+            if now == count:
+                break
+            count = now
+            jump = jump[jump]
+        taken = on[:m]
+        slot[order[left[taken]]] = level
+        left = left[~taken]
+        level += 1
+    return slot
+
+
+def resident_changes(key: np.ndarray, t: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the number of resident CTAs per ``key`` (an SM group, a launch) changes.
+
+    Events: a CTA start (``delta`` +1) or end (-1) at time ``t``, in any order.  Returns
+    (the event that carries each change, the count after it): one event per (key, time)
+    where the count after all of that time's events differs from the one before (a CTA
+    that ends in the ns another starts changes nothing), sorted by key, then time.  Every
+    key's events sum to 0, so one running sum serves all keys.
+    """
+    n = len(key)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = _argsort_keys([np.asarray(key, np.int64), np.asarray(t, np.int64)], lambda idx: [])
+    k, tt = key[order], t[order]
+    value = np.cumsum(delta[order])
+    last = np.r_[(k[1:] != k[:-1]) | (tt[1:] != tt[:-1]), True]  # the count after all events at (key, t)
+    ev, k, value = order[last], k[last], value[last]
+    before = np.r_[0, value[:-1]]
+    before[np.r_[True, k[1:] != k[:-1]]] = 0
+    changed = value != before
+    return ev[changed], value[changed]
+
+
+def cta_by_time(cta_row: np.ndarray, cta_lo: np.ndarray, iv_row: np.ndarray, iv_start: np.ndarray) -> np.ndarray:
+    """Index of each interval's CTA: the last CTA on the interval's slot whose extent starts at
+    or before the interval's start (extents on a slot are disjoint and hold their
+    intervals).  -1 where the slot has no CTA that early."""
+    if not len(iv_row):
+        return np.zeros(0, np.int64)
+    if not len(cta_row):
+        return np.full(len(iv_row), -1, np.int64)
+    times, inv = np.unique(np.concatenate([cta_lo, iv_start]).astype(np.int64), return_inverse=True)
+    width = len(times) + 1
+    key = np.asarray(cta_row, np.int64) * width + inv[:len(cta_lo)]
+    by_key = np.argsort(key, kind="stable")
+    pos = np.searchsorted(key[by_key], np.asarray(iv_row, np.int64) * width + inv[len(cta_lo):], side="right") - 1
+    found = by_key[np.maximum(pos, 0)]
+    ok = (pos >= 0) & (cta_row[found] == iv_row)
+    return np.where(ok, found, -1)
+
+
+# ---- names and unit tracks, shared by both writers -------------------------------------------
+
+def unit_tracks(profile: Profile, iv_row: np.ndarray, n_rows: int):
+    """The (slot row, unit, lane) tracks that hold intervals, sorted, and each interval's track.
+
+    Returns (track row, track unit, track lane, interval track index).
+    """
+    iv = profile.intervals
+    if not len(iv):
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    units = int(iv["unit"].max()) + 1
+    lanes = int(iv["lane"].max()) + 1
+    unit = iv["unit"].astype(np.int64)
+    lane = iv["lane"].astype(np.int64)
+    if n_rows * units * lanes < 1 << 62:
+        keys, inv = _unique((iv_row * units + unit) * lanes + lane, n_rows * units * lanes)
+        return keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv
+    keys, inv = np.unique((iv_row << 32) | (unit << 16) | lane, return_inverse=True)
+    return keys >> 32, (keys >> 16) & 0xFFFF, keys & 0xFFFF, inv
+
+
+def unit_names(kernels: list[KernelInfo], track_kernel: np.ndarray, unit: np.ndarray, lane: np.ndarray):
+    """(names, index of each track's name): ``warp 3``, ``warpgroup 1 lane 1``, ``cta``."""
+    gran = np.array([{"warp": 0, "warpgroup": 1, "cta": 2}[k.granularity] for k in kernels] or [0], np.int64)
+    keys, idx = np.unique((gran[track_kernel] << 32) | (unit << 16) | lane, return_inverse=True)
+    names = []
+    for k in keys.tolist():
+        g, u, ln = k >> 32, (k >> 16) & 0xFFFF, k & 0xFFFF
+        names.append((("warp {}", "warpgroup {}", "cta")[g].format(u) + (f" lane {ln}" if ln else "")).encode())
+    return names, idx
+
+
+def cta_name(r: Rows, cid, gx, gy, multi, present=None) -> None:
+    """``CTA 37``, or ``CTA 37 (5,1,0)`` in a 2-D / 3-D grid (only in rows ``present``)."""
+    m = multi if present is None else multi & present
+    r.const(b"CTA ", present)
+    r.decimal(cid, present)
+    if not np.any(m):  # a 1-D grid: no columns for the coordinates at all
+        return
+    r.const(b" (", m)
+    r.decimal(cid % gx, m)
+    r.const(b",", m)
+    r.decimal((cid // gx) % gy, m)
+    r.const(b",", m)
+    r.decimal(cid // (gx * gy), m)
+    r.const(b")", m)
+
+
+def grid_of_ctas(launches: np.ndarray, cta_lr: np.ndarray):
+    """(grid x, grid y, whether the grid is 2-D/3-D) of each CTA, for ``cta_name``."""
+    grid = np.maximum(np.stack([launches["grid_x"], launches["grid_y"], launches["grid_z"]], 1).astype(np.int64), 1)
+    gx, gy, gz = (grid[cta_lr, k] for k in range(3))
+    return gx, gy, gy * gz > 1
