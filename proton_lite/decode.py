@@ -480,7 +480,6 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     max_khz = capture.session.get("sm_clock_max_khz")
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
-    n_launch = len(launches_in)
     batches = _batches(launches_in, launch_layouts)
 
     def decode_one(idx):
@@ -492,18 +491,27 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     # once on several cores; results are taken in batch order, so the arrays do not depend on it
     workers = min(len(batches), DECODE_WORKERS)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
-    results = []
-    done = 0
     try:
-        for idx, r in zip(batches, pool.map(decode_one, batches) if pool else map(decode_one, batches)):
-            results.append(r)
-            if progress is not None:
-                for _ in idx:
-                    done += 1
-                    progress(done, n_launch)
+        return _decode_all(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one,
+                           pool, progress)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+
+
+def _decode_all(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one, pool,
+                progress) -> Profile:
+    """The batches decoded (on ``pool``'s threads where there is one) and assembled in launch order."""
+    n_launch = len(launches_in)
+    run = pool.map if pool is not None else map
+    results = []
+    done = 0
+    for idx, r in zip(batches, run(decode_one, batches)):
+        results.append(r)
+        if progress is not None:
+            for _ in idx:
+                done += 1
+                progress(done, n_launch)
 
     # per launch, in launch order
     refs = [0] * n_launch
@@ -552,13 +560,12 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         drop = np.zeros(n_launch, bool)
 
     # CTAs, in launch order
-    parts, order_key = [], []
-    for idx, r in zip(batches, results):
-        c = r["ctas"]
-        lpos = np.asarray(idx)[c["launch"]]
-        keep = ~drop[lpos]
-        sel = (lambda a: a) if keep.all() else (lambda a: a[keep])
-        lpos = sel(lpos)
+    cta_lpos = [np.asarray(idx)[r["ctas"]["launch"]] for idx, r in zip(batches, results)]
+
+    def cta_rows(k: int, rows) -> np.ndarray:
+        c = results[k]["ctas"]
+        sel = (lambda a: a) if rows is None else (lambda a: a[rows])
+        lpos = sel(cta_lpos[k])
         a = np.zeros(len(lpos), dtype=CTA_DTYPE)
         a["launch"] = launches["launch"][lpos]
         a["cta"] = sel(c["cta"])
@@ -571,38 +578,37 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         a["cycles_per_ns"] = sel(c["cycles_per_ns"])
         a["measured_cycles_per_ns"] = sel(c["measured"])
         a["finished_units"] = sel(c["finished_units"])
-        parts.append(a)
-        order_key.append(lpos)
-    ctas = _in_launch_order(parts, order_key, CTA_DTYPE)
+        return a
+    ctas = _in_launch_order(cta_lpos, ~drop, CTA_DTYPE, cta_rows, run)
     shift = int(ctas["start_ns"].min()) if cal is not None and len(ctas) else 0
     if shift:
         ctas["start_ns"] -= shift
         ctas["end_ns"] -= shift
 
-    def intervals_of(want_dropped: bool) -> np.ndarray:
-        parts, order_key = [], []
-        for idx, r in zip(batches, results):
-            p = r["pairs"]
-            c = r["ctas"]
-            lpos = np.asarray(idx)[c["launch"][p["cta_row"]]]
-            keep = drop[lpos] if want_dropped else ~drop[lpos]
-            sel = (lambda a: a) if keep.all() else (lambda a: a[keep])
-            lpos = sel(lpos)
-            a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
-            a["launch"] = launches["launch"][lpos]
-            a["cta"] = c["cta"][sel(p["cta_row"])]
-            a["unit"] = sel(p["unit"])
-            a["scope"] = sel(p["scope"])
-            a["depth"] = sel(p["depth"])
-            off = offset[lpos]
-            a["start_ns"] = rel(sel(p["start"]), off)
-            a["end_ns"] = np.maximum(rel(sel(p["end"]), off), a["start_ns"])
-            a["cycles"] = sel(p["cycles"])
-            parts.append(a)
-            order_key.append(lpos)
-        return _in_launch_order(parts, order_key, INTERVAL_DTYPE)
+    iv_lpos = [np.asarray(idx)[r["ctas"]["launch"][r["pairs"]["cta_row"]]] for idx, r in zip(batches, results)]
 
-    intervals = intervals_of(False)
+    def interval_rows(k: int, rows, free: bool) -> np.ndarray:
+        p, c = results[k]["pairs"], results[k]["ctas"]
+        sel = (lambda a: a) if rows is None else (lambda a: a[rows])
+        lpos = sel(iv_lpos[k])
+        a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
+        a["launch"] = launches["launch"][lpos]
+        a["cta"] = c["cta"][sel(p["cta_row"])]
+        a["unit"] = sel(p["unit"])
+        a["scope"] = sel(p["scope"])
+        a["depth"] = sel(p["depth"])
+        off = offset[lpos]
+        a["start_ns"] = rel(sel(p["start"]), off)
+        a["end_ns"] = np.maximum(rel(sel(p["end"]), off), a["start_ns"])
+        a["cycles"] = sel(p["cycles"])
+        if free:  # the batch's pairs are not needed again: memory back as the output grows
+            results[k]["pairs"] = None
+        return a
+
+    # the calibration launches' intervals first (few): the user's then free the pairs batch by batch
+    cal_intervals = (_in_launch_order(iv_lpos, drop, INTERVAL_DTYPE, lambda k, rows: interval_rows(k, rows, False),
+                                      run) if cal is not None else None)
+    intervals = _in_launch_order(iv_lpos, ~drop, INTERVAL_DTYPE, lambda k, rows: interval_rows(k, rows, True), run)
     session = dict(capture.session)
     session["timer_tick_ns"] = tick
     session["truncated"] = capture.end is None
@@ -616,7 +622,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     if cal is None:
         return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
                        session=session)
-    session["record_cost_cycles"] = record_cost(kernels[cal].scopes, intervals_of(True))
+    session["record_cost_cycles"] = record_cost(kernels[cal].scopes, cal_intervals)
     session["record_cost_source"] = "measured at stop by proton_lite_calibrate (median over warps)"
     launches = launches[~is_cal]
     launches["kernel"] -= (launches["kernel"] > cal).astype(launches["kernel"].dtype)
@@ -629,14 +635,43 @@ def decode(capture: RawCapture, progress=None) -> Profile:
                    t0_ns=t0_int + shift, session=session)
 
 
-def _in_launch_order(parts: list, keys: list, dtype) -> np.ndarray:
-    """Concatenate per-batch rows; rows of launches of several kernels interleave by launch."""
-    if not parts:
-        return np.zeros(0, dtype)
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    key = keys[0] if len(keys) == 1 else np.concatenate(keys)
-    if len(key) > 1 and np.any(key[1:] < key[:-1]):
-        out = out[np.argsort(key, kind="stable")]
+def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run) -> np.ndarray:
+    """The rows of every batch, in launch order, in one array allocated once.
+
+    ``lpos[k]``: the launch (position in the capture) of each row of batch ``k``; ``keep``:
+    which launches to take; ``build(k, rows)`` makes batch ``k``'s structured rows (``rows``:
+    which ones, None for all).  A launch's rows all come from one batch and keep its order,
+    so each batch writes its launches' blocks at their final place, in parallel (``run`` is
+    a map over the batches, on threads); no gather over the whole output, no second copy.
+    """
+    n_launch = len(keep)
+    counts = np.zeros(n_launch, np.int64)
+    for lp in lpos:
+        counts += np.bincount(lp, minlength=n_launch)
+    counts[~keep] = 0
+    first = np.cumsum(counts) - counts
+    out = np.empty(int(counts.sum()), dtype)
+
+    def place(k: int) -> None:
+        lp = lpos[k]
+        rows = keep[lp]
+        every = bool(rows.all())
+        if not every:
+            lp = lp[rows]
+        if not len(lp):
+            return
+        a = build(k, None if every else rows)
+        if np.any(lp[1:] < lp[:-1]):  # rows of the batch's launches interleave: stable per launch
+            order = np.argsort(lp, kind="stable")
+            a, lp = a[order], lp[order]
+        run_start = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
+        pos = first[lp] + np.arange(len(lp)) - np.repeat(run_start, np.diff(np.r_[run_start, len(lp)]))
+        if pos[-1] - pos[0] == len(lp) - 1:  # one block (positions rise strictly)
+            out[pos[0]:pos[-1] + 1] = a
+        else:
+            out[pos] = a
+    for _ in run(place, range(len(lpos))):
+        pass
     return out
 
 
