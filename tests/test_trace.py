@@ -194,19 +194,52 @@ def test_bytes_do_not_depend_on_threads_chunks_or_input_order(tmp_path, monkeypa
 
 
 @needs_tp
-def test_many_small_compressed_batches(tmp_path, monkeypatch):
+def test_many_small_compressed_batches_and_pieces(tmp_path, monkeypatch):
+    """Small batches, and the intervals cut into many pieces (a sequence each): the trace
+    processor imports them without an error and the profile reads back whole."""
     import proton_lite.trace.perfetto as pf
+    import proton_lite.trace.perfetto_pieces as pieces
     monkeypatch.setattr(pf, "CHUNK", 50)
-    monkeypatch.setattr(pf, "MAX_RAW_BATCH", 300)
+    monkeypatch.setattr(pieces, "CHUNK", 50)
+    monkeypatch.setattr(pieces, "MAX_RAW_BATCH", 300)
+    monkeypatch.setattr(pieces, "PIECE", 20)
     p = synthetic_profile()
     stats = pf.write_perfetto(p, tmp_path / "t.pftrace", workers=3)
     pb, packets, _ = _packets(tmp_path / "t.pftrace")
     assert sum(1 for k in packets if k.HasField("track_event")) == 2 * stats["slices"] == stats["events"]
+    sequences = {k.trusted_packet_sequence_id for k in packets if k.HasField("track_event")}
+    assert stats["pieces"] >= 4 and len(sequences) == 1 + stats["pieces"], (stats["pieces"], sequences)
     top = pb.Trace()
     top.ParseFromString(tmp_path.joinpath("t.pftrace").read_bytes())
     assert sum(k.HasField("compressed_packets") for k in top.packet) >= 10
     assert tp.bad_stats(str(tmp_path / "t.pftrace")) == []
     assert_same_profile(p, load_trace(tmp_path / "t.pftrace"))
+
+
+@needs_tp
+@pytest.mark.parametrize("seed", [5, 7])  # random profiles of 3 and 2 (launch, SM) groups
+def test_pieces_import_as_one_sequence_would(tmp_path, monkeypatch, seed):
+    """Intervals cut into a piece (a sequence) per (launch, SM) group import into the trace
+    processor exactly as one piece does: same slices, same depths, on the same tracks, though
+    zero-length slices and equal timestamps sit at the pieces' edges."""
+    import proton_lite.trace.perfetto_pieces as pieces
+    p = _random_profile(seed)
+    q = big_profile(n_ctas=64, warps=2, iters=2, sms=4, seed=seed)
+    sql = ("select s.ts, s.dur, s.name, s.depth, t.name as track, pt.name as parent from slice s "
+           "join track t on s.track_id = t.id left join track pt on t.parent_id = pt.id "
+           "order by s.ts, s.dur, s.name, s.depth, track, parent")
+    seen = {}
+    for piece in (1 << 30, 1):
+        monkeypatch.setattr(pieces, "PIECE", piece)
+        for name, prof in (("random", p), ("big", q)):
+            path = tmp_path / f"{name}-{piece}.pftrace"
+            stats = write_trace(prof, path, "perfetto")
+            bad, slices = tp.query(str(path), [tp.BAD_STATS, sql])
+            assert bad == []
+            seen[name, piece] = (stats["pieces"], slices)
+    for name in ("random", "big"):
+        assert seen[name, 1 << 30][0] == 1 and seen[name, 1][0] > 1
+        assert seen[name, 1][1] == seen[name, 1 << 30][1]
 
 
 def _random_profile(seed: int) -> Profile:
@@ -267,18 +300,18 @@ def test_pftrace_follows_perfettos_rules(tmp_path):
     write_trace(p, tmp_path / "t.pftrace", "perfetto")
     pb, packets, first = _packets(tmp_path / "t.pftrace")
     seq = [k for k in packets if k.trusted_packet_sequence_id]
-    assert {k.trusted_packet_sequence_id for k in seq} == {1, 2}  # intervals; CTA slices and counters
-    for s in (1, 2):
+    assert {k.trusted_packet_sequence_id for k in seq} == {2, 3}  # CTA slices and counters; one piece of intervals
+    for s in (2, 3):
         head = next(k for k in seq if k.trusted_packet_sequence_id == s)
         assert head.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
         assert {n.name for n in head.interned_data.debug_annotation_names} >= {"cycles", "cta"}
-    head1 = next(k for k in seq if k.trusted_packet_sequence_id == 1)
+    head1 = next(k for k in seq if k.trusted_packet_sequence_id == 3)
     assert [n.name for n in head1.interned_data.event_names][:2] == ["load", "mma"]
     events = [k for k in packets if k.HasField("track_event")]
     assert len(events) == 2 * (len(p.intervals) + len(p.ctas))
     assert all(k.HasField("timestamp") and k.trusted_packet_sequence_id for k in events)
     begins = [k for k in events if k.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
-    iv_begins = [k.track_event for k in begins if k.trusted_packet_sequence_id == 1]
+    iv_begins = [k.track_event for k in begins if k.trusted_packet_sequence_id == 3]
     cta_begins = [k.track_event for k in begins if k.trusted_packet_sequence_id == 2]
     assert len(iv_begins) == len(p.intervals) and len(cta_begins) == len(p.ctas)
     assert all(e.name_iid > 0 and not e.HasField("name") for e in iv_begins)
@@ -519,7 +552,9 @@ def test_writers_report_progress_and_write_the_same_bytes(tmp_path, monkeypatch,
     changes nothing in the file."""
     import proton_lite.trace.chrome as chrome_mod
     import proton_lite.trace.perfetto as perfetto_mod
+    import proton_lite.trace.perfetto_pieces as pieces_mod
     monkeypatch.setattr(perfetto_mod, "CHUNK", 256)
+    monkeypatch.setattr(pieces_mod, "PIECE", 256)
     monkeypatch.setattr(chrome_mod, "CHUNK", 256)
     from proton_lite.decode import decode
     from proton_lite.raw_format import read_raw

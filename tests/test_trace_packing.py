@@ -301,3 +301,33 @@ def test_crowded_random_profiles_round_trip(tmp_path_factory, seed):
     for fmt, ext in FORMATS:
         write_trace(p, d / f"c{ext}", fmt)
         assert_same_profile(p, load_trace(d / f"c{ext}"))
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, grouped):
+    """``pieces``: intervals in stable (launch, SM, CTA) order whether the profile's
+    intervals come in runs per CTA (the decoder's order: runs put in order) or not (a
+    sort); cuts only where the (launch, SM) group changes, about every PIECE intervals."""
+    import proton_lite.trace.perfetto_pieces as pp
+    monkeypatch.setattr(pp, "PIECE", 50)
+    rng = np.random.default_rng(7 + grouped)
+    n_ctas = 300
+    cta_group = np.sort(rng.integers(0, 40, n_ctas))  # CTA ranks are in group order
+    per_cta = rng.integers(0, 6, n_ctas)
+    iv_cta = np.repeat(np.arange(n_ctas), per_cta)
+    if grouped:  # runs of one CTA, the runs in shuffled order
+        runs = np.split(iv_cta, np.flatnonzero(np.diff(iv_cta)) + 1)
+        iv_cta = np.concatenate([runs[i] for i in rng.permutation(len(runs))])
+    else:
+        iv_cta = rng.permutation(iv_cta)
+    group = cta_group[iv_cta]
+    order, bounds = pp.pieces(group, iv_cta)
+    assert np.array_equal(order, np.argsort(iv_cta, kind="stable"))
+    g = group[order]
+    assert bounds[0] == 0 and bounds[-1] == len(iv_cta) and np.all(np.diff(bounds) > 0)
+    inner = bounds[1:-1]
+    assert np.all(g[inner] != g[inner - 1]), "a cut inside a (launch, SM) group"
+    sizes = np.diff(bounds)
+    biggest_group = np.bincount(group).max()
+    assert len(bounds) - 1 >= len(iv_cta) // (50 + biggest_group)
+    assert sizes.max() <= 50 + biggest_group

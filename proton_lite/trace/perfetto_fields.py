@@ -9,8 +9,8 @@ from __future__ import annotations
 from proton_lite.trace._proto import field_bytes
 
 META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
-SEQ_ID = 1  # the intervals
 SEQ_CTAS = 2  # the CTA slices and the resident-CTA counters
+FIRST_PIECE_SEQ = 3  # the intervals: piece k is sequence 3 + k (perfetto_pieces)
 CLOCK_ID = 64  # first sequence-scoped clock id
 BOOTTIME = 6
 # TracePacket

@@ -148,8 +148,14 @@ class Capture:
         self.w.close()
 
 
-def build_capture(path: str, shape: str, seed: int = 1) -> None:
+def build_capture(path: str, shape: str, seed: int = 1, repeat: int = 1) -> None:
     c = Capture(path, seed)
+    for _ in range(repeat):
+        _add_shape(c, shape)
+    c.close()
+
+
+def _add_shape(c: Capture, shape: str) -> None:
 
     def vadd(n_ctas):  # bench.py's vector add: load; store (no nesting), 4 records per warp
         c.launch("vector_add", ["load", "store"], BufferLayout("warp", WARPS, 4, "shared"), n_ctas,
@@ -187,7 +193,6 @@ def build_capture(path: str, shape: str, seed: int = 1) -> None:
                  _tags([(0, False)] + [(1, False), (1, True)] * 16 + [(0, True)]))
     else:
         raise ValueError(shape)
-    c.close()
 
 
 def timed(fn, *args):
@@ -245,6 +250,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", default="mixed", choices=SHAPES + ("all",))
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="the shape's launches this many times over (--shape mixed --repeat 16: 21 M records)")
     ap.add_argument("--keep", help="folder to keep the .plraw and .pftrace files in (default: a temporary one)")
     ap.add_argument("--child", nargs=2, metavar=("RAW", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -264,10 +271,11 @@ def main() -> int:
     print(f"{cpus} CPUs usable; best and median of {args.reps} fresh processes; cold = the first pass in a "
           "process (what `proton-lite trace` does), warm = a second pass in the same process")
     for shape in SHAPES if args.shape == "all" else (args.shape, ):
-        raw = os.path.join(folder, f"decode_speed_{shape}.plraw")
-        out = os.path.join(folder, f"decode_speed_{shape}.pftrace")
-        t_build, _ = timed(build_capture, raw, shape)
-        print(f"{shape}: built in {t_build:.2f} s")
+        tag = shape if args.repeat == 1 else f"{shape}x{args.repeat}"
+        raw = os.path.join(folder, f"decode_speed_{tag}.plraw")
+        out = os.path.join(folder, f"decode_speed_{tag}.pftrace")
+        t_build, _ = timed(build_capture, raw, shape, 1, args.repeat)
+        print(f"{tag}: built in {t_build:.2f} s")
         bench(raw, out, args.reps)
     if tmp is not None:
         tmp.cleanup()

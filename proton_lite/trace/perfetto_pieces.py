@@ -1,0 +1,186 @@
+"""The .pftrace's intervals in independent pieces, each a packet sequence of its own.
+
+Why: one sequence for all intervals needs one global sort of every BEGIN and END by time,
+and one nesting pass over all tracks, on one core: at 21 M records that serial work took
+longer than encoding and deflating everything else.  A track's events only need to nest and
+be in time order within the track, and the trace processor sorts the events of all
+sequences into one timeline when it loads a file (its sorter merges sequences; the
+writers' two-sequence traces have relied on that since the CTA slices moved to their own).
+So the intervals are cut into pieces of whole (launch, SM) groups, in the tree's order,
+about ``PIECE`` intervals each: no track spans two pieces, so at equal timestamps the
+order of one track's events is still the file order within one sequence (END before
+BEGIN), and each piece is nested, sorted, encoded and deflated by one worker thread on
+its own.  A piece's sequence clears its state, interns the scope names it uses under
+the trace-wide ids (1 + the (kernel, scope) pair's index in the metadata's ``names``), and
+has its own incremental clock.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from proton_lite.trace import _nesting
+from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
+from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
+                                               CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,
+                                               ID_ANNOTATION_NAMES, ID_EVENT_NAMES, P_CLOCK_SNAPSHOT, P_COMPRESSED,
+                                               P_DEFAULTS, P_FLAGS, P_INTERNED, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT,
+                                               SEQ_INCREMENTAL_STATE_CLEARED, TE_ANNOTATIONS, TE_NAME_IID,
+                                               TE_TRACK_UUID, TE_TYPE, TPD_CLOCK_ID, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
+                                               packet)
+
+PIECE = 1 << 18  # intervals per piece, about (whole (launch, SM) groups)
+CHUNK = 1 << 18  # events encoded at once (bounds the temporary byte matrices)
+MAX_RAW_BATCH = 1 << 20  # bytes of packets per compressed_packets batch, before deflate
+
+
+@dataclass
+class IntervalColumns:
+    """What the events of an interval need, trace-wide, indexed by interval."""
+    track: np.ndarray  # unit track uuid
+    start: np.ndarray  # ns, before ``shift``
+    end: np.ndarray
+    depth: np.ndarray
+    iid: np.ndarray  # interned name id
+    cycles: np.ndarray
+    shift: int  # ns added to every time (trace timestamps are unsigned)
+
+
+def pieces(group: np.ndarray, iv_cta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(intervals in (launch, SM, CTA) order, piece boundaries in that order).
+
+    ``group``: each interval's (launch, SM) group, ``iv_cta``: its CTA's rank in
+    ``_cta_layout`` order (launch, SM, CTA id), so ordering by ``iv_cta`` orders by group.
+    A profile's intervals come grouped by CTA (the decoder and the reader write them so):
+    then the runs of one CTA are put in order, O(n); otherwise a stable sort.  Cuts fall
+    between groups, about every ``PIECE`` intervals.
+    """
+    n = len(iv_cta)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(1, np.int64)
+    cta = np.asarray(iv_cta, np.int64)
+    first = np.flatnonzero(np.r_[True, cta[1:] != cta[:-1]])
+    run_cta = cta[first]
+    by_cta = np.argsort(run_cta, kind="stable")
+    if len(run_cta) > 1 and np.any(run_cta[by_cta][1:] == run_cta[by_cta][:-1]):  # a CTA in several runs
+        order = np.argsort(cta, kind="stable")
+    else:
+        lens = np.diff(np.r_[first, n])[by_cta]
+        starts = first[by_cta]
+        order = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(n)
+    g = np.asarray(group, np.int64)[order]
+    group_start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    piece_of_group = group_start // PIECE
+    cut = group_start[np.r_[True, piece_of_group[1:] != piece_of_group[:-1]]]
+    return order, np.r_[cut, n].astype(np.int64)
+
+
+def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_names: list[str], compress: bool,
+                 where) -> tuple[bytes, int]:
+    """The packets of the intervals ``sel`` as sequence ``seq_id``: (bytes, annotation bytes
+    before deflate).  ``where(i)`` names interval ``i``'s track for errors."""
+    track = cols.track[sel].astype(np.int64)
+    start = cols.start[sel].astype(np.int64) + cols.shift
+    end = cols.end[sel].astype(np.int64) + cols.shift
+    depth = cols.depth[sel].astype(np.int64)
+    iid = cols.iid[sel].astype(np.int64)
+    cycles = cols.cycles[sel].astype(np.int64)
+    seq_order, ev_time, nest = _nesting(track, start, end, depth, lambda i: where(int(sel[i])))
+    ev, dts = time_order(seq_order, ev_time)
+    n = len(sel)
+    ev_end = ev >= n
+    ev_i = ev - np.where(ev_end, n, 0)
+    fix_depth = depth != nest  # only on lanes > 0: the track nests them differently
+    used = np.flatnonzero(np.bincount(iid, minlength=len(event_names) + 1))
+    parts = [sequence_start(seq_id, {int(i): event_names[i - 1] for i in used.tolist()})]
+    arg_bytes = 0
+    for lo in range(0, len(ev), CHUNK):
+        s = slice(lo, lo + CHUNK)
+        rows, ab = event_rows(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth)
+        parts.append(finish(rows, compress))
+        arg_bytes += ab
+    return b"".join(parts), arg_bytes
+
+
+def time_order(seq_order: np.ndarray, ev_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Events by time, ties in ``seq_order`` order (per track nesting); returns (events, deltas)."""
+    ts = ev_time[seq_order]
+    n = len(seq_order)
+    bits = max(n.bit_length(), 1)
+    if n and int(ts.max()).bit_length() + bits > 63:
+        pos = np.lexsort((np.arange(n), ts))
+    else:
+        pos = np.sort((ts << bits) | np.arange(n, dtype=np.int64)) & ((1 << bits) - 1)
+    return seq_order[pos], np.diff(ts[pos], prepend=np.int64(0))
+
+
+def finish(rows: Rows, compress: bool) -> bytes:
+    """The rows' packets, or (compress) deflated into ``compressed_packets`` batches.
+
+    The trace processor inflates field 50 and reads the packets inside as if they stood
+    in the file; batches of <= 1 MiB of packets keep each one far below the 512 KiB
+    compressed size Perfetto's own writers use.
+    """
+    data = rows.tobytes()
+    if not compress or not data:
+        return data
+    ends = np.cumsum(rows.row_lengths())
+    out, lo = [], 0
+    while lo < len(data):
+        hi = int(ends[np.searchsorted(ends, lo + MAX_RAW_BATCH, side="right") - 1])
+        hi = hi if hi > lo else int(ends[np.searchsorted(ends, lo, side="right")])
+        out.append(packet(field_bytes(P_COMPRESSED, zlib.compress(data[lo:hi], 1))))
+        lo = hi
+    return b"".join(out)
+
+
+def sequence_start(seq_id: int, event_names: dict[int, str]) -> bytes:
+    """First packets of a sequence: cleared state, interned names (iid -> name), defaults,
+    the clock (64, incremental; its 0 is BOOTTIME 0)."""
+    interned = b"".join(field_bytes(ID_EVENT_NAMES, field_varint(1, i) + field_bytes(2, n))
+                        for i, n in sorted(event_names.items()))
+    interned += b"".join(field_bytes(ID_ANNOTATION_NAMES, field_varint(1, k) + field_bytes(2, v))
+                         for k, v in ANNOTATION_NAMES.items())
+    seq = field_varint(P_SEQ_ID, seq_id)
+    clocks = (field_bytes(CS_CLOCKS, field_varint(CLK_ID, CLOCK_ID) + field_varint(CLK_TS, 0) +
+                          field_varint(CLK_INCREMENTAL, 1)) +
+              field_bytes(CS_CLOCKS, field_varint(CLK_ID, BOOTTIME) + field_varint(CLK_TS, 0)))
+    return (packet(seq, field_varint(P_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED), field_bytes(P_INTERNED, interned),
+                   field_bytes(P_DEFAULTS, field_varint(TPD_CLOCK_ID, CLOCK_ID))) +
+            packet(seq, field_bytes(P_CLOCK_SNAPSHOT, clocks)))
+
+
+def event_rows(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth) -> tuple[Rows, int]:
+    """BEGIN/END TrackEvent packets for one batch of events; returns (rows, annotation bytes)."""
+    begin = ~ev_end
+    ann = ev_end | (begin & fix_depth[ev_i])
+    r = Rows(len(ev_i))
+    r.const(b"\x0a")
+    plen = r.placeholder()
+    p0 = r.mark()
+    r.const(tag(P_TIMESTAMP, 0))
+    r.varint(dts)
+    r.const(field_varint(P_SEQ_ID, seq_id) + tag(P_TRACK_EVENT, 2))
+    tlen = r.placeholder()
+    t0 = r.mark()
+    r.const(tag(TE_TYPE, 0))
+    r.column(np.where(ev_end, TYPE_SLICE_END, TYPE_SLICE_BEGIN).astype(np.uint8))
+    r.const(tag(TE_TRACK_UUID, 0))
+    r.varint(track[ev_i])
+    r.const(tag(TE_NAME_IID, 0), begin)
+    r.varint(iid[ev_i], begin)
+    a_start = r.mark()
+    r.const(tag(TE_ANNOTATIONS, 2), ann)
+    alen = r.placeholder()
+    a0 = r.mark()
+    r.const(tag(DA_NAME_IID, 0), ann)
+    r.column(np.where(ev_end, ANN_CYCLES, ANN_DEPTH).astype(np.uint8), ann)
+    r.const(tag(DA_INT, 0), ann)
+    r.varint(np.where(ev_end, cycles[ev_i], depth[ev_i]), ann)
+    r.set_length(alen, r.length_since(a0), ann)
+    ann_bytes = int(r.length_since(a_start).sum())
+    r.set_length(tlen, r.length_since(t0))
+    r.set_length(plen, r.length_since(p0))
+    return r, ann_bytes
