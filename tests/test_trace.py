@@ -588,3 +588,20 @@ def test_raw_to_traces_with_the_progress_bar_writes_the_same_trace(tmp_path, mon
     _, (without, ) = pipeline.raw_to_traces(str(src), str(tmp_path / "b"), ["perfetto"], progress=False)
     assert open(with_bar, "rb").read() == open(without, "rb").read()
     assert shown == ["proton_lite: decoding", "proton_lite: writing a.pftrace"]  # none without progress
+
+
+@pytest.mark.parametrize("with_intervals", [True, False])
+def test_writers_refuse_duplicate_ctas_and_intervals_without_their_cta(tmp_path, with_intervals):
+    p = synthetic_profile()
+    ctas = p.ctas.copy()
+    ctas[1]["launch"], ctas[1]["cta"], ctas[1]["smid"] = ctas[0]["launch"], ctas[0]["cta"], ctas[0]["smid"] + 1
+    iv = p.intervals if with_intervals else p.intervals[:0]
+    dup = Profile(p.kernels, p.launches, ctas, iv, p.t0_ns, p.session)
+    for fmt in ("perfetto", "chrome"):
+        with pytest.raises(ValueError, match=r"duplicate \(launch, cta\) rows"):
+            write_trace(dup, tmp_path / f"dup.{fmt}", fmt)
+    orphan = p.intervals.copy()
+    orphan[-1]["cta"] = 999
+    lost = Profile(p.kernels, p.launches, p.ctas, orphan, p.t0_ns, p.session)
+    with pytest.raises(ValueError, match=f"interval {len(orphan) - 1} refers to launch .* CTA 999, which is missing"):
+        write_trace(lost, tmp_path / "lost.pftrace", "perfetto")

@@ -113,51 +113,56 @@ def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.
 def _cta_layout(profile: Profile, launches: np.ndarray):
     """CTAs sorted launch-major, then SM, then CTA id; and each interval's CTA rank.
 
-    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank).
+    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank).  Intervals usually come in
+    runs of one CTA (the decoder and the reader write them so): each run is looked up
+    once and the ranks repeated over it.
     """
     ctas = profile.ctas
     lr = _launch_rank(launches, ctas["launch"], "CTAs")
     order = np.lexsort((ctas["cta"], ctas["smid"], lr)) if len(ctas) else np.zeros(0, np.int64)
     ctas_s, lr_s = ctas[order], lr[order]
     iv = profile.intervals
+    i_launch, i_cta = iv["launch"], iv["cta"]
+    run = np.flatnonzero(np.r_[True, (i_launch[1:] != i_launch[:-1]) | (i_cta[1:] != i_cta[:-1])]) if len(iv) else \
+        np.zeros(0, np.int64)
+    rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)
+    return ctas_s, lr_s, np.repeat(rank, np.diff(np.r_[run, len(iv)]))
+
+
+def _cta_rank(launches, ctas_s, lr_s, launch_ids, cta_ids, first):
+    """Rank (in ``ctas_s``) of the CTA of each (launch id, CTA id); ``first``: the interval
+    each pair comes from, for the error."""
     cid = ctas_s["cta"].astype(np.int64)
     # a table indexed by base[launch rank] + CTA id when the ids are dense, else a search
     width = np.zeros(len(launches) + 1, np.int64)
-    if len(ctas):
+    if len(ctas_s):
         np.maximum.at(width, lr_s + 1, cid + 1)
     base = np.cumsum(width)[:-1]
-    if len(ctas) and int(width.sum()) <= _dense_limit(cid, iv):
+    ilr = _launch_rank(launches, launch_ids, "intervals")
+    icid = cta_ids.astype(np.int64)
+    if len(ctas_s) and int(width.sum()) <= _dense_limit(cid, icid):
         table = np.full(int(width.sum()), -1, np.int64)
         slot = base[lr_s] + cid
-        table[slot] = np.arange(len(ctas))
-        if not np.array_equal(table[slot], np.arange(len(ctas))):
+        table[slot] = np.arange(len(ctas_s))
+        if not np.array_equal(table[slot], np.arange(len(ctas_s))):
             raise ValueError("profile.ctas has duplicate (launch, cta) rows")
-        if not len(iv):
-            return ctas_s, lr_s, np.zeros(0, np.int64)
-        ilr = _launch_rank(launches, iv["launch"], "intervals")
-        icid = iv["cta"].astype(np.int64)
         ok = icid < width[ilr + 1]
         rank = np.where(ok, table[np.where(ok, base[ilr] + icid, 0)], -1)
-        if rank.min() >= 0:
-            return ctas_s, lr_s, rank
+        if not len(rank) or rank.min() >= 0:
+            return rank
         bad = int(np.flatnonzero(rank < 0)[0])
-        raise ValueError(f"interval {bad} refers to launch {int(iv['launch'][bad])} CTA {int(iv['cta'][bad])}, "
-                         "which is missing from profile.ctas")
-    if not len(iv):
-        return ctas_s, lr_s, np.zeros(0, np.int64)
-    # Look intervals up by (launch rank, cta id); CTAs sorted by that key for the search.
-    key = (lr_s << 32) | cid
-    by_key = np.argsort(key, kind="stable")
-    if len(key) and np.any(np.diff(key[by_key]) == 0):
-        raise ValueError("profile.ctas has duplicate (launch, cta) rows")
-    ikey = (_launch_rank(launches, iv["launch"], "intervals") << 32) | iv["cta"].astype(np.int64)
-    pos = np.searchsorted(key[by_key], ikey)
-    pos_c = np.minimum(pos, max(len(key) - 1, 0))
-    if not len(key) or not np.array_equal(key[by_key][pos_c], ikey):
-        bad = np.flatnonzero(~np.isin(ikey, key))[0]
-        raise ValueError(f"interval {bad} refers to launch {int(iv['launch'][bad])} CTA {int(iv['cta'][bad])}, "
-                         "which is missing from profile.ctas")
-    return ctas_s, lr_s, by_key[pos_c].astype(np.int64)
+    else:  # look (launch rank, cta id) up among the CTAs sorted by that key
+        key = (lr_s << 32) | cid
+        by_key = np.argsort(key, kind="stable")
+        if len(key) and np.any(np.diff(key[by_key]) == 0):
+            raise ValueError("profile.ctas has duplicate (launch, cta) rows")
+        ikey = (ilr << 32) | icid
+        pos = np.minimum(np.searchsorted(key[by_key], ikey), max(len(key) - 1, 0))
+        if not len(ikey) or (len(key) and np.array_equal(key[by_key][pos], ikey)):
+            return by_key[pos].astype(np.int64) if len(ikey) else np.zeros(0, np.int64)
+        bad = int(np.flatnonzero(~np.isin(ikey, key))[0])
+    raise ValueError(f"interval {int(first[bad])} refers to launch {int(launch_ids[bad])} CTA {int(cta_ids[bad])}, "
+                     "which is missing from profile.ctas")
 
 
 def _pack(keys: list[np.ndarray]) -> np.ndarray | None:
@@ -444,8 +449,10 @@ def _run_ordered(tasks, workers: int):
 
 
 def _workers() -> int:
+    """Threads for a writer: every core, up to 16 (the work is numpy and zlib, which release
+    the GIL; each thread holds one piece's temporaries, ~50 MB)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
-    return max(1, min(n, 8))
+    return max(1, min(n, 16))

@@ -91,7 +91,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 sizes[kind] += len(data)
             tasks = [cta_task(slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_cta, CHUNK)]
             tasks += [piece_task(k) for k in range(len(bounds) - 1)]
-            results = _prefetched(run, tasks, 2 * workers)  # the first pieces run while the head is made
+            results = _prefetched(run, tasks, workers + 2)  # the first pieces run while the head is made
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
                 put("descriptors", d.result())

@@ -31,7 +31,7 @@ from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANNOTATION
                                                TE_TRACK_UUID, TE_TYPE, TPD_CLOCK_ID, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
                                                packet)
 
-PIECE = 1 << 18  # intervals per piece, about (whole (launch, SM) groups)
+PIECE = 1 << 17  # intervals per piece, about (whole (launch, SM) groups)
 CHUNK = 1 << 18  # events encoded at once (bounds the temporary byte matrices)
 MAX_RAW_BATCH = 1 << 20  # bytes of packets per compressed_packets batch, before deflate
 

@@ -85,10 +85,12 @@ def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray) -> 
     start = ctas["start_ns"].astype(np.int64)
     lo = start.copy()
     hi = _occupied_end(start, ctas["end_ns"].astype(np.int64))
-    if len(intervals):
+    if len(intervals):  # per run of one CTA's intervals first (they usually come so), then per CTA
         i_start = intervals["start_ns"].astype(np.int64)
-        np.minimum.at(lo, iv_cta, i_start)
-        np.maximum.at(hi, iv_cta, _occupied_end(i_start, intervals["end_ns"].astype(np.int64)))
+        run = np.flatnonzero(np.r_[True, iv_cta[1:] != iv_cta[:-1]])
+        np.minimum.at(lo, iv_cta[run], np.minimum.reduceat(i_start, run))
+        np.maximum.at(hi, iv_cta[run], np.maximum.reduceat(_occupied_end(i_start, intervals["end_ns"].astype(np.int64)),
+                                                           run))
     return lo, hi
 
 

@@ -201,13 +201,19 @@ def timed(fn, *args):
     return time.perf_counter() - t, out
 
 
-def child(raw: str, out: str, passes: int) -> None:
-    """Runs in a fresh process: the stages of ``proton-lite trace`` ``passes`` times; prints JSON."""
+def child(raw: str, out: str, passes: int, workers: int, fmt: str) -> None:
+    """Runs in a fresh process: the stages of ``proton-lite trace`` ``passes`` times; prints JSON.
+    ``workers`` > 0: the decoder's and the writer's threads (0: as the library picks)."""
+    import proton_lite.decode as decode_mod
+    from proton_lite.trace.chrome import write_chrome
+    if workers:
+        decode_mod.DECODE_WORKERS = workers
+    writer = write_perfetto if fmt == "perfetto" else write_chrome
     res = []
     for _ in range(passes):
         t_read, cap = timed(read_raw, raw)
         t_dec, prof = timed(decode, cap)
-        t_write, _ = timed(write_perfetto, prof, out)
+        t_write, _ = timed(lambda p: writer(p, out, workers=workers or None), prof)
         res.append({"read": t_read, "decode": t_dec, "write": t_write, "total": t_read + t_dec + t_write})
         del cap, prof
     print(json.dumps(res))
@@ -224,18 +230,20 @@ def count_records(raw: str) -> int:
     return n
 
 
-def bench(raw: str, out: str, reps: int) -> dict:
+def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto", records: int | None = None) -> dict:
     """``reps`` fresh processes; in each, the first pass is what the CLI does (cold: new
     process, fresh memory), a second pass in the same process shows the warm cost."""
-    records = count_records(raw)
+    records = count_records(raw) if records is None else records
     runs = []
     for _ in range(reps):
-        p = subprocess.run([sys.executable, __file__, "--child", raw, out], capture_output=True, text=True, check=True)
+        p = subprocess.run([sys.executable, __file__, "--child", raw, out, str(workers), fmt], capture_output=True,
+                           text=True, check=True)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    print(f"  {records:,} records in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), trace "
-          f"{os.path.getsize(out) / 1e6:.2f} MB")
+    print(f"  {records:,} records in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), {fmt} trace "
+          f"{os.path.getsize(out) / 1e6:.2f} MB, threads: {workers or 'default'}")
     print(f"  {'':14} {'best s':>7} {'median s':>9} {'M rec/s best':>13} {'M rec/s median':>15}")
-    summary = {"records": records}
+    summary = {"records": records, "raw_bytes": os.path.getsize(raw), "trace_bytes": os.path.getsize(out),
+               "format": fmt, "workers": workers, "runs": runs}
     for which, k in (("cold", 0), ("warm", 1)):
         for stage in ("read", "decode", "write", "total"):
             v = [r[k][stage] for r in runs]
@@ -253,10 +261,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="the shape's launches this many times over (--shape mixed --repeat 16: 21 M records)")
     ap.add_argument("--keep", help="folder to keep the .plraw and .pftrace files in (default: a temporary one)")
-    ap.add_argument("--child", nargs=2, metavar=("RAW", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--workers", default="0",
+                    help="threads for the decoder and the writer, e.g. 4,8,16 (one run each; 0: as the library picks)")
+    ap.add_argument("--format", default="perfetto", choices=("perfetto", "chrome"))
+    ap.add_argument("--save", help="write every run's numbers to this JSON file")
+    ap.add_argument("--child", nargs=4, metavar=("RAW", "OUT", "WORKERS", "FORMAT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child, passes=2)
+        raw, out, workers, fmt = args.child
+        child(raw, out, passes=2, workers=int(workers), fmt=fmt)
         return 0
     tmp = None
     folder = args.keep
@@ -270,13 +283,19 @@ def main() -> int:
         cpus = os.cpu_count()
     print(f"{cpus} CPUs usable; best and median of {args.reps} fresh processes; cold = the first pass in a "
           "process (what `proton-lite trace` does), warm = a second pass in the same process")
+    saved = []
     for shape in SHAPES if args.shape == "all" else (args.shape, ):
         tag = shape if args.repeat == 1 else f"{shape}x{args.repeat}"
         raw = os.path.join(folder, f"decode_speed_{tag}.plraw")
-        out = os.path.join(folder, f"decode_speed_{tag}.pftrace")
+        out = os.path.join(folder, f"decode_speed_{tag}" + (".pftrace" if args.format == "perfetto" else ".json"))
         t_build, _ = timed(build_capture, raw, shape, 1, args.repeat)
         print(f"{tag}: built in {t_build:.2f} s")
-        bench(raw, out, args.reps)
+        records = count_records(raw)
+        for w in (int(x) for x in args.workers.split(",")):
+            saved.append(dict(bench(raw, out, args.reps, w, args.format, records), shape=tag, cpus=cpus))
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(saved, f, indent=1)
     if tmp is not None:
         tmp.cleanup()
     return 0
