@@ -169,7 +169,7 @@ _module = None
 _error: str | None = None
 
 
-def _zlib_path() -> str:
+def zlib_path() -> str:
     """The libz this process already has loaded (Python's zlib module's), else the system's."""
     import zlib  # noqa: F401 (loads libz where the module is linked against it)
     try:
@@ -190,7 +190,7 @@ def module():
         try:
             from triton.runtime.build import compile_module_from_src
             mod = compile_module_from_src(_SOURCE, "proton_lite_native_write")
-            mod.init_zlib(_zlib_path())
+            mod.init_zlib(zlib_path())
             _module = mod
         except Exception as e:  # no compiler, headers or libz: RawWriter's Python path writes
             _error = f"{type(e).__name__}: {e}"[:300]

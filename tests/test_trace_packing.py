@@ -305,7 +305,7 @@ def test_crowded_random_profiles_round_trip(tmp_path_factory, seed):
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, grouped):
-    """``pieces``: intervals in stable (launch, SM, CTA) order whether the profile's
+    """``Pieces``: intervals in stable (launch, SM, CTA) order whether the profile's
     intervals come in runs per CTA (the decoder's order: runs put in order) or not (a
     sort); cuts only where the (launch, SM) group changes, about every PIECE intervals."""
     import proton_lite.trace.perfetto_pieces as pp
@@ -321,7 +321,8 @@ def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, group
     else:
         iv_cta = rng.permutation(iv_cta)
     group = cta_group[iv_cta]
-    order, bounds = pp.pieces(group, iv_cta)
+    cut = pp.Pieces(cta_group, iv_cta)
+    order, bounds = np.concatenate([cut.sel(k) for k in range(len(cut))]), cut.bounds
     assert np.array_equal(order, np.argsort(iv_cta, kind="stable"))
     g = group[order]
     assert bounds[0] == 0 and bounds[-1] == len(iv_cta) and np.all(np.diff(bounds) > 0)

@@ -32,7 +32,7 @@ from proton_lite.trace import (_cta_extras, _cta_layout, _meta_json, _metadata, 
                                _time_shift, _unique, _workers)
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
-from proton_lite.trace.perfetto_pieces import CHUNK, IntervalColumns, encode_piece, finish, pieces, sequence_start
+from proton_lite.trace.perfetto_pieces import CHUNK, IntervalColumns, Pieces, encode_piece, finish, sequence_start
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks
 from proton_lite.trace.rows import slot_layout
 
@@ -70,15 +70,14 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                                                 ctas=_cta_extras(ctas, lay.extent_lo))))
         columns = IntervalColumns(track=tracks.iv_uuid, start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"],
                                   iid=pair_idx + 1, cycles=iv["cycles"], shift=shift)
-        gather, bounds = pieces(lay.group[iv_cta] if n_iv else iv_cta, iv_cta)
+        cut = Pieces(lay.group, iv_cta)
 
         def where(i: int) -> str:
             return (f"launch {int(iv['launch'][i])} CTA {int(iv['cta'][i])} unit {int(iv['unit'][i])} "
                     f"lane {int(iv['lane'][i])}")
 
         def piece_task(k: int):
-            return lambda: encode_piece(FIRST_PIECE_SEQ + k, gather[bounds[k]:bounds[k + 1]], columns, event_names,
-                                        compress, where)
+            return lambda: encode_piece(FIRST_PIECE_SEQ + k, cut.sel(k), columns, event_names, compress, where)
 
         def cta_task(sel: slice):
             return lambda: (finish(cta_events.result().rows(sel), compress), 0)
@@ -90,7 +89,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 f.write(data)
                 sizes[kind] += len(data)
             tasks = [cta_task(slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_cta, CHUNK)]
-            tasks += [piece_task(k) for k in range(len(bounds) - 1)]
+            tasks += [piece_task(k) for k in range(len(cut))]
             results = _prefetched(run, tasks, workers + 2)  # the first pieces run while the head is made
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
@@ -108,7 +107,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     total = sum(sizes.values())
     n_slices = n_iv + n_cta
     return {"format": "perfetto", "path": str(path), "bytes": total, "slices": n_slices, "compressed": compress,
-            "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(bounds) - 1, "events": 2 * n_slices,
+            "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(cut), "events": 2 * n_slices,
             "counter_samples": n_samples, "descriptor_bytes": sizes["descriptors"],
             "event_bytes": sizes["events"], "arg_bytes_uncompressed": arg_bytes,
             "bytes_per_slice": total / n_slices if n_slices else 0.0}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.trace import _nesting
+from proton_lite.trace import _nesting, native_events
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
                                                CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,
@@ -48,33 +48,50 @@ class IntervalColumns:
     shift: int  # ns added to every time (trace timestamps are unsigned)
 
 
-def pieces(group: np.ndarray, iv_cta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(intervals in (launch, SM, CTA) order, piece boundaries in that order).
+class Pieces:
+    """The intervals in (launch, SM, CTA) order, cut between (launch, SM) groups about every
+    ``PIECE`` intervals: ``len(pieces)`` pieces, ``pieces.sel(k)`` the intervals of piece k.
 
-    ``group``: each interval's (launch, SM) group, ``iv_cta``: its CTA's rank in
-    ``_cta_layout`` order (launch, SM, CTA id), so ordering by ``iv_cta`` orders by group.
-    A profile's intervals come grouped by CTA (the decoder and the reader write them so):
-    then the runs of one CTA are put in order, O(n); otherwise a stable sort.  Cuts fall
-    between groups, about every ``PIECE`` intervals.
+    Built from ``cta_group`` (each CTA's group) and ``iv_cta`` (each interval's CTA rank in
+    ``_cta_layout`` order: launch, SM, CTA id), so ordering by ``iv_cta`` orders by group.
+    A profile's intervals come in runs of one CTA (the decoder and the reader write them
+    so): then only the runs are sorted and cut here, and each piece lists its own intervals
+    (``sel``, on its worker thread); otherwise a stable sort, one run per interval.
     """
-    n = len(iv_cta)
-    if not n:
-        return np.zeros(0, np.int64), np.zeros(1, np.int64)
-    cta = np.asarray(iv_cta, np.int64)
-    first = np.flatnonzero(np.r_[True, cta[1:] != cta[:-1]])
-    run_cta = cta[first]
-    by_cta = np.argsort(run_cta, kind="stable")
-    if len(run_cta) > 1 and np.any(run_cta[by_cta][1:] == run_cta[by_cta][:-1]):  # a CTA in several runs
-        order = np.argsort(cta, kind="stable")
-    else:
-        lens = np.diff(np.r_[first, n])[by_cta]
-        starts = first[by_cta]
-        order = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(n)
-    g = np.asarray(group, np.int64)[order]
-    group_start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    piece_of_group = group_start // PIECE
-    cut = group_start[np.r_[True, piece_of_group[1:] != piece_of_group[:-1]]]
-    return order, np.r_[cut, n].astype(np.int64)
+
+    def __init__(self, cta_group: np.ndarray, iv_cta: np.ndarray):
+        n = len(iv_cta)
+        cta = np.asarray(iv_cta, np.int64)
+        first = np.flatnonzero(np.r_[True, cta[1:] != cta[:-1]]) if n else np.zeros(0, np.int64)
+        run_cta = cta[first]
+        by_cta = np.argsort(run_cta, kind="stable")
+        run_cta = run_cta[by_cta]
+        if len(run_cta) > 1 and np.any(run_cta[1:] == run_cta[:-1]):  # a CTA in several runs
+            self.first = np.argsort(cta, kind="stable")
+            run_cta = cta[self.first]
+            self.lens = np.ones(n, np.int64)
+        else:
+            self.lens = np.diff(np.r_[first, n])[by_cta]
+            self.first = first[by_cta]
+        self.run_at = np.r_[0, np.cumsum(self.lens)]  # where each run starts in the output; n at the end
+        g = np.asarray(cta_group, np.int64)[run_cta]
+        group_run = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+        piece_of_group = self.run_at[group_run] // PIECE
+        self.cut_run = np.r_[group_run[np.r_[True, piece_of_group[1:] != piece_of_group[:-1]]] if len(g) else
+                             np.zeros(0, np.int64), len(g)]
+
+    def __len__(self) -> int:
+        return len(self.cut_run) - 1
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """Where each piece starts in the output order, and its end."""
+        return self.run_at[self.cut_run]
+
+    def sel(self, k: int) -> np.ndarray:
+        r0, r1 = int(self.cut_run[k]), int(self.cut_run[k + 1])
+        lens, at = self.lens[r0:r1], self.run_at[r0:r1]
+        return np.repeat(self.first[r0:r1] - at, lens) + np.arange(int(self.run_at[r0]), int(self.run_at[r1]))
 
 
 def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_names: list[str], compress: bool,
@@ -96,10 +113,16 @@ def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_name
     used = np.flatnonzero(np.bincount(iid, minlength=len(event_names) + 1))
     parts = [sequence_start(seq_id, {int(i): event_names[i - 1] for i in used.tolist()})]
     arg_bytes = 0
+    native = native_events.module() is not None
     for lo in range(0, len(ev), CHUNK):
         s = slice(lo, lo + CHUNK)
-        rows, ab = event_rows(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth)
-        parts.append(finish(rows, compress))
+        if native:  # the same bytes, without the GIL
+            data, ab = native_events.encode(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth,
+                                            compress, MAX_RAW_BATCH)
+        else:
+            rows, ab = event_rows(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth)
+            data = finish(rows, compress)
+        parts.append(data)
         arg_bytes += ab
     return b"".join(parts), arg_bytes
 
