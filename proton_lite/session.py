@@ -30,6 +30,7 @@ class SessionOptions:
     """Validated session options (unknown names are rejected with the list of valid ones).
 
     name: base path of the output files (``NAME.plraw``, ``NAME.pftrace``, ``NAME.json``).
+    out_dir: folder the output files go to (created if missing); None: ``name`` as given.
     formats: trace formats written at stop, any of "perfetto", "chrome"; () = raw only.
     granularity: which threads record: "auto" (default: one lane per warp in kernels with
         scopes, per CTA in kernels without, whose warps would only repeat the CTA's start and
@@ -63,6 +64,7 @@ class SessionOptions:
     """
 
     name: str = "proton_lite"
+    out_dir: str | None = None
     formats: tuple[str, ...] = ("perfetto",)
     granularity: str = "auto"
     kernels: tuple[str, ...] | None = None
@@ -108,6 +110,11 @@ class SessionOptions:
                              f"{self.copy_every!r}); 1 copies each launch back right after it")
         self.instrument_config()  # validates granularity, capacity and buffer mode
 
+    @property
+    def base(self) -> str:
+        """Path of the output files without their extension."""
+        return str(Path(self.out_dir) / self.name) if self.out_dir is not None else self.name
+
     def instrument_config(self) -> InstrumentConfig:
         return InstrumentConfig(self.granularity, self.capacity, self.loop_capacity, self.buffer_mode,
                                 tuple(self.kernels or ()))
@@ -125,18 +132,35 @@ class SessionOptions:
 
 @dataclass
 class SessionResult:
-    """What a finished session produced."""
+    """What a finished session produced: ``proton_lite.stop()`` returns it, and after a
+    ``with proton_lite.start(...) as s:`` block it is ``s.result``.
+
+    raw_path: the raw capture (``NAME.plraw``); trace_paths: the traces written at stop.
+    launches: kernel launches recorded.  records / dropped / unmatched: records kept, records
+        that did not fit their buffer, scope enters or exits whose partner was lost; None
+        when the session did not decode (``decode=False``: ``proton-lite summary`` counts them).
+    lost: launches a kernel fault kept from being copied back (named in ``errors``).
+    warnings: one line each, as printed at stop after the counts (drops, kernels that ran
+        uninstrumented or lost their scopes, launches captured into graphs, ...).
+    counters: launches the session saw but did not record, by cause (``skipped_autotune``,
+        ``unattributed``, ``unsized_launches``, ``capped_launches``, ``exact_reruns``,
+        ``uninstrumented_launches``, ``graph_captured_launches``, ``lost_launches``).
+    errors: what went wrong (a kernel fault, a failed copy); summary_line: the text printed.
+    keep_all_hint: the ``start()`` option that would have kept every dropped record.
+    """
 
     raw_path: str
     trace_paths: list[str] = field(default_factory=list)
     launches: int = 0
-    records: int = 0
-    dropped: int = 0
-    unmatched: int = 0
-    lost: int = 0  # launches a kernel fault kept from being copied back (named in errors)
+    records: int | None = 0
+    dropped: int | None = 0
+    unmatched: int | None = 0
+    lost: int = 0
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
     summary_line: str = ""
-    keep_all_hint: str | None = None  # the start() option that keeps every dropped record
+    keep_all_hint: str | None = None
 
 
 class Session:
@@ -144,7 +168,7 @@ class Session:
 
     def __init__(self, options: SessionOptions) -> None:
         self.options = options
-        self.raw_path = str(Path(options.name).with_name(Path(options.name).name + ".plraw"))
+        self.raw_path = str(Path(options.base).with_name(Path(options.base).name + ".plraw"))
         self.result: SessionResult | None = None
         self._installed = False
         self._hooks = None  # runtime/triton_hooks.TritonHooks while installed
@@ -172,6 +196,19 @@ class Session:
         }
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
         self._writer = RawWriter(self.raw_path, session_info)
+        try:
+            self._install_hooks()
+        except BaseException:  # nothing was recorded: leave no capture behind
+            if self._hooks is not None:
+                try:
+                    self._hooks.uninstall()
+                except Exception:
+                    pass
+            self._writer.close()
+            Path(self.raw_path).unlink(missing_ok=True)
+            raise
+
+    def _install_hooks(self) -> None:
         resizer = None
         if self.options.sizing == "exact":
             from proton_lite.runtime.exact import Resizer
@@ -224,10 +261,10 @@ class Session:
                           "host_end_ns": time.time_ns()})
         self._writer.close()
         result = SessionResult(self.raw_path, launches=user_launches, lost=collector.lost,
-                               errors=list(collector.errors))
+                               errors=list(collector.errors), records=None, dropped=None, unmatched=None)
         if self.options.decode:
             from proton_lite.pipeline import raw_to_traces
-            profile, paths = raw_to_traces(self.raw_path, self.options.name, self.options.formats,
+            profile, paths = raw_to_traces(self.raw_path, self.options.base, self.options.formats,
                                            progress=not self.options.quiet)
             result.trace_paths = paths
             result.records = int(profile.launches["records"].sum()) if len(profile.launches) else 0
@@ -260,37 +297,60 @@ class Session:
 WAIT_NOTE_NS = 50_000_000  # launches that waited this long in all for the disk are told at stop
 
 
-def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> str:
-    from proton_lite.coverage import not_covered
-    from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
+def _counters(collector) -> dict[str, int]:
+    """Launches the session saw but did not record (or recorded twice), by cause."""
+    resizer = getattr(collector, "resizer", None)
+    return {"skipped_autotune": int(getattr(collector, "skipped_autotune", 0)),
+            "unattributed": int(getattr(collector, "unattributed", 0)),
+            "unsized_launches": int(getattr(collector, "unsized", 0)),
+            "capped_launches": int(getattr(collector, "capped", 0)),
+            "exact_reruns": int(resizer.reruns) if resizer else 0,
+            "uninstrumented_launches": int(sum((getattr(collector, "uninstrumented", None) or {}).values())),
+            "graph_captured_launches": int(sum((getattr(collector, "captured", None) or {}).values())),
+            "lost_launches": int(getattr(collector, "lost", 0))}
 
-    parts = [f"proton_lite: {result.launches} launch{'es' if result.launches != 1 else ''}",
-             f"{result.records:,} records", f"{result.dropped:,} dropped"]
-    if result.unmatched:
-        parts.append(f"{result.unmatched:,} unmatched")
-    if collector.skipped_autotune:
-        parts.append(f"{collector.skipped_autotune} autotuner trial launches skipped")
-    reruns = collector.resizer.reruns if getattr(collector, "resizer", None) else 0
-    if reruns:
-        parts.append(f"{reruns} launch{'es' if reruns != 1 else ''} run again with a larger buffer (sizing='exact')")
-    if collector.unattributed:
-        parts.append(f"{collector.unattributed} launches not attributable (not saved)")
-    if getattr(collector, "unsized", 0):
-        parts.append(f"{collector.unsized} launch{'es' if collector.unsized != 1 else ''} not sized from their "
-                     "arguments (unreadable or not evaluable: no or the compiled capacity; what did not fit is "
-                     "counted as dropped)")
-    if getattr(collector, "capped", 0):
-        parts.append(f"{collector.capped} launch{'es' if collector.capped != 1 else ''} with more records than "
-                     f"{LAUNCH_SIZED_MAX_BYTES >> 20} MiB of buffer holds (the rest counted as dropped; "
-                     "granularity='warpgroup' or 'cta' needs less)")
-    line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
+
+def _warnings(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> list[str]:
+    from proton_lite.coverage import not_covered
+    out = []
     if result.dropped:
         hint = result.keep_all_hint or "raise capacity= or loop_capacity= in proton_lite.start() to keep them"
-        line += (f"\nproton_lite: warning: {result.dropped:,} records did not fit the profile buffer and were "
-                 f"dropped; {hint}")
-    for lost in getattr(collector, "lost_scopes", ()):
-        line += f"\nproton_lite: warning: {lost}"
-    for warning in not_covered(collector, inductor, inductor_new):
+        out.append(f"{result.dropped:,} records did not fit the profile buffer and were dropped; {hint}")
+    out += list(getattr(collector, "lost_scopes", ()))
+    out += not_covered(collector, inductor, inductor_new)
+    return out
+
+
+def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> str:
+    """The text printed at stop; fills ``result.counters`` and ``result.warnings`` on the way."""
+    from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
+
+    result.counters = c = _counters(collector)
+    result.warnings = _warnings(result, collector, inductor, inductor_new)
+    parts = [f"proton_lite: {result.launches:,} launch{'es' if result.launches != 1 else ''}"]
+    if result.records is None:
+        parts.append("not decoded (decode=False; `proton-lite summary` on the capture counts records and drops)")
+    else:
+        parts += [f"{result.records:,} records", f"{result.dropped:,} dropped"]
+        if result.unmatched:
+            parts.append(f"{result.unmatched:,} unmatched")
+    if c["skipped_autotune"]:
+        parts.append(f"{c['skipped_autotune']:,} autotuner trial launches skipped")
+    if c["exact_reruns"]:
+        parts.append(f"{c['exact_reruns']:,} launch{'es' if c['exact_reruns'] != 1 else ''} run again with a larger "
+                     "buffer (sizing='exact')")
+    if c["unattributed"]:
+        parts.append(f"{c['unattributed']:,} launches not attributable (not saved)")
+    if c["unsized_launches"]:
+        parts.append(f"{c['unsized_launches']:,} launch{'es' if c['unsized_launches'] != 1 else ''} not sized from "
+                     "their arguments (unreadable or not evaluable: no or the compiled capacity; what did not fit is "
+                     "counted as dropped)")
+    if c["capped_launches"]:
+        parts.append(f"{c['capped_launches']:,} launch{'es' if c['capped_launches'] != 1 else ''} with more records "
+                     f"than {LAUNCH_SIZED_MAX_BYTES >> 20} MiB of buffer holds (the rest counted as dropped; "
+                     "granularity='warpgroup' or 'cta' needs less)")
+    line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
+    for warning in result.warnings:
         line += f"\nproton_lite: warning: {warning}"
     drain = getattr(collector, "_drain", None)
     if drain is not None and drain.wait_ns >= WAIT_NOTE_NS:
@@ -304,7 +364,38 @@ def _summary_line(result: SessionResult, collector, inductor=None, inductor_new:
 
 
 def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -> Session:
-    """Start profiling: kernels launched until ``stop()`` are instrumented and recorded."""
+    """Start profiling: Triton kernels launched until ``stop()`` are instrumented and recorded.
+
+    Use as ``with proton_lite.start("matmul") as s: ...`` (then ``s.result``) or call
+    ``proton_lite.stop()``, which returns the ``SessionResult``.  Files: ``NAME.plraw`` (the
+    raw capture) and, at stop, ``NAME.pftrace`` (open it in Perfetto).  Fails at once, in
+    one line, where no NVIDIA GPU and driver are present.
+
+    name: base path of the output files (a path prefix: "runs/mm" writes runs/mm.plraw).
+    mode: "instrumentation" (the only mode).
+    out_dir: folder for the output files, created if missing (default: as ``name`` says).
+    formats: traces written at stop: ("perfetto",) (default), "chrome", both, or () for none.
+    granularity: which threads record: "auto" (default: per warp with scopes, per CTA
+        without), "warp", "warpgroup" or "cta".
+    kernels: fnmatch patterns of the kernels to instrument (default: all).
+    capacity: records per recording unit (default: sized from the code).
+    sizing: "code" (default: from the code and each launch's arguments) or "exact" (a launch
+        that overflowed runs again with a large enough buffer).
+    loop_capacity: records per unit kept in its own block for loops bounded only at run
+        time (default 256; more go to the launch's pool).
+    pool_mb: MiB of pool per launch of such kernels (default: sized from earlier launches).
+    buffer_mode: "clamp" (default: keep the first records when full) or "circular" (newest).
+    host_buffer_mb: pinned host memory for copies on their way to disk (default 64).
+    device_buffer_mb: device memory records may wait in while the disk is behind (default:
+        an eighth of the free memory, at most 4 GiB).
+    copy_every: launches of a burst copied back together (default 256; 1 copies each one).
+    skip_autotune: leave the autotuner's timing runs out (default True; they are counted).
+    decode: decode and write traces at stop (default True; False: raw capture only).
+    calibrate: measure the cost of a record on this GPU at stop (default True).
+    quiet: print nothing at stop (default False).
+
+    Details of each option: ``proton_lite.SessionOptions``.
+    """
     global _active
     if mode not in MODES:
         raise ValueError(f"proton_lite.start: unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
@@ -313,10 +404,23 @@ def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -
         if _active is not None:
             raise RuntimeError(f"proton_lite.start: a session ({_active.options.name!r}) is already active; "
                                "call proton_lite.stop() first")
+        _check_can_record()
         session = Session(opts)
         session._install()
         _active = session
     return session
+
+
+def _check_can_record() -> None:
+    """Fail at ``start()``, in one line and before any file exists, where nothing could be recorded."""
+    try:
+        from proton_lite.runtime import cuda_api
+        problem = cuda_api.recording_problem()
+    except Exception as e:  # cuda-python itself missing or broken
+        problem = f"cuda-python could not be used ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    if problem:
+        raise RuntimeError(f"proton_lite.start: cannot record here: {problem}. Recording needs an NVIDIA GPU and its "
+                           "driver; compile, summary, trace, diff and open work without one") from None
 
 
 def stop() -> SessionResult | None:

@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import proton_lite
 from proton_lite.decode import decode
 from proton_lite.raw_format import read_raw
 from proton_lite.session import SessionOptions, SessionResult, _summary_line
@@ -94,3 +95,42 @@ def test_torch_compile_kernels_the_session_could_not_reach_are_counted():
     unused.failures["triton_red_fused_1"] = "OutOfResources: shared memory"
     (line, ) = not_covered(counters, unused, 3)
     assert "triton_red_fused_1: OutOfResources: shared memory" in line and "ran plain" in line
+
+
+def test_start_without_a_driver_fails_at_once_in_one_line_and_leaves_no_file(tmp_path):
+    """On a machine without an NVIDIA driver (CI's), ``start()`` says so in one line before any
+    file exists, and no session is left active."""
+    from proton_lite.runtime import cuda_api
+    if cuda_api.recording_problem() is None:
+        pytest.skip("this machine has a GPU and its driver: the check is for machines without one")
+    with pytest.raises(RuntimeError) as err:
+        proton_lite.start(str(tmp_path / "out" / "x"))
+    msg = str(err.value)
+    assert msg.startswith("proton_lite.start: cannot record here: no NVIDIA driver found") and "\n" not in msg
+    assert "compile, summary, trace, diff and open work without one" in msg
+    assert err.value.__suppress_context__ and err.value.__cause__ is None  # no chained driver traceback
+    assert not (tmp_path / "out").exists() and proton_lite.active() is None and proton_lite.stop() is None
+
+
+def test_help_of_start_lists_every_option_and_out_dir_chooses_the_folder():
+    import inspect
+    doc = inspect.getdoc(proton_lite.start)
+    listed = {line.split(":")[0].strip() for line in doc.splitlines() if ":" in line and line[:1] not in " "}
+    options = {f for f in SessionOptions.__dataclass_fields__}
+    assert options <= listed | {"name"} and "name" in listed and "mode" in listed, options - listed
+    assert SessionOptions.from_kwargs("mm", {"out_dir": "runs/a"}).base == "runs/a/mm"
+    assert SessionOptions.from_kwargs("runs/mm", {}).base == "runs/mm"
+
+
+def test_a_session_that_did_not_decode_reports_no_counts_rather_than_zeros(tmp_path):
+    path = str(tmp_path / "d.plraw")
+    simple_capture(path)
+    result = SessionResult(path, launches=3, records=None, dropped=None, unmatched=None)
+    counters = SimpleNamespace(skipped_autotune=2, unattributed=0, uninstrumented={"k": 4}, captured={}, lost=0)
+    line = _summary_line(result, counters)
+    assert line.startswith("proton_lite: 3 launches, not decoded (decode=False; `proton-lite summary` on the capture "
+                           "counts records and drops), 2 autotuner trial launches skipped -> ")
+    assert result.records is None and result.dropped is None
+    assert result.counters["skipped_autotune"] == 2 and result.counters["uninstrumented_launches"] == 4
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("4 launch(es) of 1 kernel(s) ran without")
+    assert line.split("\n")[1] == "proton_lite: warning: " + result.warnings[0]

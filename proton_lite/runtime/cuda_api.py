@@ -35,6 +35,23 @@ def check(result, call: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
+def recording_problem() -> str | None:
+    """Why this process cannot record, in a few words, or None: the driver library must load,
+    ``cuInit`` succeed and a device be visible (checked at ``start()``, before any file)."""
+    try:
+        err, *_ = cu.cuInit(0)
+    except Exception as e:  # cuda-python could not load libcuda (no NVIDIA driver installed)
+        return f"no NVIDIA driver found (libcuda could not be loaded: {type(e).__name__})"
+    if err != _SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return f"the NVIDIA driver found no usable GPU (cuInit: {name})"
+    err, count = cu.cuDeviceGetCount()
+    if err != _SUCCESS or not count:
+        return "the NVIDIA driver sees no GPU (cuDeviceGetCount: 0)"
+    return None
+
+
 def current_context():
     return check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
