@@ -295,7 +295,7 @@ def cmd_summary(args) -> int:
     if args.json:
         _print_json(summary)
     else:
-        render_summary(summary, _console())
+        render_summary(summary, _console(), tables=args.tables, source=args.file)
     return EXIT_OK
 
 
@@ -761,6 +761,16 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _tables(text: str) -> tuple[str, ...]:
+    from proton_lite.viewer.summary import TABLES
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in names if t not in TABLES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown table(s) {', '.join(bad) or '(none given)'}; choose from "
+                                         f"{','.join(TABLES)}")
+    return names
+
+
 def _sub(subparsers, name: str, help: str, example: str, description: str | None = None) -> _Parser:
     return subparsers.add_parser(name, help=help, description=textwrap.fill(description or help, 79),
                                  epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -768,7 +778,7 @@ def _sub(subparsers, name: str, help: str, example: str, description: str | None
 
 def build_parser() -> argparse.ArgumentParser:
     from proton_lite import __version__
-    from proton_lite.viewer.summary import SORT_KEYS
+    from proton_lite.viewer.summary import SORT_KEYS, TABLES
 
     parser = _Parser(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
                      description=textwrap.fill("Intra-kernel profiler for Triton kernels: read captures (.plraw) "
@@ -811,6 +821,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scope", help="only the scope with exactly this name")
     p.add_argument("--sort", choices=SORT_KEYS, default="total", help="order of the scope rows (default: total)")
     p.add_argument("--top", type=_non_negative_int, metavar="N", help="keep the first N scope rows")
+    p.add_argument("--tables", type=_tables, default=TABLES, metavar="LIST",
+                   help=f"tables to show, comma separated, of {','.join(TABLES)} (default: all)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (schema proton_lite.summary/1)")
     p.set_defaults(func=cmd_summary)
 

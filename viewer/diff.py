@@ -22,6 +22,12 @@ of the means is larger than the noise, else it reads "no clear change":
   ``|mean_b - mean_a| > threshold_factor * noise`` (``threshold_factor`` = 2 by default:
   with a factor of 1, two runs of the same code would get a verdict about a third of
   the time).
+
+No verdict at all ("incomplete") where either side lost records of that kernel (drops,
+unmatched records, missing CTAs) or its capture is incomplete (cut off, launches lost, a
+part of a capture): its means and totals cover only what was kept, so neither a change
+nor its absence can be told.  The reasons are in the row (``incomplete``) and in the
+``warnings``, which the text output prints first.
 """
 from __future__ import annotations
 
@@ -33,11 +39,12 @@ from rich.table import Table
 from rich.text import Text
 
 from proton_lite.profile_data import Profile
+from proton_lite.viewer.completeness import LEGEND, capture_losses, kernel_losses
 from proton_lite.viewer.render import compact_table, fmt_count, fmt_ns, fmt_pct
 from proton_lite.viewer.summary import _lookup, _scope_name
 
 SCHEMA = "proton_lite.diff/1"
-FASTER, SLOWER, NO_CHANGE = "faster", "slower", "no clear change"
+FASTER, SLOWER, NO_CHANGE, INCOMPLETE = "faster", "slower", "no clear change", "incomplete"
 
 
 def diff_profiles(a: Profile, b: Profile, kernel: str | None = None, threshold_factor: float = 2.0) -> dict:
@@ -65,19 +72,44 @@ def diff_profiles(a: Profile, b: Profile, kernel: str | None = None, threshold_f
         rows.sort(key=lambda r: (-max(r["a"]["total_ns"] if r["a"] else 0, r["b"]["total_ns"] if r["b"] else 0),
                                  r["scope"]))
         scopes += rows
+    warnings = _mark_incomplete(a, b, kernels + scopes)
     return {
         "schema": SCHEMA,
         "a": {"name": _session_name(a), "launches": int(len(a.launches))},
         "b": {"name": _session_name(b), "launches": int(len(b.launches))},
         "threshold_factor": float(threshold_factor),
+        "warnings": warnings,
         "kernels": kernels,
         "scopes": scopes,
     }
 
 
+def _mark_incomplete(a: Profile, b: Profile, rows: list[dict]) -> list[str]:
+    """Give rows of kernels that lost records on either side no verdict (``incomplete``: the
+    reasons per side); returns the warnings, capture-wide first."""
+    warnings, per_side = [], {}
+    for side, p in (("a", a), ("b", b)):
+        whole = capture_losses(p)
+        kernels = kernel_losses(p)
+        per_side[side] = {k: v + whole for k, v in kernels.items()}
+        warnings += [f"{side}: {w}" for w in whole]
+        warnings += [f"{side}: {k}: {r}" for k, reasons in sorted(kernels.items()) for r in reasons]
+    for row in rows:
+        why = {side: per_side[side].get(row["kernel"], []) for side in ("a", "b")}
+        why = {side: reasons for side, reasons in why.items() if reasons}
+        row["incomplete"] = why or None
+        if why and row["verdict"] in (FASTER, SLOWER, NO_CHANGE):
+            row["verdict"] = INCOMPLETE
+    if any(r["incomplete"] for r in rows):
+        warnings.append("rows marked * have no verdict: records or launches of that kernel were lost on the side(s) "
+                        "named above")
+    return warnings
+
+
 def _session_name(p: Profile) -> str | None:
+    """The session's name without the folders of the machine that captured it."""
     name = (p.session or {}).get("name")
-    return None if name is None else str(name)
+    return None if name is None else str(name).replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _collect(p: Profile, kernel_filter: str | None) -> dict:
@@ -181,13 +213,17 @@ def _compare(row: dict, a: dict | None, b: dict | None, factor: float) -> dict:
     return row
 
 
-_VERDICT_STYLE = {FASTER: "bold green", SLOWER: "bold red"}
+_VERDICT_STYLE = {FASTER: "bold green", SLOWER: "bold red", INCOMPLETE: "yellow"}
 
 
 def render_diff(d: dict, console: Console) -> None:
     """Draw the result of :func:`diff_profiles`, one table per kernel (readable at 80 columns)."""
     a, b = d["a"].get("name") or "a", d["b"].get("name") or "b"
     console.print(Text(f"{b} vs {a} (baseline)", style="bold"))
+    for w in d.get("warnings", ()):
+        console.print(Text("! ", style="bold yellow").append(w))
+    if any(r.get("incomplete") for r in d["kernels"] + d["scopes"]):
+        console.print(Text(LEGEND, style="yellow"))
     scopes: dict[str, list[dict]] = {}
     for r in d["scopes"]:
         scopes.setdefault(r["kernel"], []).append(r)
@@ -201,9 +237,9 @@ def render_diff(d: dict, console: Console) -> None:
         t.add_column("noise", justify="right", no_wrap=True)
         t.add_column("Δ total", justify="right", no_wrap=True)
         t.add_column("verdict", no_wrap=True)
-        _add_row(t, Text("(launch)", style="italic"), k)
+        _add_row(t, Text("(launch)" + (" *" if k.get("incomplete") else ""), style="italic"), k)
         for s in scopes.get(k["kernel"], []):
-            _add_row(t, Text(s["scope"]), s)
+            _add_row(t, Text(s["scope"] + (" *" if s.get("incomplete") else "")), s)
         console.print(t)
     console.print(Text(f"(launch): whole-launch durations; noise: larger run-to-run spread of the means, in % of "
                        f"mean a; a verdict needs |Δ mean| > {d['threshold_factor']:g} x noise", style="dim"))

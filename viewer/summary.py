@@ -37,10 +37,12 @@ from rich.table import Table
 from rich.text import Text
 
 from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.viewer.completeness import LEGEND, capture_losses, incomplete
 from proton_lite.viewer.render import compact_table, fmt_count, fmt_cycles, fmt_ns, fmt_share
 
 SCHEMA = "proton_lite.summary/1"
 SORT_KEYS = ("total", "mean", "count", "p99", "name")
+COUNTERS = ("lost_launches", "unsized_launches", "capped_launches")  # launches the session counted at stop
 COARSE_TIMER_NS = 100  # globaltimer ticks coarser than this get a warning
 CLOCK_RATE_RANGE = (0.3, 2.2)  # plausible SM clock, cycles per ns
 CLOCK_RATE_SM_TOLERANCE = 0.05  # relative deviation from the SM's median rate
@@ -97,11 +99,10 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
                                                       + (", ".join(names) or "none")})
 
     scopes, scopes_total = _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, scope, sort, top)
-    # a kernel that lost records (dropped, unmatched, torn pool chunks): its numbers are marked
-    lossy = (launches["dropped"] > 0) | (launches["unmatched"] > 0) | (launches["torn_chunks"] > 0)
-    incomplete = {kernels[int(i)].name for i in launches["kernel"][lossy]}
+    # rows built from lost records (a kernel's drops, or the capture cut off) are marked
+    losses = incomplete(profile, launches)
     for row in scopes:
-        row["incomplete"] = row["kernel"] in incomplete
+        row["incomplete"] = bool(losses.get(row["kernel"]))
     if scope is not None and scopes_total == 0:
         names = sorted({s for i in selected for s in kernels[i].scopes})
         warnings.append({"kind": "filter", "message": f"no recorded scope is named {scope!r}; scopes: "
@@ -122,11 +123,13 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
         },
         "filters": {"kernel": kernel, "scope": scope, "sort": sort, "top": None if top is None else int(top)},
         "definitions": dict(DEFINITIONS),
-        "launches": _launch_rows(kernels, launches, ctas),
+        "launches": _launch_rows(kernels, launches, ctas, bool(capture_losses(profile))),
         "scopes": scopes,
         "scopes_total": scopes_total,
         "sms": _sm_rows(ctas),
         "warnings": warnings,
+        "incomplete": {name: reasons for name, reasons in losses.items() if reasons},
+        "counters": {k: int(session.get(k) or 0) for k in COUNTERS},
     }
 
 
@@ -230,7 +233,7 @@ def _sweep(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     return gid, max_alive, busy
 
 
-def _launch_rows(kernels, launches, ctas) -> list[dict]:
+def _launch_rows(kernels, launches, ctas, capture_incomplete: bool = False) -> list[dict]:
     rows = []
     by_launch = np.argsort(ctas["launch"], kind="stable")
     sorted_launch = ctas["launch"][by_launch]
@@ -256,6 +259,8 @@ def _launch_rows(kernels, launches, ctas) -> list[dict]:
             "waves": waves,
             "records": int(row["records"]), "dropped": int(row["dropped"]), "unmatched": int(row["unmatched"]),
             "missing_ctas": int(row["missing_ctas"]),
+            "incomplete": capture_incomplete or bool(row["dropped"] or row["unmatched"] or row["missing_ctas"] or
+                                                     row["torn_chunks"]),
         })
     return rows
 
@@ -282,7 +287,7 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                 continue
             hit = int((values > 0).sum())
             item = {"kind": kind, "kernel": name, "count": total, "launches": hit,
-                    "message": f"{name}: {total} {what} in {hit} of {len(mine)} launch(es)"}
+                    "message": f"{name}: {total:,} {what} in {hit:,} of {len(mine):,} launch(es)"}
             if kind == "dropped":
                 item["hint"] = profile.keep_all_hint(np.unique(mine["kernel"]).tolist())
                 item["keep_all_records"] = int(mine["unit_records_max"].max())
@@ -311,14 +316,14 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
     for kind, message in _LAUNCH_COUNT_WARNINGS:  # launches the session counted at stop (END chunk)
         n = int((profile.session or {}).get(kind) or 0)
         if n:
-            out.append({"kind": kind, kind: n, "message": f"{n} launch(es) {message}"})
+            out.append({"kind": kind, kind: n, "message": f"{n:,} launch(es) {message}"})
     for err in (profile.session or {}).get("capture_errors") or []:
         out.append({"kind": "capture_error", "message": err})
 
     if (profile.session or {}).get("truncated"):
         out.append({"kind": "truncated",
-                    "message": "the capture was cut off before stop() (crash or Ctrl-C): launches after the "
-                               "last complete one are missing"})
+                    "message": "the capture was cut off before stop() (the program ended or was killed, or the "
+                               "file was truncated): launches after the last complete one are missing"})
 
     cut = (profile.session or {}).get("cut")
     if isinstance(cut, dict):
@@ -394,32 +399,51 @@ def _jsonable(value: Any) -> Any:
 # render
 # ---------------------------------------------------------------------------------------------
 
-def render_summary(summary: dict, console: Console, max_launch_rows: int = 20) -> None:
-    """Draw ``summary`` (from :func:`summarize`) on ``console`` as tables for >= 80 columns."""
+TABLES = ("launches", "scopes", "percentiles", "sms")
+
+
+def render_summary(summary: dict, console: Console, max_launch_rows: int = 20, tables=TABLES,
+                   source: str | None = None) -> None:
+    """Draw ``summary`` (from :func:`summarize`) on ``console`` for >= 80 columns: the header,
+    the warnings, then the ``tables`` asked for (any of TABLES), rows built from lost records
+    marked ``*`` with one legend line.  ``source``: the file summarized (shown in the header)."""
     s = summary["session"]
     head = Text("proton-lite summary", style="bold")
-    for label, value in (("session", s.get("name")), ("device", s.get("device")),
-                         ("launches", f"{s['launches_shown']} of {s['launches']}"
-                          if s["launches_shown"] != s["launches"] else s["launches"])):
+    name = s.get("name")
+    for label, value in (("file", source), ("session", str(name).replace("\\", "/").rsplit("/", 1)[-1] if name else None),
+                         ("device", s.get("device")),
+                         ("launches", f"{s['launches_shown']:,} of {s['launches']:,}"
+                          if s["launches_shown"] != s["launches"] else f"{s['launches']:,}")):
         if value is not None:
             head.append(f"  {label}: ", style="dim").append(str(value))
     console.print(head)
-    if summary["launches"]:
-        console.print(_launch_table(summary["launches"], max_launch_rows))
-    for kernel_name, rows in _by_kernel(summary["scopes"]):
-        console.print(Group(Text(kernel_name, style="bold"), _scope_time_table(rows), _scope_dist_table(rows)))
-    shown, total = len(summary["scopes"]), summary.get("scopes_total", len(summary["scopes"]))
-    if shown < total:
-        console.print(Text(f"showing {shown} of {total} scopes (sorted by {summary['filters']['sort']})",
-                           style="dim"))
-    if summary["sms"]:
-        console.print(Text(f"SMs ({len(summary['sms'])} used): busy = union of CTA lifetimes", style="italic"))
-        console.print(_sm_table(summary["sms"], console.width))
     for w in summary["warnings"]:
         text = Text("! ", style="bold yellow").append(w["message"])
         if w.get("hint"):
             text.append(f" (hint: {w['hint']})", style="dim")
         console.print(text)
+    marked = any(r.get("incomplete") for r in summary["launches"]) or any(r.get("incomplete")
+                                                                          for r in summary["scopes"])
+    if marked:
+        console.print(Text(LEGEND, style="yellow"))
+    if summary["launches"] and "launches" in tables:
+        console.print(_launch_table(summary["launches"], max_launch_rows))
+    for kernel_name, rows in _by_kernel(summary["scopes"]):
+        parts = [Text(kernel_name, style="bold")]
+        if "scopes" in tables:
+            parts.append(_scope_time_table(rows))
+        if "percentiles" in tables:
+            parts.append(_scope_dist_table(rows))
+        if len(parts) > 1:
+            console.print(Group(*parts))
+    shown, total = len(summary["scopes"]), summary.get("scopes_total", len(summary["scopes"]))
+    if shown < total and ("scopes" in tables or "percentiles" in tables):
+        console.print(Text(f"showing {shown} of {total} scopes (sorted by {summary['filters']['sort']})",
+                           style="dim"))
+    if summary["sms"] and "sms" in tables:
+        console.print(Text(f"SMs ({len(summary['sms'])} used): busy = union of CTA lifetimes on the SM, summed "
+                           "over launches (--tables launches,scopes,percentiles hides this table)", style="italic"))
+        console.print(_sm_table(summary["sms"], console.width))
 
 
 def _by_kernel(rows: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -436,7 +460,7 @@ def _launch_table(launches: list[dict], max_rows: int) -> Table:
     for name in ("grid", "warps", "time", "CTAs", "SMs", "CTA/SM", "waves"):
         t.add_column(name, justify="right", no_wrap=True)
     for r in launches[:max_rows]:
-        t.add_row(str(r["launch"]), r["kernel"], "x".join(str(g) for g in r["grid"]), str(r["warps"]),
+        t.add_row(str(r["launch"]), r["kernel"] + (" *" if r.get("incomplete") else ""), "x".join(str(g) for g in r["grid"]), str(r["warps"]),
                   fmt_ns(r["duration_ns"]), fmt_count(r["ctas"]), str(r["sms_used"]), str(r["max_ctas_per_sm"]),
                   "-" if r["waves"] is None else str(r["waves"]))
     if len(launches) > max_rows:
@@ -447,7 +471,9 @@ def _launch_table(launches: list[dict], max_rows: int) -> Table:
 
 def _scope_time_table(rows: list[dict]) -> Table:
     t = compact_table("time per scope",
-                      caption="share: depth-0 time / (units x CTA lifetime)")
+                      caption="total: summed over every unit (warp, warp group or CTA) and launch; share: depth-0 "
+                              "time / (units x CTA lifetime); (x%): a scope only ever nested in others, its "
+                              "inclusive share")
     t.add_column("scope", overflow="fold", ratio=1)
     for name in ("count", "total", "share", "mean", "min", "max"):
         t.add_column(name, justify="right", no_wrap=True)
@@ -457,8 +483,6 @@ def _scope_time_table(rows: list[dict]) -> Table:
             share = f"({fmt_share(r['inclusive_share'])})"  # only nested: inclusive share in brackets
         t.add_row(_marked(r), fmt_count(r["count"]), fmt_ns(r["total"]), share, fmt_ns(r["mean"]),
                   fmt_ns(r["min"]), fmt_ns(r["max"]))
-    if any(r.get("incomplete") for r in rows):
-        t.caption += "\n* incomplete: records of this kernel were lost (see the warnings); its numbers cover what was kept"
     return t
 
 
