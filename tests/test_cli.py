@@ -439,10 +439,9 @@ def test_trace_formats_and_output_names(captures, tmp_path, capsys, fake_writer)
     (tmp_path / "d").mkdir()
     rc, out, _ = call(capsys, "trace", src, "-o", tmp_path / "d")
     assert out.splitlines() == [str(tmp_path / "d" / "synth-timed.pftrace")]
-    # a folder that does not exist is refused before decoding
-    rc, out, err = call(capsys, "trace", src, "-o", tmp_path / "nope" / "z.pftrace")
-    assert rc == 2 and out == ""
-    assert_one_error_line(err, "does not exist")
+    # a folder that does not exist is made, as for `-o out/`
+    rc, out, err = call(capsys, "trace", src, "-o", tmp_path / "new" / "z.pftrace")
+    assert rc == 0 and out.splitlines() == [str(tmp_path / "new" / "z.pftrace")], err
 
 
 def test_trace_warns_about_dropped_records(captures, tmp_path, capsys, fake_writer):
@@ -718,7 +717,7 @@ def test_open_prints_the_url_serves_the_file_and_exits_0(tmp_path):
 
 def test_open_not_fetched_in_time_exits_1(tmp_path):
     trace = tmp_path / "t.pftrace"
-    trace.write_bytes(b"x")
+    trace.write_bytes(b"\x0a\x00")  # one empty packet: a well-formed trace
     r = run_cli("open", trace, "--no-browser", "--port", 0, "--timeout", 0.3)
     assert r.returncode == 1
     assert "Nobody fetched" in r.stdout and r.stderr == ""
@@ -726,7 +725,7 @@ def test_open_not_fetched_in_time_exits_1(tmp_path):
 
 def test_open_on_a_busy_port_is_one_line(tmp_path):
     trace = tmp_path / "t.pftrace"
-    trace.write_bytes(b"x")
+    trace.write_bytes(b"\x0a\x00")  # one empty packet: a well-formed trace
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -737,7 +736,7 @@ def test_open_on_a_busy_port_is_one_line(tmp_path):
 
 def test_open_ctrl_c_exits_130_with_one_line(tmp_path):
     trace = tmp_path / "t.pftrace"
-    trace.write_bytes(b"x")
+    trace.write_bytes(b"\x0a\x00")  # one empty packet: a well-formed trace
     proc, _ = _start_open(trace, "--port", _free_port(), "--timeout", 60)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
@@ -768,7 +767,7 @@ def test_open_offline_without_a_ui_build_is_one_line(tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(server_mod, "find_offline_ui", no_ui)
     trace = tmp_path / "t.pftrace"
-    trace.write_bytes(b"x")
+    trace.write_bytes(b"\x0a\x00")  # one empty packet: a well-formed trace
     rc, out, err = call(capsys, "open", trace, "--offline", "--no-browser", "--port", "0")
     assert rc == 2
     assert_one_error_line(err, "offline", "--offline")
@@ -918,3 +917,59 @@ def test_compile_subprocess_end_to_end(tmp_path):
 def test_cli_trace_formats_agree_with_the_trace_package():
     from proton_lite.trace import EXTENSIONS, FORMATS
     assert cli.TRACE_FORMATS == EXTENSIONS and tuple(cli.TRACE_FORMATS) == FORMATS
+
+
+def test_trace_output_folders_are_created_as_the_help_example_writes_them(tmp_path, capsys):
+    src = os.path.join(os.path.dirname(__file__), "data", "softmax.plraw")
+    rc, out, err = call(capsys, "trace", src, "-o", str(tmp_path / "out") + os.sep, "--format", "perfetto", "chrome")
+    assert rc == 0, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["softmax.json", "softmax.pftrace"]
+    rc, out, err = call(capsys, "trace", src, "-o", str(tmp_path / "a" / "b" / "run"))
+    assert rc == 0 and (tmp_path / "a" / "b" / "run.pftrace").exists(), err
+    (tmp_path / "file").write_text("")
+    rc, out, err = call(capsys, "trace", src, "-o", str(tmp_path / "file" / "x") + os.sep)
+    assert rc == 2 and "cannot create the folder" in err and "choose another -o" in err
+
+
+def test_compile_errors_point_at_the_line_of_the_file(tmp_path, capsys):
+    src = tmp_path / "bad_scope.py"
+    src.write_text("import triton\nimport triton.language as tl\nimport proton_lite.language as pl\n\n\n"
+                   "# the kernel\n@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
+                   "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+                   "    pl.enter_scope('a')\n"  # line 10 of the file, line 3 of the function
+                   "    tl.store(x_ptr + offs, tl.load(x_ptr + offs))\n")
+    rc, out, err = call(capsys, "compile", f"{src}:k", "--signature", "*fp32", "--constexpr", "BLOCK=128")
+    assert rc == 2 and err.startswith(f"proton-lite: error: {src}:10: k: Triton could not compile it: fix: "), err
+    assert err.count("fix") == 1 and err.count(str(src)) == 1, err
+
+
+def test_open_warns_about_a_damaged_trace_and_still_serves_it(tmp_path, capsys, monkeypatch):
+    served = []
+    monkeypatch.setattr(server_mod, "serve_file", lambda path, **kw: served.append(path) or True)
+    src = os.path.join(os.path.dirname(__file__), "data", "softmax.plraw")
+    assert call(capsys, "trace", src, "-o", str(tmp_path / "whole"), "--format", "perfetto", "chrome")[0] == 0
+    whole = (tmp_path / "whole.pftrace").read_bytes()
+    (tmp_path / "cut.pftrace").write_bytes(whole[:len(whole) // 2])
+    (tmp_path / "text.pftrace").write_text("hello")
+    (tmp_path / "bad.json").write_text("hello")
+    for name, phrase in (("cut.pftrace", "bytes past the end of the file (truncated)"),
+                         ("text.pftrace", "byte 0x68 at offset 0 starts no packet"), ("bad.json", "not JSON")):
+        rc, out, err = call(capsys, "open", str(tmp_path / name), "--no-browser")
+        assert rc == 0 and served[-1].endswith(name)
+        assert err.startswith(f"proton-lite: warning: {tmp_path / name} does not look like a whole trace (") and \
+            phrase in err, err
+    for name in ("whole.pftrace", "whole.json"):
+        rc, out, err = call(capsys, "open", str(tmp_path / name), "--no-browser")
+        assert rc == 0 and "warning" not in err, err
+
+
+def test_compile_reads_the_example_without_torch_and_names_a_missing_module(tmp_path, capsys):
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "matmul.py"
+    rc, out, err = call(capsys, "compile", f"{example}:matmul_kernel", "--signature",
+                        "*fp16,*fp16,*fp16," + ",".join(["i32"] * 9), "--constexpr", "BM=128", "--constexpr", "BN=128",
+                        "--constexpr", "BK=64", "--num-warps", "8")
+    assert rc == 0 and "mainloop" in out and "epilogue" in out, err
+    src = tmp_path / "needs.py"
+    src.write_text("import triton\nimport no_such_module_here\n")
+    rc, out, err = call(capsys, "compile", f"{src}:k", "--signature", "i32")
+    assert rc == 2 and "needs the module 'no_such_module_here' at line 2, which is not installed here" in err, err

@@ -107,7 +107,8 @@ def load_raw(path: str):
 def _check_not_empty(path: str, profile) -> None:
     """A capture cut off before its first launch holds nothing to show."""
     if (profile.session or {}).get("truncated") and not len(profile.launches):
-        raise CliError(f"{path}: the capture was cut off (crash or Ctrl-C) before any launch was written; "
+        raise CliError(f"{path}: the capture was cut off before any launch was written (the program ended or was "
+                       "killed, or the file was truncated); "
                        "nothing to show; capture again and let proton_lite.stop() run")
 
 
@@ -127,7 +128,9 @@ def load_trace_file(path: str):
     except OSError as e:
         raise CliError(f"{path}: cannot read ({e.strerror or e})") from e
     except Exception as e:  # noqa: BLE001  (any failure to parse the file is bad input)
-        raise CliError(f"{path}: not a readable proton-lite trace ({_one_line(e)}); give a trace written by "
+        why = _one_line(e)
+        why = why[len(f"{path}: "):] if why.startswith(f"{path}: ") else why  # name the file once
+        raise CliError(f"{path}: not a readable proton-lite trace ({why}); give a trace written by "
                        "proton-lite, or its .plraw capture") from e
 
 
@@ -191,14 +194,12 @@ def _check_writers(formats: list[str]) -> None:
 def _output_base(src: str, out: str | None) -> str:
     if out is None:
         return src
-    if os.path.isdir(out) or out.endswith(os.sep):
-        if not os.path.isdir(out):
-            raise CliError(f"{out}: no such folder; create it first or choose another -o")
-        return os.path.join(out, Path(src).name)
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise CliError(f"{out}: folder {parent} does not exist; create it first or choose another -o")
-    return out
+    folder = out if (os.path.isdir(out) or out.endswith(os.sep)) else os.path.dirname(os.path.abspath(out))
+    try:  # `-o out/` or `-o out/run`: the folder is made as a user would expect
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"{out}: cannot create the folder {folder} ({e.strerror or e}); choose another -o") from e
+    return os.path.join(out, Path(src).name) if folder == out else out
 
 
 def convert(src: str, out: str | None, formats: list[str], cut=None):
@@ -231,8 +232,8 @@ def convert(src: str, out: str | None, formats: list[str], cut=None):
 def _capture_warnings(profile) -> None:
     session = profile.session or {}
     if session.get("truncated"):
-        _warn("the capture was cut off before stop() (crash or Ctrl-C): launches after the last complete one "
-              "are missing")
+        _warn("the capture was cut off before stop() (the program ended or was killed, or the file was truncated): "
+              "launches after the last complete one are missing")
     for err in session.get("capture_errors") or []:
         _warn(f"the session reported: {err}")
     if not len(profile.launches):
@@ -326,6 +327,10 @@ def cmd_open(args) -> int:
         print(f"wrote {paths[0]}", flush=True)
         _capture_warnings(profile)
         path = paths[0]
+    else:
+        problem = _trace_problem(path)
+        if problem:
+            _warn(f"{path} does not look like a whole trace ({problem}); Perfetto may show nothing or an error")
     try:
         fetched = serve_file(path, port=args.port, timeout=args.timeout, open_browser=not args.no_browser,
                              offline=args.offline)
@@ -338,6 +343,35 @@ def cmd_open(args) -> int:
         raise CliError(msg if "offline" in msg else f"port {args.port}: {msg}; pass another --port (offline mode "
                        "works with any port)") from e
     return EXIT_OK if fetched else EXIT_NOT_FETCHED
+
+
+def _trace_problem(path: str, scan: int = 1 << 20) -> str | None:
+    """What is wrong with a .pftrace (its packets, up to ``scan`` bytes and the end of the file
+    where they reach it) or a .json (its first character), or None; other files: None."""
+    suffix = Path(path).suffix.lower()
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(scan)
+    if suffix == ".json":
+        first = head.lstrip()[:1]
+        return None if first in (b"{", b"[") else "not JSON: it does not start with { or ["
+    if suffix not in (".pftrace", ".perfetto-trace", ".pb"):
+        return None
+    pos = 0
+    while pos < len(head):
+        if head[pos] != 0x0A:
+            return f"not a Perfetto protobuf trace: byte 0x{head[pos]:02x} at offset {pos:,} starts no packet"
+        length, shift, k = 0, 0, pos + 1
+        while k < len(head) and head[k] & 0x80:
+            length |= (head[k] & 0x7F) << shift
+            shift, k = shift + 7, k + 1
+        if k >= len(head):
+            return None if size > len(head) else "the file ends inside a packet header (truncated)"
+        length |= head[k] << shift
+        pos = k + 1 + length
+        if pos > size:
+            return f"a packet runs {pos - size:,} bytes past the end of the file (truncated)"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,6 +401,10 @@ def _import_file(file: str):
             tb = tb.tb_next
         if isinstance(e, SyntaxError) and e.lineno:
             line = f" at line {e.lineno}"
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            raise CliError(f"{file}: importing it needs the module {e.name!r}{line}, which is not installed here; "
+                           f"install it (pip install {e.name.split('.')[0]}) or compile from a file that does not "
+                           "import it") from e
         raise CliError(f"{file}: importing it failed{line} ({type(e).__name__}: {_one_line(e)}); fix the file "
                        "or run it with python to see the traceback") from e
     return module
@@ -652,6 +690,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def cmd_compile(args) -> int:
+    # Triton 3.9 warns on every compile that its FP-fusion default will change; the report
+    # compiles as Triton does today unless the user chose (TRITON_DEFAULT_FP_FUSION=0)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     file, sep, name = args.target.rpartition(":")
     if not sep or not file or not name:
         raise CliError(f"{args.target!r}: expected FILE.py:KERNEL, e.g. kernels.py:matmul")
@@ -680,10 +721,12 @@ def cmd_compile(args) -> int:
     except InstrumentationError as e:
         raise CliError(_one_line(e)) from e
     except CompilationError as e:
-        where = f" at kernel line {e.node.lineno}" if hasattr(e.node, "lineno") else ""
+        line = _file_line(kernel, getattr(e.node, "lineno", None))
         msg = (e.error_message or "").strip().splitlines()
-        raise CliError(f"{name}: Triton could not compile it{where}: {msg[-1] if msg else type(e).__name__}; "
-                       "fix the kernel or its --signature / --constexpr values") from e
+        last = msg[-1].strip() if msg else type(e).__name__
+        fix = "" if last.startswith("fix:") else "; fix the kernel or its --signature / --constexpr values"
+        raise CliError(f"{file}:{line}: {name}: Triton could not compile it: {last}{fix}" if line else
+                       f"{file}: {name}: Triton could not compile it: {last}{fix}") from e
     except Exception as e:  # noqa: BLE001  (ptxas, unsupported arch, ...)
         raise CliError(f"{name}: compiling for sm_{args.arch} failed ({type(e).__name__}: "
                        f"{_one_line(e)[:300]}); set PROTON_LITE_DEBUG=1 for the traceback") from e
@@ -759,6 +802,20 @@ def _non_negative_float(text: str) -> float:
     if not value >= 0 or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
     return value
+
+
+def _file_line(kernel, lineno: int | None) -> int | None:
+    """Line in the kernel's file of line ``lineno`` of its source as Triton parses it (from
+    its ``def``), or None."""
+    if not lineno:
+        return None
+    import inspect
+    try:
+        lines, first = inspect.getsourcelines(getattr(kernel, "fn", kernel))
+    except (OSError, TypeError):
+        return None
+    at_def = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
+    return first + at_def + lineno - 1
 
 
 def _tables(text: str) -> tuple[str, ...]:
