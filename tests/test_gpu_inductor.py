@@ -10,7 +10,9 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
 
 import proton_lite  # noqa: E402
 from proton_lite.passes import stage_hook  # noqa: E402

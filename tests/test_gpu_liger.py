@@ -8,7 +8,9 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
 pytest.importorskip("liger_kernel.transformers.functional")
 
 import proton_lite  # noqa: E402

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
