@@ -3,11 +3,10 @@
     python docs/examples/run.py [OUT_DIR]
 
 With an NVIDIA GPU (and torch): runs docs/examples/matmul.py inside a proton-lite session.
-Without one: decodes the real H100 capture docs/examples/matmul.plraw.  Either way it writes
-OUT_DIR/matmul.pftrace (default: the current directory) and prints the summary.
+Without one: decodes the real H100 capture docs/examples/matmul.plraw where it lies.  Either
+way it writes OUT_DIR/matmul.pftrace (default: the current directory) and prints the summary.
 """
 import os
-import shutil
 import subprocess
 import sys
 
@@ -39,11 +38,9 @@ def main() -> int:
             return rc
     else:
         print("no GPU here: decoding the H100 capture docs/examples/matmul.plraw", file=sys.stderr)
-        if os.path.abspath(base + ".plraw") != os.path.join(HERE, "matmul.plraw"):
-            shutil.copy(os.path.join(HERE, "matmul.plraw"), base + ".plraw")
-        rc = cli(["trace", base + ".plraw", "-o", base + ".pftrace"])
-        if rc:
-            return rc
+        capture = os.path.join(HERE, "matmul.plraw")
+        rc = cli(["trace", capture, "-o", base + ".pftrace"])
+        return rc or cli(["summary", capture])
     return cli(["summary", base + ".plraw"])
 
 
