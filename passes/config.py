@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from proton_lite.language import INSTRUMENTATION_MODE
+from proton_lite.markers import INSTRUMENTATION_MODE
 from proton_lite.layout import GRANULARITY_WARPS
 
 AUTO = "auto"  # "warp" for kernels with scopes (or warp-specialized), "cta" for the rest: resolve_granularity

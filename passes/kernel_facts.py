@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import warnings
 
-from proton_lite.language import MARKER_TAG
+from proton_lite.markers import MARKER_TAG
 
 _NTID_RE = re.compile(r"^\s*\.(reqntid|maxntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", re.M)
 _MARKER_NAME_RE = re.compile(re.escape(MARKER_TAG) + r"\s+(?:enter|exit)\s+([0-9a-f]+)")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from proton_lite.language import MARKER_TAG
+from proton_lite.markers import MARKER_TAG
 from proton_lite.passes.config import CALIBRATION_KERNEL
 from proton_lite.passes.pool import PoolCode, PoolPlan
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 
 from proton_lite.bound_expr import CMP_PREDICATES, BoundError, arguments, evaluate, reads_grid
-from proton_lite.language import MARKER_TAG
+from proton_lite.markers import MARKER_TAG
 
 _NAME = r"%[\w.$-]+"
 _INT_TYPE = r"(i\d+|index)"

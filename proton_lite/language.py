@@ -17,10 +17,8 @@ from typing import Any
 import triton.language as tl
 
 from proton_lite import scope_check
+from proton_lite.markers import INSTRUMENTATION_MODE, MARKER_TAG  # noqa: F401  (re-exported)
 from proton_lite.scope_names import validate_scope_name
-
-INSTRUMENTATION_MODE = "proton_lite"
-MARKER_TAG = "@@proton_lite"
 
 
 def instrumentation_enabled(options: Any) -> bool:

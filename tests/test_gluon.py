@@ -2,7 +2,7 @@
 and in `proton-lite compile` (tests/test_gpu_library.py runs one in a session on the H100)."""
 import json
 
-from proton_lite.compile import compile as pl_compile
+from proton_lite.offline_compile import compile as pl_compile
 from proton_lite.viewer import cli
 
 import gluon_kernels as G

@@ -12,7 +12,7 @@ import warnings
 import pytest
 import triton
 
-from proton_lite.compile import compile as pl_compile
+from proton_lite.offline_compile import compile as pl_compile
 from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES, BufferLayout
 from proton_lite.passes.kernel_facts import (ProtonLiteWarning, launched_warps, lost_scopes, marker_scopes,
                                              ptx_block_threads)

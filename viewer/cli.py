@@ -7,7 +7,7 @@
     proton-lite diff before.plraw after.plraw        # per scope: slower, faster or no clear change
 
 This module only parses arguments, dispatches and maps failures to messages; the work is
-done by ``proton_lite.pipeline``, ``proton_lite.compile`` and the ``viewer`` modules.
+done by ``proton_lite.pipeline``, ``proton_lite.offline_compile`` and the ``viewer`` modules.
 
 Exit codes: 0 done; 1 ``open``: nobody fetched the trace before the timeout; 2 bad input
 (one line on stderr: ``proton-lite: error: ...``, naming the problem and the fix); 130

@@ -1,5 +1,8 @@
 """``proton_lite.compile``: build a kernel for a given GPU architecture without a GPU.
 
+(The module is ``offline_compile``, not ``compile``, so that importing it can never put a
+module where ``proton_lite.compile``, the function, is looked up.)
+
 Triton compiles for an explicit target and assembles with the ``ptxas`` inside its wheel,
 so instrumented code can be inspected (and tested) on any machine.
 """
