@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from proton_lite.json_values import plain
 from proton_lite.passes.config import BUFFER_MODES, GRANULARITIES, InstrumentConfig
 from proton_lite.raw_format import RawWriter
 
@@ -176,7 +177,6 @@ class Session:
     # -- lifecycle -------------------------------------------------------------------------------
     def _install(self) -> None:
         from proton_lite.runtime import cuda_api
-        from proton_lite.runtime.collector import Collector
 
         device = None
         try:
@@ -184,7 +184,7 @@ class Session:
         except Exception:
             pass
         session_info = {
-            "name": self.options.name, "options": _jsonable(asdict(self.options)),
+            "name": self.options.name, "options": plain(asdict(self.options)),
             "host_start_ns": time.time_ns(), "triton_version": _triton_version(), "proton_lite_version": _version(),
             "device": cuda_api.device_name(device) if device is not None else None,
             "sm_count": cuda_api.device_attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
@@ -209,6 +209,7 @@ class Session:
             raise
 
     def _install_hooks(self) -> None:
+        from proton_lite.runtime.collector import Collector
         resizer = None
         if self.options.sizing == "exact":
             from proton_lite.runtime.exact import Resizer
@@ -459,10 +460,6 @@ def _fastpath_error() -> str | None:
     """Why the C hooks could not be built, when they could not (runtime/fastpath.py)."""
     from proton_lite.runtime import fastpath
     return fastpath.build_error()
-
-
-def _jsonable(d: dict) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
 def _triton_version() -> str:

@@ -134,3 +134,26 @@ def test_a_session_that_did_not_decode_reports_no_counts_rather_than_zeros(tmp_p
     assert result.counters["skipped_autotune"] == 2 and result.counters["uninstrumented_launches"] == 4
     assert len(result.warnings) == 1 and result.warnings[0].startswith("4 launch(es) of 1 kernel(s) ran without")
     assert line.split("\n")[1] == "proton_lite: warning: " + result.warnings[0]
+
+
+def test_start_installs_its_hooks_where_only_the_driver_is_missing(tmp_path, monkeypatch):
+    """What start() does after the driver check (writer, collector, Triton hooks) runs here;
+    a failure while installing leaves no capture and no active session."""
+    import proton_lite.session as session_mod
+    from proton_lite.runtime import triton_hooks
+    monkeypatch.setattr(session_mod, "_check_can_record", lambda: None)
+    s = proton_lite.start(str(tmp_path / "x"), calibrate=False)
+    try:
+        assert proton_lite.active() is s and s._installed and s._hooks is not None
+        assert (tmp_path / "x.plraw").stat().st_size > 0
+    finally:
+        s._uninstall()
+        s._writer.close()
+        session_mod._active = None
+
+    def broken(self):
+        raise RuntimeError("hook install failed")
+    monkeypatch.setattr(triton_hooks.TritonHooks, "install", broken)
+    with pytest.raises(RuntimeError, match="hook install failed"):
+        proton_lite.start(str(tmp_path / "y"), calibrate=False)
+    assert not (tmp_path / "y.plraw").exists() and proton_lite.active() is None

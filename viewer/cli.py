@@ -153,21 +153,9 @@ def _console():
     return Console(highlight=False)
 
 
-def _strict(obj):
-    """JSON without NaN / inf (they become null) and with numpy scalars as Python numbers."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalar
-        return _strict(obj.item())
-    return obj
-
-
 def _print_json(obj) -> None:
-    sys.stdout.write(json.dumps(_strict(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    from proton_lite.json_values import plain
+    sys.stdout.write(json.dumps(plain(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def _warn(message: str) -> None:

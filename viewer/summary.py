@@ -29,13 +29,13 @@ Definitions (also written into the summary under ``"definitions"``):
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from proton_lite.json_values import plain
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.viewer.completeness import LEGEND, capture_losses, incomplete
 from proton_lite.viewer.render import compact_table, fmt_count, fmt_cycles, fmt_ns, fmt_share
@@ -114,9 +114,9 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
     return {
         "schema": SCHEMA,
         "session": {
-            "name": _jsonable(session.get("name")),
-            "device": _jsonable(session.get("device")),
-            "timer_tick_ns": _jsonable(session.get("timer_tick_ns")),
+            "name": plain(session.get("name")),
+            "device": plain(session.get("device")),
+            "timer_tick_ns": plain(session.get("timer_tick_ns")),
             "launches": int(len(profile.launches)),
             "launches_shown": int(len(launches)),
             "span_ns": span,
@@ -305,7 +305,7 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
 
     tick = (profile.session or {}).get("timer_tick_ns")
     if tick is not None and float(tick) > COARSE_TIMER_NS:
-        out.append({"kind": "coarse_timer", "timer_tick_ns": _jsonable(tick),
+        out.append({"kind": "coarse_timer", "timer_tick_ns": plain(tick),
                     "message": f"%globaltimer ticks every {float(tick):g} ns: nanosecond durations shorter than "
                                "a few ticks are unreliable; the cycle columns are exact"})
 
@@ -335,7 +335,7 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                     "cover that part only"})
 
     for w in (profile.session or {}).get("warnings") or []:
-        out.append({"kind": "session", "message": w if isinstance(w, str) else str(_jsonable(w))})
+        out.append({"kind": "session", "message": w if isinstance(w, str) else str(plain(w))})
     return out
 
 
@@ -379,20 +379,6 @@ def _clock_warning(ctas) -> dict | None:
                        f"({n_range} outside {lo}-{hi} cycles/ns; {n_median} deviate more than "
                        f"{CLOCK_RATE_SM_TOLERANCE:.0%} from their SM's median): the clock changed during "
                        "the run (throttling, boost) or the timer is unreliable; compare cycles with care"}
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return None if math.isnan(value) else value
-    if isinstance(value, np.generic):
-        return _jsonable(value.item())
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return str(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ writers are imported lazily so that this module stays importable on its own.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from proton_lite.json_values import plain
 from proton_lite.profile_data import LAUNCH_DTYPE, KernelInfo, Profile
 
 FORMATS = ("perfetto", "chrome")
@@ -250,19 +250,6 @@ def _event_order(track_keys: list[np.ndarray], start: np.ndarray, end: np.ndarra
     return order % max(n, 1), order >= n
 
 
-def _jsonable(x):
-    """json.dumps fallback for numpy scalars/arrays and other odd values in meta dicts."""
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, (set, frozenset)):
-        return sorted(x, key=repr)
-    return repr(x)
-
-
 def _metadata(profile: Profile, launches: np.ndarray, shift: int, **extra) -> dict:
     """What the reader needs beyond the slices: kernels, launches, session, time base."""
     meta = {
@@ -282,20 +269,8 @@ def _metadata(profile: Profile, launches: np.ndarray, shift: int, **extra) -> di
 
 def _meta_json(meta: dict) -> str:
     """Deterministic strict JSON (sorted keys; nan/inf become null, which JSON lacks)."""
-    return json.dumps(_strict(meta), sort_keys=True, default=_jsonable, allow_nan=False,
+    return json.dumps(plain(meta), sort_keys=True, allow_nan=False,
                       separators=(",", ":"), ensure_ascii=False)
-
-
-def _strict(obj):
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _strict(obj.tolist())
-    return obj
 
 
 def _check_meta(meta, path) -> dict:
