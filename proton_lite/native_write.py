@@ -10,12 +10,14 @@ the CRC-32 on several threads (zlib's ``crc32`` and ``crc32_combine``, found in 
 ``libz`` that Python's own ``zlib`` module uses) and writes the chunk header and its parts
 with ``writev``.  The result is byte for byte what ``RawWriter``'s Python path writes.
 
-Built at first use with Triton's ``compile_module_from_src`` (as ``runtime/fastpath.py``);
-without a compiler or ``libz``, ``module()`` is None and the Python path writes instead.
+Built at first use (``native_build``); without a compiler or ``libz``, ``module()`` is None
+and the Python path writes instead.
 """
 from __future__ import annotations
 
 import os
+
+from proton_lite.native_build import ZlibExtension
 
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -165,37 +167,13 @@ PyMODINIT_FUNC PyInit_proton_lite_native_write(void) { return PyModule_Create(&m
 BLOCK = 256 << 10  # bytes per thread at least (smaller payloads: one thread is as fast)
 THREADS = max(1, min(8, os.cpu_count() or 1))
 
-_module = None
-_error: str | None = None
-
-
-def zlib_path() -> str:
-    """The libz this process already has loaded (Python's zlib module's), else the system's."""
-    import zlib  # noqa: F401 (loads libz where the module is linked against it)
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if "/libz.so" in line:
-                    return line.split()[-1]
-    except OSError:
-        pass
-    import ctypes.util
-    return ctypes.util.find_library("z") or "libz.so.1"
+_EXTENSION = ZlibExtension(_SOURCE, "proton_lite_native_write", "PROTON_LITE_NATIVE_WRITE")
 
 
 def module():
-    """The compiled extension, or None (built once per process; Triton caches the binary)."""
-    global _module, _error
-    if _module is None and _error is None and os.environ.get("PROTON_LITE_NATIVE_WRITE", "1") not in ("0", ""):
-        try:
-            from triton.runtime.build import compile_module_from_src
-            mod = compile_module_from_src(_SOURCE, "proton_lite_native_write")
-            mod.init_zlib(zlib_path())
-            _module = mod
-        except Exception as e:  # no compiler, headers or libz: RawWriter's Python path writes
-            _error = f"{type(e).__name__}: {e}"[:300]
-    return _module
+    """The compiled extension, or None (RawWriter's Python path writes then)."""
+    return _EXTENSION.module()
 
 
 def error() -> str | None:
-    return _error
+    return _EXTENSION.error

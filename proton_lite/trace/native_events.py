@@ -8,15 +8,15 @@ fields in the same order, see ``event_rows``), cuts them into the same ``compres
 batches and deflates them with the zlib that Python's own ``zlib`` module uses (``compress2``
 at level 1 is what ``zlib.compress(data, 1)`` does), with the GIL released throughout.
 
-Built at first use with Triton's ``compile_module_from_src`` (as ``native_write``); without a
-compiler, ``module()`` is None and the numpy encoder writes the same bytes.
+Built at first use (``proton_lite.native_build``); without a compiler, ``module()`` is None and
+the numpy encoder writes the same bytes.
 ``PROTON_LITE_NATIVE_TRACE=0`` turns it off.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from proton_lite.native_build import ZlibExtension
 
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -203,34 +203,22 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_e
 PyMODINIT_FUNC PyInit_proton_lite_native_events(void) { return PyModule_Create(&module); }
 """
 
-_module = None
-_error: str | None = None
+_EXTENSION = ZlibExtension(_SOURCE, "proton_lite_native_events", "PROTON_LITE_NATIVE_TRACE")
 
 
 def module():
-    """The compiled extension, or None (built once per process; Triton caches the binary)."""
-    global _module, _error
-    if _module is None and _error is None and os.environ.get("PROTON_LITE_NATIVE_TRACE", "1") not in ("0", ""):
-        try:
-            from triton.runtime.build import compile_module_from_src
-
-            from proton_lite.native_write import zlib_path
-            mod = compile_module_from_src(_SOURCE, "proton_lite_native_events")
-            mod.init_zlib(zlib_path())
-            _module = mod
-        except Exception as e:  # no compiler, headers or libz: the numpy encoder writes
-            _error = f"{type(e).__name__}: {e}"[:300]
-    return _module
+    """The compiled extension, or None (the numpy encoder writes the same bytes then)."""
+    return _EXTENSION.module()
 
 
 def error() -> str | None:
-    return _error
+    return _EXTENSION.error
 
 
 def encode(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, compress: bool,
            max_batch: int) -> tuple[bytes, int]:
     """What ``finish(event_rows(...))`` gives, from the C encoder (``module()`` must not be None)."""
     c = np.ascontiguousarray
-    return _module.encode(int(seq_id), c(ev_i, np.int64), c(ev_end, np.uint8), c(dts, np.int64), c(track, np.int64),
+    return _EXTENSION.module().encode(int(seq_id), c(ev_i, np.int64), c(ev_end, np.uint8), c(dts, np.int64), c(track, np.int64),
                           c(iid, np.int64), c(cycles, np.int64), c(depth, np.int64), c(fix_depth, np.uint8),
                           int(bool(compress)), int(max_batch))
