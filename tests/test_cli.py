@@ -6,6 +6,7 @@ tests/data/*.plraw are picked up by the parametrized tests automatically.
 """
 import glob
 import http.client
+import importlib
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
 from proton_lite.pipeline import load_profile
 from proton_lite.raw_format import CHUNK_HEADER, FILE_HEADER, FORMAT_VERSION, LAUNCH, RawWriter, read_raw
 import proton_lite.viewer.server as server_mod
-from proton_lite.viewer import cli
+from proton_lite.viewer import cli, cli_view
 from proton_lite.viewer.render import fmt_pct
 
 from kernels import CASES, signature
@@ -409,7 +410,7 @@ def fake_writer(monkeypatch):
         return {}
 
     monkeypatch.setattr(trace_mod, "write_trace", write_trace)
-    monkeypatch.setattr(cli, "_check_writers", lambda formats: None)
+    monkeypatch.setattr(cli_view, "_check_writers", lambda formats: None)
     return calls
 
 
@@ -466,7 +467,7 @@ def test_interrupted_trace_write_leaves_no_file(captures, tmp_path, capsys, monk
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trace_mod, "write_trace", slow_writer)
-    monkeypatch.setattr(cli, "_check_writers", lambda formats: None)
+    monkeypatch.setattr(cli_view, "_check_writers", lambda formats: None)
     rc, out, err = call(capsys, "trace", captures["synth-timed"], "-o", tmp_path / "t")
     assert rc == 130
     assert err.strip() == "proton-lite: interrupted"
@@ -486,14 +487,14 @@ def test_interrupted_decode_exits_130(captures, capsys, monkeypatch):
 
 
 def test_missing_writer_module_is_one_line(captures, tmp_path, capsys, monkeypatch):
-    real_import = cli.importlib.import_module
+    real_import = importlib.import_module
 
     def no_perfetto(name, *a):
         if name == "proton_lite.trace.perfetto":
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real_import(name, *a)
 
-    monkeypatch.setattr(cli.importlib, "import_module", no_perfetto)
+    monkeypatch.setattr(importlib, "import_module", no_perfetto)
     rc, out, err = call(capsys, "trace", captures["synth-simple"], "-o", tmp_path / "t")
     assert rc == 2
     assert_one_error_line(err, "proton_lite.trace.perfetto")

@@ -10,7 +10,7 @@ from proton_lite.decode import decode
 from proton_lite.profile_cut import cut, parse_launches, parse_window
 from proton_lite.raw_format import read_raw
 from proton_lite.trace import load_trace
-from proton_lite.viewer import cli
+from proton_lite.viewer import cli, cli_view
 
 ROOT = Path(__file__).resolve().parent.parent
 MATMUL = ROOT / "docs" / "examples" / "matmul.plraw"  # 3 launches
@@ -75,7 +75,7 @@ def test_a_cut_that_keeps_nothing_says_what_there_is(tmp_path, capsys):
 
 
 def test_a_trace_too_large_for_the_browser_suggests_a_cut(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "TOO_LARGE_FOR_THE_UI", 100)
+    monkeypatch.setattr(cli_view, "TOO_LARGE_FOR_THE_UI", 100)
     rc, out, err = _run(capsys, "trace", SOFTMAX, "-o", tmp_path / "big")
     assert rc == 0 and "works up to a few GB; cut it with --launch N or --window" in err
 

@@ -1,0 +1,411 @@
+"""The ``compile`` command: a kernel file compiled with instrumentation for an architecture, no
+GPU needed, and its report (scopes, record sites, buffer bytes, records per warp)."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+from proton_lite.viewer.cli_io import EXIT_OK, CliError, _check_file, _console, _one_line, _print_json
+
+EMIT_KINDS = ("ptx", "ttgir", "ttir", "llir", "cubin")
+
+
+# ---------------------------------------------------------------------------------------------
+# compile
+# ---------------------------------------------------------------------------------------------
+
+def _import_file(file: str):
+    _check_file(file)
+    path = os.path.abspath(file)
+    name = "_proton_lite_cli_" + re.sub(r"\W", "_", Path(path).stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CliError(f"{file}: cannot import it as Python; give a .py file that defines the kernel")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # so that the file's own sibling imports work
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001  (an error in the user's file is bad input)
+        line = ""
+        tb = e.__traceback__
+        while tb is not None:
+            if os.path.abspath(tb.tb_frame.f_code.co_filename) == path:
+                line = f" at line {tb.tb_lineno}"
+            tb = tb.tb_next
+        if isinstance(e, SyntaxError) and e.lineno:
+            line = f" at line {e.lineno}"
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            raise CliError(f"{file}: importing it needs the module {e.name!r}{line}, which is not installed here; "
+                           f"install it (pip install {e.name.split('.')[0]}) or compile from a file that does not "
+                           "import it") from e
+        raise CliError(f"{file}: importing it failed{line} ({type(e).__name__}: {_one_line(e)}); fix the file "
+                       "or run it with python to see the traceback") from e
+    return module
+
+
+def _jit_functions(module) -> list[str]:
+    from triton.runtime.jit import JITFunction
+    return sorted(n for n, v in vars(module).items() if isinstance(_unwrap(v), JITFunction))
+
+
+def _unwrap(obj):
+    from triton.runtime.jit import JITFunction
+    seen = 0
+    while not isinstance(obj, JITFunction) and hasattr(obj, "fn") and seen < 8:  # autotune / heuristics wrappers
+        obj, seen = obj.fn, seen + 1
+    return obj
+
+
+def find_kernel(module, file: str, name: str):
+    from triton.runtime.jit import JITFunction
+
+    available = _jit_functions(module)
+    obj = getattr(module, name, None)
+    if obj is None:
+        raise CliError(f"{file}: no kernel named {name!r}; @triton.jit functions there: "
+                       f"{', '.join(available) or 'none'}")
+    kernel = _unwrap(obj)
+    if not isinstance(kernel, JITFunction):
+        raise CliError(f"{file}: {name!r} is not a @triton.jit function; @triton.jit functions there: "
+                       f"{', '.join(available) or 'none'}")
+    return kernel
+
+
+def parse_value(text: str):
+    """A --constexpr value: Python literal (int, float, bool, None, quoted str), true/false, else the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return text
+    return value if isinstance(value, (int, float, bool, str, type(None))) else text
+
+
+def parse_constexprs(items: list[str], kernel) -> dict:
+    names = [p.name for p in kernel.params]
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CliError(f"--constexpr {item!r}: expected NAME=VALUE, e.g. --constexpr BLOCK=1024")
+        if key not in names:
+            raise CliError(f"--constexpr {key}: {kernel.__name__} has no argument {key!r}; its arguments: "
+                           f"{', '.join(names)}")
+        out[key] = parse_value(value)
+    for p in kernel.params:
+        if p.is_constexpr and p.name not in out and p.has_default:
+            out[p.name] = p.default
+    return out
+
+
+def check_constexprs_complete(kernel, constexprs: dict) -> None:
+    missing = [p.name for p in kernel.params if p.is_constexpr and p.name not in constexprs and not p.has_default]
+    if missing:
+        raise CliError(f"{kernel.__name__} needs a value for constexpr argument(s) {', '.join(missing)}; add "
+                       + " ".join(f"--constexpr {m}=VALUE" for m in missing))
+
+
+def _check_type(ty: str, arg: str) -> None:
+    from triton.language import str_to_ty
+
+    if ty == "constexpr":
+        _bad_type(ty, arg, "give constexpr arguments with --constexpr NAME=VALUE instead")
+    if ty.startswith("tensordesc"):
+        return  # checked by Triton
+    try:
+        str_to_ty(ty, None)
+    except Exception:  # noqa: BLE001  (triton raises KeyError / IndexError for unknown names)
+        _bad_type(ty, arg, None)
+
+
+def _bad_type(ty: str, arg: str, fix: str | None):
+    raise CliError(f"--signature: {ty!r} (argument {arg}) is not a Triton type; "
+                   + (fix or "use e.g. *fp32, *fp16, *bf16, *i8, i32, i64, fp32, i1"))
+
+
+def _split_types(text: str) -> list[str]:
+    """Split a signature on the commas between types, not those inside a type
+    (``tensordesc<fp16[128, 64]>``)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch in "[<(") - (ch in "]>)")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur]
+
+
+def parse_signature(text: str, kernel, constexprs: dict) -> dict:
+    """``"*fp32,*fp32,i32"`` (one type per non-constexpr argument, in order) or ``"x:*fp32,n:i32"``."""
+    free = [p.name for p in kernel.params if not p.is_constexpr and p.name not in constexprs]
+    items = [s.strip() for s in _split_types(text)] if text.strip() else []
+    example = ",".join("*fp32" if n.endswith("ptr") else "i32" for n in free)
+    named = [":" in s for s in items]
+    if any(named):
+        if not all(named):
+            raise CliError("--signature: give either every type by position or every one as NAME:TYPE, not both")
+        sig = {}
+        for s in items:
+            name, _, ty = s.partition(":")
+            name, ty = name.strip(), ty.strip()
+            if name not in free:
+                raise CliError(f"--signature: {kernel.__name__} has no non-constexpr argument {name!r}; "
+                               f"its arguments: {', '.join(free)}")
+            sig[name] = ty
+        missing = [n for n in free if n not in sig]
+        if missing:
+            raise CliError(f"--signature lacks a type for {', '.join(missing)}; e.g. --signature '{example}'")
+    else:
+        if len(items) != len(free):
+            raise CliError(f"--signature has {len(items)} type(s) but {kernel.__name__} takes {len(free)} "
+                           f"non-constexpr argument(s) ({', '.join(free)}); e.g. --signature '{example}'")
+        sig = dict(zip(free, items))
+    for name, ty in sig.items():
+        _check_type(ty, name)
+    return sig
+
+
+def _sites_per_scope(ptx: str, n_scopes: int) -> list[list[int]] | None:
+    """[[enter sites, exit sites], ...] per scope id, read from the record code in the PTX."""
+    from proton_lite.passes.ptx_instrument import RECORD_TAG_RE
+    counts = [[0, 0] for _ in range(n_scopes)]
+    lines = ptx.split("\n")
+    for i, line in enumerate(lines):
+        if line.strip() != "// proton_lite: record":
+            continue
+        for follow in lines[i + 1:i + 8]:  # the tag follows the clock read and the keep-alive xors
+            m = RECORD_TAG_RE.search(follow)
+            if m:
+                tag = int(m.group(1))
+                if tag >> 1 >= n_scopes:
+                    return None
+                counts[tag >> 1][tag & 1] += 1
+                break
+        else:
+            return None
+    return counts
+
+
+def compile_report(ck, kernel_name: str, arch: int) -> dict:
+    """What the instrumentation adds to a compiled kernel, as a JSON-serializable dict."""
+    from proton_lite.bound_expr import arguments, reads_grid
+    from proton_lite.layout import GRANULARITY_WARPS, BufferLayout
+
+    pl = ck.profile or {}
+    layout = pl.get("layout") or {}
+    sites = pl.get("record_sites")
+    loop = int(pl.get("loop_record_sites") or 0)
+    expr = pl.get("records_per_unit_expr")
+    per_scope = _sites_per_scope(ck.asm.get("ptx") or "", len(ck.scopes))
+    if per_scope is not None and sites is not None and sum(map(sum, per_scope)) != sites:
+        per_scope = None  # the record code changed shape: show totals only
+    num_warps = int(layout.get("num_warps") or ck.metadata.get("num_warps") or 0)
+    gran = layout.get("granularity")
+    unit_warps = GRANULARITY_WARPS.get(gran) or num_warps or 1
+    return {
+        "kernel": kernel_name,
+        "arch": arch,
+        "num_warps": num_warps,
+        "granularity": gran,
+        "units_per_cta": num_warps // unit_warps if num_warps else None,
+        "staging": layout.get("staging"),
+        "buffer_mode": layout.get("mode"),
+        "capacity": layout.get("capacity"),
+        # slots after the capacity in each unit block, for records past it (global staging)
+        "sink_slots": BufferLayout.from_json(layout).sink_slots if layout else 0,
+        "scopes": [{"id": i, "name": n,
+                    "enter_sites": per_scope[i][0] if per_scope else None,
+                    "exit_sites": per_scope[i][1] if per_scope else None} for i, n in enumerate(ck.scopes)],
+        "record_sites": sites,
+        "loop_record_sites": loop,
+        "buffer_bytes_per_cta": ck.metadata.get("profile_scratch_size"),
+        "shared_staging_bytes": pl.get("shared_staging_bytes"),
+        "records_per_unit": {
+            "exact": None if loop or sites is None else sites,
+            "outside_loops": None if sites is None else sites - loop,
+            "per_loop_iteration": loop,
+            "at_most": pl.get("records_per_unit_max") if loop else None,  # every loop bound a constant
+            # sized per launch: the kernel arguments the count depends on
+            "from_arguments": sorted(arguments(expr)) if expr else None,
+            # ... and from program ids / the grid size (the busiest program's count)
+            "from_program_ids": bool(expr) and reads_grid(expr),
+        },
+        "sized_at_launch": bool(layout.get("sized_at_launch")),
+        # loops bounded at run time: records past the unit block go to chunks of the launch's pool
+        "pool": {"chunk_slots": layout.get("chunk_slots"), "checks": pl.get("pool_checks"),
+                 "entry_records": pl.get("pool_entry_records")} if layout.get("pool") else None,
+        # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
+        "lost_scopes": pl.get("lost_scopes"),
+    }
+
+
+def render_compile_report(r: dict, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
+    from proton_lite.viewer.render import compact_table
+
+    unit = {"warp": "warp", "warpgroup": "warp group", "cta": "CTA"}.get(r["granularity"], "unit")
+    console.print(Text(f"{r['kernel']}", style="bold").append(
+        f"  sm_{r['arch']}, {r['num_warps']} warps, one record stream per {unit} "
+        f"({r['units_per_cta']} per CTA)", style=""))
+    if r.get("lost_scopes"):
+        from proton_lite.passes.kernel_facts import lost_scopes_message
+        console.print(Text("warning: " + lost_scopes_message(r["kernel"], r["lost_scopes"]), style="yellow"))
+    if not r["scopes"] and not r.get("lost_scopes"):
+        console.print(Text("no scopes: the kernel has no pl.scope / pl.enter_scope markers", style="yellow"))
+    else:
+        t = compact_table("scopes")
+        t.add_column("id", justify="right", no_wrap=True)
+        t.add_column("name", overflow="fold", ratio=1)
+        t.add_column("enter sites", justify="right", no_wrap=True)
+        t.add_column("exit sites", justify="right", no_wrap=True)
+        for s in r["scopes"]:
+            t.add_row(str(s["id"]), s["name"], "-" if s["enter_sites"] is None else str(s["enter_sites"]),
+                      "-" if s["exit_sites"] is None else str(s["exit_sites"]))
+        console.print(t)
+    rec = r["records_per_unit"]
+    if rec["exact"] is not None:
+        estimate = f"{rec['exact']} (no record site inside a loop)"
+    elif rec.get("at_most") is not None:
+        estimate = f"at most {rec['at_most']} (every loop around a scope has compile-time bounds)"
+    elif rec.get("from_arguments") or rec.get("from_program_ids"):
+        source = [f"its argument(s) {', '.join(rec['from_arguments'])}"] if rec.get("from_arguments") else []
+        if rec.get("from_program_ids"):
+            source.append("the grid (the busiest program id)")
+        estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration: counted for "
+                    f"each launch from {' and '.join(source)}")
+    elif r.get("pool"):
+        estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration: loop bounds known "
+                    "only at run time, every record kept (a launch pool, below)")
+    else:
+        estimate = (f"≥ {rec['outside_loops']}, + {rec['per_loop_iteration']} per loop iteration "
+                    f"(loop sites: capacity {r['capacity']})")
+    kv = Table.grid(padding=(0, 2))
+    kv.add_column(no_wrap=True, style="dim")
+    kv.add_column(overflow="fold")
+    kv.add_row("record sites", f"{r['record_sites']} ({r['loop_record_sites']} inside loops)")
+    kv.add_row(f"records per {unit}", estimate)
+    sinks = f" + {r['sink_slots']} sink slots" if r.get("sink_slots") else ""
+    if r.get("pool"):
+        p = r["pool"]
+        kv.add_row("buffer per CTA", f"{CTA_HEADER_BYTES} + {r['units_per_cta']} x ({UNIT_HEADER_BYTES} + "
+                                     f"{RECORD_BYTES} x ({r['capacity']} records{sinks})) bytes, global")
+        kv.add_row("launch pool", f"chunks of {p['chunk_slots']} records after the CTA blocks, one atomic per chunk, "
+                                  f"taken at {p['checks']} loop head(s); sized from earlier launches (pool_mb= fixes "
+                                  "it); only the chunks taken are copied back")
+    elif r.get("sized_at_launch"):
+        kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
+                                     f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x (records per {unit}{sinks})) bytes, "
+                                     f"global (capacity {r['capacity']} if its bound cannot be evaluated for a launch)")
+    else:
+        kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
+                                     f"records per {unit}{sinks}, {r['buffer_mode']})")
+    kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
+               + ("" if r["staging"] == "shared" else " (records go straight to global memory)"))
+    console.print(kv)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def cmd_compile(args) -> int:
+    # Triton 3.9 warns on every compile that its FP-fusion default will change; the report
+    # compiles as Triton does today unless the user chose (TRITON_DEFAULT_FP_FUSION=0)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    file, sep, name = args.target.rpartition(":")
+    if not sep or not file or not name:
+        raise CliError(f"{args.target!r}: expected FILE.py:KERNEL, e.g. kernels.py:matmul")
+    if args.num_warps < 1 or args.num_warps & (args.num_warps - 1):
+        raise CliError(f"--num-warps {args.num_warps}: must be a power of two (1, 2, 4, 8, 16, 32)")
+    for kind, _ in args.emit or []:
+        if kind not in EMIT_KINDS:
+            raise CliError(f"--emit {kind}: unknown kind; choose one of {', '.join(EMIT_KINDS)}")
+    module = _import_file(file)
+    kernel = find_kernel(module, file, name)
+    constexprs = parse_constexprs(args.constexpr, kernel)
+    signature = parse_signature(args.signature, kernel, constexprs)
+    check_constexprs_complete(kernel, constexprs)
+
+    import proton_lite
+    from proton_lite.passes.ptx_instrument import InstrumentationError
+    from triton.compiler.errors import CompilationError
+    from proton_lite.passes.kernel_facts import ProtonLiteWarning
+    try:
+        with warnings.catch_warnings():  # the report shows them, once, in its own words
+            warnings.simplefilter("ignore", ProtonLiteWarning)
+            ck = proton_lite.compile(kernel, signature, constexprs, arch=args.arch, instrument=True,
+                                     num_warps=args.num_warps, num_stages=args.num_stages,
+                                     granularity=args.granularity, capacity=args.capacity,
+                                     loop_capacity=args.loop_capacity, buffer_mode=args.buffer_mode)
+    except InstrumentationError as e:
+        raise CliError(_one_line(e)) from e
+    except CompilationError as e:
+        line = _file_line(kernel, getattr(e.node, "lineno", None))
+        msg = (e.error_message or "").strip().splitlines()
+        last = msg[-1].strip() if msg else type(e).__name__
+        fix = "" if last.startswith("fix:") else "; fix the kernel or its --signature / --constexpr values"
+        raise CliError(f"{file}:{line}: {name}: Triton could not compile it: {last}{fix}" if line else
+                       f"{file}: {name}: Triton could not compile it: {last}{fix}") from e
+    except Exception as e:  # noqa: BLE001  (ptxas, unsupported arch, ...)
+        raise CliError(f"{name}: compiling for sm_{args.arch} failed ({type(e).__name__}: "
+                       f"{_one_line(e)[:300]}); set PROTON_LITE_DEBUG=1 for the traceback") from e
+
+    report = compile_report(ck, name, args.arch)
+    written = []
+    for kind, folder in args.emit or []:
+        data = ck.asm.get(kind)
+        if data is None:
+            raise CliError(f"--emit {kind}: Triton produced no {kind} for {name}; available: "
+                           f"{', '.join(k for k in EMIT_KINDS if k in ck.asm)}")
+        out = Path(folder)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            target = out / f"{name}.{kind}"
+            _write_atomic(target, data if isinstance(data, bytes) else str(data).encode())
+        except OSError as e:
+            raise CliError(f"--emit {kind} {folder}: cannot write ({e.strerror or e})") from e
+        written.append(str(target))
+    report["emitted"] = written
+    if args.json:
+        _print_json(report)
+    else:
+        render_compile_report(report, _console())
+        for p in written:
+            print(f"wrote {p}")  # whole, never wrapped: it is copied from the terminal
+    return EXIT_OK
+
+
+def _file_line(kernel, lineno: int | None) -> int | None:
+    """Line in the kernel's file of line ``lineno`` of its source as Triton parses it (from
+    its ``def``), or None."""
+    if not lineno:
+        return None
+    import inspect
+    try:
+        lines, first = inspect.getsourcelines(getattr(kernel, "fn", kernel))
+    except (OSError, TypeError):
+        return None
+    at_def = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
+    return first + at_def + lineno - 1

@@ -1,0 +1,216 @@
+"""The ``trace``, ``summary``, ``diff`` and ``open`` commands: captures and traces in, traces,
+tables and a served file out."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from proton_lite.viewer.cli_io import (_DECODE_ERRORS, EXIT_NOT_FETCHED, EXIT_OK, PROG, TRACE_FORMATS, CliError,
+                                       _check_file, _check_not_empty, _console, _decode_error, _interactive,
+                                       _print_json, _raw_error, _warn, input_kind, load_input)
+
+TOO_LARGE_FOR_THE_UI = 1 << 30  # bytes of trace above which `trace` suggests a cut
+
+
+# ---------------------------------------------------------------------------------------------
+# trace
+# ---------------------------------------------------------------------------------------------
+
+def _check_writers(formats: list[str]) -> None:
+    for fmt in formats:
+        try:
+            importlib.import_module(f"proton_lite.trace.{fmt}")
+        except ImportError as e:
+            name = getattr(e, "name", None) or ""
+            if not name or name.startswith("proton_lite"):
+                raise CliError(f"writing {fmt} traces needs proton_lite.trace.{fmt}, which is missing from this "
+                               "install; reinstall proton-lite") from e
+            raise CliError(f"writing {fmt} traces needs the Python module {name!r}, which is not installed; "
+                           f"pip install {name.split('.')[0]}") from e
+
+
+def _output_base(src: str, out: str | None) -> str:
+    if out is None:
+        return src
+    folder = out if (os.path.isdir(out) or out.endswith(os.sep)) else os.path.dirname(os.path.abspath(out))
+    try:  # `-o out/` or `-o out/run`: the folder is made as a user would expect
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"{out}: cannot create the folder {folder} ({e.strerror or e}); choose another -o") from e
+    return os.path.join(out, Path(src).name) if folder == out else out
+
+
+def convert(src: str, out: str | None, formats: list[str], cut=None):
+    """Write the traces of capture ``src`` (of the part ``cut`` keeps); returns (profile, paths)."""
+    from proton_lite.pipeline import raw_to_traces
+    from proton_lite.raw_format import RawFormatError
+
+    if input_kind(src) != "raw":
+        raise CliError(f"{src} is already a trace; `{PROG} trace` rebuilds traces from a .plraw capture")
+    base = _output_base(src, out)
+    _check_writers(formats)
+    try:
+        profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut)
+    except RawFormatError as e:
+        raise _raw_error(e) from e
+    except OSError as e:
+        where = e.filename or base
+        raise CliError(f"{where}: cannot write ({e.strerror or e}); check the -o folder and free space") from e
+    except _DECODE_ERRORS as e:
+        raise _decode_error(src, e) from e
+    try:
+        _check_not_empty(src, profile)
+    except CliError:
+        for p in paths:  # an empty trace of a broken capture would only mislead
+            os.remove(p)
+        raise
+    return profile, paths
+
+
+def _capture_warnings(profile) -> None:
+    session = profile.session or {}
+    if session.get("truncated"):
+        _warn("the capture was cut off before stop() (the program ended or was killed, or the file was truncated): "
+              "launches after the last complete one are missing")
+    for err in session.get("capture_errors") or []:
+        _warn(f"the session reported: {err}")
+    if not len(profile.launches):
+        _warn("the capture holds no launch: no instrumented kernel ran inside the session")
+    if profile.total_dropped:
+        _warn(f"{profile.total_dropped} records were dropped (buffer full); {profile.keep_all_hint()}; "
+              f"see `{PROG} summary` for the kernels")
+
+
+def cmd_trace(args) -> int:
+    formats = args.format
+    if not formats:  # the -o extension picks the format, else Perfetto
+        suffix = Path(args.output).suffix.lower() if args.output else ""
+        formats = [f for f, ext in TRACE_FORMATS.items() if ext == suffix] or ["perfetto"]
+    formats = list(dict.fromkeys(formats))
+    cut = None
+    if args.launch or args.window:
+        from proton_lite.profile_cut import cut as cut_profile, parse_launches, parse_window
+        try:
+            keep = parse_launches(args.launch) if args.launch else None
+            window = parse_window(args.window) if args.window else None
+        except ValueError as e:
+            raise CliError(str(e)) from e
+
+        def cut(profile):
+            part = cut_profile(profile, keep, window)
+            if not len(part.launches):
+                numbers = ", ".join(str(int(n)) for n in profile.launches["launch"][:12])
+                span = int(profile.launches["end_ns"].max()) / 1000 if len(profile.launches) else 0
+                raise CliError(f"{args.file}: nothing left after the cut: the capture has launches {numbers}"
+                               f"{' ...' if len(profile.launches) > 12 else ''} over 0 to {span:,.1f} µs")
+            return part
+    profile, paths = convert(args.file, args.output, formats, cut)
+    for p in paths:
+        print(p)
+    info = (profile.session or {}).get("cut")
+    if info:
+        print(f"kept {len(info['launches']):,} of {info['of_launches']:,} launches and {len(profile.ctas):,} of "
+              f"{info['of_ctas']:,} CTAs (slices that cross the window's edge are kept whole)", file=sys.stderr)
+    for p in paths:
+        if os.path.getsize(p) > TOO_LARGE_FOR_THE_UI:
+            _warn(f"{p} is {os.path.getsize(p) / 2**30:.1f} GiB: Perfetto's UI holds a trace in the browser's "
+                  "memory and works up to a few GB; cut it with --launch N or --window START:END (µs)")
+    _capture_warnings(profile)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# summary / diff
+# ---------------------------------------------------------------------------------------------
+
+def cmd_summary(args) -> int:
+    from proton_lite.viewer.summary import render_summary, summarize
+
+    profile = load_input(args.file)
+    try:
+        summary = summarize(profile, kernel=args.kernel, scope=args.scope, sort=args.sort, top=args.top)
+    except ValueError as e:
+        raise CliError(str(e)) from e
+    if args.json:
+        _print_json(summary)
+    else:
+        render_summary(summary, _console(), tables=args.tables, source=args.file)
+    return EXIT_OK
+
+
+def cmd_diff(args) -> int:
+    from proton_lite.viewer.diff import diff_profiles, render_diff
+
+    a, b = load_input(args.a), load_input(args.b)
+    result = diff_profiles(a, b, kernel=args.kernel, threshold_factor=args.threshold_factor)
+    if args.json:
+        _print_json(result)
+    else:
+        render_diff(result, _console())
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# open
+# ---------------------------------------------------------------------------------------------
+
+def cmd_open(args) -> int:
+    from proton_lite.viewer.server import OfflineUIError, serve_file
+
+    path = args.file
+    _check_file(path)
+    from proton_lite.raw_format import is_raw_file
+    if is_raw_file(path) or Path(path).suffix.lower() == ".plraw":
+        profile, paths = convert(path, None, ["perfetto"])
+        print(f"wrote {paths[0]}", flush=True)
+        _capture_warnings(profile)
+        path = paths[0]
+    else:
+        problem = _trace_problem(path)
+        if problem:
+            _warn(f"{path} does not look like a whole trace ({problem}); Perfetto may show nothing or an error")
+    try:
+        fetched = serve_file(path, port=args.port, timeout=args.timeout, open_browser=not args.no_browser,
+                             offline=args.offline)
+    except OfflineUIError as e:
+        raise CliError(f"{e}; or drop --offline to use ui.perfetto.dev") from e
+    except BrokenPipeError:  # our stdout was closed (`| head -2`): not a port problem; main() handles it
+        raise
+    except OSError as e:
+        msg = str(e.strerror or e)
+        raise CliError(msg if "offline" in msg else f"port {args.port}: {msg}; pass another --port (offline mode "
+                       "works with any port)") from e
+    return EXIT_OK if fetched else EXIT_NOT_FETCHED
+
+
+def _trace_problem(path: str, scan: int = 1 << 20) -> str | None:
+    """What is wrong with a .pftrace (its packets, up to ``scan`` bytes and the end of the file
+    where they reach it) or a .json (its first character), or None; other files: None."""
+    suffix = Path(path).suffix.lower()
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(scan)
+    if suffix == ".json":
+        first = head.lstrip()[:1]
+        return None if first in (b"{", b"[") else "not JSON: it does not start with { or ["
+    if suffix not in (".pftrace", ".perfetto-trace", ".pb"):
+        return None
+    pos = 0
+    while pos < len(head):
+        if head[pos] != 0x0A:
+            return f"not a Perfetto protobuf trace: byte 0x{head[pos]:02x} at offset {pos:,} starts no packet"
+        length, shift, k = 0, 0, pos + 1
+        while k < len(head) and head[k] & 0x80:
+            length |= (head[k] & 0x7F) << shift
+            shift, k = shift + 7, k + 1
+        if k >= len(head):
+            return None if size > len(head) else "the file ends inside a packet header (truncated)"
+        length |= head[k] << shift
+        pos = k + 1 + length
+        if pos > size:
+            return f"a packet runs {pos - size:,} bytes past the end of the file (truncated)"
+    return None
+
+
