@@ -6,7 +6,8 @@ import pytest
 import proton_lite
 from proton_lite.decode import decode
 from proton_lite.raw_format import read_raw
-from proton_lite.session import SessionOptions, SessionResult, _summary_line
+from proton_lite.session import SessionOptions, SessionResult
+from proton_lite.session_result import _summary_line
 from synth import simple_capture
 
 

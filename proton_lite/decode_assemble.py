@@ -1,0 +1,204 @@
+"""The decoded batches assembled into one Profile, in launch order (``decode`` calls this).
+
+Per launch: its row in ``launches`` (counts of records, drops, unmatched, missing CTAs), its
+times on the session's one axis (ns after ``t0``, the earliest user CTA); CTAs and intervals
+written straight to their place in launch order (``_in_launch_order``). The record-cost
+launches (``runtime/calibrate.py``) leave the profile: their cycles per record go into the
+session metadata.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
+from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
+
+
+def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one, pool,
+             progress) -> Profile:
+    """The batches decoded (on ``pool``'s threads where there is one) and assembled in launch order."""
+    n_launch = len(launches_in)
+    run = pool.map if pool is not None else map
+    results = []
+    done = 0
+    for idx, r in zip(batches, run(decode_one, batches)):
+        results.append(r)
+        if progress is not None:
+            for _ in idx:
+                done += 1
+                progress(done, n_launch)
+
+    # per launch, in launch order
+    refs = [0] * n_launch
+    stat = np.zeros((6, n_launch), np.int64)  # records, dropped, unmatched, missing CTAs, busiest unit, torn
+    n_rows = np.zeros(n_launch, np.int64)
+    cta_min = np.zeros(n_launch)
+    cta_max = np.zeros(n_launch)
+    for idx, r in zip(batches, results):
+        pos = np.asarray(idx)
+        for j, i in enumerate(idx):
+            refs[i] = r["ref_gt"][j]
+        for k, name in enumerate(("records", "dropped", "unmatched", "missing_ctas", "unit_records_max",
+                                  "torn_chunks")):
+            stat[k, pos] = r[name]
+        n_rows[pos] = r["rows"]
+        full = r["rows"] > 0
+        if full.any():
+            cta_min[pos[full]] = np.minimum.reduceat(r["ctas"]["start"], r["row_start"][full])
+            cta_max[pos[full]] = np.maximum.reduceat(r["ctas"]["end"], r["row_start"][full])
+    has = n_rows > 0
+    t0_int = min((refs[i] + int(np.floor(cta_min[i])) for i in np.flatnonzero(has).tolist()), default=0)
+    offset = np.array([float(r - t0_int) for r in refs])  # launch i's times (float ns after its own reference)
+
+    def rel(x, off):
+        """-> int ns after t0."""
+        return np.rint(np.asarray(x) + off).astype(np.int64)
+
+    start_ns = rel(np.where(has, cta_min, 0.0), offset)
+    end_ns = rel(np.where(has, cta_max, 0.0), offset)
+    launches = np.zeros(n_launch, dtype=LAUNCH_DTYPE)
+    for i, launch in enumerate(launches_in):
+        launches[i] = (launch.launch_index, index_of[launch.kernel_id], launch.device, *launch.grid,
+                       launch.num_ctas, launch.stream, start_ns[i] if has[i] else 0, end_ns[i] if has[i] else 0,
+                       stat[0, i], stat[1, i], stat[2, i], stat[3, i], stat[4, i],
+                       pools[i].chunks if pools[i] else 0, pools[i].taken if pools[i] else 0, stat[5, i])
+
+    # The session's record-cost launches (see runtime/calibrate.py) go into its metadata:
+    # their CTAs and intervals are left out, and time 0 becomes the earliest user CTA.
+    kernels = [kinfo[k] for k in kernel_ids]
+    names = [k.name for k in kernels]
+    cal = names.index(CALIBRATION_KERNEL) if CALIBRATION_KERNEL in names else None
+    if cal is not None:
+        is_cal = launches["kernel"] == cal
+        drop = np.isin(launches["launch"], launches["launch"][is_cal])  # by launch index, as the rows carry it
+    else:
+        drop = np.zeros(n_launch, bool)
+
+    # CTAs, in launch order
+    cta_lpos = [np.asarray(idx)[r["ctas"]["launch"]] for idx, r in zip(batches, results)]
+
+    def cta_rows(k: int, rows) -> np.ndarray:
+        c = results[k]["ctas"]
+        sel = (lambda a: a) if rows is None else (lambda a: a[rows])
+        lpos = sel(cta_lpos[k])
+        a = np.zeros(len(lpos), dtype=CTA_DTYPE)
+        a["launch"] = launches["launch"][lpos]
+        a["cta"] = sel(c["cta"])
+        a["smid"] = sel(c["smid"])
+        off = offset[lpos]
+        a["start_ns"] = rel(sel(c["start"]), off)
+        a["end_ns"] = rel(sel(c["end"]), off)
+        a["start_clock"] = sel(c["start_clock"])
+        a["end_clock"] = sel(c["end_clock"])
+        a["cycles_per_ns"] = sel(c["cycles_per_ns"])
+        a["measured_cycles_per_ns"] = sel(c["measured"])
+        a["finished_units"] = sel(c["finished_units"])
+        return a
+    ctas = _in_launch_order(cta_lpos, ~drop, CTA_DTYPE, cta_rows, run)
+    shift = int(ctas["start_ns"].min()) if cal is not None and len(ctas) else 0
+    if shift:
+        ctas["start_ns"] -= shift
+        ctas["end_ns"] -= shift
+
+    iv_lpos = [np.asarray(idx)[r["ctas"]["launch"][r["pairs"]["cta_row"]]] for idx, r in zip(batches, results)]
+
+    def interval_rows(k: int, rows, free: bool) -> np.ndarray:
+        p, c = results[k]["pairs"], results[k]["ctas"]
+        sel = (lambda a: a) if rows is None else (lambda a: a[rows])
+        lpos = sel(iv_lpos[k])
+        a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
+        a["launch"] = launches["launch"][lpos]
+        a["cta"] = c["cta"][sel(p["cta_row"])]
+        a["unit"] = sel(p["unit"])
+        a["scope"] = sel(p["scope"])
+        a["depth"] = sel(p["depth"])
+        off = offset[lpos]
+        a["start_ns"] = rel(sel(p["start"]), off)
+        a["end_ns"] = np.maximum(rel(sel(p["end"]), off), a["start_ns"])
+        a["cycles"] = sel(p["cycles"])
+        if free:  # the batch's pairs are not needed again: memory back as the output grows
+            results[k]["pairs"] = None
+        return a
+
+    # the calibration launches' intervals first (few): the user's then free the pairs batch by batch
+    cal_intervals = (_in_launch_order(iv_lpos, drop, INTERVAL_DTYPE, lambda k, rows: interval_rows(k, rows, False),
+                                      run) if cal is not None else None)
+    intervals = _in_launch_order(iv_lpos, ~drop, INTERVAL_DTYPE, lambda k, rows: interval_rows(k, rows, True), run)
+    session = dict(capture.session)
+    session["timer_tick_ns"] = tick
+    session["truncated"] = capture.end is None
+    end = capture.end or {}
+    # what the session itself reported at stop (a kernel fault, launches it cost): kept with the
+    # profile so that `proton-lite summary` / `trace` show it long after the stop line scrolled away
+    session["capture_errors"] = [str(e) for e in (end.get("errors") or []) if e][:100]
+    for key in ("lost_launches", "unsized_launches", "capped_launches"):
+        value = end.get(key)
+        session[key] = int(value) if isinstance(value, int) and value > 0 else 0
+    if cal is None:
+        return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
+                       session=session)
+    session["record_cost_cycles"] = record_cost(kernels[cal].scopes, cal_intervals)
+    session["record_cost_source"] = "measured at stop by proton_lite_calibrate (median over warps)"
+    launches = launches[~is_cal]
+    launches["kernel"] -= (launches["kernel"] > cal).astype(launches["kernel"].dtype)
+    if shift:
+        intervals["start_ns"] -= shift
+        intervals["end_ns"] -= shift
+        launches["start_ns"] -= shift
+        launches["end_ns"] -= shift
+    return Profile(kernels=kernels[:cal] + kernels[cal + 1:], launches=launches, ctas=ctas, intervals=intervals,
+                   t0_ns=t0_int + shift, session=session)
+
+
+def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run) -> np.ndarray:
+    """The rows of every batch, in launch order, in one array allocated once.
+
+    ``lpos[k]``: the launch (position in the capture) of each row of batch ``k``; ``keep``:
+    which launches to take; ``build(k, rows)`` makes batch ``k``'s structured rows (``rows``:
+    which ones, None for all).  A launch's rows all come from one batch and keep its order,
+    so each batch writes its launches' blocks at their final place, in parallel (``run`` is
+    a map over the batches, on threads); no gather over the whole output, no second copy.
+    """
+    n_launch = len(keep)
+    counts = np.zeros(n_launch, np.int64)
+    for lp in lpos:
+        counts += np.bincount(lp, minlength=n_launch)
+    counts[~keep] = 0
+    first = np.cumsum(counts) - counts
+    out = np.empty(int(counts.sum()), dtype)
+
+    def place(k: int) -> None:
+        lp = lpos[k]
+        rows = keep[lp]
+        every = bool(rows.all())
+        if not every:
+            lp = lp[rows]
+        if not len(lp):
+            return
+        a = build(k, None if every else rows)
+        if np.any(lp[1:] < lp[:-1]):  # rows of the batch's launches interleave: stable per launch
+            order = np.argsort(lp, kind="stable")
+            a, lp = a[order], lp[order]
+        run_start = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
+        pos = first[lp] + np.arange(len(lp)) - np.repeat(run_start, np.diff(np.r_[run_start, len(lp)]))
+        if pos[-1] - pos[0] == len(lp) - 1:  # one block (positions rise strictly)
+            out[pos[0]:pos[-1] + 1] = a
+        else:
+            out[pos] = a
+    for _ in run(place, range(len(lpos))):
+        pass
+    return out
+
+
+def record_cost(scopes: list[str], intervals: np.ndarray) -> float | None:
+    """Cycles per record from a calibration launch: the median over units of the outer
+    scope's cycles / (2 * inner pairs + 1) (its own enter store, the pairs, its exit read)."""
+    outer_name, inner_name = CALIBRATION_SCOPES
+    if outer_name not in scopes or inner_name not in scopes or not len(intervals):
+        return None
+    outer = intervals[intervals["scope"] == scopes.index(outer_name)]
+    inner = intervals[intervals["scope"] == scopes.index(inner_name)]
+    if not len(outer):
+        return None
+    pairs = len(inner) / len(outer)
+    return float(np.median(outer["cycles"] / (2 * pairs + 1)))
