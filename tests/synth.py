@@ -1,7 +1,8 @@
 """Build raw captures by hand, byte by byte from the layout in docs/format.md (no GPU needed)."""
+import struct
+
 import numpy as np
 
-from proton_lite.decode import cta_block_dtype
 from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout, encode_tag
 from proton_lite.raw_format import RawWriter
 
@@ -13,27 +14,38 @@ def kernel_meta(kid, name, scopes, layout: BufferLayout):
                             "stride": layout.stride, "kernel": name}}
 
 
+CTA_HEADER = struct.Struct("<IIQQII")  # docs/format.md §1.2: magic, smid, start_gt, start_clk, version, units
+UNIT_HEADER = struct.Struct("<IIQQ")  # §1.3: count, magic, end_gt, end_clk
+RECORD = struct.Struct("<II")  # §1.4: tag, low 32 bits of the clock
+
+
 def launch_buffer(layout: BufferLayout, ctas):
-    """ctas: list of dicts with smid, start_gt, start_clk, units=[(count, end_gt, end_clk, [(tag, clk64)...])]."""
-    blocks = np.zeros(len(ctas), dtype=cta_block_dtype(layout))
+    """ctas: list of dicts with smid, start_gt, start_clk, units=[(count, end_gt, end_clk, [(tag, clk64)...])].
+
+    Written with the byte offsets of docs/format.md §1.1-1.4, not with the decoder's dtypes,
+    so that a change of the decoder's view of the layout shows up as a failing decode."""
+    unit_bytes = 24 + 8 * (layout.capacity + layout.sink_slots)  # §1.1
+    stride = 32 + layout.units * unit_bytes
+    assert layout.stride == stride, (layout.stride, stride)
+    buf = bytearray(len(ctas) * stride)
     for i, c in enumerate(ctas):
         if c is None:
             continue  # a CTA that never ran: header left zero
-        b = blocks[i]
-        b["magic"], b["smid"], b["start_gt"], b["start_clk"] = CTA_MAGIC, c["smid"], c["start_gt"], c["start_clk"]
-        b["version"], b["units"] = LAYOUT_VERSION, layout.units
+        block = i * stride
+        CTA_HEADER.pack_into(buf, block, CTA_MAGIC, c["smid"], c["start_gt"], c["start_clk"], LAYOUT_VERSION,
+                             layout.units)
         for u, (count, end_gt, end_clk, recs) in enumerate(c["units"]):
-            unit = b["unit"][u]
-            unit["count"], unit["magic"], unit["end_gt"], unit["end_clk"] = count, UNIT_MAGIC, end_gt, end_clk
+            unit = block + 32 + u * unit_bytes
+            UNIT_HEADER.pack_into(buf, unit, count, UNIT_MAGIC, end_gt, end_clk)
             stored = recs[:layout.capacity]
             if layout.overflow == "last" and len(recs) > layout.capacity:  # as the device did:
                 stored = recs[:layout.capacity - 1] + recs[-1:]  # every record past it hit the last slot
             for j, (tag, clk) in enumerate(stored):
-                unit["rec"][j] = (tag, clk & 0xFFFFFFFF)
+                RECORD.pack_into(buf, unit + 24 + 8 * j, tag, clk & 0xFFFFFFFF)
             if layout.sink_slots and len(recs) > layout.capacity:  # as the device does: past the capacity,
                 for j, (tag, clk) in enumerate(recs[-layout.sink_slots:]):  # records land in the sink slots
-                    unit["sink"][j] = (tag, clk & 0xFFFFFFFF)
-    return blocks.tobytes()
+                    RECORD.pack_into(buf, unit + 24 + 8 * (layout.capacity + j), tag, clk & 0xFFFFFFFF)
+    return bytes(buf)
 
 
 def simple_capture(path, n_ctas=6, n_sms=3, units=4, scopes=("a", "b"), rate=1.5, cap=None, drop_last=0,
