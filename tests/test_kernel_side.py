@@ -406,7 +406,7 @@ def test_staging_is_appended_to_dynamic_shared_memory_leaving_triton_addresses_a
     assert k.profile["layout"]["staging"] == "shared"
     assert not re.search(r"^\s*\.shared\s+\.align", k.asm["ptx"], re.M)  # no static shared of ours
     triton_shared = plain.metadata["shared"]
-    offset = -(-triton_shared // 128) * 128  # docs/format.md §1.6: Triton's bytes rounded up to 128
+    offset = -(-triton_shared // 128) * 128  # docs/format.md §1.8: Triton's bytes rounded up to 128
     assert offset >= triton_shared and offset % 128 == 0
     assert k.metadata["shared"] == offset + k.profile["shared_staging_bytes"]
     # every use of Triton's own dynamic region is unchanged
