@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 _LAZY = {"compile": "proton_lite.offline_compile", "CompiledKernel": "proton_lite.offline_compile",
          "start": "proton_lite.session", "stop": "proton_lite.session", "active": "proton_lite.session",
          "Session": "proton_lite.session", "SessionOptions": "proton_lite.session",
-         "SessionResult": "proton_lite.session_result"}
+         "SessionResult": "proton_lite.session_result",
+         "load": "proton_lite.analysis", "LoadedProfile": "proton_lite.analysis"}
 __all__ = sorted(_LAZY) + ["__version__"]
 
 

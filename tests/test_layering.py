@@ -26,6 +26,7 @@ def test_reading_a_capture_needs_no_triton():
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    assert cli.main(['summary', 'docs/examples/matmul.plraw']) == 0\n"
             "    assert cli.main(['diff', 'docs/examples/matmul.plraw', 'docs/examples/matmul.plraw']) == 0\n"
+            "p = proton_lite.load('docs/examples/matmul.plraw')\nassert p.scope_stats() and p.sm_stats()\n"
             "from proton_lite.decode import decode\nfrom proton_lite.raw_format import read_raw\n"
             "assert len(decode(read_raw('docs/examples/matmul.plraw')).intervals)")
     assert _loaded_after(code) == []
