@@ -37,6 +37,7 @@ def _pass_fingerprint() -> str:
     package = Path(layout.__file__).parent
     h = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")) + [package / "layout.py", package / "language.py",
+                                                             package / "markers.py",
                                                              package / "scope_names.py"]:
         h.update(path.read_bytes())
     return h.hexdigest()[:12]

@@ -1,0 +1,427 @@
+"""The PTX the pass emits (``_Emitter``): prologue, records, epilogue, unit copy-out, the
+launch-prefix reads of kernels sized at launch; and where records are staged in shared memory."""
+from __future__ import annotations
+
+from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,
+                                MAX_LAUNCH_CAPACITY, RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout)
+from proton_lite.passes.pool import PoolCode
+from proton_lite.passes.ptx_scan import STAGING_ALIGN, UNROLLED_COPY, MarkerSite
+
+def staged_slots(layout: BufferLayout) -> int:
+    """Record slots per unit in shared memory: the capacity, then two sink slots (records past
+    the capacity, a tight loop's pair stored at the sink, the keep-alive accumulator), rounded
+    up to keep every unit's slots 16-byte aligned (ptxas merges two adjacent records into one
+    16-byte store)."""
+    return (layout.capacity + 3) & ~1
+
+
+def shared_bytes(layout: BufferLayout) -> int:
+    return layout.units * staged_slots(layout) * RECORD_BYTES
+
+
+def staging_offset(triton_shared: int) -> int:
+    """Where the staging area starts in the dynamic shared memory: after Triton's own bytes.
+
+    Appending to the dynamic region (and raising the kernel's ``shared`` size) leaves every
+    address Triton uses unchanged; a static ``.shared`` array would instead move the dynamic
+    region and break the 1024-byte alignment that swizzled wgmma/TMA tiles rely on.
+    """
+    return -(-max(triton_shared, 0) // STAGING_ALIGN) * STAGING_ALIGN
+
+
+def _opaque_zero(reg: str) -> list[str]:
+    """Sets ``reg`` to 0 in a way ptxas can neither compute nor rebuild from other registers,
+    and that differs between the lanes of a warp as far as ptxas knows (so it stays off the
+    uniform datapath): the top bit of the upper half of %clock64 (a cycle counter, 2^63 after
+    more than a century) xor the thread index (below 2^31). Each call reads the counter
+    again, so two such zeros are unrelated for ptxas."""
+    return [f"mov.u32 {reg}, %clock_hi;", f"xor.b32 {reg}, {reg}, %pl_r0;", f"shr.u32 {reg}, {reg}, 31;"]
+
+
+class _Emitter:
+    """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
+
+    REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
+            # one of each per register set (_link_close_sites); set 2 holds a deferred record
+            # (_defer_loop_tails) until the next record stores it
+            ".reg .b32 %pl_clk<3>;", ".reg .b32 %pl_tag<3>;", ".reg .b32 %pl_slot<3>;",
+            ".reg .b32 %pl_sa<3>;", ".reg .b64 %pl_ga<3>;",
+            ".reg .b32 %pl_acc;", ".reg .b64 %pl_accd;", ".reg .b32 %pl_ptr;", ".reg .b32 %pl_sink;",
+            ".reg .b32 %pl_gs2;")
+
+    def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
+                 keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
+                 unrolled_tags: list[tuple[int, int]] | None = None) -> None:
+        self.layout = layout
+        self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
+        self.param = param
+        self.smem = smem_symbol
+        self.smem_offset = smem_offset
+        self.keeps_alive = keeps_alive  # some record folds the other set's clock into %pl_acc
+        # records in loops (shared staging, clamp) store at a saturating pointer, which every
+        # record then advances: one min per record instead of a min and a multiply-add before
+        # the store (record_cost.py); records outside loops keep the index, which ptxas folds
+        self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
+        self.defers = defers  # loops whose last record is stored by the next record (set 2)
+        self.by_address = by_address  # some of them store it at the next record's address - 8 (global)
+        # per tight loop unrolled twice (_pair_tight_loops, global staging): its two records' tags
+        self.unrolled_tags = unrolled_tags or []
+
+    @property
+    def capacity(self) -> str:
+        """The capacity operand of bound checks: a register for kernels sized at launch."""
+        return "%pl_r24" if self.layout.sized_at_launch else str(self.layout.capacity)
+
+    def registers(self) -> list[str]:
+        """The declarations: REGS, one pending predicate per deferring loop, and per loop
+        unrolled twice four tag and clock registers (one per record of each copy) and two
+        addresses and counts of slots left (one per copy)."""
+        out = list(self.REGS) + [f".reg .pred %pl_pd<{max(1, self.defers)}>;"]
+        if self.pool is not None:
+            out += list(self.pool.REGS)
+        if self.unrolled_tags:
+            n = len(self.unrolled_tags)
+            out += [f".reg .b32 %pl_ut<{4 * n}>;", f".reg .b32 %pl_uc<{4 * n}>;", f".reg .b32 %pl_uo<{2 * n}>;",
+                    f".reg .b64 %pl_up<{2 * n}>;", ".reg .b32 %pl_un;", ".reg .b32 %pl_ud;"]
+        return out
+
+    @property
+    def unit_threads(self) -> int:
+        return self.layout.unit_warps * 32
+
+    def prologue(self) -> list[str]:
+        L = self.layout
+        shift = (self.unit_threads - 1).bit_length()
+        out = [
+            "// proton_lite: prologue",
+            "mov.u32 %pl_r0, %tid.x;",
+            f"shr.u32 %pl_r1, %pl_r0, {shift};",  # unit index
+            f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};",  # thread within unit
+            "setp.eq.u32 %pl_p0, %pl_r2, 0;",  # leader lane of the unit
+            "mov.u32 %pl_r3, 0;",  # write cursor
+            # CTA block in the profile buffer
+            f"ld.param.u64 %pl_d0, [{self.param}];",
+            "mov.u32 %pl_r5, %ctaid.x;",
+            "mov.u32 %pl_r6, %ctaid.y;",
+            "mov.u32 %pl_r7, %ctaid.z;",
+            "mov.u32 %pl_r8, %nctaid.x;",
+            "mov.u32 %pl_r9, %nctaid.y;",
+            "mad.lo.u32 %pl_r6, %pl_r7, %pl_r9, %pl_r6;",
+            "mad.lo.u32 %pl_r5, %pl_r6, %pl_r8, %pl_r5;",
+        ]
+        if L.sized_at_launch:
+            # capacity from the launch prefix (layout.py); strides follow from it at run time
+            out += [
+                "ld.global.u32 %pl_r24, [%pl_d0];",
+                "shr.u32 %pl_r25, %pl_r24, 24;",
+                f"setp.eq.u32 %pl_p5, %pl_r25, {LAUNCH_CAPACITY_TAG};",
+                f"and.b32 %pl_r24, %pl_r24, {MAX_LAUNCH_CAPACITY};",
+                "selp.u32 %pl_r24, %pl_r24, 0, %pl_p5;",  # no tag: not our buffer, no records
+            ]
+            if self.pool is not None:
+                out += self.pool.prologue()
+            out += [
+                f"add.s64 %pl_d0, %pl_d0, {LAUNCH_PREFIX_BYTES};",
+                f"mul.wide.u32 %pl_d11, %pl_r24, {RECORD_BYTES};",
+                f"add.s64 %pl_d11, %pl_d11, {UNIT_HEADER_BYTES + L.sink_slots * RECORD_BYTES};",  # unit_bytes
+                f"mul.lo.u64 %pl_d12, %pl_d11, {L.units};",
+                f"add.s64 %pl_d12, %pl_d12, {CTA_HEADER_BYTES};",  # stride
+            ]
+            if self.pool is not None:
+                out += self.pool.pool_base()
+            out += [
+                "cvt.u64.u32 %pl_d1, %pl_r5;",
+                "mul.lo.u64 %pl_d1, %pl_d1, %pl_d12;",
+                "add.s64 %pl_d0, %pl_d0, %pl_d1;",
+                "cvt.u64.u32 %pl_d1, %pl_r1;",
+                "mul.lo.u64 %pl_d1, %pl_d1, %pl_d11;",
+            ]
+        else:
+            out += [
+                f"mul.wide.u32 %pl_d1, %pl_r5, {L.stride};",
+                "add.s64 %pl_d0, %pl_d0, %pl_d1;",
+                f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};",
+            ]
+        out += [
+            # this unit's block: CTA block + header + unit * unit_bytes
+            "add.s64 %pl_d2, %pl_d0, %pl_d1;",
+            f"add.s64 %pl_d2, %pl_d2, {CTA_HEADER_BYTES};",
+        ]
+        if L.staging == "shared":
+            out += [f"mov.u32 %pl_r4, {self.smem};",
+                    f"add.u32 %pl_r4, %pl_r4, {self.smem_offset};",
+                    f"mad.lo.u32 %pl_r4, %pl_r1, {staged_slots(L) * RECORD_BYTES}, %pl_r4;"]
+            if self.uses_pointer:  # the sink is slot `capacity`
+                out += ["mov.u32 %pl_ptr, %pl_r4;", f"add.u32 %pl_sink, %pl_r4, {L.capacity * RECORD_BYTES};"]
+        else:
+            out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
+            if L.sized_at_launch:
+                # the stores' predicate: capacity > 0 (and the unit's leader). The sink slots
+                # would take the records of a capacity-0 launch too, but without this
+                # predicate ptxas scheduled bench.py's per-K-iteration matmul differently and
+                # it ran 4.6-4.7% over plain against 2.6-3.1% (docs/benchmarks.md, sixth version)
+                leader = ", %pl_p0" if self.unit_threads > 32 else ""
+                if self.pool is not None:  # with a pool, records may come after a unit block of 0
+                    out.append("mov.pred %pl_p7, %pl_p0;" if leader else "setp.eq.u32 %pl_p7, 0, 0;")
+                else:
+                    out.append(f"setp.ne{'.and' if leader else ''}.u32 %pl_p7, %pl_r24, 0{leader};")
+                if self.by_address:  # the second sink slot
+                    out.append("add.u32 %pl_gs2, %pl_r24, 1;")
+            out += self.unrolled_prologue()
+        if self.defers:  # nothing deferred yet: the deferred stores store nothing
+            out += [f"setp.ne.u32 %pl_pd{n}, 0, 0;" for n in range(self.defers)]
+            out += ["mov.u32 %pl_tag2, 0;", "mov.u32 %pl_clk2, 0;",
+                    "mov.u32 %pl_sa2, 0;" if L.staging == "shared" else "mov.u64 %pl_ga2, 0;"]
+        if self.keeps_alive:  # defined on every path, also where a loop's first record reads them
+            out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
+            for k in range(2):
+                out += [f"mov.u32 %pl_clk{k}, 0;", f"mov.u32 %pl_sa{k}, 0;", f"mov.u64 %pl_ga{k}, 0;"]
+        out += [
+            "setp.eq.u32 %pl_p1, %pl_r0, 0;",
+            "@!%pl_p1 bra $pl_prologue_done;",
+            "mov.u32 %pl_r10, %smid;",
+            "mov.u64 %pl_d4, %globaltimer;",
+            "mov.u64 %pl_d5, %clock64;",
+            f"mov.u32 %pl_r11, {CTA_MAGIC};",
+            "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
+            "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
+            "st.global.u64 [%pl_d0+16], %pl_d5;",
+            f"mov.u32 %pl_r11, {LAYOUT_VERSION};",
+            f"mov.u32 %pl_r12, {L.units};",
+            "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};",
+            "$pl_prologue_done:",
+        ]
+        return out
+
+    def record(self, site: MarkerSite, tag: int) -> list[str]:
+        L = self.layout
+        # set 2: a deferred record (_defer_loop_tails); a tight loop's pair: sets 0 and 1
+        k = 2 if site.defers else 0 if site.pairs else 1 if site.stores_pair else \
+            site.reg_set if self.keeps_alive else 0
+        # a first record that stores the deferred one reads set 2 after its timer read, which
+        # keeps set 2 live without an xor
+        keep = site.keeps_other and self.keeps_alive and not site.flushes
+        clk, tg, addr = f"%pl_clk{k}", f"%pl_tag{k}", f"%pl_sa{k}" if L.staging == "shared" else f"%pl_ga{k}"
+        # %clock is the low half of %clock64 (PTX ISA); ptxas reads it with CS2R.32 straight into
+        # the register the store takes, where the 64-bit read needs a move. That matters where
+        # records are close together or in loops; a record on its own keeps the 64-bit read,
+        # which leaves the code around it as it was (with %clock before bench.py's matmul K
+        # loop, ptxas scheduled that loop differently; design.md §2)
+        if site.pairs:  # its store comes with the next record's (_pair_tight_loops)
+            return ["// proton_lite: record", f"mov.u32 {clk}, %clock;", f"mov.u32 {tg}, {tag};",
+                    "add.u32 %pl_r3, %pl_r3, 1;"]
+        if site.stores_pair:  # both records, at the saturating pointer and the slot after it
+            return ["// proton_lite: record", f"mov.u32 {clk}, %clock;", f"mov.u32 {tg}, {tag};",
+                    "@%pl_p0 st.shared.v2.u32 [%pl_ptr], {%pl_tag0, %pl_clk0};",
+                    f"@%pl_p0 st.shared.v2.u32 [%pl_ptr+{RECORD_BYTES}], {{{tg}, {clk}}};",
+                    f"add.u32 %pl_ptr, %pl_ptr, {2 * RECORD_BYTES};", "min.u32 %pl_ptr, %pl_ptr, %pl_sink;",
+                    "add.u32 %pl_r3, %pl_r3, 1;"]
+        if site.in_loop or keep or site.followed:
+            out = ["// proton_lite: record", f"mov.u32 {clk}, %clock;"]
+        else:
+            out = ["// proton_lite: record", "mov.u64 %pl_d6, %clock64;", f"cvt.u32.u64 {clk}, %pl_d6;"]
+        if keep:  # the tag shares a register pair with the clock; in loops the address counts too
+            other = 1 - site.reg_set
+            out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_clk{other};")
+            if site.in_loop:
+                out.append(f"xor.b32 %pl_acc, %pl_acc, %pl_sa{other};" if L.staging == "shared" else
+                           f"xor.b64 %pl_accd, %pl_accd, %pl_ga{other};")
+        out.append(f"mov.u32 {tg}, {tag};")
+        # Warp granularity: every lane of the warp stores the same record to the same address
+        # (Triton's control flow is uniform within a warp), so the store needs no leader
+        # predicate and ptxas may merge adjacent records into one wider store. Except in loops
+        # with shared staging, where nothing merges and a store from the leader lane alone was
+        # cheaper: 12.25 against 12.8 cycles per record in a tight loop (docs/benchmarks.md).
+        # Larger units keep the leader lane: their other warps must not write the unit's slots.
+        lane_stores = self.unit_threads == 32 and not (site.in_loop and L.staging == "shared")
+        leader = "" if lane_stores else "%pl_p0"
+        pred = f"@{leader} " if leader else ""
+        if L.staging == "shared":
+            if L.mode == "circular":
+                out += [f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};",
+                        f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
+            elif site.in_loop:
+                # the saturating pointer: ready before the record, one min after it
+                out.append(f"mov.u32 {addr}, %pl_ptr;")
+                if site.flushes:
+                    out.append(self.deferred_store(site.loop))
+            else:
+                # past the capacity: the sink slot, never copied out (staged_slots); with a
+                # cursor known to ptxas (records before any loop) the address folds to base + offset
+                out += [f"min.u32 %pl_slot{k}, %pl_r3, {L.capacity};", f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
+            out.append(self._defer(pred, site.loop) if site.defers else
+                       f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
+            if self.uses_pointer:
+                out.append("add.u32 %pl_ptr, %pl_ptr, 8;")
+                out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
+        else:
+            if L.mode == "circular":
+                out.append(f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};")
+            elif site.defers and site.by_address:  # its slot comes from the next record's address
+                out.append(self._defer("@%pl_p7 " if L.sized_at_launch else pred, site.loop))
+                out.append("add.u32 %pl_r3, %pl_r3, 1;")
+                return out
+            else:
+                # past the capacity: the unit's sink slots (layout.overflow == "sink"), so that
+                # no record needs a compare or a predicate of its own (the per-record compare
+                # and predicated store cost a predicate's latency per record: 27 -> 22 cycles
+                # in a tight loop, docs/benchmarks.md); the first record of a loop whose last
+                # one is stored at this address - 8 takes the second sink slot, so that the
+                # deferred record, one slot below, never lands on a kept one
+                sink = self.capacity if not (site.flushes and site.by_address) else \
+                    "%pl_gs2" if L.sized_at_launch else str(L.capacity + 1)
+                out.append(f"min.u32 %pl_slot{k}, %pl_r3, {sink};")
+                if L.sized_at_launch:
+                    pred = "@%pl_p7 "  # capacity > 0 (and the unit's leader), from the prologue
+            out += [f"mul.wide.u32 {addr}, %pl_slot{k}, 8;", f"add.s64 {addr}, {addr}, %pl_d3;"]
+            if site.flushes:
+                out.append(self.deferred_store(site.loop, f"{addr}+-8" if site.by_address else None))
+            out.append(self._defer(pred, site.loop) if site.defers else
+                       f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
+        out.append("add.u32 %pl_r3, %pl_r3, 1;")
+        return out
+
+    def unrolled_prologue(self) -> list[str]:
+        """Tags of the records in loops unrolled twice, each in a register of its own for the
+        whole kernel.
+
+        A store reads its {tag, clock} pair from two adjacent registers. With the tag a
+        constant, ptxas put it into a register shared with other constants and rewrote it in
+        every iteration, and the next write waited for the previous store to read it; and it
+        gave both copies of a record one clock register. A tag that ptxas can neither compute
+        nor derive from another register in one instruction stays in one register all along,
+        and the clock beside it is then different for every record of the unrolled body. So
+        each tag is the constant plus a zero of its own (``_opaque_zero``). (Tags computed
+        from one shared zero, ``z + tag`` and ``tag - z``, were rebuilt in the loop from each
+        other, with waits; a warp-uniform tag was copied from a uniform register into the
+        store's in every iteration.)"""
+        if not self.unrolled_tags:
+            return []
+        out = []
+        for n, tags in enumerate(self.unrolled_tags):
+            for k, tag in enumerate(tags + tags):
+                t = f"%pl_ut{4 * n + k}"
+                out += [*_opaque_zero(t), f"add.u32 {t}, {t}, {tag};"]
+        return out
+
+    def unrolled_entry(self, n: int) -> list[str]:
+        """Before loop ``n``'s head (unrolled twice): the first copy's address, slot
+        min(count, capacity), and the slots left after it before the sink slots. The second
+        copy's address is moved on by the first copy before each of its pairs
+        (unrolled_record), so it starts one step back: two slots before the first copy's,
+        with two more slots left; the first step then puts it two slots after the first
+        copy's, or at the sink slots."""
+        a, b = 2 * n, 2 * n + 1
+        return ["// proton_lite: unrolled loop entry",
+                f"min.u32 %pl_un, %pl_r3, {self.capacity};", f"sub.u32 %pl_uo{a}, {self.capacity}, %pl_un;",
+                f"mul.wide.u32 %pl_up{a}, %pl_un, {RECORD_BYTES};", f"add.s64 %pl_up{a}, %pl_up{a}, %pl_d3;",
+                f"add.u32 %pl_uo{b}, %pl_uo{a}, 2;", f"add.s64 %pl_up{b}, %pl_up{a}, {-2 * RECORD_BYTES};"]
+
+    def unrolled_record(self, site: MarkerSite, tag: int, copy: int) -> list[str]:
+        """A record of loop ``site.unrolled``'s pair, in copy ``copy`` of the body. The first
+        reads the clock; the second reads it, stores both records at this copy's address, and
+        then moves the other copy's address on by four slots, or by the slots left before the
+        sink slots, in place: to where the other copy stores next (the first copy moves the
+        second's for this pass, the second the first's for the next pass). Each address is
+        thus live all through the loop and written once per pass, a copy after its stores:
+        ptxas can give its register to nothing else (it had shared one copy's address with
+        the other copy's clock, and waited). The first copy is the record site (its tag is
+        named in a comment: the code reads it from a register); the second is marked as a
+        copy."""
+        n = site.unrolled
+        k = 4 * n + 2 * copy + site.stores_pair
+        out = ["// proton_lite: record", f"// proton_lite: tag {tag}"] if copy == 0 else [UNROLLED_COPY]
+        out.append(f"mov.u32 %pl_uc{k}, %clock;")
+        if site.pairs:
+            return out
+        me, other = 2 * n + copy, 2 * n + 1 - copy
+        # warp units: every lane stores the same record (record()); larger units: the leader
+        pred = "" if self.unit_threads == 32 else "@%pl_p0 "
+        return out + [
+            f"{pred}st.global.v2.u32 [%pl_up{me}], {{%pl_ut{k - 1}, %pl_uc{k - 1}}};",
+            f"{pred}st.global.v2.u32 [%pl_up{me}+{RECORD_BYTES}], {{%pl_ut{k}, %pl_uc{k}}};",
+            "add.u32 %pl_r3, %pl_r3, 2;",
+            # four slots on, or as many as are left before the sink slots
+            f"min.u32 %pl_ud, %pl_uo{other}, 4;",
+            f"sub.u32 %pl_uo{other}, %pl_uo{other}, %pl_ud;",
+            f"mad.wide.u32 %pl_up{other}, %pl_ud, {RECORD_BYTES}, %pl_up{other};",
+        ]
+
+    @staticmethod
+    def _defer(pred: str, loop: int) -> str:
+        """In place of a deferred record's store: it is stored later under its loop's own
+        predicate (%pl_pd<loop>). Under the stores' predicate, ptxas branched around both
+        stores of the first record of the loop instead of predicating them."""
+        return f"mov.pred %pl_pd{loop}, {pred.strip()[1:]};" if pred else f"setp.eq.u32 %pl_pd{loop}, 0, 0;"
+
+    def deferred_store(self, loop: int, address: str | None = None) -> str:
+        """The store of loop ``loop``'s deferred last record (set 2), at its own address (set
+        2's) or at ``address``. %pl_pd<loop> holds the predicate the record would have stored
+        under; it is false until that loop deferred a record, and again once the loop is left."""
+        if self.layout.staging == "shared":
+            return f"@%pl_pd{loop} st.shared.v2.u32 [%pl_sa2], {{%pl_tag2, %pl_clk2}};"
+        return f"@%pl_pd{loop} st.global.v2.u32 [{address or '%pl_ga2'}], {{%pl_tag2, %pl_clk2}};"
+
+    def loop_exit_store(self, loop: int, by_address: bool) -> list[str]:
+        """After a deferring loop's back edge, on the way out: its pending record, then the
+        predicate is cleared, so that no later loop (or this one, entered again) stores it
+        again (at the next record's address - 8 that would be another record's slot). A
+        record stored by address was the last one (slot count - 1, or the sink past the
+        capacity)."""
+        out = ["// proton_lite: deferred record"]
+        if by_address:
+            out += ["sub.u32 %pl_slot2, %pl_r3, 1;", f"min.u32 %pl_slot2, %pl_slot2, {self.capacity};",
+                    "mul.wide.u32 %pl_ga2, %pl_slot2, 8;", "add.s64 %pl_ga2, %pl_ga2, %pl_d3;"]
+        return out + [self.deferred_store(loop), f"setp.ne.u32 %pl_pd{loop}, 0, 0;"]
+
+    def keep_alive_sink(self) -> list[str]:
+        """Stores %pl_acc where nobody reads it, so that ptxas keeps the xor that keeps the
+        register sets apart: the first sink slot, in shared or global memory."""
+        L = self.layout
+        if not self.keeps_alive:
+            return []
+        if L.staging == "shared":
+            return [f"st.shared.u32 [%pl_r4+{L.capacity * RECORD_BYTES}], %pl_acc;"]
+        out = ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;"]
+        if L.mode == "circular":  # no sink: slot ``count``, if it is a free one
+            return out + [f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
+                          "add.s64 %pl_ga0, %pl_ga0, %pl_d3;", "@%pl_p6 st.global.u64 [%pl_ga0], %pl_accd;"]
+        return out + [f"mul.wide.u32 %pl_ga0, {self.capacity}, 8;", "add.s64 %pl_ga0, %pl_ga0, %pl_d3;",
+                      "st.global.u64 [%pl_ga0], %pl_accd;"]  # the first sink slot
+
+    def epilogue(self, k: int) -> list[str]:
+        L = self.layout
+        out = [
+            "// proton_lite: epilogue",
+            "mov.u64 %pl_d8, %globaltimer;",
+            "mov.u64 %pl_d9, %clock64;",
+        ] + self.keep_alive_sink()
+        if L.staging == "shared":
+            # the leader warp of each unit copies its records, 32 lanes at a time
+            out += [
+                "setp.lt.u32 %pl_p3, %pl_r2, 32;",
+                f"@!%pl_p3 bra $pl_done_{k};",
+                "bar.warp.sync -1;",
+                f"min.u32 %pl_r17, %pl_r3, {L.capacity};",
+                "and.b32 %pl_r18, %pl_r0, 31;",
+                f"$pl_copy_{k}:",
+                "setp.ge.u32 %pl_p4, %pl_r18, %pl_r17;",
+                f"@%pl_p4 bra $pl_copied_{k};",
+                "mad.lo.u32 %pl_r19, %pl_r18, 8, %pl_r4;",
+                "ld.shared.v2.u32 {%pl_r20, %pl_r21}, [%pl_r19];",
+                "mul.wide.u32 %pl_d10, %pl_r18, 8;",
+                "add.s64 %pl_d10, %pl_d10, %pl_d2;",
+                f"st.global.v2.u32 [%pl_d10+{UNIT_HEADER_BYTES}], {{%pl_r20, %pl_r21}};",
+                "add.u32 %pl_r18, %pl_r18, 32;",
+                f"bra.uni $pl_copy_{k};",
+                f"$pl_copied_{k}:",
+            ]
+        out += [
+            f"@!%pl_p0 bra $pl_done_{k};",
+            f"mov.u32 %pl_r22, {UNIT_MAGIC};",
+            "st.global.v2.u32 [%pl_d2], {%pl_r3, %pl_r22};",
+            "st.global.u64 [%pl_d2+8], %pl_d8;",
+            "st.global.u64 [%pl_d2+16], %pl_d9;",
+            f"$pl_done_{k}:",
+        ]
+        return out
