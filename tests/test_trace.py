@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import trace_processor as tp
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
-from proton_lite.trace import _nesting, load_trace, write_trace
+from proton_lite.trace import load_trace, write_trace
+from proton_lite.trace.nesting import _nesting
 from proton_lite.trace._proto import Rows, packet_bounds, parse_messages, read_varints, varint
 
 FORMATS = [("perfetto", ".pftrace"), ("chrome", ".json")]
@@ -372,7 +373,7 @@ def _cta_slice_name(p: Profile, launch: int, cta: int) -> str:
 def _expected_slices(p: Profile, launch_spans: bool = False):
     """(ts, dur, name) of every slice, as the trace processor should report them; with
     ``launch_spans`` (the JSON) one per launch too, from its first CTA start to its last end."""
-    from proton_lite.trace import _scope_names, _time_shift
+    from proton_lite.trace.tree import _scope_names, _time_shift
     shift = _time_shift(p)
     kern = dict(zip(p.launches["launch"].tolist(), p.launches["kernel"].tolist()))
     out = [(int(c["start_ns"]) + shift, int(c["end_ns"] - c["start_ns"]),

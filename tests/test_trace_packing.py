@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 import trace_processor as tp
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
-from proton_lite.trace import _time_shift, load_trace, write_trace
+from proton_lite.trace import load_trace, write_trace
+from proton_lite.trace.tree import _time_shift
 from proton_lite.trace.rows import pack_slots
 from synth import wave_profile
 from test_trace import FORMATS, _kernel, _packets, assert_same_profile

@@ -27,8 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace import (_cta_extras, _cta_layout, _launch_title, _meta_json, _metadata, _nesting, _run_ordered,
-                               _scope_names, _several_devices, _sorted_launches, _time_shift, _workers)
+from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
+from proton_lite.trace.nesting import _nesting
+from proton_lite.trace.tree import (_cta_layout, _launch_title, _scope_names, _several_devices, _sorted_launches,
+                                    _time_shift)
+from proton_lite.trace.workers import _run_ordered, _workers
 from proton_lite.trace._proto import Rows
 from proton_lite.trace.rows import (SLOT_NAME, cta_name, grid_of_ctas, resident_changes, slot_layout, unit_names,
                                     unit_tracks)

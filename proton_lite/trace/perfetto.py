@@ -28,8 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace import (_cta_extras, _cta_layout, _meta_json, _metadata, _scope_names, _sorted_launches,
-                               _time_shift, _unique, _workers)
+from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
+from proton_lite.trace.nesting import _unique
+from proton_lite.trace.tree import _cta_layout, _scope_names, _sorted_launches, _time_shift
+from proton_lite.trace.workers import _workers
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
 from proton_lite.trace.perfetto_pieces import CHUNK, IntervalColumns, Pieces, encode_piece, finish, sequence_start

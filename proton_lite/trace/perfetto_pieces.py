@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.trace import _nesting, native_events
+from proton_lite.trace import native_events
+
+from proton_lite.trace.nesting import _nesting
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
                                                CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace import _argsort_keys, _launch_title, _several_devices
+from proton_lite.trace.nesting import _argsort_keys
+from proton_lite.trace.tree import _launch_title, _several_devices
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY,
                                                CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_SEQ_ID, P_TIMESTAMP,

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, Profile
-from proton_lite.trace import _check_meta, _kernels_from_meta, _launch_rank, _launches_from_meta, _unpack_columns
+from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns
+from proton_lite.trace.tree import _launch_rank
 from proton_lite.trace._proto import fields, packet_bounds, parse_messages, read_varint
 from proton_lite.trace.rows import cta_by_time
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace import _argsort_keys, _unique
+from proton_lite.trace.nesting import _argsort_keys, _unique
 from proton_lite.trace._proto import Rows
 
 SLOT_NAME = "slot"  # the track of a slot is "slot 2"

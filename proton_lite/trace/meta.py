@@ -1,0 +1,114 @@
+"""The proton-lite metadata embedded in a trace (kernels, launches, session, time base, the
+per-CTA clocks), so that ``summary`` and ``diff`` can read a trace back."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from proton_lite.json_values import plain
+from proton_lite.profile_data import LAUNCH_DTYPE, KernelInfo, Profile
+
+META_FORMAT = "proton-lite-trace"  # marks files written here; the reader refuses others
+META_VERSION = 2  # 2: CTAs packed into slots (trace/rows.py); 1: one track per CTA
+
+
+def _metadata(profile: Profile, launches: np.ndarray, shift: int, **extra) -> dict:
+    """What the reader needs beyond the slices: kernels, launches, session, time base."""
+    meta = {
+        "format": META_FORMAT,
+        "version": META_VERSION,
+        "t0_ns": int(profile.t0_ns),
+        "shift_ns": int(shift),
+        "session": profile.session,
+        "kernels": [{"name": k.name, "scopes": list(k.scopes), "num_warps": k.num_warps,
+                     "granularity": k.granularity, "unit_warps": k.unit_warps,
+                     "capacity": k.capacity, "meta": k.meta} for k in profile.kernels],
+        "launches": {name: launches[name].tolist() for name in LAUNCH_DTYPE.names},
+    }
+    meta.update(extra)
+    return meta
+
+
+def _meta_json(meta: dict) -> str:
+    """Deterministic strict JSON (sorted keys; nan/inf become null, which JSON lacks)."""
+    return json.dumps(plain(meta), sort_keys=True, allow_nan=False,
+                      separators=(",", ":"), ensure_ascii=False)
+
+
+def _check_meta(meta, path) -> dict:
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        raise ValueError(f"{path}: not a proton-lite trace (no proton-lite metadata found)")
+    if meta.get("version") != META_VERSION:
+        raise ValueError(f"{path}: proton-lite trace version {meta.get('version')!r} is not supported "
+                         f"(this reader knows version {META_VERSION}); write it again from the capture "
+                         "with `proton-lite trace CAPTURE.plraw`")
+    return meta
+
+
+def _kernels_from_meta(meta: dict) -> list[KernelInfo]:
+    return [KernelInfo(name=k["name"], scopes=list(k["scopes"]), num_warps=k["num_warps"],
+                       granularity=k["granularity"], unit_warps=k["unit_warps"],
+                       capacity=k["capacity"], meta=k["meta"]) for k in meta["kernels"]]
+
+
+def _launches_from_meta(meta: dict) -> np.ndarray:
+    cols = meta["launches"]
+    n = len(cols["launch"])
+    out = np.zeros(n, LAUNCH_DTYPE)
+    for name in LAUNCH_DTYPE.names:
+        if n and name in cols:  # traces written before a column existed leave it 0
+            out[name] = np.asarray(cols[name], dtype=LAUNCH_DTYPE[name])
+    return out
+
+
+def _pack_columns(arrays: dict[str, np.ndarray]) -> dict:
+    """Numeric columns as one compact JSON-able value (exact; dtypes kept).
+
+    Integer columns are delta-coded (wrapping), every column byte-shuffled, the lot
+    zlib-compressed and base64-encoded: per-CTA clocks and rates cost a few bytes each.
+    """
+    import base64
+    import zlib
+    parts, cols = [], []
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+        a = a.astype(dt, copy=False)
+        if a.dtype.kind in "iu" and len(a):
+            u = a.view(f"u{a.dtype.itemsize}")
+            a = np.concatenate([u[:1], u[1:] - u[:-1]])
+        parts.append(a.view(np.uint8).reshape(len(a), a.dtype.itemsize).T.tobytes())
+        cols.append([name, dt.str])
+    blob = zlib.compress(b"".join(parts), 6)
+    n = len(next(iter(arrays.values()))) if arrays else 0
+    return {"rows": n, "columns": cols, "data": base64.b64encode(blob).decode("ascii")}
+
+
+def _unpack_columns(packed: dict) -> dict[str, np.ndarray]:
+    import base64
+    import zlib
+    raw = zlib.decompress(base64.b64decode(packed["data"]))
+    n, off, out = int(packed["rows"]), 0, {}
+    for name, dts in packed["columns"]:
+        dt = np.dtype(dts)
+        size = n * dt.itemsize
+        a = np.frombuffer(raw[off:off + size], np.uint8).reshape(dt.itemsize, n).T.copy().view(dt).ravel()
+        off += size
+        if dt.kind in "iu" and n:
+            a = np.cumsum(a.view(f"u{dt.itemsize}"), dtype=f"u{dt.itemsize}").view(dt)
+        out[name] = a
+    if off != len(raw):
+        raise ValueError("packed columns: size mismatch")
+    return out
+
+
+def _cta_extras(ctas_sorted: np.ndarray, extent_lo: np.ndarray) -> dict:
+    """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
+    before its start each CTA's slot extent begins (the reader needs it to give intervals
+    their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start)."""
+    return _pack_columns({"start_clock": ctas_sorted["start_clock"],
+                          "cycles_per_ns": ctas_sorted["cycles_per_ns"],
+                          "measured_cycles_per_ns": ctas_sorted["measured_cycles_per_ns"],
+                          "finished_units": ctas_sorted["finished_units"],
+                          "extent_lead_ns": ctas_sorted["start_ns"].astype(np.int64) - extent_lo})

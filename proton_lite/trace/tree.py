@@ -1,0 +1,134 @@
+"""Where every launch, CTA and interval of a profile sits in a trace, shared by both writers
+and the reader: launches in order, CTAs by (launch, SM, CTA id) with each interval's CTA,
+the launch titles, the time shift that keeps timestamps unsigned, scope names."""
+from __future__ import annotations
+
+import numpy as np
+
+from proton_lite.profile_data import KernelInfo, Profile
+
+
+def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
+    """Track / process title of one launch, e.g. ``#3 matmul grid=(32,32,1) warps=8``, and
+    ``... GPU 1`` when the capture holds launches of more than one device."""
+    title = (f"#{int(launch['launch'])} {kernel.name} "
+             f"grid=({int(launch['grid_x'])},{int(launch['grid_y'])},{int(launch['grid_z'])}) "
+             f"warps={kernel.num_warps}")
+    return title + f" GPU {int(launch['device'])}" if show_device else title
+
+
+def _several_devices(launches) -> bool:
+    return len(launches) > 0 and len(np.unique(launches["device"])) > 1
+
+
+def _time_shift(profile: Profile) -> int:
+    """ns added to every time so that none is negative (trace timestamps are unsigned).
+
+    Times are relative to the earliest CTA start, but a unit may record a scope a few ns
+    before thread 0 stamps the CTA header; the shift is stored in the metadata and undone
+    by the reader.
+    """
+    lows = [0]
+    for arr, fields in ((profile.ctas, ("start_ns", "end_ns")),
+                        (profile.intervals, ("start_ns", "end_ns")),
+                        (profile.launches, ("start_ns", "end_ns"))):
+        if len(arr):
+            lows += [int(arr[f].min()) for f in fields]
+    return -min(lows)
+
+
+def _sorted_launches(profile: Profile) -> np.ndarray:
+    """Launch rows in launch order; checks that kernel indices are valid."""
+    launches = np.sort(profile.launches, order="launch") if len(profile.launches) else profile.launches
+    if len(launches) and int(launches["kernel"].max()) >= len(profile.kernels):
+        raise ValueError("a launch refers to a kernel index outside profile.kernels")
+    if len(np.unique(launches["launch"])) != len(launches):
+        raise ValueError("profile.launches has duplicate launch indices")
+    return launches
+
+
+def _dense_limit(*arrays) -> int:
+    """Largest lookup table worth building instead of a binary search."""
+    return 4 * sum(len(a) for a in arrays) + (1 << 16)
+
+
+def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.ndarray:
+    """Position in ``launches`` (sorted) of each launch id; unknown ids are an error."""
+    if not len(launch_ids):
+        return np.zeros(0, np.int64)
+    keys = launches["launch"].astype(np.int64)
+    ids = launch_ids.astype(np.int64)
+    top = int(keys.max()) if len(keys) else -1
+    if 0 <= top < _dense_limit(keys):  # launch indices are small: a table lookup
+        table = np.full(top + 2, -1, np.int64)
+        table[keys] = np.arange(len(keys))
+        pos = table[np.minimum(ids, top + 1)]
+        if pos.min() < 0:
+            raise ValueError(f"{what} refer to a launch missing from profile.launches")
+        return pos
+    pos = np.searchsorted(keys, ids)
+    pos_c = np.minimum(pos, max(len(keys) - 1, 0))
+    if not len(keys) or not np.array_equal(keys[pos_c], ids):
+        raise ValueError(f"{what} refer to a launch missing from profile.launches")
+    return pos_c.astype(np.int64)
+
+
+def _cta_layout(profile: Profile, launches: np.ndarray):
+    """CTAs sorted launch-major, then SM, then CTA id; and each interval's CTA rank.
+
+    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank).  Intervals usually come in
+    runs of one CTA (the decoder and the reader write them so): each run is looked up
+    once and the ranks repeated over it.
+    """
+    ctas = profile.ctas
+    lr = _launch_rank(launches, ctas["launch"], "CTAs")
+    order = np.lexsort((ctas["cta"], ctas["smid"], lr)) if len(ctas) else np.zeros(0, np.int64)
+    ctas_s, lr_s = ctas[order], lr[order]
+    iv = profile.intervals
+    i_launch, i_cta = iv["launch"], iv["cta"]
+    run = np.flatnonzero(np.r_[True, (i_launch[1:] != i_launch[:-1]) | (i_cta[1:] != i_cta[:-1])]) if len(iv) else \
+        np.zeros(0, np.int64)
+    rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)
+    return ctas_s, lr_s, np.repeat(rank, np.diff(np.r_[run, len(iv)]))
+
+
+def _cta_rank(launches, ctas_s, lr_s, launch_ids, cta_ids, first):
+    """Rank (in ``ctas_s``) of the CTA of each (launch id, CTA id); ``first``: the interval
+    each pair comes from, for the error."""
+    cid = ctas_s["cta"].astype(np.int64)
+    # a table indexed by base[launch rank] + CTA id when the ids are dense, else a search
+    width = np.zeros(len(launches) + 1, np.int64)
+    if len(ctas_s):
+        np.maximum.at(width, lr_s + 1, cid + 1)
+    base = np.cumsum(width)[:-1]
+    ilr = _launch_rank(launches, launch_ids, "intervals")
+    icid = cta_ids.astype(np.int64)
+    if len(ctas_s) and int(width.sum()) <= _dense_limit(cid, icid):
+        table = np.full(int(width.sum()), -1, np.int64)
+        slot = base[lr_s] + cid
+        table[slot] = np.arange(len(ctas_s))
+        if not np.array_equal(table[slot], np.arange(len(ctas_s))):
+            raise ValueError("profile.ctas has duplicate (launch, cta) rows")
+        ok = icid < width[ilr + 1]
+        rank = np.where(ok, table[np.where(ok, base[ilr] + icid, 0)], -1)
+        if not len(rank) or rank.min() >= 0:
+            return rank
+        bad = int(np.flatnonzero(rank < 0)[0])
+    else:  # look (launch rank, cta id) up among the CTAs sorted by that key
+        key = (lr_s << 32) | cid
+        by_key = np.argsort(key, kind="stable")
+        if len(key) and np.any(np.diff(key[by_key]) == 0):
+            raise ValueError("profile.ctas has duplicate (launch, cta) rows")
+        ikey = (ilr << 32) | icid
+        pos = np.minimum(np.searchsorted(key[by_key], ikey), max(len(key) - 1, 0))
+        if not len(ikey) or (len(key) and np.array_equal(key[by_key][pos], ikey)):
+            return by_key[pos].astype(np.int64) if len(ikey) else np.zeros(0, np.int64)
+        bad = int(np.flatnonzero(~np.isin(ikey, key))[0])
+    raise ValueError(f"interval {int(first[bad])} refers to launch {int(launch_ids[bad])} CTA {int(cta_ids[bad])}, "
+                     "which is missing from profile.ctas")
+
+
+def _scope_names(kernel: KernelInfo, max_scope: int) -> list[str]:
+    """The kernel's scope names, padded with ``scope N`` for ids beyond its table."""
+    names = list(kernel.scopes)
+    return names + [f"scope {s}" for s in range(len(names), max_scope + 1)]
