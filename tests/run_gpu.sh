@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
+# Knobs: TESTS=..., NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1.
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -29,6 +30,10 @@ fi
 if [ -n "${HOST_SCALE:-}" ]; then
   timeout ${HOST_SCALE_TIMEOUT:-420} python3 tests/benchmarks/host_scale.py --json "$OUT/host_scale.json" ${HOST_SCALE_ARGS:-} \
     2>&1 | grep -v -i warn | tail -60
+fi
+if [ -n "${STOP_BENCH:-}" ]; then  # issue 22: decode + .pftrace of 21 M records on this host's cores
+  timeout ${STOP_TIMEOUT:-300} python3 tests/benchmarks/decode_speed.py --shape mixed --repeat 16 --reps 1 \
+    --workers ${STOP_WORKERS:-8,16} --keep /tmp/stop_bench --save "$OUT/stop.json" 2>&1 | grep -E "threads|cold|warm total"
 fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60
