@@ -27,6 +27,7 @@ from triton import knobs
 
 from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig, resolve_granularity
+from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
@@ -88,7 +89,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
 
 
 def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
-                   pool_plan: PoolPlan | None = None) -> dict:
+                   pool_plan: PoolPlan | None = None, pipelined=None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -105,10 +106,21 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
         "shared_staging_bytes": shared_bytes(layout) if layout.staging == "shared" else 0,
         # scopes whose markers a Triton pass removed ({"scopes", "reason", "fix"}; kernel_facts.py)
         "lost_scopes": lost,
+        # scopes whose asynchronous loads or dots Triton's pipeliner moved (passes/pipelining.py)
+        "pipelined": pipelined or None,
         # a pool (passes/pool.py): records before the first check (the least unit block), checks
         "pool_entry_records": pool_plan.entry_records if layout.pool else None,
         "pool_checks": len(pool_plan.checks) if layout.pool else None,
     }
+
+
+def _pipelining(ptx: str, info: PtxScan):
+    """The pipelining notes (advisory): an analysis that fails on unexpected PTX never stops
+    the kernel from being instrumented."""
+    try:
+        return pipelining_notes(ptx, info)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None,
@@ -139,7 +151,7 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     metadata["profile_scratch_size"] = layout.stride
     # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
     metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
-    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan)
+    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan, _pipelining(ptx, info))
     return new_ptx
 
 

@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", type=_positive_int, default=90, help="target compute capability (default 90)")
     p.add_argument("--num-warps", type=_positive_int, default=4, help="warps per CTA (default 4)")
     p.add_argument("--num-stages", type=_positive_int, default=3, help="software pipelining stages (default 3)")
+    p.add_argument("--divisible-by-16", metavar="NAMES",
+                   help="arguments a launch passes as multiples of 16 (aligned pointers, sizes), comma separated: "
+                        "Triton specializes on it, and its pipeliner needs it to make loads asynchronous")
     p.add_argument("--granularity", choices=("warp", "warpgroup", "cta"), default="warp",
                    help="one record stream per warp (default), warp group or CTA")
     p.add_argument("--capacity", type=_positive_int, help="records per unit (default: sized from the code)")

@@ -249,6 +249,7 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
                  "entry_records": pl.get("pool_entry_records")} if layout.get("pool") else None,
         # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
         "lost_scopes": pl.get("lost_scopes"),
+        "pipelined": pl.get("pipelined") or [],
     }
 
 
@@ -263,6 +264,8 @@ def render_compile_report(r: dict, console) -> None:
     console.print(Text(f"{r['kernel']}", style="bold").append(
         f"  sm_{r['arch']}, {r['num_warps']} warps, one record stream per {unit} "
         f"({r['units_per_cta']} per CTA)", style=""))
+    for note in r.get("pipelined") or ():
+        console.print(Text("note: " + note["message"], style="yellow"))
     if r.get("lost_scopes"):
         from proton_lite.passes.kernel_facts import lost_scopes_message
         console.print(Text("warning: " + lost_scopes_message(r["kernel"], r["lost_scopes"]), style="yellow"))
@@ -358,7 +361,8 @@ def cmd_compile(args) -> int:
             ck = proton_lite.compile(kernel, signature, constexprs, arch=args.arch, instrument=True,
                                      num_warps=args.num_warps, num_stages=args.num_stages,
                                      granularity=args.granularity, capacity=args.capacity,
-                                     loop_capacity=args.loop_capacity, buffer_mode=args.buffer_mode)
+                                     loop_capacity=args.loop_capacity, buffer_mode=args.buffer_mode,
+                                     divisible_by_16=_divisible(args.divisible_by_16, kernel))
     except InstrumentationError as e:
         raise CliError(_one_line(e)) from e
     except CompilationError as e:
@@ -409,3 +413,13 @@ def _file_line(kernel, lineno: int | None) -> int | None:
         return None
     at_def = next((i for i, text in enumerate(lines) if text.lstrip().startswith("def ")), 0)
     return first + at_def + lineno - 1
+
+
+def _divisible(names: str | None, kernel) -> list[str]:
+    """``--divisible-by-16 a_ptr,K``: arguments specialized as multiples of 16, as Triton's
+    launcher does for aligned pointers and integers (this changes what the pipeliner does)."""
+    chosen = [n.strip() for n in (names or "").split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in kernel.arg_names]
+    if unknown:
+        raise CliError(f"--divisible-by-16: no argument {unknown[0]!r}; arguments: {', '.join(kernel.arg_names)}")
+    return chosen

@@ -299,6 +299,11 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
             out.append({"kind": "lost_scopes", "kernel": kernels[k].name, "scopes": list(lost["scopes"]),
                         "message": lost_scopes_message(kernels[k].name, lost)})
 
+    for k in sorted({int(i) for i in launches["kernel"]}):  # scopes that time a wait, not the work
+        for note in kernels[k].meta.get("pipelined") or ():
+            out.append({"kind": "pipelined", "kernel": kernels[k].name, "scope": note.get("scope"),
+                        "message": f"{kernels[k].name}: {note.get('message')}"})
+
     tick = (profile.session or {}).get("timer_tick_ns")
     if tick is not None and float(tick) > COARSE_TIMER_NS:
         out.append({"kind": "coarse_timer", "timer_tick_ns": plain(tick),
