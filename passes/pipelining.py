@@ -89,10 +89,9 @@ def notes(ptx: str, info) -> list[dict]:
     files = {m.group(1): m.group(2) for m in map(_FILE_RE.match, lines) if m}
     block_end = with_block_ends(files["1"]) if "1" in files else {}
     ops = list(_ops(lines))
-    out = []
+    out, seen = [], set()  # one note per scope (a scope in nested loops is in every enclosing body)
     for head, branch, sites, _ in info.loop_bodies():
         commits = sum(1 for i, kind, *_ in ops if kind == "commit" and head < i < branch)
-        seen = set()
         for enter in (s for s in sites if s.kind == "enter"):
             exit_ = next((s for s in sites if s.kind == "exit" and s.name == enter.name and s.line > enter.line), None)
             if exit_ is None or enter.name in seen:
