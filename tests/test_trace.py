@@ -606,3 +606,31 @@ def test_writers_refuse_duplicate_ctas_and_intervals_without_their_cta(tmp_path,
     lost = Profile(p.kernels, p.launches, p.ctas, orphan, p.t0_ns, p.session)
     with pytest.raises(ValueError, match=f"interval {len(orphan) - 1} refers to launch .* CTA 999, which is missing"):
         write_trace(lost, tmp_path / "lost.pftrace", "perfetto")
+
+
+@needs_tp
+@pytest.mark.parametrize("native", [True, False])
+def test_a_scopes_pipelining_note_rides_on_its_slices(tmp_path, monkeypatch, native):
+    """A kernel's metadata note on a scope (passes/pipelining.py) becomes a `note` arg on that
+    scope's slices, in both encoders, next to a `depth` arg where a lane needs one; the
+    trace still reads back to the same profile."""
+    from proton_lite.trace import native_events
+    if not native:
+        monkeypatch.setattr(native_events, "module", lambda: None)
+    p = synthetic_profile()
+    msg = "scope 'mma': its dot(s) (wgmma) run asynchronously"
+    p.kernels[0].meta["pipelined"] = [{"scope": "mma", "message": msg}]
+    p.kernels[1].meta["pipelined"] = [{"scope": "consumer", "message": msg + " (attn)"}]
+    path = tmp_path / "n.pftrace"
+    write_trace(p, path, "perfetto")
+    bad, rows = tp.query(str(path), [tp.BAD_STATS,
+                                     "select s.name as name, a.string_value as note from slice s join args a "
+                                     "using (arg_set_id) where a.key = 'debug.note'"])
+    assert bad == []
+    scopes = {0: "mma", 1: "consumer"}
+    kern = dict(zip(p.launches["launch"].tolist(), p.launches["kernel"].tolist()))
+    expected = sum(1 for i in p.intervals if kern[int(i["launch"])] in scopes and
+                   p.kernels[kern[int(i["launch"])]].scopes[int(i["scope"])] == scopes[kern[int(i["launch"])]])
+    assert expected > 0 and len(rows) == expected
+    assert {(r["name"], r["note"]) for r in rows} == {("mma", msg), ("consumer", msg + " (attn)")}
+    assert_same_profile(p, load_trace(path))

@@ -30,7 +30,10 @@ def _write(profile, path, monkeypatch, native: bool, compress: bool) -> bytes:
 def test_c_encoder_writes_the_numpy_encoders_bytes(tmp_path, monkeypatch, compress, small):
     _native_or_skip()
     import proton_lite.trace.perfetto_pieces as pp
-    profiles = [synthetic_profile(), _random_profile(5), _random_profile(7),
+    noted = synthetic_profile()  # notes on scopes (passes/pipelining.py): an extra annotation on BEGINs
+    noted.kernels[0].meta["pipelined"] = [{"scope": "mma", "message": "scope 'mma': a note"}]
+    noted.kernels[1].meta["pipelined"] = [{"scope": "consumer", "message": "scope 'consumer': another"}]
+    profiles = [synthetic_profile(), noted, _random_profile(5), _random_profile(7),
                 big_profile(n_ctas=300, warps=4, iters=3, sms=16, seed=1), big_profile(n_ctas=500, sms=20, seed=2)]
     for k, p in enumerate(profiles):
         if small:  # many pieces, many chunks per piece, many batches per chunk
@@ -49,7 +52,7 @@ def test_c_encoder_refuses_events_of_no_interval():
     z = np.zeros(3, np.int64)
     with pytest.raises(IndexError, match="event of no interval"):
         native_events.encode(3, np.array([0, 5]), np.zeros(2, np.uint8), np.zeros(2, np.int64), z, z, z, z,
-                             np.zeros(3, np.uint8), True, 1 << 20)
+                             np.zeros(3, np.uint8), z, True, 1 << 20)
     with pytest.raises(ValueError, match="different lengths"):
         native_events.encode(3, np.array([0]), np.zeros(1, np.uint8), np.zeros(1, np.int64), z, z[:2], z, z,
-                             np.zeros(3, np.uint8), True, 1 << 20)
+                             np.zeros(3, np.uint8), z, True, 1 << 20)

@@ -49,7 +49,7 @@ static inline int varint_len(uint64_t v) {
 static Py_ssize_t lay_out(unsigned char *out, int64_t *ends, uint64_t seq, Py_ssize_t n, const int64_t *ev_i,
                           const uint8_t *ev_end, const int64_t *dts, const int64_t *track, const int64_t *iid,
                           const int64_t *cycles, const int64_t *depth, const uint8_t *fix_depth,
-                          int64_t *ann_bytes) {
+                          const int64_t *note, int64_t *ann_bytes) {
     unsigned char *p = out;
     int seq_len = varint_len(seq);
     int64_t ann_total = 0;
@@ -60,7 +60,11 @@ static Py_ssize_t lay_out(unsigned char *out, int64_t *ends, uint64_t seq, Py_ss
         uint64_t tr = (uint64_t)track[i], name = (uint64_t)iid[i];
         uint64_t aval = (uint64_t)(end ? cycles[i] : depth[i]);
         int alen = ann ? 3 + varint_len(aval) : 0;
-        int te = 2 + 1 + varint_len(tr) + (end ? 0 : 1 + varint_len(name)) + (ann ? 2 + alen : 0);
+        int noted = !end && note[i] > 0;  /* the scope's note: {name_iid 4 (note), string_value_iid} */
+        uint64_t nv = noted ? (uint64_t)note[i] : 0;
+        int nlen = noted ? 4 + varint_len(nv) : 0;
+        int te = 2 + 1 + varint_len(tr) + (end ? 0 : 1 + varint_len(name)) + (noted ? 2 + nlen : 0) +
+                 (ann ? 2 + alen : 0);
         int body = 1 + varint_len((uint64_t)dts[k]) + 1 + seq_len + 1 + 1 + te;
         *p++ = 0x0a;
         *p++ = (unsigned char)body;
@@ -75,6 +79,16 @@ static Py_ssize_t lay_out(unsigned char *out, int64_t *ends, uint64_t seq, Py_ss
         *p++ = 0x58;
         p = put_varint(p, tr);
         if (!end) { *p++ = 0x50; p = put_varint(p, name); }
+        if (noted) {
+            *p++ = 0x22;
+            *p++ = (unsigned char)nlen;
+            *p++ = 0x08;
+            *p++ = 4;
+            *p++ = 0x88;
+            *p++ = 0x01;
+            p = put_varint(p, nv);
+            ann_total += 2 + nlen;
+        }
         if (ann) {
             *p++ = 0x22;
             *p++ = (unsigned char)alen;
@@ -122,26 +136,26 @@ static int get(PyObject *obj, Py_buffer *view, Py_ssize_t item) {
     return 0;
 }
 
-/* encode(seq, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, compress, max_batch)
+/* encode(seq, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, note, compress, max_batch)
    -> (bytes, annotation bytes); int64 arrays but ev_end and fix_depth (uint8) */
 static PyObject *encode(PyObject *self, PyObject *args) {
     unsigned long long seq;
-    PyObject *objs[8];
+    PyObject *objs[9];
     int compress;
     long long max_batch;
-    if (!PyArg_ParseTuple(args, "KOOOOOOOOiL", &seq, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
-                          &objs[6], &objs[7], &compress, &max_batch)) return NULL;
-    static const Py_ssize_t item[8] = {8, 1, 8, 8, 8, 8, 8, 1};
-    Py_buffer v[8];
+    if (!PyArg_ParseTuple(args, "KOOOOOOOOOiL", &seq, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                          &objs[6], &objs[7], &objs[8], &compress, &max_batch)) return NULL;
+    static const Py_ssize_t item[9] = {8, 1, 8, 8, 8, 8, 8, 1, 8};
+    Py_buffer v[9];
     int got = 0;
-    for (; got < 8; got++)
+    for (; got < 9; got++)
         if (get(objs[got], &v[got], item[got]) < 0) break;
     PyObject *result = NULL;
-    if (got < 8) goto done;
-    /* v: 0 ev_i, 1 ev_end, 2 dts (per event); 3 track, 4 iid, 5 cycles, 6 depth, 7 fix_depth (per interval) */
+    if (got < 9) goto done;
+    /* v: 0 ev_i, 1 ev_end, 2 dts (per event); 3 track, 4 iid, 5 cycles, 6 depth, 7 fix_depth, 8 note (per interval) */
     Py_ssize_t n = v[0].len / 8, n_iv = v[3].len / 8;
     if (v[1].len != n || v[2].len / 8 != n || v[4].len / 8 != n_iv || v[5].len / 8 != n_iv || v[6].len / 8 != n_iv ||
-        v[7].len != n_iv) {
+        v[7].len != n_iv || v[8].len / 8 != n_iv) {
         PyErr_SetString(PyExc_ValueError, "event and interval arrays of different lengths");
         goto done;
     }
@@ -149,8 +163,8 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     const int64_t *ev_i = (const int64_t *)v[0].buf;
     for (Py_ssize_t k = 0; k < n; k++)
         if (ev_i[k] < 0 || ev_i[k] >= n_iv) { PyErr_SetString(PyExc_IndexError, "event of no interval"); goto done; }
-    /* a packet is at most 1+1+1+10+1+10+1+1 + (2+1+10+1+10+2+13) = 65 bytes */
-    unsigned char *raw = malloc((size_t)n * 72 + 1);
+    /* a packet is at most 1+1+1+10+1+10+1+1 + (2+1+10+1+10+2+14+2+13) = 81 bytes */
+    unsigned char *raw = malloc((size_t)n * 88 + 1);
     int64_t *ends = malloc((size_t)n * 8 + 8);
     unsigned char *out = NULL, *scratch = NULL;
     Py_ssize_t size = 0;
@@ -160,7 +174,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         size = lay_out(raw, ends, seq, n, ev_i, (const uint8_t *)v[1].buf, (const int64_t *)v[2].buf,
                        (const int64_t *)v[3].buf, (const int64_t *)v[4].buf, (const int64_t *)v[5].buf,
-                       (const int64_t *)v[6].buf, (const uint8_t *)v[7].buf, &ann);
+                       (const int64_t *)v[6].buf, (const uint8_t *)v[7].buf, (const int64_t *)v[8].buf, &ann);
         if (compress && size) {
             /* batches: at most one per packet, each a bound's worth of deflate plus a header */
             out = malloc((size_t)z_bound((unsigned long)size) + (size_t)n * 48 + 64);
@@ -215,10 +229,10 @@ def error() -> str | None:
     return _EXTENSION.error
 
 
-def encode(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, compress: bool,
+def encode(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, note, compress: bool,
            max_batch: int) -> tuple[bytes, int]:
     """What ``finish(event_rows(...))`` gives, from the C encoder (``module()`` must not be None)."""
     c = np.ascontiguousarray
     return _EXTENSION.module().encode(int(seq_id), c(ev_i, np.int64), c(ev_end, np.uint8), c(dts, np.int64), c(track, np.int64),
                           c(iid, np.int64), c(cycles, np.int64), c(depth, np.int64), c(fix_depth, np.uint8),
-                          int(bool(compress)), int(max_batch))
+                          c(note, np.int64), int(bool(compress)), int(max_batch))

@@ -15,8 +15,9 @@ descriptors] [sequence 2: the CTA slices with the resident-CTA counters] [sequen
 sequence starts with SEQ_INCREMENTAL_STATE_CLEARED + interned names + TracePacketDefaults
 (timestamp_clock_id = 64) + a ClockSnapshot (clock 64 is incremental, 0 = BOOTTIME 0);
 its events are in time order, each with a timestamp delta and a track_uuid.  An
-interval's BEGIN has an interned name and its END a ``cycles`` debug annotation, merged
-into the slice's args.  A ``depth`` annotation appears only where the track nesting
+interval's BEGIN has an interned name (and a ``note`` annotation, an interned string, where
+its scope has a pipelining note) and its END a ``cycles`` debug annotation, merged into the
+slice's args.  A ``depth`` annotation appears only where the track nesting
 differs from the recorded depth (lanes > 0).  Field numbers: ``perfetto_fields``.
 """
 from __future__ import annotations
@@ -70,8 +71,9 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         event_names = [_scope_names(profile.kernels[k], s)[s] for k, s in names]
         meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names,
                                                 ctas=_cta_extras(ctas, lay.extent_lo))))
+        note, notes = _scope_notes(profile, names, event_names)
         columns = IntervalColumns(track=tracks.iv_uuid, start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"],
-                                  iid=pair_idx + 1, cycles=iv["cycles"], shift=shift)
+                                  iid=pair_idx + 1, cycles=iv["cycles"], shift=shift, note=note, notes=notes)
         cut = Pieces(lay.group, iv_cta)
 
         def where(i: int) -> str:
@@ -113,6 +115,20 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             "counter_samples": n_samples, "descriptor_bytes": sizes["descriptors"],
             "event_bytes": sizes["events"], "arg_bytes_uncompressed": arg_bytes,
             "bytes_per_slice": total / n_slices if n_slices else 0.0}
+
+
+def _scope_notes(profile: Profile, names: list, event_names: list[str]):
+    """(note string iid per name iid, the notes): a scope's note from its kernel's metadata
+    (``pipelined``: a scope that times a wait, passes/pipelining.py) rides on its slices."""
+    note = np.zeros(len(names) + 1, np.int64)
+    notes: list[str] = []
+    for i, (k, _) in enumerate(names):
+        for entry in profile.kernels[k].meta.get("pipelined") or ():
+            if isinstance(entry, dict) and entry.get("scope") == event_names[i] and entry.get("message"):
+                if entry["message"] not in notes:
+                    notes.append(entry["message"])
+                note[i + 1] = notes.index(entry["message"]) + 1
+    return note, tuple(notes)
 
 
 class _Done:

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.trace import native_events
-
-from proton_lite.trace.nesting import _nesting
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
-from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
+from proton_lite.trace.nesting import _nesting
+from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANN_NOTE, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
                                                CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,
-                                               ID_ANNOTATION_NAMES, ID_EVENT_NAMES, P_CLOCK_SNAPSHOT, P_COMPRESSED,
+                                               DA_STRING_IID, ID_ANNOTATION_NAMES, ID_ANNOTATION_STRINGS,
+                                               ID_EVENT_NAMES, P_CLOCK_SNAPSHOT, P_COMPRESSED,
                                                P_DEFAULTS, P_FLAGS, P_INTERNED, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT,
                                                SEQ_INCREMENTAL_STATE_CLEARED, TE_ANNOTATIONS, TE_NAME_IID,
                                                TE_TRACK_UUID, TE_TYPE, TPD_CLOCK_ID, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
@@ -48,6 +48,8 @@ class IntervalColumns:
     iid: np.ndarray  # interned name id
     cycles: np.ndarray
     shift: int  # ns added to every time (trace timestamps are unsigned)
+    note: np.ndarray | None = None  # per name iid: the iid of its scope's note in ``notes`` (0: none)
+    notes: tuple[str, ...] = ()  # notes on scopes (passes/pipelining.py), string iid = index + 1
 
 
 class Pieces:
@@ -113,16 +115,18 @@ def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_name
     ev_i = ev - np.where(ev_end, n, 0)
     fix_depth = depth != nest  # only on lanes > 0: the track nests them differently
     used = np.flatnonzero(np.bincount(iid, minlength=len(event_names) + 1))
-    parts = [sequence_start(seq_id, {int(i): event_names[i - 1] for i in used.tolist()})]
+    note = cols.note[iid] if cols.note is not None else np.zeros(len(iid), np.int64)
+    notes_used = {int(k): cols.notes[k - 1] for k in np.unique(note[note > 0]).tolist()}
+    parts = [sequence_start(seq_id, {int(i): event_names[i - 1] for i in used.tolist()}, notes_used)]
     arg_bytes = 0
     native = native_events.module() is not None
     for lo in range(0, len(ev), CHUNK):
         s = slice(lo, lo + CHUNK)
         if native:  # the same bytes, without the GIL
             data, ab = native_events.encode(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth,
-                                            compress, MAX_RAW_BATCH)
+                                            note, compress, MAX_RAW_BATCH)
         else:
-            rows, ab = event_rows(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth)
+            rows, ab = event_rows(seq_id, ev_i[s], ev_end[s], dts[s], track, iid, cycles, depth, fix_depth, note)
             data = finish(rows, compress)
         parts.append(data)
         arg_bytes += ab
@@ -161,13 +165,15 @@ def finish(rows: Rows, compress: bool) -> bytes:
     return b"".join(out)
 
 
-def sequence_start(seq_id: int, event_names: dict[int, str]) -> bytes:
-    """First packets of a sequence: cleared state, interned names (iid -> name), defaults,
-    the clock (64, incremental; its 0 is BOOTTIME 0)."""
+def sequence_start(seq_id: int, event_names: dict[int, str], notes: dict[int, str] | None = None) -> bytes:
+    """First packets of a sequence: cleared state, interned names (iid -> name) and note
+    strings, defaults, the clock (64, incremental; its 0 is BOOTTIME 0)."""
     interned = b"".join(field_bytes(ID_EVENT_NAMES, field_varint(1, i) + field_bytes(2, n))
                         for i, n in sorted(event_names.items()))
     interned += b"".join(field_bytes(ID_ANNOTATION_NAMES, field_varint(1, k) + field_bytes(2, v))
                          for k, v in ANNOTATION_NAMES.items())
+    interned += b"".join(field_bytes(ID_ANNOTATION_STRINGS, field_varint(1, i) + field_bytes(2, n))
+                         for i, n in sorted((notes or {}).items()))
     seq = field_varint(P_SEQ_ID, seq_id)
     clocks = (field_bytes(CS_CLOCKS, field_varint(CLK_ID, CLOCK_ID) + field_varint(CLK_TS, 0) +
                           field_varint(CLK_INCREMENTAL, 1)) +
@@ -177,10 +183,15 @@ def sequence_start(seq_id: int, event_names: dict[int, str]) -> bytes:
             packet(seq, field_bytes(P_CLOCK_SNAPSHOT, clocks)))
 
 
-def event_rows(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth) -> tuple[Rows, int]:
-    """BEGIN/END TrackEvent packets for one batch of events; returns (rows, annotation bytes)."""
+def event_rows(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, note=None) -> tuple[Rows, int]:
+    """BEGIN/END TrackEvent packets for one batch of events; returns (rows, annotation bytes).
+
+    Annotations: an END's ``cycles``; a BEGIN's ``note`` (its scope's note, interned string)
+    and then its ``depth`` where the track nests it differently (the reader keeps the last
+    annotation of an event, so ``depth`` goes last)."""
     begin = ~ev_end
     ann = ev_end | (begin & fix_depth[ev_i])
+    noted = begin & ((note[ev_i] > 0) if note is not None else np.zeros(len(ev_i), bool))
     r = Rows(len(ev_i))
     r.const(b"\x0a")
     plen = r.placeholder()
@@ -197,6 +208,13 @@ def event_rows(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_de
     r.const(tag(TE_NAME_IID, 0), begin)
     r.varint(iid[ev_i], begin)
     a_start = r.mark()
+    if noted.any():
+        r.const(tag(TE_ANNOTATIONS, 2), noted)
+        nlen = r.placeholder()
+        n0 = r.mark()
+        r.const(field_varint(DA_NAME_IID, ANN_NOTE) + tag(DA_STRING_IID, 0), noted)
+        r.varint(note[ev_i], noted)
+        r.set_length(nlen, r.length_since(n0), noted)
     r.const(tag(TE_ANNOTATIONS, 2), ann)
     alen = r.placeholder()
     a0 = r.mark()
