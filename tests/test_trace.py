@@ -609,8 +609,8 @@ def test_writers_refuse_duplicate_ctas_and_intervals_without_their_cta(tmp_path,
 
 
 @needs_tp
-@pytest.mark.parametrize("native", [True, False])
-def test_a_scopes_pipelining_note_rides_on_its_slices(tmp_path, monkeypatch, native):
+@pytest.mark.parametrize("native,fmt", [(True, "perfetto"), (False, "perfetto"), (True, "chrome")])
+def test_a_scopes_pipelining_note_rides_on_its_slices(tmp_path, monkeypatch, native, fmt):
     """A kernel's metadata note on a scope (passes/pipelining.py) becomes a `note` arg on that
     scope's slices, in both encoders, next to a `depth` arg where a lane needs one; the
     trace still reads back to the same profile."""
@@ -621,11 +621,12 @@ def test_a_scopes_pipelining_note_rides_on_its_slices(tmp_path, monkeypatch, nat
     msg = "scope 'mma': its dot(s) (wgmma) run asynchronously"
     p.kernels[0].meta["pipelined"] = [{"scope": "mma", "message": msg}]
     p.kernels[1].meta["pipelined"] = [{"scope": "consumer", "message": msg + " (attn)"}]
-    path = tmp_path / "n.pftrace"
-    write_trace(p, path, "perfetto")
+    path = tmp_path / ("n.pftrace" if fmt == "perfetto" else "n.json")
+    write_trace(p, path, fmt)
+    key = "debug.note" if fmt == "perfetto" else "args.note"
     bad, rows = tp.query(str(path), [tp.BAD_STATS,
                                      "select s.name as name, a.string_value as note from slice s join args a "
-                                     "using (arg_set_id) where a.key = 'debug.note'"])
+                                     f"using (arg_set_id) where a.key = '{key}'"])
     assert bad == []
     scopes = {0: "mma", 1: "consumer"}
     kern = dict(zip(p.launches["launch"].tolist(), p.launches["kernel"].tolist()))

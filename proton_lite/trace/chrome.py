@@ -154,11 +154,14 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     iv_kernel = k_of_launch[cta_lr[iv_cta]] if n_iv else np.zeros(0, np.int64)
     n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
     pairs, pair_idx = np.unique(iv_kernel * n_scopes + iv["scope"].astype(np.int64), return_inverse=True)
-    names, explicit = [b""], [False]
+    names, explicit, notes = [b""], [False], [b""]
     for key in pairs.tolist():
         k, sc = divmod(key, n_scopes)
         name = _scope_names(kernels[k], sc)[sc]
         names.append(json.dumps(name).encode())
+        note = next((e.get("message") for e in kernels[k].meta.get("pipelined") or ()
+                     if isinstance(e, dict) and e.get("scope") == name and e.get("message")), None)
+        notes.append(b',"note":' + json.dumps(note).encode() if note else b"")  # passes/pipelining.py
         try:
             explicit.append(scope_lookup(kernels[k])(name) != sc)
         except ValueError:
@@ -199,6 +202,8 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
             _int(r, b"depth", depth[o])
             _int(r, b"lane", lane[o], lane[o] > 0)
             _int(r, b"scope", scope[o], explicit[name_idx[o]])
+            if any(notes):
+                r.table(notes, name_idx[o])
         r.const(b"}},\n")
         return r.tobytes()
 
