@@ -13,9 +13,10 @@ before the rewrite, with no guessing about Triton's passes:
 * the **asynchronous operations** whose ``.loc`` line lies in that range: ``cp.async``
   (with ``cp.async.commit_group`` / ``wait_group N``), TMA ``cp.async.bulk.tensor`` (waited
   on an ``mbarrier``), ``wgmma.mma_async`` (``wgmma.wait_group N``);
-* where they are in the final code: issued inside the scope's markers or not, and the
-  distance a ``wait_group N`` implies: ``N // groups committed per iteration + 1`` iterations
-  for copies, ``N`` for MMAs.
+* where they are in the final code: issued inside the scope's markers or not, and how many
+  iterations ahead: ``N // groups committed per iteration + 1`` for copies waited with
+  ``wait_group N``, ``N`` for MMAs, and for TMA copies (waited on an mbarrier) the copies
+  the prologue issues before the loop over those the loop issues per iteration.
 
 Each affected scope gets one note (``notes``); a scope whose operations run inside it and
 are waited for inside it gets none.
@@ -27,12 +28,13 @@ import re
 
 _LOC_RE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+")
 _FILE_RE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]+)"')
-_ISSUE = (("copy", re.compile(r"^\s*cp\.async\.c[ag]\.")), ("tma", re.compile(r"^\s*cp\.async\.bulk\.tensor")),
-          ("mma", re.compile(r"^\s*wgmma\.mma_async")))
-_COMMIT_RE = re.compile(r"^\s*cp\.async\.commit_group")
-_COPY_WAIT_RE = re.compile(r"^\s*cp\.async\.wait_group\s+(\d+)")
-_MMA_WAIT_RE = re.compile(r"^\s*wgmma\.wait_group\.sync\.aligned\s+(\d+)")
-_BARRIER_WAIT_RE = re.compile(r"^\s*mbarrier\.(?:try_wait|test_wait)")
+_P = r"^\s*(?:@!?%\w+\s+)?"  # an instruction, predicated or not (TMA copies are issued by one thread)
+_ISSUE = (("copy", re.compile(_P + r"cp\.async\.c[ag]\.")), ("tma", re.compile(_P + r"cp\.async\.bulk\.tensor")),
+          ("mma", re.compile(_P + r"wgmma\.mma_async")))
+_COMMIT_RE = re.compile(_P + r"cp\.async\.commit_group")
+_COPY_WAIT_RE = re.compile(_P + r"cp\.async\.wait_group\s+(\d+)")
+_MMA_WAIT_RE = re.compile(_P + r"wgmma\.wait_group\.sync\.aligned\s+(\d+)")
+_BARRIER_WAIT_RE = re.compile(_P + r"mbarrier\.(?:try_wait|test_wait)")
 _WHAT = {"copy": "load(s) (cp.async)", "tma": "TMA load(s) (cp.async.bulk.tensor)", "mma": "dot(s) (wgmma)"}
 
 
@@ -104,13 +106,14 @@ def notes(ptx: str, info) -> list[dict]:
             last = max(block_end.get(first, last or first), last or first)
             mine = [op for op in ops if op[4] is not None and first <= op[4] <= last]
             waits = [op for op in ops if op[1] == "wait" and enter.line < op[0] < exit_.line]
-            note = _note(enter.name, mine, waits, enter.line, exit_.line, commits, files.get("1", ""))
+            note = _note(enter.name, mine, waits, enter.line, exit_.line, head, branch, commits, files.get("1", ""))
             if note:
                 out.append(note)
     return out
 
 
-def _note(scope: str, mine, waits_in_scope, enter: int, exit_: int, commits: int, path: str) -> dict | None:
+def _note(scope: str, mine, waits_in_scope, enter: int, exit_: int, head: int, branch: int, commits: int,
+          path: str) -> dict | None:
     """The note for one scope: ``mine``, the asynchronous operations its source lines hold;
     ``waits_in_scope``, every wait between its markers (whatever line Triton gave it)."""
     issues = [op for op in mine if op[1] == "issue"]
@@ -128,8 +131,11 @@ def _note(scope: str, mine, waits_in_scope, enter: int, exit_: int, commits: int
             ahead = n // commits + 1 if n is not None and commits else (1 if outside else 0)
         elif family == "mma":
             ahead = max((op[3] for op in waits if op[3] is not None), default=0)
-        else:
-            ahead = 1 if outside else 0
+        else:  # TMA: waited on an mbarrier, which says no distance; the prologue does: it issues
+            # the copies of the iterations ahead before the loop starts
+            before = sum(1 for op in fam if op[0] < head)
+            per_iteration = sum(1 for op in fam if head < op[0] < branch)
+            ahead = before // per_iteration if before and per_iteration else (1 if outside else 0)
         if not outside and not ahead:
             continue  # issued and completed inside the scope: it times what it says
         lines_of = sorted({op[4] for op in fam})

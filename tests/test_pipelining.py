@@ -49,6 +49,38 @@ def _scaled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
         tl.store(y_ptr + offs + i * n, x, mask=offs < n)
 
 
+@triton.jit
+def _tma_mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    pid = tl.program_id(0)
+    pid_m, pid_n = pid // tl.cdiv(N, BN), pid % tl.cdiv(N, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        with pl.scope("load"):
+            a = a_desc.load([pid_m * BM, k * BK])
+            b = b_desc.load([k * BK, pid_n * BN])
+        with pl.scope("dot"):
+            acc = tl.dot(a, b, acc)
+    om = pid_m * BM + tl.arange(0, BM)
+    on = pid_n * BN + tl.arange(0, BN)
+    tl.store(c_ptr + om[:, None] * N + on[None, :], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("stages,ahead", [(1, None), (3, 2), (4, 3)])
+def test_tma_descriptor_loads_are_named_too(stages, ahead):
+    ck = proton_lite.compile(_tma_mm, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32",
+                                       "K": "i32"}, {"BM": 128, "BN": 128, "BK": 64}, num_warps=8, num_stages=stages,
+                             divisible_by_16=["a_ptr", "b_ptr", "c_ptr", "M", "N", "K"])
+    notes = {n["scope"]: n for n in ck.profile["pipelined"] or []}
+    if ahead is None:
+        assert notes == {}
+        return
+    assert notes["load"]["operations"] == ["tma"] and notes["load"]["iterations_ahead"] == {"tma": ahead}
+    assert "its 2 TMA load(s) (cp.async.bulk.tensor)" in notes["load"]["message"]
+    assert notes["dot"]["operations"] == ["mma"]
+
+
 def _notes(stages: int, aligned: bool = True) -> dict:
     ck = proton_lite.compile(_mm, SIG, CONST, num_warps=8, num_stages=stages,
                              divisible_by_16=ARGS if aligned else [])
