@@ -161,6 +161,7 @@ class Session:
             "sm_clock_max_khz": cuda_api.device_attribute(device, "CU_DEVICE_ATTRIBUTE_CLOCK_RATE")
             if device is not None else None,
             "python": sys.version.split()[0],
+            **_process_place(),
         }
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
         self._writer = RawWriter(self.raw_path, session_info)
@@ -343,6 +344,23 @@ def _stop_at_exit() -> None:
             session.stop()
         except Exception as e:  # never raise during interpreter shutdown
             print(f"proton_lite: could not finish the session at exit: {e}", file=sys.stderr)
+
+
+DISTRIBUTED_ENV = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE",
+                   "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK"}  # as torchrun sets them
+
+
+def _process_place() -> dict:
+    """Where this process sits in a job: host, pid, and under torchrun/torch.distributed its
+    rank (read from the environment torchrun sets; torch is not imported)."""
+    import os
+    import socket
+    place = {"host": socket.gethostname(), "pid": os.getpid()}
+    for key, env in DISTRIBUTED_ENV.items():
+        value = os.environ.get(env)
+        if value is not None and value.strip().isdigit():
+            place[key] = int(value)
+    return place
 
 
 def _inductor_kernels_compiled() -> int:

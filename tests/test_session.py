@@ -158,3 +158,29 @@ def test_start_installs_its_hooks_where_only_the_driver_is_missing(tmp_path, mon
     with pytest.raises(RuntimeError, match="hook install failed"):
         proton_lite.start(str(tmp_path / "y"), calibrate=False)
     assert not (tmp_path / "y.plraw").exists() and proton_lite.active() is None
+
+
+def test_a_capture_records_its_host_and_torchrun_rank(tmp_path, monkeypatch):
+    """Under torchrun (RANK, WORLD_SIZE, ... in the environment) the capture says which rank
+    wrote it, without importing torch; summary shows host and rank."""
+    import socket
+
+    import proton_lite.session as session_mod
+    from proton_lite.raw_format import read_raw
+    from proton_lite.viewer.summary import summarize
+    monkeypatch.setattr(session_mod, "_check_can_record", lambda: None)
+    for env, value in (("RANK", "3"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "8"), ("LOCAL_WORLD_SIZE", "4")):
+        monkeypatch.setenv(env, value)
+    monkeypatch.delenv("GROUP_RANK", raising=False)
+    s = proton_lite.start(str(tmp_path / "r"), calibrate=False)
+    try:
+        pass
+    finally:
+        s._uninstall()
+        s._writer.close()
+        session_mod._active = None
+    info = read_raw(str(tmp_path / "r.plraw")).session
+    assert info["host"] == socket.gethostname() and info["rank"] == 3 and info["local_rank"] == 1
+    assert info["world_size"] == 8 and info["local_world_size"] == 4 and "node_rank" not in info
+    head = summarize(decode(read_raw(str(tmp_path / "r.plraw"))))["session"]
+    assert (head["host"], head["rank"], head["world_size"]) == (socket.gethostname(), 3, 8)

@@ -112,6 +112,9 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
         "session": {
             "name": plain(session.get("name")),
             "device": plain(session.get("device")),
+            "host": plain(session.get("host")),
+            "rank": plain(session.get("rank")),
+            "world_size": plain(session.get("world_size")),
             "timer_tick_ns": plain(session.get("timer_tick_ns")),
             "launches": int(len(profile.launches)),
             "launches_shown": int(len(launches)),

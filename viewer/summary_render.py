@@ -23,8 +23,10 @@ def render_summary(summary: dict, console: Console, max_launch_rows: int = 20, t
     s = summary["session"]
     head = Text("proton-lite summary", style="bold")
     name = s.get("name")
+    rank = (f"{s['rank']} of {s['world_size']}" if s.get("world_size") is not None else str(s["rank"])) \
+        if s.get("rank") is not None else None
     for label, value in (("file", source), ("session", str(name).replace("\\", "/").rsplit("/", 1)[-1] if name else None),
-                         ("device", s.get("device")),
+                         ("host", s.get("host")), ("rank", rank), ("device", s.get("device")),
                          ("launches", f"{s['launches_shown']:,} of {s['launches']:,}"
                           if s["launches_shown"] != s["launches"] else f"{s['launches']:,}")):
         if value is not None:
