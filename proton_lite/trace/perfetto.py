@@ -30,12 +30,12 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
-from proton_lite.trace.nesting import _unique
 from proton_lite.trace.tree import _cta_layout, _scope_names, _sorted_launches, _time_shift
 from proton_lite.trace.workers import _workers
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
-from proton_lite.trace.perfetto_pieces import CHUNK, IntervalColumns, Pieces, encode_piece, finish, sequence_start
+from proton_lite.trace.perfetto_pieces import (CHUNK, IntervalColumns, Pieces, encode_piece, finish, index_piece,
+                                               sequence_start)
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks
 from proton_lite.trace.rows import slot_layout
 
@@ -59,29 +59,48 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     run = pool.submit if pool else (lambda f: _Done(f()))
     try:
         lay = slot_layout(profile, ctas, cta_lr, iv_cta)
-        tracks = Tracks(profile, launches, ctas, cta_lr, lay, compress, finish)
+        cut = Pieces(lay.group, iv_cta)
+        # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
+        n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
+        units = int(iv["unit"].max()) + 1 if n_iv else 1
+        lanes = int(iv["lane"].max()) + 1 if n_iv else 1
+        k_of_lr = launches["kernel"].astype(np.int64)
+
+        def pair_key(sel):
+            return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
+        sels = [cut.sel(k) for k in range(len(cut))]
+        index = [run(lambda sel=sel: index_piece(sel, lay.iv_row, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
+                                                  pair_key)) for sel in sels]
+        index = [f.result() for f in index]
+        ut_parts = [ut for ut, _, _ in index]
+        ut_first = np.cumsum([0] + [len(ut[0]) for ut in ut_parts])  # track index of each piece's first track
+        unit_list = tuple(np.concatenate([ut[j] for ut in ut_parts]) if ut_parts else np.zeros(0, np.int64)
+                          for j in range(3))
+        pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
+        tracks = Tracks(profile, launches, ctas, cta_lr, lay, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
         cta_events = run(lambda: CtaEvents(launches, ctas, cta_lr, lay, tracks, shift))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
-        iv_kernel = launches["kernel"].astype(np.int64)[cta_lr[iv_cta]] if n_iv else np.zeros(0, np.int64)
-        n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
-        pair_keys, pair_idx = _unique(iv_kernel * n_scopes + iv["scope"], len(profile.kernels) * n_scopes)
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
         event_names = [_scope_names(profile.kernels[k], s)[s] for k, s in names]
         meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names,
                                                 ctas=_cta_extras(ctas, lay.extent_lo))))
         note, notes = _scope_notes(profile, names, event_names)
-        columns = IntervalColumns(track=tracks.iv_uuid, start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"],
-                                  iid=pair_idx + 1, cycles=iv["cycles"], shift=shift, note=note, notes=notes)
-        cut = Pieces(lay.group, iv_cta)
+        columns = IntervalColumns(track=None, start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"],
+                                  iid=None, cycles=iv["cycles"], shift=shift, note=note, notes=notes)
 
         def where(i: int) -> str:
             return (f"launch {int(iv['launch'][i])} CTA {int(iv['cta'][i])} unit {int(iv['unit'][i])} "
                     f"lane {int(iv['lane'][i])}")
 
         def piece_task(k: int):
-            return lambda: encode_piece(FIRST_PIECE_SEQ + k, cut.sel(k), columns, event_names, compress, where)
+            def encode():
+                _, pairs, pair_inv = index[k]
+                iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
+                track = ut_first[k] + index[k][0][3] + 1
+                return encode_piece(FIRST_PIECE_SEQ + k, sels[k], columns, event_names, compress, where, track, iid)
+            return encode
 
         def cta_task(sel: slice):
             return lambda: (finish(cta_events.result().rows(sel), compress), 0)

@@ -24,6 +24,7 @@ import numpy as np
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.nesting import _nesting
+from proton_lite.trace.rows import unit_tracks_of
 from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANN_NOTE, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
                                                CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,
                                                DA_STRING_IID, ID_ANNOTATION_NAMES, ID_ANNOTATION_STRINGS,
@@ -41,11 +42,11 @@ MAX_RAW_BATCH = 1 << 20  # bytes of packets per compressed_packets batch, before
 @dataclass
 class IntervalColumns:
     """What the events of an interval need, trace-wide, indexed by interval."""
-    track: np.ndarray  # unit track uuid
+    track: np.ndarray | None  # unit track uuid (None: given per piece)
     start: np.ndarray  # ns, before ``shift``
     end: np.ndarray
     depth: np.ndarray
-    iid: np.ndarray  # interned name id
+    iid: np.ndarray | None  # interned name id (None: given per piece)
     cycles: np.ndarray
     shift: int  # ns added to every time (trace timestamps are unsigned)
     note: np.ndarray | None = None  # per name iid: the iid of its scope's note in ``notes`` (0: none)
@@ -98,15 +99,25 @@ class Pieces:
         return np.repeat(self.first[r0:r1] - at, lens) + np.arange(int(self.run_at[r0]), int(self.run_at[r1]))
 
 
+def index_piece(sel: np.ndarray, iv_row, unit, lane, units: int, lanes: int, n_rows: int, pair_key):
+    """Phase one of a piece, on a worker: its unit tracks (sorted (row, unit, lane), each
+    interval's index among them) and its (kernel, scope) pairs (sorted, each interval's
+    index); the writer numbers both trace-wide from all pieces' results."""
+    ut = unit_tracks_of(iv_row[sel], unit[sel], lane[sel], units, lanes, n_rows)
+    pairs, pair_inv = np.unique(pair_key(sel), return_inverse=True)
+    return ut, pairs, pair_inv.reshape(-1)
+
+
 def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_names: list[str], compress: bool,
-                 where) -> tuple[bytes, int]:
+                 where, track=None, iid=None) -> tuple[bytes, int]:
     """The packets of the intervals ``sel`` as sequence ``seq_id``: (bytes, annotation bytes
-    before deflate).  ``where(i)`` names interval ``i``'s track for errors."""
-    track = cols.track[sel].astype(np.int64)
+    before deflate).  ``where(i)`` names interval ``i``'s track for errors; ``track``/``iid``:
+    the piece's own track uuids and name ids where the caller numbered them per piece."""
+    track = (cols.track[sel] if track is None else track).astype(np.int64)
     start = cols.start[sel].astype(np.int64) + cols.shift
     end = cols.end[sel].astype(np.int64) + cols.shift
     depth = cols.depth[sel].astype(np.int64)
-    iid = cols.iid[sel].astype(np.int64)
+    iid = (cols.iid[sel] if iid is None else iid).astype(np.int64)
     cycles = cols.cycles[sel].astype(np.int64)
     seq_order, ev_time, nest = _nesting(track, start, end, depth, lambda i: where(int(sel[i])))
     ev, dts = time_order(seq_order, ev_time)

@@ -86,11 +86,18 @@ class Tracks:
     them), then slots, SMs, launches; and the tasks that encode their descriptors
     (``finish(rows, compress)`` turns a batch into the file's bytes)."""
 
-    def __init__(self, profile: Profile, launches, ctas, cta_lr, lay: SlotLayout, compress: bool, finish):
+    def __init__(self, profile: Profile, launches, ctas, cta_lr, lay: SlotLayout, compress: bool, finish,
+                 units=None):
+        """``units``: the (row, unit, lane) of every unit track, sorted, where the caller found
+        them (the writer: piece by piece, on its threads); else found here, with each
+        interval's track uuid in ``iv_uuid``."""
         kernels = profile.kernels
-        ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
+        if units is None:
+            ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
+            self.iv_uuid = iv_track + 1
+        else:
+            (ut_row, ut_unit, ut_lane), self.iv_uuid = units, None
         n_units, n_rows, n_sms = len(ut_row), lay.n_rows, lay.n_groups
-        self.iv_uuid = iv_track + 1
         self.row_uuid = n_units + 1 + np.arange(n_rows)
         self.sm_uuid = n_units + n_rows + 1 + np.arange(n_sms)
         self.launch_uuid = n_units + n_rows + n_sms + 1 + np.arange(len(launches))

@@ -197,8 +197,18 @@ def unit_tracks(profile: Profile, iv_row: np.ndarray, n_rows: int):
         return z, z, z, z
     units = int(iv["unit"].max()) + 1
     lanes = int(iv["lane"].max()) + 1
-    unit = iv["unit"].astype(np.int64)
-    lane = iv["lane"].astype(np.int64)
+    return unit_tracks_of(iv_row, iv["unit"], iv["lane"], units, lanes, n_rows)
+
+
+def unit_tracks_of(iv_row, unit, lane, units: int, lanes: int, n_rows: int):
+    """``unit_tracks`` for some intervals: (track row, unit, lane, each interval's track index),
+    tracks sorted by (row, unit, lane); ``units``/``lanes``: bounds over the whole profile."""
+    unit = np.asarray(unit).astype(np.int64)
+    lane = np.asarray(lane).astype(np.int64)
+    iv_row = np.asarray(iv_row, np.int64)
+    if not len(iv_row):
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
     if n_rows * units * lanes < 1 << 62:
         keys, inv = _unique((iv_row * units + unit) * lanes + lane, n_rows * units * lanes)
         return keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv
