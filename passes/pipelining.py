@@ -87,6 +87,8 @@ def _source_line_before(lines: list[str], index: int) -> int | None:
 def notes(ptx: str, info) -> list[dict]:
     """One note per scope of ``info`` (a ``ptx_scan.PtxScan``) whose asynchronous operations
     Triton moved: {scope, operations, issued_outside, iterations_ahead, waits_inside, message}."""
+    if not info.back_edges or not any(word in ptx for word in ("cp.async", "wgmma.mma_async")):
+        return []  # no loop, or nothing asynchronous: nothing can have moved
     lines = ptx.split("\n")
     files = {m.group(1): m.group(2) for m in map(_FILE_RE.match, lines) if m}
     block_end = with_block_ends(files["1"]) if "1" in files else {}
