@@ -69,8 +69,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         def pair_key(sel):
             return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
         sels = [cut.sel(k) for k in range(len(cut))]
-        index = [run(lambda sel=sel: index_piece(sel, lay.iv_row, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
-                                                  pair_key)) for sel in sels]
+        index = [run(lambda sel=sel: index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes,
+                                                  lay.n_rows, pair_key)) for sel in sels]
         index = [f.result() for f in index]
         ut_parts = [ut for ut, _, _ in index]
         ut_first = np.cumsum([0] + [len(ut[0]) for ut in ut_parts])  # track index of each piece's first track

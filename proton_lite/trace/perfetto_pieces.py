@@ -99,11 +99,11 @@ class Pieces:
         return np.repeat(self.first[r0:r1] - at, lens) + np.arange(int(self.run_at[r0]), int(self.run_at[r1]))
 
 
-def index_piece(sel: np.ndarray, iv_row, unit, lane, units: int, lanes: int, n_rows: int, pair_key):
+def index_piece(sel: np.ndarray, row_of_cta, iv_cta, unit, lane, units: int, lanes: int, n_rows: int, pair_key):
     """Phase one of a piece, on a worker: its unit tracks (sorted (row, unit, lane), each
     interval's index among them) and its (kernel, scope) pairs (sorted, each interval's
     index); the writer numbers both trace-wide from all pieces' results."""
-    ut = unit_tracks_of(iv_row[sel], unit[sel], lane[sel], units, lanes, n_rows)
+    ut = unit_tracks_of(row_of_cta[iv_cta[sel]], unit[sel], lane[sel], units, lanes, n_rows)
     pairs, pair_inv = np.unique(pair_key(sel), return_inverse=True)
     return ut, pairs, pair_inv.reshape(-1)
 

@@ -16,6 +16,7 @@ The names of CTAs and unit tracks are here too, so that both writers name them a
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,8 @@ class SlotLayout:
     ``group``: the (launch, SM) group of each CTA (0-based, in CTA order); ``slot``: its
     slot in that group; ``row``: its slot track, numbered over the whole trace in (group,
     slot) order, whose group and slot are ``row_group``/``row_slot``; ``extent_lo``/
-    ``extent_hi``: the half-open span it occupies; ``iv_row``: each interval's slot track.
+    ``extent_hi``: the half-open span it occupies; ``iv_row``: each interval's slot track
+    (made at first use: the .pftrace writer takes it piece by piece from ``row`` and ``iv_cta``).
     """
     group: np.ndarray
     group_first: np.ndarray  # index of each group's first CTA
@@ -44,7 +46,11 @@ class SlotLayout:
     row_slot: np.ndarray
     extent_lo: np.ndarray
     extent_hi: np.ndarray
-    iv_row: np.ndarray
+    iv_cta: np.ndarray
+
+    @functools.cached_property
+    def iv_row(self) -> np.ndarray:
+        return self.row[self.iv_cta] if len(self.iv_cta) else self.iv_cta
 
     @property
     def n_groups(self) -> int:
@@ -71,7 +77,7 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: 
     row_group = np.repeat(np.arange(len(n_slots)), n_slots)
     row_slot = np.arange(len(row_group)) - row_base[row_group]
     return SlotLayout(group=group, group_first=np.flatnonzero(new_group), slot=slot, row=row, row_group=row_group,
-                      row_slot=row_slot, extent_lo=lo, extent_hi=hi, iv_row=row[iv_cta] if len(iv_cta) else iv_cta)
+                      row_slot=row_slot, extent_lo=lo, extent_hi=hi, iv_cta=iv_cta)
 
 
 def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
