@@ -29,8 +29,8 @@ import numpy as np
 from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
 from proton_lite.trace.nesting import _nesting
-from proton_lite.trace.tree import (_cta_layout, _launch_title, _scope_names, _several_devices, _sorted_launches,
-                                    _time_shift)
+from proton_lite.trace.tree import (_cta_layout, _launch_title, _scope_names, _scope_note, _several_devices,
+                                    _sorted_launches, _time_shift)
 from proton_lite.trace.workers import _run_ordered, _workers
 from proton_lite.trace._proto import Rows
 from proton_lite.trace.rows import (SLOT_NAME, cta_name, grid_of_ctas, resident_changes, slot_layout, unit_names,
@@ -159,8 +159,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         k, sc = divmod(key, n_scopes)
         name = _scope_names(kernels[k], sc)[sc]
         names.append(json.dumps(name).encode())
-        note = next((e.get("message") for e in kernels[k].meta.get("pipelined") or ()
-                     if isinstance(e, dict) and e.get("scope") == name and e.get("message")), None)
+        note = _scope_note(kernels[k], name)
         notes.append(b',"note":' + json.dumps(note).encode() if note else b"")  # passes/pipelining.py
         try:
             explicit.append(scope_lookup(kernels[k])(name) != sc)

@@ -30,7 +30,7 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
-from proton_lite.trace.tree import _cta_layout, _scope_names, _sorted_launches, _time_shift
+from proton_lite.trace.tree import _cta_layout, _scope_names, _scope_note, _sorted_launches, _time_shift
 from proton_lite.trace.workers import _workers
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
@@ -68,10 +68,14 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
 
         def pair_key(sel):
             return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
-        sels = [cut.sel(k) for k in range(len(cut))]
-        index = [run(lambda sel=sel: index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes,
-                                                  lay.n_rows, pair_key)) for sel in sels]
+        def index_task(k: int):  # the piece's intervals are listed on the worker too, and kept
+            sel = cut.sel(k)
+            return (sel,) + index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
+                                        pair_key)
+        index = [run(lambda k=k: index_task(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
+        sels = [sel for sel, _, _, _ in index]
+        index = [rest for _, *rest in index]
         ut_parts = [ut for ut, _, _ in index]
         ut_first = np.cumsum([0] + [len(ut[0]) for ut in ut_parts])  # track index of each piece's first track
         unit_list = tuple(np.concatenate([ut[j] for ut in ut_parts]) if ut_parts else np.zeros(0, np.int64)
@@ -87,8 +91,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names,
                                                 ctas=_cta_extras(ctas, lay.extent_lo))))
         note, notes = _scope_notes(profile, names, event_names)
-        columns = IntervalColumns(track=None, start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"],
-                                  iid=None, cycles=iv["cycles"], shift=shift, note=note, notes=notes)
+        columns = IntervalColumns(start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"], cycles=iv["cycles"],
+                                  shift=shift, note=note, notes=notes)
 
         def where(i: int) -> str:
             return (f"launch {int(iv['launch'][i])} CTA {int(iv['cta'][i])} unit {int(iv['unit'][i])} "
@@ -142,11 +146,11 @@ def _scope_notes(profile: Profile, names: list, event_names: list[str]):
     note = np.zeros(len(names) + 1, np.int64)
     notes: list[str] = []
     for i, (k, _) in enumerate(names):
-        for entry in profile.kernels[k].meta.get("pipelined") or ():
-            if isinstance(entry, dict) and entry.get("scope") == event_names[i] and entry.get("message"):
-                if entry["message"] not in notes:
-                    notes.append(entry["message"])
-                note[i + 1] = notes.index(entry["message"]) + 1
+        text = _scope_note(profile.kernels[k], event_names[i])
+        if text:
+            if text not in notes:
+                notes.append(text)
+            note[i + 1] = notes.index(text) + 1
     return note, tuple(notes)
 
 

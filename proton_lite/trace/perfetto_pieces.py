@@ -41,12 +41,11 @@ MAX_RAW_BATCH = 1 << 20  # bytes of packets per compressed_packets batch, before
 
 @dataclass
 class IntervalColumns:
-    """What the events of an interval need, trace-wide, indexed by interval."""
-    track: np.ndarray | None  # unit track uuid (None: given per piece)
+    """What the events of an interval need, trace-wide, indexed by interval (its track and
+    name ids are numbered per piece: ``index_piece``)."""
     start: np.ndarray  # ns, before ``shift``
     end: np.ndarray
     depth: np.ndarray
-    iid: np.ndarray | None  # interned name id (None: given per piece)
     cycles: np.ndarray
     shift: int  # ns added to every time (trace timestamps are unsigned)
     note: np.ndarray | None = None  # per name iid: the iid of its scope's note in ``notes`` (0: none)
@@ -100,24 +99,25 @@ class Pieces:
 
 
 def index_piece(sel: np.ndarray, row_of_cta, iv_cta, unit, lane, units: int, lanes: int, n_rows: int, pair_key):
-    """Phase one of a piece, on a worker: its unit tracks (sorted (row, unit, lane), each
-    interval's index among them) and its (kernel, scope) pairs (sorted, each interval's
-    index); the writer numbers both trace-wide from all pieces' results."""
+    """Phase one of a piece (its intervals ``sel``), on a worker: its unit tracks (sorted
+    (row, unit, lane), each interval's index among them) and its (kernel, scope) pairs
+    (sorted, each interval's index); the writer numbers both trace-wide from all pieces'
+    results."""
     ut = unit_tracks_of(row_of_cta[iv_cta[sel]], unit[sel], lane[sel], units, lanes, n_rows)
     pairs, pair_inv = np.unique(pair_key(sel), return_inverse=True)
     return ut, pairs, pair_inv.reshape(-1)
 
 
 def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_names: list[str], compress: bool,
-                 where, track=None, iid=None) -> tuple[bytes, int]:
+                 where, track: np.ndarray, iid: np.ndarray) -> tuple[bytes, int]:
     """The packets of the intervals ``sel`` as sequence ``seq_id``: (bytes, annotation bytes
     before deflate).  ``where(i)`` names interval ``i``'s track for errors; ``track``/``iid``:
-    the piece's own track uuids and name ids where the caller numbered them per piece."""
-    track = (cols.track[sel] if track is None else track).astype(np.int64)
+    the unit track uuid and name id of each interval of ``sel``."""
+    track = np.asarray(track, np.int64)
     start = cols.start[sel].astype(np.int64) + cols.shift
     end = cols.end[sel].astype(np.int64) + cols.shift
     depth = cols.depth[sel].astype(np.int64)
-    iid = (cols.iid[sel] if iid is None else iid).astype(np.int64)
+    iid = np.asarray(iid, np.int64)
     cycles = cols.cycles[sel].astype(np.int64)
     seq_order, ev_time, nest = _nesting(track, start, end, depth, lambda i: where(int(sel[i])))
     ev, dts = time_order(seq_order, ev_time)

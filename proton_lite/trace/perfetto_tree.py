@@ -27,8 +27,7 @@ from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME
                                                TD_PARENT, TD_RANK, TD_UUID, TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS,
                                                TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_TRACK_UUID, TE_TYPE,
                                                TYPE_SLICE_BEGIN, TYPE_SLICE_END, packet)
-from proton_lite.trace.rows import (SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names,
-                                    unit_tracks)
+from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
 COUNTER_UNIT = "CTAs"
@@ -86,17 +85,11 @@ class Tracks:
     them), then slots, SMs, launches; and the tasks that encode their descriptors
     (``finish(rows, compress)`` turns a batch into the file's bytes)."""
 
-    def __init__(self, profile: Profile, launches, ctas, cta_lr, lay: SlotLayout, compress: bool, finish,
-                 units=None):
-        """``units``: the (row, unit, lane) of every unit track, sorted, where the caller found
-        them (the writer: piece by piece, on its threads); else found here, with each
-        interval's track uuid in ``iv_uuid``."""
+    def __init__(self, profile: Profile, launches, ctas, cta_lr, lay: SlotLayout, compress: bool, finish, units):
+        """``units``: the (row, unit, lane) of every unit track, sorted (the writer finds them
+        piece by piece, on its threads: ``perfetto_pieces.index_piece``)."""
         kernels = profile.kernels
-        if units is None:
-            ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
-            self.iv_uuid = iv_track + 1
-        else:
-            (ut_row, ut_unit, ut_lane), self.iv_uuid = units, None
+        ut_row, ut_unit, ut_lane = units
         n_units, n_rows, n_sms = len(ut_row), lay.n_rows, lay.n_groups
         self.row_uuid = n_units + 1 + np.arange(n_rows)
         self.sm_uuid = n_units + n_rows + 1 + np.arange(n_sms)

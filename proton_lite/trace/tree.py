@@ -132,3 +132,10 @@ def _scope_names(kernel: KernelInfo, max_scope: int) -> list[str]:
     """The kernel's scope names, padded with ``scope N`` for ids beyond its table."""
     names = list(kernel.scopes)
     return names + [f"scope {s}" for s in range(len(names), max_scope + 1)]
+
+
+def _scope_note(kernel: KernelInfo, name: str) -> str | None:
+    """The note the pass left on scope ``name`` of ``kernel`` (``pipelined``: the scope times
+    a wait, passes/pipelining.py), or None; both writers put it on the scope's slices."""
+    return next((e["message"] for e in kernel.meta.get("pipelined") or ()
+                 if isinstance(e, dict) and e.get("scope") == name and e.get("message")), None)
