@@ -22,7 +22,6 @@ differs from the recorded depth (lanes > 0).  Field numbers: ``perfetto_fields``
 """
 from __future__ import annotations
 
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import numpy as np
 from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
 from proton_lite.trace.tree import _cta_layout, _scope_names, _scope_note, _sorted_launches, _time_shift
-from proton_lite.trace.workers import _workers
+from proton_lite.trace.workers import _ordered, _workers
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
 from proton_lite.trace.perfetto_pieces import (CHUNK, IntervalColumns, Pieces, encode_piece, finish, index_piece,
@@ -117,7 +116,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 sizes[kind] += len(data)
             tasks = [cta_task(slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_cta, CHUNK)]
             tasks += [piece_task(k) for k in range(len(cut))]
-            results = _prefetched(run, tasks, workers + 2)  # the first pieces run while the head is made
+            results = _ordered(run, tasks, workers + 2)  # the first pieces run while the head is made
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
                 put("descriptors", d.result())
@@ -162,17 +161,3 @@ class _Done:
 
     def result(self):
         return self.value
-
-
-def _prefetched(submit, tasks: list, ahead: int):
-    """Submit the first ``ahead`` tasks now; returns an iterator over all results in order
-    that keeps ``ahead`` submitted beyond the one being waited for (bounds memory)."""
-    window = deque(submit(t) for t in tasks[:ahead])
-
-    def results():
-        for t in tasks[ahead:]:
-            window.append(submit(t))
-            yield window.popleft().result()
-        while window:
-            yield window.popleft().result()
-    return results()

@@ -6,16 +6,20 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 
-def _ordered(submit, tasks, ahead: int):
-    """Yield the results of ``tasks`` in order, submitting up to ``ahead`` beyond the one
-    being waited for (``submit`` returns a future); the window bounds memory."""
-    window = deque()
-    for t in tasks:
-        window.append(submit(t))
-        if len(window) > ahead:
+def _ordered(submit, tasks: list, ahead: int):
+    """The results of ``tasks`` in order, as an iterator; the first ``ahead`` tasks are
+    submitted at once (before the first result is asked for) and ``ahead`` stay submitted
+    beyond the one being waited for (``submit`` returns a future); the window bounds memory."""
+    tasks = list(tasks)
+    window = deque(submit(t) for t in tasks[:ahead])
+
+    def results():
+        for t in tasks[ahead:]:
+            window.append(submit(t))
             yield window.popleft().result()
-    while window:
-        yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+    return results()
 
 
 def _run_ordered(tasks, workers: int):
@@ -29,7 +33,7 @@ def _run_ordered(tasks, workers: int):
             yield t()
         return
     with ThreadPoolExecutor(workers) as ex:
-        yield from _ordered(ex.submit, tasks, 2 * workers)
+        yield from _ordered(ex.submit, tasks, 2 * workers + 1)
 
 
 def _workers() -> int:
