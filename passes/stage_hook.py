@@ -23,8 +23,7 @@ import hashlib
 import threading
 from dataclasses import replace
 
-from triton import knobs
-
+from proton_lite import compat
 from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig, resolve_granularity
 from proton_lite.passes.pipelining import notes as pipelining_notes
@@ -217,9 +216,9 @@ def install() -> None:
     global _users, _previous_hook
     with _lock:
         if _users == 0:
-            current = knobs.runtime.add_stages_inspection_hook
+            current = compat.get_knob("runtime", "add_stages_inspection_hook")
             _previous_hook = current if current is not _hook else None
-            knobs.runtime.add_stages_inspection_hook = _hook
+            compat.set_knob("runtime", "add_stages_inspection_hook", _hook)
         _users += 1
 
 
@@ -230,13 +229,13 @@ def uninstall() -> None:
             return
         _users -= 1
         if _users == 0:
-            if knobs.runtime.add_stages_inspection_hook is _hook:
-                knobs.runtime.add_stages_inspection_hook = _previous_hook
+            if compat.get_knob("runtime", "add_stages_inspection_hook") is _hook:
+                compat.set_knob("runtime", "add_stages_inspection_hook", _previous_hook)
             _previous_hook = None
 
 
 def installed() -> bool:
-    return knobs.runtime.add_stages_inspection_hook is _hook
+    return compat.get_knob("runtime", "add_stages_inspection_hook") is _hook
 
 
 class _SaltedCache:
@@ -264,17 +263,18 @@ def force(mode: str, veto=None) -> None:
     a compile plain, under a key of its own, when it returns True: its caller will launch the
     binary without Triton's launcher, hence without a profile buffer."""
     global _forced_mode, _saved_manager, _forced_veto
-    from triton.runtime.cache import FileCacheManager
+    file_cache_manager = compat.file_cache_manager_class()
+    cache = compat.knob_section("cache", "manager_class")
 
     with _lock:
         _forced_veto = veto
         if _saved_manager is None:
-            was_set = "manager_class" in vars(knobs.cache)
-            previous = knobs.cache.manager_class
+            was_set = "manager_class" in vars(cache)
+            previous = cache.manager_class
             _saved_manager = (was_set, previous)
-            knobs.cache.manager_class = _SaltedCache(previous or FileCacheManager, PASS_VERSION + mode)
+            cache.manager_class = _SaltedCache(previous or file_cache_manager, PASS_VERSION + mode)
         else:
-            knobs.cache.manager_class.salt = PASS_VERSION + mode
+            cache.manager_class.salt = PASS_VERSION + mode
         _forced_mode = mode
 
 
@@ -286,11 +286,12 @@ def unforce() -> None:
             return
         was_set, previous = _saved_manager
         _saved_manager = None
-        if isinstance(knobs.cache.manager_class, _SaltedCache):
+        cache = compat.knob_section("cache", "manager_class")
+        if isinstance(cache.manager_class, _SaltedCache):
             if was_set:
-                knobs.cache.manager_class = previous
+                cache.manager_class = previous
             else:
-                del knobs.cache.manager_class
+                del cache.manager_class
 
 
 def forced_mode() -> str:

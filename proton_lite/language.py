@@ -16,7 +16,7 @@ from typing import Any
 
 import triton.language as tl
 
-from proton_lite import scope_check
+from proton_lite import compat, scope_check
 from proton_lite.markers import INSTRUMENTATION_MODE, MARKER_TAG  # noqa: F401  (re-exported)
 from proton_lite.scope_names import validate_scope_name
 
@@ -153,8 +153,7 @@ def scope(name, _semantic=None, _generator=None):
     name = _unwrap_name(name, "scope")
 
     def decorate(fn):
-        from triton.runtime.jit import JITFunction
-        if isinstance(fn, JITFunction):
+        if isinstance(fn, compat.jit_function_class()):
             return ScopedJITFunction(name, fn)
         if callable(fn):
             raise TypeError(

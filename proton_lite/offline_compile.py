@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import triton  # the public API (triton.compile); the internals: compat
+
+from proton_lite import compat
 from proton_lite.passes import stage_hook
 from proton_lite.passes.kernel_facts import warn_lost_scopes
 from proton_lite.passes.config import InstrumentConfig
@@ -49,12 +52,11 @@ def _divisibility_attrs(kernel, names) -> dict:
 
 def _source_class(kernel):
     """Triton's AST source for the kernel's language: Gluon kernels (``@gluon.jit``) have their own."""
-    from triton.compiler import ASTSource
+    ast_source = compat.ast_source_class()
     is_gluon = getattr(kernel, "is_gluon", None)
     if callable(is_gluon) and is_gluon():
-        from triton.experimental.gluon._runtime import GluonASTSource
-        return GluonASTSource
-    return ASTSource
+        return compat.gluon_ast_source_class()
+    return ast_source
 
 
 def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None = None, arch: int = 90,
@@ -69,8 +71,7 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
     ``divisible_by_16`` names the arguments to specialize as multiples of 16, as Triton's
     launcher does for an integer or pointer argument whose value is one.
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
+    gpu_target = compat.gpu_target_class()
 
     constexprs = dict(constexprs or {})
     signature = dict(signature)
@@ -90,7 +91,7 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
         stage_hook.install()
     try:
         src = _source_class(kernel)(kernel, signature, constexprs, _divisibility_attrs(kernel, divisible_by_16))
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=opts)
+        compiled = triton.compile(src, target=gpu_target("cuda", arch, 32), options=opts)
     finally:
         if instrument:
             stage_hook.uninstall()

@@ -366,11 +366,8 @@ def _process_place() -> dict:
 def _inductor_kernels_compiled() -> int:
     """Kernels torch.compile (Inductor) generated in this process, from its own metrics; 0 when
     torch was never imported (nothing here imports it)."""
-    metrics = sys.modules.get("torch._inductor.metrics")
-    try:
-        return int(getattr(metrics, "generated_kernel_count", 0) or 0)
-    except (TypeError, ValueError):
-        return 0
+    from proton_lite import compat
+    return compat.inductor_kernels_compiled()
 
 
 def _fastpath_error() -> str | None:
@@ -380,11 +377,8 @@ def _fastpath_error() -> str | None:
 
 
 def _triton_version() -> str:
-    try:
-        import triton
-        return triton.__version__
-    except Exception:
-        return "unknown"
+    from proton_lite import compat
+    return compat.triton_version()
 
 
 def _version() -> str:

@@ -887,8 +887,8 @@ def test_a_kernel_sized_at_launch_without_readable_arguments_is_counted(collecto
 
 
 def test_a_kernel_sized_at_launch_is_capped_and_counted(collector, sim, tmp_path, monkeypatch):
-    from proton_lite.runtime import collector as collector_module
-    monkeypatch.setattr(collector_module, "LAUNCH_SIZED_MAX_BYTES", 4096)
+    from proton_lite.runtime import launch_sizing
+    monkeypatch.setattr(launch_sizing, "LAUNCH_SIZED_MAX_BYTES", 4096)
     meta = _sized_launch(collector, sim, {"n": 10_000}, launcher="3.9")
     cap = finish(collector, tmp_path)
     assert collector.capped == 1

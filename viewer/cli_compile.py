@@ -10,6 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from proton_lite import compat
 from proton_lite.viewer.cli_io import EXIT_OK, CliError, _check_file, _console, _one_line, _print_json
 
 EMIT_KINDS = ("ptx", "ttgir", "ttir", "llir", "cubin")
@@ -52,28 +53,26 @@ def _import_file(file: str):
 
 
 def _jit_functions(module) -> list[str]:
-    from triton.runtime.jit import JITFunction
-    return sorted(n for n, v in vars(module).items() if isinstance(_unwrap(v), JITFunction))
+    jit_function = compat.jit_function_class()
+    return sorted(n for n, v in vars(module).items() if isinstance(_unwrap(v), jit_function))
 
 
 def _unwrap(obj):
-    from triton.runtime.jit import JITFunction
+    jit_function = compat.jit_function_class()
     seen = 0
-    while not isinstance(obj, JITFunction) and hasattr(obj, "fn") and seen < 8:  # autotune / heuristics wrappers
+    while not isinstance(obj, jit_function) and hasattr(obj, "fn") and seen < 8:  # autotune / heuristics wrappers
         obj, seen = obj.fn, seen + 1
     return obj
 
 
 def find_kernel(module, file: str, name: str):
-    from triton.runtime.jit import JITFunction
-
     available = _jit_functions(module)
     obj = getattr(module, name, None)
     if obj is None:
         raise CliError(f"{file}: no kernel named {name!r}; @triton.jit functions there: "
                        f"{', '.join(available) or 'none'}")
     kernel = _unwrap(obj)
-    if not isinstance(kernel, JITFunction):
+    if not isinstance(kernel, compat.jit_function_class()):
         raise CliError(f"{file}: {name!r} is not a @triton.jit function; @triton.jit functions there: "
                        f"{', '.join(available) or 'none'}")
     return kernel
@@ -117,7 +116,7 @@ def check_constexprs_complete(kernel, constexprs: dict) -> None:
 
 
 def _check_type(ty: str, arg: str) -> None:
-    from triton.language import str_to_ty
+    str_to_ty = compat.str_to_ty()
 
     if ty == "constexpr":
         _bad_type(ty, arg, "give constexpr arguments with --constexpr NAME=VALUE instead")
@@ -353,7 +352,7 @@ def cmd_compile(args) -> int:
 
     import proton_lite
     from proton_lite.passes.ptx_instrument import InstrumentationError
-    from triton.compiler.errors import CompilationError
+    CompilationError = compat.compilation_error_class()
     from proton_lite.passes.kernel_facts import ProtonLiteWarning
     try:
         with warnings.catch_warnings():  # the report shows them, once, in its own words

@@ -5,6 +5,8 @@ import ctypes
 
 import numpy as np
 
+from proton_lite import compat
+
 
 class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
@@ -83,8 +85,7 @@ def current_device_cuda_python() -> int:
 
 def _triton_device_getter():
     try:
-        from triton.runtime import driver
-        return driver.active.get_current_device
+        return compat.triton_driver().active.get_current_device
     except Exception:
         return None
 
@@ -223,8 +224,7 @@ def _triton_capture_query():
     """Newer Triton (3.9 has it, 3.6 not) ships a C query for stream capture: one C call,
     where cuda-python takes 0.7-1.5 µs on the H100 machines (host_overhead.py --calls)."""
     try:
-        from triton.runtime import driver
-        return getattr(driver.active.utils, "is_stream_capturing", None)
+        return getattr(compat.triton_driver().active.utils, "is_stream_capturing", None)
     except Exception:  # no GPU driver here: cuda-python's path is never reached either
         return None
 

@@ -40,7 +40,7 @@ class Sealed:
     """A chunk whose launches are all enqueued; ``event`` follows them on their stream, or
     (``host_buf`` set) follows the copy and clearing the launching thread enqueued there."""
 
-    chunk: object  # collector._Chunk
+    chunk: object  # chunks._Chunk
     host_buf: HostBuffer | None
     event: object
     copy_bytes: int  # bytes to copy (the launches' slices; a pooled launch: its CTA blocks)

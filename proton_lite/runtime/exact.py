@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from proton_lite import compat
 from proton_lite.layout import CTA_HEADER_BYTES, BufferLayout
 from proton_lite.passes.config import InstrumentConfig
 from proton_lite.runtime import cuda_api
@@ -76,12 +77,11 @@ class Resizer:
 
     def relaunch(self, jit_fn, grid, args: dict, metadata, capacity: int) -> None:
         """Launch ``jit_fn`` again, compiled with at least ``capacity`` records per unit."""
-        from triton import knobs
         if capacity > self.loop_capacity:
             self.loop_capacity = capacity
             # also for every later launch of the session: they usually fit at their first run
-            knobs.compilation.instrumentation_mode = InstrumentConfig(
-                self.config.granularity, None, capacity, self.config.buffer_mode, self.config.kernels).to_mode()
+            compat.set_knob("compilation", "instrumentation_mode", InstrumentConfig(
+                self.config.granularity, None, capacity, self.config.buffer_mode, self.config.kernels).to_mode())
         self.reruns += 1
         self._tls.active = True
         try:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from proton_lite import compat
+
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -341,8 +343,7 @@ def module():
     global _module, _build_error
     if _module is None and _build_error is None:
         try:
-            from triton.runtime.build import compile_module_from_src
-            _module = compile_module_from_src(_SOURCE, "proton_lite_fastpath")
+            _module = compat.compile_module_from_src()(_SOURCE, "proton_lite_fastpath")
         except Exception as e:  # no compiler, no headers: the Python hooks do the same work
             _build_error = f"{type(e).__name__}: {e}"[:300]
     return _module

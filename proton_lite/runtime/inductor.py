@@ -25,6 +25,8 @@ import threading
 import types
 import weakref
 
+from proton_lite import compat
+
 SETTINGS = (  # (config module, names: the first it has is set, value while a session runs)
     ("torch._inductor.config", ("compile_threads", ), 1),  # compile here, where the stage hook is (2)
     ("torch._inductor.config", ("use_static_cuda_launcher", "use_static_triton_launcher"), False),  # Triton's (3)
@@ -73,31 +75,26 @@ class InductorBridge:
         """Take over Inductor's settings; False (nothing done) when torch is not in use."""
         if "torch" not in sys.modules:
             return False
-        import importlib
-        try:
-            importlib.import_module("torch._inductor.config")
-        except Exception:  # a torch without Inductor
+        if compat.inductor_config("torch._inductor.config") is None:  # a torch without Inductor
             return False
-        from triton import knobs
         for module_name, names, value in SETTINGS:
-            try:
-                config = importlib.import_module(module_name)
-            except Exception:
+            config = compat.inductor_config(module_name)
+            if config is None:
                 continue
             name = next((n for n in names if hasattr(config, n)), None)
             if name is not None:
                 self._saved[(module_name, name)] = getattr(config, name)
                 setattr(config, name, value)
-        self._saved_post_hook = knobs.runtime.jit_post_compile_hook
+        self._saved_post_hook = compat.get_knob("runtime", "jit_post_compile_hook")
         previous = self._saved_post_hook
 
         def jit_post_compile_hook(*args, **kwargs):
             fn = kwargs.get("fn")
             if fn is not None and not hasattr(fn, "jit_function"):  # Inductor passes the JITFunction itself
-                self._note_compiled(fn, sys._getframe(1))
+                self._note_compiled(fn, compat.caller_frame(1))
             return previous(*args, **kwargs) if previous is not None else None
 
-        knobs.runtime.jit_post_compile_hook = jit_post_compile_hook
+        compat.set_knob("runtime", "jit_post_compile_hook", jit_post_compile_hook)
         self._post_hook = jit_post_compile_hook
         for autotuner in _live_autotuners():
             self._note_trials(type(autotuner))
@@ -143,7 +140,7 @@ class InductorBridge:
         C++ wrapper or AOTInductor (``store_cubin``), which launch the cubin themselves and
         would hand an instrumented kernel a profile buffer of one CTA's size.  Such kernels
         stay plain and are named at stop."""
-        frame, depth = sys._getframe(1), 0
+        frame, depth = compat.caller_frame(1), 0
         while frame is not None and depth < 40:  # compile time: a deep look costs nothing
             if frame.f_code.co_name == "_precompile_config":
                 meta = getattr(frame.f_locals.get("self"), "inductor_meta", None) or {}
@@ -176,7 +173,6 @@ class InductorBridge:
 
     # -- session stop ----------------------------------------------------------------------------
     def uninstall(self) -> None:
-        from triton import knobs
         if not self.installed:
             return
         with self._lock:
@@ -184,8 +180,8 @@ class InductorBridge:
             for (module_name, name), value in self._saved.items():
                 setattr(sys.modules[module_name], name, value)
             self._saved.clear()
-            if knobs.runtime.jit_post_compile_hook is self._post_hook:
-                knobs.runtime.jit_post_compile_hook = self._saved_post_hook
+            if compat.get_knob("runtime", "jit_post_compile_hook") is self._post_hook:
+                compat.set_knob("runtime", "jit_post_compile_hook", self._saved_post_hook)
             for autotuner in _live_autotuners():
                 pending = getattr(autotuner.__dict__.get("run"), "first", None)
                 if isinstance(pending, _FirstRun):
@@ -309,18 +305,17 @@ def _to_plain(autotuner) -> None:
 def _live_autotuners() -> list:
     """Inductor's kernels in the modules it has loaded (each generated module holds its
     kernels as globals), without importing anything."""
-    codecache = sys.modules.get("torch._inductor.codecache")
-    heuristics = sys.modules.get("torch._inductor.runtime.triton_heuristics")
-    if codecache is None or heuristics is None:
+    internals = compat.inductor_kernel_cache()
+    if internals is None:
         return []
-    cache = codecache.PyCodeCache
+    cache, autotuner_class = internals
     modules = list(getattr(cache, "modules", ())) + list(getattr(cache, "modules_no_attr", {}).values())
     found, seen = [], set()
     for module in modules:
         if not isinstance(module, types.ModuleType):
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, heuristics.CachingAutotuner) and id(value) not in seen:
+            if isinstance(value, autotuner_class) and id(value) not in seen:
                 seen.add(id(value))
                 found.append(value)
     return found

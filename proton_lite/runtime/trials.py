@@ -9,8 +9,9 @@ autotuner tries compiles inside its first timing run) and those a caller marks
 """
 from __future__ import annotations
 
-import sys
 import types
+
+from proton_lite import compat
 
 _trial_codes: frozenset | None = None  # id() of code objects: hashing a code object hashes its contents
 _extra_trial_codes: set[int] = set()  # ... of other autotuners' timing functions (add_trial_functions)
@@ -26,7 +27,7 @@ def note_compile(jit_fn) -> None:
     config an autotuner tries compiles inside its first timing run, so this sees them all."""
     if jit_fn is None or id(jit_fn) in _AUTOTUNED or not _know_trial_codes():
         return
-    frame, depth = sys._getframe(1), 0
+    frame, depth = compat.caller_frame(1), 0
     while frame is not None and depth < 40:  # compile time: a deep walk costs nothing here
         code = frame.f_code
         if id(code) in _trial_codes or (not _trial_codes and _named_like_a_trial(code)):
@@ -68,8 +69,7 @@ def mark_trials(jit_fn) -> None:
 def _autotuner_trial_codes() -> frozenset:
     """The code of Triton's ``Autotuner._bench`` and the functions nested in it (its
     ``kernel_call``): a launch with one of them on the stack is a timing trial."""
-    module = sys.modules.get("triton.runtime.autotuner")
-    code = getattr(getattr(getattr(module, "Autotuner", None), "_bench", None), "__code__", None)
+    code = compat.autotuner_bench_code()
     if code is None:
         return frozenset()
     return frozenset(id(c) for c in (code, *code.co_consts) if isinstance(c, types.CodeType))
@@ -78,13 +78,6 @@ def _autotuner_trial_codes() -> frozenset:
 def _named_like_a_trial(code) -> bool:
     """For a Triton whose Autotuner has no ``_bench``: its benchmark, recognised by name."""
     return code.co_name in ("_bench", "do_bench") and "autotuner" in code.co_filename
-
-
-def _code_of(module_name: str, qualname: str):
-    obj = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return getattr(obj, "__code__", None)
 
 
 _JIT_RUN = None  # JITFunction.run's code: the launch's caller sits right above it
@@ -96,11 +89,11 @@ def _know_trial_codes() -> bool:
     imported; False before that (no launch can be a trial then)."""
     global _trial_codes, _JIT_RUN, _WRAPPERS
     if _trial_codes is None:
-        if "triton.runtime.autotuner" not in sys.modules:
+        if not compat.autotuner_loaded():
             return False
         _trial_codes = _autotuner_trial_codes() | frozenset(_extra_trial_codes)
-        _JIT_RUN = _code_of("triton.runtime.jit", "JITFunction.run")
-        _WRAPPERS = frozenset(id(c) for c in (_code_of("triton.runtime.autotuner", "Heuristics.run"), ) if c)
+        _JIT_RUN = compat.jit_run_code()
+        _WRAPPERS = frozenset(id(c) for c in (compat.heuristics_run_code(), ) if c)
     return True
 
 
@@ -110,7 +103,7 @@ def _in_autotuner_benchmark() -> bool:
         return False
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
         # 5 through Triton's Heuristics; Inductor's benchmarker up to 8)
-        frame, depth = sys._getframe(2), 0
+        frame, depth = compat.caller_frame(2), 0
         while frame is not None and depth < 12:
             code = frame.f_code
             if id(code) in _trial_codes:
@@ -122,7 +115,7 @@ def _in_autotuner_benchmark() -> bool:
                 return caller is not None and id(caller.f_code) in _trial_codes
             frame, depth = frame.f_back, depth + 1
         return False
-    frame, depth = sys._getframe(2), 0  # a Triton without Autotuner._bench: go by names
+    frame, depth = compat.caller_frame(2), 0  # a Triton without Autotuner._bench: go by names
     while frame is not None and depth < 16:
         depth += 1
         if _named_like_a_trial(frame.f_code):

@@ -16,6 +16,7 @@ was, the after-stop one stays (``runtime/after_stop.py``).
 """
 from __future__ import annotations
 
+from proton_lite import compat
 from proton_lite.passes import stage_hook
 
 
@@ -26,31 +27,29 @@ class TritonHooks:
         self.inductor = None  # runtime/inductor.InductorBridge
 
     def install(self) -> None:
-        from triton import knobs
-        from triton.runtime import _allocation
-
         from proton_lite.runtime import fastpath
         from proton_lite.runtime.collector import ATTACHER
         from proton_lite.runtime.trials import mark_trials, note_compile
         from proton_lite.runtime.inductor import InductorBridge
 
-        self._saved_mode = knobs.compilation.instrumentation_mode
-        knobs.compilation.instrumentation_mode = self.mode
+        # read before anything changes: a Triton without its profile allocator fails here
+        self._saved_allocator = compat.get_profile_allocator()
+        self._saved_mode = compat.get_knob("compilation", "instrumentation_mode")
+        compat.set_knob("compilation", "instrumentation_mode", self.mode)
         stage_hook.install()
         self.inductor = InductorBridge(ATTACHER.attach, mark_trials)
         self.inductor.install()  # only when the program uses torch
         # compiles that carry no mode (Inductor's, a direct triton.compile), except those that
         # Inductor launches from C++
         stage_hook.force(self.mode, veto=self.inductor.launched_from_cpp if self.inductor.used else None)
-        self._saved_allocator = _allocation._profile_allocator.get()
         self.fastpath = fastpath.hooks_for(self.collector)
         fp = self.fastpath
         self._hooks = (fp.allocate, fp.on_launch_exit) if fp is not None else \
             (self.collector.allocate, self.collector.on_launch_exit)
-        _allocation.set_profile_allocator(self._hooks[0])
-        knobs.runtime.launch_exit_hook.add(self._hooks[1])
+        compat.set_profile_allocator(self._hooks[0])
+        compat.get_knob("runtime", "launch_exit_hook").add(self._hooks[1])
 
-        self._saved_jit_cache_hook = previous_cache_hook = knobs.runtime.jit_cache_hook
+        self._saved_jit_cache_hook = previous_cache_hook = compat.get_knob("runtime", "jit_cache_hook")
 
         def jit_cache_hook(*args, **kwargs):
             fn = kwargs.get("fn")
@@ -59,8 +58,9 @@ class TritonHooks:
                 note_compile(fn.jit_function)
             return previous_cache_hook(*args, **kwargs) if previous_cache_hook is not None else None
 
-        knobs.runtime.jit_cache_hook = self._jit_cache_hook = jit_cache_hook
-        self._saved_listener = previous_listener = knobs.compilation.listener
+        self._jit_cache_hook = jit_cache_hook
+        compat.set_knob("runtime", "jit_cache_hook", jit_cache_hook)
+        self._saved_listener = previous_listener = compat.get_knob("compilation", "listener")
 
         def listener(*args, **kwargs):
             fn = getattr(kwargs.get("src"), "fn", None)
@@ -68,28 +68,26 @@ class TritonHooks:
                 ATTACHER.attach(fn)
             return previous_listener(*args, **kwargs) if previous_listener is not None else None
 
-        knobs.compilation.listener = self._listener = listener
+        self._listener = listener
+        compat.set_knob("compilation", "listener", listener)
         ATTACHER.attach_known()
 
     def uninstall(self) -> None:
-        from triton import knobs
-        from triton.runtime import _allocation
-
         from proton_lite.runtime.after_stop import AFTER_STOP
         from proton_lite.runtime.collector import ATTACHER
 
-        knobs.compilation.instrumentation_mode = self._saved_mode
+        compat.set_knob("compilation", "instrumentation_mode", self._saved_mode)
         self.inductor.uninstall()
         stage_hook.unforce()
         stage_hook.uninstall()
         # binaries compiled in the session may be launched again from a library's cache: where
         # Triton's default allocator was, one that gives them scratch instead of an error
         # (runtime/after_stop.py); a user's own allocator is restored as it was
-        _allocation.set_profile_allocator(AFTER_STOP if isinstance(self._saved_allocator, _allocation.NullAllocator)
-                                          else self._saved_allocator)
-        knobs.runtime.launch_exit_hook.remove(self._hooks[1])
-        if knobs.runtime.jit_cache_hook is self._jit_cache_hook:
-            knobs.runtime.jit_cache_hook = self._saved_jit_cache_hook
-        if knobs.compilation.listener is self._listener:
-            knobs.compilation.listener = self._saved_listener
+        compat.set_profile_allocator(AFTER_STOP if compat.is_default_profile_allocator(self._saved_allocator)
+                                     else self._saved_allocator)
+        compat.get_knob("runtime", "launch_exit_hook").remove(self._hooks[1])
+        if compat.get_knob("runtime", "jit_cache_hook") is self._jit_cache_hook:
+            compat.set_knob("runtime", "jit_cache_hook", self._saved_jit_cache_hook)
+        if compat.get_knob("compilation", "listener") is self._listener:
+            compat.set_knob("compilation", "listener", self._saved_listener)
         ATTACHER.detach_all()
