@@ -59,8 +59,10 @@ def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState |
 
 # Launches of one kernel are decoded together up to this many buffer bytes (they are
 # copied into one buffer); a launch at least half this size is decoded alone, in place.
+# Small enough that a large capture gives every thread several batches: at 32 MiB the
+# 307 MB capture of decode_speed.py made 13 batches for 16 threads, the largest setting the pace.
 DECODE_WORKERS = max(1, min(16, os.cpu_count() or 1))  # threads decoding batches at once
-BATCH_BYTES = 32 << 20
+BATCH_BYTES = 8 << 20
 
 
 def _batches(launches: list, launch_layouts: list):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite import native_decode
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 
@@ -77,11 +78,11 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
     # CTAs, in launch order
     cta_lpos = [np.asarray(idx)[r["ctas"]["launch"]] for idx, r in zip(batches, results)]
 
-    def cta_rows(k: int, rows) -> np.ndarray:
+    def cta_rows(k: int, rows, a) -> np.ndarray:
         c = results[k]["ctas"]
         sel = (lambda a: a) if rows is None else (lambda a: a[rows])
         lpos = sel(cta_lpos[k])
-        a = np.zeros(len(lpos), dtype=CTA_DTYPE)
+        a = np.zeros(len(lpos), dtype=CTA_DTYPE) if a is None else a  # every field is set below
         a["launch"] = launches["launch"][lpos]
         a["cta"] = sel(c["cta"])
         a["smid"] = sel(c["smid"])
@@ -94,19 +95,29 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         a["measured_cycles_per_ns"] = sel(c["measured"])
         a["finished_units"] = sel(c["finished_units"])
         return a
-    ctas = _in_launch_order(cta_lpos, ~drop, CTA_DTYPE, cta_rows, run)
+    ctas = _in_launch_order(cta_lpos, ~drop, CTA_DTYPE, cta_rows, run, batches)
     shift = int(ctas["start_ns"].min()) if cal is not None and len(ctas) else 0
     if shift:
         ctas["start_ns"] -= shift
         ctas["end_ns"] -= shift
 
-    iv_lpos = [np.asarray(idx)[r["ctas"]["launch"][r["pairs"]["cta_row"]]] for idx, r in zip(batches, results)]
+    iv_lpos = list(run(lambda ir: np.asarray(ir[0])[ir[1]["ctas"]["launch"][ir[1]["pairs"]["cta_row"]]],
+                       zip(batches, results)))  # each batch's gathers on its own thread
+    native = native_decode.module() is not None
 
-    def interval_rows(k: int, rows, free: bool) -> np.ndarray:
+    def interval_rows(k: int, rows, a) -> np.ndarray:
         p, c = results[k]["pairs"], results[k]["ctas"]
         sel = (lambda a: a) if rows is None else (lambda a: a[rows])
         lpos = sel(iv_lpos[k])
-        a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
+        if native and a is not None and (rows is None or isinstance(rows, slice)) and native_decode.fits(a):
+            native_decode.interval_rows(a, lpos, sel(p["cta_row"]), c["cta"], launches["launch"], offset,
+                                        sel(p["unit"]), sel(p["scope"]), sel(p["depth"]), sel(p["start"]),
+                                        sel(p["end"]), sel(p["cycles"]))  # one pass in C, no GIL
+            return a
+        if a is None:
+            a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
+        else:  # its place in the output: every field is set
+            a["lane"] = 0
         a["launch"] = launches["launch"][lpos]
         a["cta"] = c["cta"][sel(p["cta_row"])]
         a["unit"] = sel(p["unit"])
@@ -116,14 +127,16 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         a["start_ns"] = rel(sel(p["start"]), off)
         a["end_ns"] = np.maximum(rel(sel(p["end"]), off), a["start_ns"])
         a["cycles"] = sel(p["cycles"])
-        if free:  # the batch's pairs are not needed again: memory back as the output grows
-            results[k]["pairs"] = None
         return a
 
+    def free_pairs(k: int) -> None:  # the batch's pairs are not needed again: memory back as the output grows
+        results[k]["pairs"] = None
+
     # the calibration launches' intervals first (few): the user's then free the pairs batch by batch
-    cal_intervals = (_in_launch_order(iv_lpos, drop, INTERVAL_DTYPE, lambda k, rows: interval_rows(k, rows, False),
-                                      run) if cal is not None else None)
-    intervals = _in_launch_order(iv_lpos, ~drop, INTERVAL_DTYPE, lambda k, rows: interval_rows(k, rows, True), run)
+    cal_intervals = (_in_launch_order(iv_lpos, drop, INTERVAL_DTYPE,
+                                      interval_rows, run, batches)
+                     if cal is not None else None)
+    intervals = _in_launch_order(iv_lpos, ~drop, INTERVAL_DTYPE, interval_rows, run, batches, done=free_pairs)
     session = dict(capture.session)
     session["timer_tick_ns"] = tick
     session["truncated"] = capture.end is None
@@ -150,41 +163,68 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
                    t0_ns=t0_int + shift, session=session)
 
 
-def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run) -> np.ndarray:
+BLOCK_ROWS = 4096  # below this many rows per block on average, one scatter beats a build per block
+
+
+def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run, batch_launches: list, done=None) -> np.ndarray:
     """The rows of every batch, in launch order, in one array allocated once.
 
-    ``lpos[k]``: the launch (position in the capture) of each row of batch ``k``; ``keep``:
-    which launches to take; ``build(k, rows)`` makes batch ``k``'s structured rows (``rows``:
-    which ones, None for all).  A launch's rows all come from one batch and keep its order,
-    so each batch writes its launches' blocks at their final place, in parallel (``run`` is
-    a map over the batches, on threads); no gather over the whole output, no second copy.
+    ``lpos[k]``: the launch (position in the capture) of each row of batch ``k``, whose
+    launches are ``batch_launches[k]``; ``keep``: which launches to take; ``build(k, rows,
+    dest)`` makes batch ``k``'s structured rows (``rows``: None for all, a slice or a mask)
+    in ``dest`` (their place in the output, every field to be set) or, where ``dest`` is
+    None, in a new array it returns; ``done(k)`` follows batch ``k``'s last build.  A
+    launch's rows all come from one batch and keep its order, so each batch writes its
+    launches at their final place, in parallel (``run`` is a map over the batches, on
+    threads).  Where the batch's launches come in order (the usual case, found per run of
+    one launch, not per row), each block of launches that sit together in the output is
+    built in place; otherwise the batch is built once and scattered.
     """
     n_launch = len(keep)
     counts = np.zeros(n_launch, np.int64)
-    for lp in lpos:
-        counts += np.bincount(lp, minlength=n_launch)
+    for c in run(lambda lp: np.bincount(lp, minlength=n_launch), lpos):
+        counts += c
     counts[~keep] = 0
     first = np.cumsum(counts) - counts
     out = np.empty(int(counts.sum()), dtype)
 
+    def blocks(lp):
+        """(start, end) in the batch and output start of each block, or None if out of order."""
+        starts = np.r_[0, np.flatnonzero(lp[1:] != lp[:-1]) + 1]  # runs of one launch
+        run_lp = lp[starts]
+        if np.any(run_lp[1:] <= run_lp[:-1]):
+            return None
+        ends = np.r_[starts[1:], len(lp)]
+        kept = keep[run_lp]
+        starts, ends, run_lp = starts[kept], ends[kept], run_lp[kept]
+        if not len(starts):
+            return []
+        joined = (starts[1:] == ends[:-1]) & (first[run_lp[1:]] == first[run_lp[:-1]] + ends[:-1] - starts[:-1])
+        brk = np.flatnonzero(~joined) + 1
+        b_start, b_end = starts[np.r_[0, brk]], ends[np.r_[brk - 1, len(starts) - 1]]
+        if len(b_start) > 1 and len(lp) < BLOCK_ROWS * len(b_start):
+            return None
+        return list(zip(b_start.tolist(), b_end.tolist(), first[run_lp[np.r_[0, brk]]].tolist()))
+
     def place(k: int) -> None:
         lp = lpos[k]
-        rows = keep[lp]
-        every = bool(rows.all())
-        if not every:
-            lp = lp[rows]
-        if not len(lp):
-            return
-        a = build(k, None if every else rows)
-        if np.any(lp[1:] < lp[:-1]):  # rows of the batch's launches interleave: stable per launch
-            order = np.argsort(lp, kind="stable")
-            a, lp = a[order], lp[order]
-        run_start = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
-        pos = first[lp] + np.arange(len(lp)) - np.repeat(run_start, np.diff(np.r_[run_start, len(lp)]))
-        if pos[-1] - pos[0] == len(lp) - 1:  # one block (positions rise strictly)
-            out[pos[0]:pos[-1] + 1] = a
+        plan = blocks(lp) if len(lp) else []
+        if plan is not None:
+            for s, e, lo in plan:
+                build(k, slice(s, e), out[lo:lo + e - s])
         else:
-            out[pos] = a
+            rows = None
+            if not keep[np.asarray(batch_launches[k], np.int64)].all():
+                rows = keep[lp]
+                lp = lp[rows]
+            if len(lp):
+                order = np.argsort(lp, kind="stable")  # stable per launch
+                lp = lp[order]
+                run_start = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
+                pos = first[lp] + np.arange(len(lp)) - np.repeat(run_start, np.diff(np.r_[run_start, len(lp)]))
+                out[pos] = build(k, rows, None)[order]
+        if done is not None:
+            done(k)
     for _ in run(place, range(len(lpos))):
         pass
     return out

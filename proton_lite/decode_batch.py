@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite import native_decode
 from proton_lite.decode_pool import PoolState, pool_records
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, RECORD_BYTES, UNIT_HEADER_BYTES,
                                 UNIT_MAGIC, BufferLayout)
@@ -313,7 +314,10 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         words, group, first = _records(buf, layout, rows_at, counts, kept)
     rec = words.view("<u4")
     tags, clo = rec[0::2], rec[1::2]
-    e_idx, x_idx, level = _pair(tags, group, first, n_scopes)
+    if native_decode.module() is not None:  # the same pairs from one pass in C, without the GIL
+        e_idx, x_idx, level = native_decode.pair(words, group, n_scopes)
+    else:
+        e_idx, x_idx, level = _pair(tags, group, first, n_scopes)
     kept_row = kept.sum(1)
     records = _segment_sums(kept_row, row_start, m_l)
     dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)

@@ -1,0 +1,196 @@
+"""A batch's scope intervals written into the profile's rows by C code that does not hold the GIL.
+
+Why: the decoder's last step fills one 44-byte row per interval (``INTERVAL_DTYPE``) from the
+batch's columns, field by field in numpy: ten strided passes, temporaries for the rounded
+times, and several of those calls hold the GIL.  For 10.6 M intervals it was the largest
+part of a decode (1.1 of 2.3 s on the 2-core dev VM, 2026-11-26).  Here one pass per batch
+writes each row whole, with the same arithmetic: times are ``rint(t + offset)`` in double
+precision (``nearbyint`` in the default round-half-even mode is numpy's ``rint``), an end
+never before its start, integer fields cast as numpy's assignment casts them.  The rows
+are byte for byte those of the numpy path (``tests/test_decode_native.py``).
+
+Built at first use (``proton_lite.native_build``); without a compiler ``module()`` is None
+and the numpy path does the work.  ``PROTON_LITE_NATIVE_DECODE=0`` turns it off.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from proton_lite.native_build import CExtension
+from proton_lite.profile_data import INTERVAL_DTYPE
+
+_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_IN 11
+
+/* rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles):
+   out[i] = INTERVAL_DTYPE row of pair i (44 bytes: launch u4, cta u4, unit u4, scope u4,
+   depth u2, lane u2, start_ns i8, end_ns i8, cycles i8) */
+static PyObject *rows(PyObject *self, PyObject *args) {
+    PyObject *objs[N_IN + 1];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                          &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11])) return NULL;
+    Py_buffer v[N_IN + 1];
+    int got = 0;
+    for (; got <= N_IN; got++)
+        if (PyObject_GetBuffer(objs[got], &v[got], got == 0 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    if (got <= N_IN) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    Py_ssize_t n = v[1].len / 8;
+    int bad = v[0].len != n * 44 || v[2].len != n * 8 || v[6].len != n * 8 || v[7].len != n * 8 ||
+              v[8].len != n * 8 || v[9].len != n * 8 || v[10].len != n * 8 || v[11].len != n * 8;
+    Py_ssize_t n_rows = v[3].len / 4, n_launch = v[4].len / 4 < v[5].len / 8 ? v[4].len / 4 : v[5].len / 8;
+    if (!bad) {
+        unsigned char *out = (unsigned char *)v[0].buf;
+        const int64_t *lpos = v[1].buf, *cta_row = v[2].buf, *unit = v[6].buf, *scope = v[7].buf, *depth = v[8].buf,
+                      *cycles = v[11].buf;
+        const uint32_t *row_cta = v[3].buf, *launch_id = v[4].buf;
+        const double *offset = v[5].buf, *start = v[9].buf, *end = v[10].buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t lp = lpos[i], r = cta_row[i];
+            if (lp < 0 || lp >= n_launch || r < 0 || r >= n_rows) { bad = 2; break; }
+            unsigned char *o = out + 44 * i;
+            uint32_t u32[4] = {launch_id[lp], row_cta[r], (uint32_t)unit[i], (uint32_t)scope[i]};
+            uint16_t u16[2] = {(uint16_t)depth[i], 0};
+            int64_t s = (int64_t)nearbyint(start[i] + offset[lp]);
+            int64_t e = (int64_t)nearbyint(end[i] + offset[lp]);
+            int64_t i64[3] = {s, e > s ? e : s, cycles[i]};
+            memcpy(o, u32, 16);
+            memcpy(o + 16, u16, 4);
+            memcpy(o + 20, i64, 24);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i <= N_IN; i++) PyBuffer_Release(&v[i]);
+    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "rows: column lengths differ"); return NULL; }
+    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "rows: a launch or CTA row index is out of range"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* pair(words, group, n_scopes, e_out, x_out, level_out) -> number of pairs.  words: the
+   records (tag in the low 32 bits), group: each record's (CTA, unit), non-decreasing.  As
+   decode_batch._pair: per group a running level (+1 enter, -1 exit, 0 corrupt), a record's
+   level is the sum so far plus 1 for an exit tag; an enter pairs with the next record of its
+   group at its own level if that is the exit of its scope.  Pairs come out by enter. */
+static PyObject *pair(PyObject *self, PyObject *args) {
+    PyObject *objs[5];
+    long long n_scopes;
+    if (!PyArg_ParseTuple(args, "OOLOOO", &objs[0], &objs[1], &n_scopes, &objs[2], &objs[3], &objs[4])) return NULL;
+    Py_buffer v[5];
+    int got = 0;
+    for (; got < 5; got++)
+        if (PyObject_GetBuffer(objs[got], &v[got], got < 2 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    if (got < 5) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    Py_ssize_t n = v[0].len / 8;
+    long long found = -1;
+    if (v[1].len == n * 8 && v[2].len >= n * 8 && v[3].len >= n * 8 && v[4].len == n * 8) {
+        const uint64_t *words = v[0].buf;
+        const int64_t *group = v[1].buf;
+        int64_t *e_out = v[2].buf, *x_out = v[3].buf, *level = v[4].buf;
+        uint64_t limit = (uint64_t)(2 * n_scopes < 65536 ? 2 * n_scopes : 65536);
+        uint64_t odd_low = (uint64_t)(2 * n_scopes + 1);
+        Py_BEGIN_ALLOW_THREADS
+        /* levels of a group lie in [-len, len]: one slot per level, tagged with the record that
+           last wrote it (a slot written in an earlier group is stale: its record is before the
+           group's first) */
+        int64_t *last = malloc(sizeof(int64_t) * (2 * (size_t)n + 3));
+        int64_t *partner = malloc(sizeof(int64_t) * ((size_t)n + 1));
+        if (last && partner) {
+            for (Py_ssize_t i = 0; i < 2 * n + 3; i++) last[i] = -1;
+            int64_t sum = 0, g_first = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (i == 0 || group[i] != group[i - 1]) { sum = 0; g_first = i; }
+                uint64_t tag = words[i] & 0xFFFFFFFFull;
+                int corrupt = tag >= limit;
+                int is_end = (int)(tag & 1);
+                if (!corrupt) sum += is_end ? -1 : 1;
+                int64_t lv = sum + is_end;
+                level[i] = lv;
+                partner[i] = -1;
+                int64_t *slot = &last[lv + n + 1];
+                int64_t a = *slot;
+                uint64_t low = corrupt ? odd_low : tag;
+                if (a >= g_first) {
+                    uint64_t ta = words[a] & 0xFFFFFFFFull;
+                    uint64_t low_a = ta >= limit ? odd_low : ta;
+                    if ((low_a & 1) == 0 && low == low_a + 1) partner[a] = i;
+                }
+                *slot = i;
+            }
+            long long k = 0;
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (partner[i] >= 0) { e_out[k] = i; x_out[k] = partner[i]; k++; }
+            found = k;
+        }
+        free(last);
+        free(partner);
+        Py_END_ALLOW_THREADS
+        if (found < 0) PyErr_NoMemory();
+    } else {
+        PyErr_SetString(PyExc_ValueError, "pair: array lengths differ");
+    }
+    for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
+    if (found < 0) return NULL;
+    return PyLong_FromLongLong(found);
+}
+
+static PyMethodDef methods[] = {
+    {"rows", rows, METH_VARARGS, "a batch's intervals as INTERVAL_DTYPE rows, without the GIL"},
+    {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_decode", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_proton_lite_native_decode(void) { return PyModule_Create(&module); }
+"""
+
+_EXTENSION = CExtension(_SOURCE, "proton_lite_native_decode", "PROTON_LITE_NATIVE_DECODE")
+_LAYOUT = [("launch", 0), ("cta", 4), ("unit", 8), ("scope", 12), ("depth", 16), ("lane", 18), ("start_ns", 20),
+           ("end_ns", 28), ("cycles", 36)]
+
+
+def module():
+    """The compiled extension, or None (the numpy path fills the same rows then)."""
+    return _EXTENSION.module()
+
+
+def error() -> str | None:
+    return _EXTENSION.error
+
+
+def fits(out: np.ndarray) -> bool:
+    """Whether ``out`` is an array of rows the C code writes: ``INTERVAL_DTYPE`` as it lays it
+    out (checked, not assumed), contiguous."""
+    dt = out.dtype
+    return (dt == INTERVAL_DTYPE and dt.itemsize == 44 and out.flags.c_contiguous and out.flags.writeable and
+            all(dt.fields[name][1] == off for name, off in _LAYOUT))
+
+
+def interval_rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles) -> None:
+    """Fill ``out`` (``fits``) with one row per pair: ``launch_id[lpos]``, ``row_cta[cta_row]``,
+    unit, scope, depth, lane 0, ``rint(start + offset[lpos])``, the same for end (never
+    before the start), cycles (``module()`` must not be None)."""
+    c = np.ascontiguousarray
+    _EXTENSION.module().rows(out, c(lpos, np.int64), c(cta_row, np.int64), c(row_cta, np.uint32),
+                             c(launch_id, np.uint32), c(offset, np.float64), c(unit, np.int64), c(scope, np.int64),
+                             c(depth, np.int64), c(start, np.float64), c(end, np.float64), c(cycles, np.int64))
+
+
+def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
+    """``decode_batch._pair`` in C: (enter index, exit index, level of each record), pairs in
+    enter order, from the records as 8-byte words (tag in the low half) and each record's
+    (CTA, unit) group, non-decreasing (``module()`` must not be None)."""
+    words = np.ascontiguousarray(words, np.uint64)
+    group = np.ascontiguousarray(group, np.int64)
+    n = len(words)
+    e_idx, x_idx, level = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    k = _EXTENSION.module().pair(words, group, int(n_scopes), e_idx, x_idx, level)
+    return e_idx[:k].copy(), x_idx[:k].copy(), level

@@ -1,0 +1,122 @@
+"""The decoder's C steps (``proton_lite/native_decode.py``) against its numpy steps on the same
+inputs: the same pairs and levels, the same rows byte for byte, the same profile from the
+real H100 captures with the C steps on and off."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proton_lite import native_decode
+from proton_lite.decode_batch import _pair
+from proton_lite.profile_data import INTERVAL_DTYPE
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(native_decode.module() is None,
+                                reason=f"C extension not built here: {native_decode.error()}")
+
+
+def _records(rng, n_groups, n_scopes, corrupt_rate, deep=False):
+    """Per group a random walk of enters and exits (some unmatched, some corrupt tags)."""
+    tags, group = [], []
+    for g in range(n_groups):
+        stack = []
+        for _ in range(int(rng.integers(0, 40 if not deep else 300))):
+            r = rng.random()
+            if r < corrupt_rate:
+                tags.append(int(rng.integers(2 * n_scopes, 2 * n_scopes + 9)))  # scope outside the table
+            elif stack and (r < 0.55 or deep and r < 0.2):
+                s = stack.pop() if rng.random() < 0.9 else int(rng.integers(0, n_scopes))  # sometimes the wrong scope
+                tags.append(2 * s + 1)
+            else:
+                s = int(rng.integers(0, n_scopes))
+                stack.append(s)
+                tags.append(2 * s)
+            group.append(g * 3)  # groups need not be dense
+    tags = np.array(tags, np.uint64)
+    clocks = rng.integers(0, 1 << 32, len(tags)).astype(np.uint64)
+    return tags | (clocks << np.uint64(32)), np.array(group, np.int64)
+
+
+@pytest.mark.parametrize("seed,deep,corrupt", [(0, False, 0.0), (1, False, 0.05), (2, True, 0.02), (3, True, 0.3)])
+def test_pairs_and_levels_match_the_numpy_pairing(seed, deep, corrupt):
+    rng = np.random.default_rng(seed)
+    words, group = _records(rng, 200, 5, corrupt, deep)
+    tags = words.view("<u4")[0::2]
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else np.zeros(0, np.int64)
+    e, x, level = _pair(tags, group, first, 5)
+    ce, cx, clevel = native_decode.pair(words, group, 5)
+    assert len(e) > 100 and np.array_equal(ce, e) and np.array_equal(cx, x) and np.array_equal(clevel, level)
+
+
+def test_no_records():
+    e, x, level = native_decode.pair(np.zeros(0, np.uint64), np.zeros(0, np.int64), 3)
+    assert len(e) == len(x) == len(level) == 0
+
+
+def _numpy_rows(lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles):
+    a = np.zeros(len(lpos), INTERVAL_DTYPE)
+    a["launch"] = launch_id[lpos]
+    a["cta"] = row_cta[cta_row]
+    a["unit"], a["scope"], a["depth"] = unit, scope, depth
+    a["start_ns"] = np.rint(start + offset[lpos]).astype(np.int64)
+    a["end_ns"] = np.maximum(np.rint(end + offset[lpos]).astype(np.int64), a["start_ns"])
+    a["cycles"] = cycles
+    return a
+
+
+def test_rows_are_the_numpy_rows_byte_for_byte():
+    rng = np.random.default_rng(7)
+    n = 5000
+    lpos = np.sort(rng.integers(0, 4, n))
+    cta_row = rng.integers(0, 50, n)
+    row_cta = rng.integers(0, 1 << 31, 50).astype(np.uint32)
+    launch_id = np.array([3, 9, 10, 4000000000], np.uint32)
+    offset = np.array([0.0, -12.5, 1e9 + 0.5, 7.25])
+    start = np.round(rng.normal(1e6, 1e6, n) * 2) / 2  # many exact halves: round half to even
+    end = start + rng.normal(100, 300, n)  # some ends before their start: clamped to it
+    unit, scope, depth = rng.integers(0, 32, n), rng.integers(0, 1 << 20, n), rng.integers(0, 100, n)
+    cycles = rng.integers(-5, 1 << 40, n)
+    out = np.empty(n, INTERVAL_DTYPE)
+    assert native_decode.fits(out) and not native_decode.fits(out[::2])
+    native_decode.interval_rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end,
+                                cycles)
+    expected = _numpy_rows(lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles)
+    assert out.tobytes() == expected.tobytes()
+    assert (out["end_ns"] >= out["start_ns"]).all() and (end < start).any()
+
+
+def test_rows_refuse_an_index_out_of_range():
+    out = np.empty(2, INTERVAL_DTYPE)
+    args = [np.array([0, 1]), np.array([0, 5]), np.zeros(2, np.uint32), np.zeros(2, np.uint32), np.zeros(2)]
+    rest = [np.zeros(2, np.int64)] * 3 + [np.zeros(2)] * 2 + [np.zeros(2, np.int64)]
+    with pytest.raises(IndexError, match="out of range"):
+        native_decode.interval_rows(out, *args, *rest)
+
+
+_DIGEST = """
+import hashlib, sys, numpy as np
+from proton_lite.raw_format import read_raw
+from proton_lite.decode import decode
+from proton_lite import native_decode
+p = decode(read_raw(sys.argv[1]))
+m = hashlib.sha256()
+for a in (p.launches, p.ctas, p.intervals):
+    m.update(np.ascontiguousarray(a).tobytes())
+print(native_decode.module() is not None, m.hexdigest())
+"""
+
+
+@pytest.mark.parametrize("name", ["matmul.plraw", "nested.plraw", "loop_scopes_sinks.plraw", "softmax.plraw"])
+def test_real_captures_decode_the_same_with_and_without_the_c_steps(name):
+    path = ROOT / "tests" / "data" / name
+    out = {}
+    for switch in ("1", "0"):
+        env = dict(os.environ, PROTON_LITE_NATIVE_DECODE=switch, PYTHONPATH=str(ROOT))
+        r = subprocess.run([sys.executable, "-c", _DIGEST, str(path)], env=env, capture_output=True, text=True,
+                           check=True)
+        out[switch] = r.stdout.split()
+    assert out["1"][0] == "True" and out["0"][0] == "False"
+    assert out["1"][1] == out["0"][1]
