@@ -74,12 +74,12 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     from proton_lite.trace.readback import scope_lookup
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
-    ctas, cta_lr, iv_cta = _cta_layout(profile, launches)
+    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches)
     iv = profile.intervals
     n_iv, n_cta = len(iv), len(ctas)
     kernels = profile.kernels
     k_of_launch = launches["kernel"].astype(np.int64)
-    lay = slot_layout(profile, ctas, cta_lr, iv_cta)
+    lay = slot_layout(profile, ctas, cta_lr, iv_cta, runs)
 
     # processes: each launch, then its (launch, SM) groups; pids 1..
     group_launch = cta_lr[lay.group_first]

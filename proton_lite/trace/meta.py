@@ -80,7 +80,7 @@ def _pack_columns(arrays: dict[str, np.ndarray]) -> dict:
             a = np.concatenate([u[:1], u[1:] - u[:-1]])
         parts.append(a.view(np.uint8).reshape(len(a), a.dtype.itemsize).T.tobytes())
         cols.append([name, dt.str])
-    blob = zlib.compress(b"".join(parts), 6)
+    blob = zlib.compress(b"".join(parts), 1)  # level 6: 19% smaller, 5x slower (0.4 s at 0.5 M CTAs)
     n = len(next(iter(arrays.values()))) if arrays else 0
     return {"rows": n, "columns": cols, "data": base64.b64encode(blob).decode("ascii")}
 

@@ -22,6 +22,7 @@ differs from the recorded depth (lanes > 0).  Field numbers: ``perfetto_fields``
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -48,17 +49,22 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     sequence, the metadata and each piece of intervals (``pieces``); the bytes do not
     depend on ``workers``.
     """
+    clock = _Phases()
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
-    ctas, cta_lr, iv_cta = _cta_layout(profile, launches)
-    iv = profile.intervals
-    n_iv, n_cta = len(iv), len(ctas)
     workers = _workers() if workers is None else workers
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     run = pool.submit if pool else (lambda f: _Done(f()))
+    pmap = pool.map if pool else map
     try:
-        lay = slot_layout(profile, ctas, cta_lr, iv_cta)
-        cut = Pieces(lay.group, iv_cta)
+        ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap)
+        clock.mark("order")
+        iv = profile.intervals
+        n_iv, n_cta = len(iv), len(ctas)
+        lay = slot_layout(profile, ctas, cta_lr, iv_cta, runs, pmap)
+        clock.mark("slots")
+        cut = Pieces(lay.group, iv_cta, runs)
+        clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
         units = int(iv["unit"].max()) + 1 if n_iv else 1
@@ -73,6 +79,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                                         pair_key)
         index = [run(lambda k=k: index_task(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
+        clock.mark("index")
         sels = [sel for sel, _, _, _ in index]
         index = [rest for _, *rest in index]
         ut_parts = [ut for ut, _, _ in index]
@@ -114,19 +121,27 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             def put(kind: str, data: bytes) -> None:
                 f.write(data)
                 sizes[kind] += len(data)
-            tasks = [cta_task(slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_cta, CHUNK)]
-            tasks += [piece_task(k) for k in range(len(cut))]
+            # the CTA sequence last: its events (one sort of every CTA's begin and end) are made on a
+            # worker while the pieces are, instead of holding them up at the head of the file
+            tasks = [piece_task(k) for k in range(len(cut))]
+            n_pieces = len(tasks)
+            tasks += [cta_task(slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_cta, CHUNK)]
             results = _ordered(run, tasks, workers + 2)  # the first pieces run while the head is made
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
                 put("descriptors", d.result())
-            put("head", sequence_start(SEQ_CTAS, {}))
+            clock.mark("head")
             for done, (data, ab) in enumerate(results, start=1):
+                if done == n_pieces + 1:
+                    put("head", sequence_start(SEQ_CTAS, {}))
                 put("events", data)
                 arg_bytes += ab
                 if progress is not None:
                     progress(done, len(tasks))
+            if len(tasks) == n_pieces:  # no CTA: the sequence is still declared
+                put("head", sequence_start(SEQ_CTAS, {}))
         n_samples = cta_events.result().n_samples
+        clock.mark("events")
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
@@ -136,7 +151,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(cut), "events": 2 * n_slices,
             "counter_samples": n_samples, "descriptor_bytes": sizes["descriptors"],
             "event_bytes": sizes["events"], "arg_bytes_uncompressed": arg_bytes,
-            "bytes_per_slice": total / n_slices if n_slices else 0.0}
+            "bytes_per_slice": total / n_slices if n_slices else 0.0, "phase_s": clock.spans}
 
 
 def _scope_notes(profile: Profile, names: list, event_names: list[str]):
@@ -151,6 +166,21 @@ def _scope_notes(profile: Profile, names: list, event_names: list[str]):
                 notes.append(text)
             note[i + 1] = notes.index(text) + 1
     return note, tuple(notes)
+
+
+class _Phases:
+    """Wall seconds of the writer's steps (``phase_s`` in its stats: where a large trace's time
+    goes, for ``tests/benchmarks/decode_speed.py``): order, slots, pieces and head on this
+    thread (the first two also on the workers), index and events wait for the workers."""
+
+    def __init__(self):
+        self.spans: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.spans[name] = round(now - self._t, 4)
+        self._t = now
 
 
 class _Done:

@@ -63,11 +63,13 @@ class Pieces:
     (``sel``, on its worker thread); otherwise a stable sort, one run per interval.
     """
 
-    def __init__(self, cta_group: np.ndarray, iv_cta: np.ndarray):
+    def __init__(self, cta_group: np.ndarray, iv_cta: np.ndarray, runs=None):
         n = len(iv_cta)
         cta = np.asarray(iv_cta, np.int64)
-        first = np.flatnonzero(np.r_[True, cta[1:] != cta[:-1]]) if n else np.zeros(0, np.int64)
-        run_cta = cta[first]
+        if runs is None:  # (first interval of each run of one CTA, that CTA), as ``_cta_layout`` gives them
+            first = np.flatnonzero(np.r_[True, cta[1:] != cta[:-1]]) if n else np.zeros(0, np.int64)
+            runs = (first, cta[first])
+        first, run_cta = runs
         by_cta = np.argsort(run_cta, kind="stable")
         run_cta = run_cta[by_cta]
         if len(run_cta) > 1 and np.any(run_cta[1:] == run_cta[:-1]):  # a CTA in several runs

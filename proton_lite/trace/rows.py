@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.trace.interval_runs import reduce_runs
 from proton_lite.trace.nesting import _argsort_keys, _unique
 from proton_lite.trace._proto import Rows
 
@@ -61,13 +62,15 @@ class SlotLayout:
         return len(self.row_group)
 
 
-def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: np.ndarray) -> SlotLayout:
-    """Pack the CTAs of each (launch, SM) into slots; inputs as ``_cta_layout`` returns them."""
+def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: np.ndarray, runs=None,
+                pmap=map) -> SlotLayout:
+    """Pack the CTAs of each (launch, SM) into slots; inputs as ``_cta_layout`` returns them
+    (``runs``: its runs of one CTA's intervals, found again if not given)."""
     n = len(ctas)
     new_group = np.ones(n, bool)
     new_group[1:] = (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
     group = np.cumsum(new_group) - 1
-    lo, hi = cta_extents(ctas, iv_cta, profile.intervals)
+    lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
     slot = pack_slots(group, lo, hi)
     n_slots = np.zeros(int(group[-1]) + 1 if n else 0, np.int64)
     if n:
@@ -86,17 +89,23 @@ def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.maximum(end, start + 1)
 
 
-def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray, runs=None,
+                pmap=map) -> tuple[np.ndarray, np.ndarray]:
     """Half-open [lo, hi) of each CTA: its lifetime and all of its units' intervals."""
     start = ctas["start_ns"].astype(np.int64)
     lo = start.copy()
     hi = _occupied_end(start, ctas["end_ns"].astype(np.int64))
     if len(intervals):  # per run of one CTA's intervals first (they usually come so), then per CTA
-        i_start = intervals["start_ns"].astype(np.int64)
-        run = np.flatnonzero(np.r_[True, iv_cta[1:] != iv_cta[:-1]])
-        np.minimum.at(lo, iv_cta[run], np.minimum.reduceat(i_start, run))
-        np.maximum.at(hi, iv_cta[run], np.maximum.reduceat(_occupied_end(i_start, intervals["end_ns"].astype(np.int64)),
-                                                           run))
+        if runs is None:
+            first = np.concatenate(([0], np.flatnonzero(iv_cta[1:] != iv_cta[:-1]) + 1))
+            runs = (first, iv_cta[first])
+        first, owner = runs
+        # straight from the int64 fields, in chunks on ``pmap``: no copy of a column;
+        # max(max(end, start + 1)) over a run is max(max(end), max(start) + 1)
+        i_start, i_end = intervals["start_ns"], intervals["end_ns"]
+        np.minimum.at(lo, owner, reduce_runs(np.minimum, i_start, first, pmap))
+        np.maximum.at(hi, owner, np.maximum(reduce_runs(np.maximum, i_end, first, pmap),
+                                            reduce_runs(np.maximum, i_start, first, pmap) + 1))
     return lo, hi
 
 

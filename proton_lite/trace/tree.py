@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.trace.interval_runs import repeat_runs, run_starts
 
 
 def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
@@ -73,12 +74,14 @@ def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.
     return pos_c.astype(np.int64)
 
 
-def _cta_layout(profile: Profile, launches: np.ndarray):
+def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map):
     """CTAs sorted launch-major, then SM, then CTA id; and each interval's CTA rank.
 
-    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank).  Intervals usually come in
-    runs of one CTA (the decoder and the reader write them so): each run is looked up
-    once and the ranks repeated over it.
+    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank, runs).  Intervals usually
+    come in runs of one CTA (the decoder and the reader write them so): each run is looked
+    up once and the ranks repeated over it; ``runs`` is (first interval of each run, its CTA
+    rank), for the steps that work per run.  ``pmap`` runs the passes over all intervals in
+    chunks (``interval_runs``).
     """
     ctas = profile.ctas
     lr = _launch_rank(launches, ctas["launch"], "CTAs")
@@ -86,10 +89,9 @@ def _cta_layout(profile: Profile, launches: np.ndarray):
     ctas_s, lr_s = ctas[order], lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]
-    run = np.flatnonzero(np.r_[True, (i_launch[1:] != i_launch[:-1]) | (i_cta[1:] != i_cta[:-1])]) if len(iv) else \
-        np.zeros(0, np.int64)
+    run = run_starts(i_launch, i_cta, pmap)
     rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)
-    return ctas_s, lr_s, np.repeat(rank, np.diff(np.r_[run, len(iv)]))
+    return ctas_s, lr_s, repeat_runs(rank, run, len(iv), pmap), (run, rank)
 
 
 def _cta_rank(launches, ctas_s, lr_s, launch_ids, cta_ids, first):

@@ -213,8 +213,9 @@ def child(raw: str, out: str, passes: int, workers: int, fmt: str) -> None:
     for _ in range(passes):
         t_read, cap = timed(read_raw, raw)
         t_dec, prof = timed(decode, cap)
-        t_write, _ = timed(lambda p: writer(p, out, workers=workers or None), prof)
-        res.append({"read": t_read, "decode": t_dec, "write": t_write, "total": t_read + t_dec + t_write})
+        t_write, stats = timed(lambda p: writer(p, out, workers=workers or None), prof)
+        res.append({"read": t_read, "decode": t_dec, "write": t_write, "total": t_read + t_dec + t_write,
+                    "write_phases": stats.get("phase_s", {})})
         del cap, prof
     print(json.dumps(res))
 
@@ -251,6 +252,9 @@ def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto"
             summary[f"{which} {stage}"] = (best, med)
             print(f"  {which + ' ' + stage:14} {best:7.3f} {med:9.3f} {records / best / 1e6:13.2f} "
                   f"{records / med / 1e6:15.2f}")
+    phases = runs[0][0]["write_phases"]
+    if phases:  # where the first run's cold write went (layout and head: serial; index, events: workers)
+        print("  cold write phases (first run): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
     return summary
 
 
