@@ -386,6 +386,9 @@ def test_overflow_is_counted_not_written(tmp_path):
     with proton_lite.start(str(tmp_path / "ovf"), quiet=True, capacity=16, formats=()) as s:
         run_case("loop_scopes")  # 74 records per warp, 16 slots
     assert s.result.dropped == 7 * 4 * (74 - 16)
+    if CAPTURE_DIR:  # a real capture with drops, for the CLI's incomplete-number marks (tests/data)
+        os.makedirs(CAPTURE_DIR, exist_ok=True)
+        shutil.copy(s.result.raw_path, os.path.join(CAPTURE_DIR, "loop_scopes_dropped.plraw"))
     with proton_lite.start(str(tmp_path / "circ"), quiet=True, loop_capacity=16, buffer_mode="circular",
                            formats=()) as s2:
         run_case("loop_scopes")
