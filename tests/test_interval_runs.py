@@ -48,3 +48,33 @@ def test_no_intervals():
     empty = np.zeros(0, np.uint32)
     first = ir.run_starts(empty, empty)
     assert len(first) == 0 and len(ir.repeat_runs(np.zeros(0, np.int64), first, 0)) == 0
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_slots_and_cta_order_in_parts_match_one_pass(monkeypatch, threads):
+    """Slot packing cut between (launch, SM) groups and the CTA sort cut between launches give
+    what one pass over all CTAs gives (parts of 7 CTAs: groups and launches straddle them)."""
+    from proton_lite.trace import rows, tree
+    rng = np.random.default_rng(threads)
+    n = 400
+    lr = np.sort(rng.integers(0, 5, n))
+    ctas = np.zeros(n, dtype=[("cta", "<u4"), ("smid", "<u4")])
+    ctas["smid"] = rng.integers(0, 6, n)
+    for launch in range(5):  # CTA ids unique per launch
+        at = np.flatnonzero(lr == launch)
+        ctas["cta"][at] = rng.permutation(len(at))
+    group = np.cumsum(np.r_[True, (lr[1:] != lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])]) - 1
+    lo = rng.integers(0, 1000, n)
+    hi = lo + rng.integers(1, 300, n)
+    monkeypatch.setattr(rows, "PACK_PART", 7)
+    monkeypatch.setattr(tree, "CTA_PART", 7)
+    monkeypatch.setattr(ir, "PART", 7)
+    with ThreadPoolExecutor(threads) as pool:
+        pmap = pool.map if threads > 1 else map
+        assert np.array_equal(rows._pack_slots_in_parts(group, lo, hi, pmap), rows.pack_slots(group, lo, hi))
+        order = tree._cta_order(ctas, lr, pmap)
+        assert np.array_equal(order, np.lexsort((ctas["cta"], ctas["smid"], lr)))
+        assert ir.take_parts(ctas, order, pmap).tobytes() == ctas[order].tobytes()
+    shuffled = rng.permutation(n)  # not in launch order: one sort
+    assert np.array_equal(tree._cta_order(ctas[shuffled], lr[shuffled]),
+                          np.lexsort((ctas[shuffled]["cta"], ctas[shuffled]["smid"], lr[shuffled])))

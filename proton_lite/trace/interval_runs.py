@@ -64,3 +64,15 @@ def reduce_runs(ufunc, column: np.ndarray, first: np.ndarray, pmap=map) -> np.nd
         return ufunc.reduceat(column[lo:hi], first[r0:r1] - lo)
     parts = list(pmap(part, _run_chunks(first, n)))
     return np.concatenate(parts) if parts else np.zeros(0, column.dtype)
+
+
+def take_parts(a: np.ndarray, index: np.ndarray, pmap=map) -> np.ndarray:
+    """``a[index]`` gathered in parts of ``PART`` rows on ``pmap``."""
+    out = np.empty(len(index), a.dtype)
+
+    def part(bounds):
+        lo, hi = bounds
+        out[lo:hi] = a[index[lo:hi]]
+    for _ in pmap(part, _chunks(len(index))):
+        pass
+    return out

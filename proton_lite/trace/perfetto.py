@@ -64,6 +64,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         lay = slot_layout(profile, ctas, cta_lr, iv_cta, runs, pmap)
         clock.mark("slots")
         cut = Pieces(lay.group, iv_cta, runs)
+        extras = run(lambda: _cta_extras(ctas, lay.extent_lo))  # packed and deflated while the pieces are indexed
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
@@ -94,8 +95,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
         event_names = [_scope_names(profile.kernels[k], s)[s] for k, s in names]
-        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names,
-                                                ctas=_cta_extras(ctas, lay.extent_lo))))
+        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names, ctas=extras.result())))
         note, notes = _scope_notes(profile, names, event_names)
         columns = IntervalColumns(start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"], cycles=iv["cycles"],
                                   shift=shift, note=note, notes=notes)

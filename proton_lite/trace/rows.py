@@ -71,7 +71,7 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: 
     new_group[1:] = (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
     group = np.cumsum(new_group) - 1
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
-    slot = pack_slots(group, lo, hi)
+    slot = _pack_slots_in_parts(group, lo, hi, pmap)
     n_slots = np.zeros(int(group[-1]) + 1 if n else 0, np.int64)
     if n:
         np.maximum.at(n_slots, group, slot + 1)
@@ -81,6 +81,20 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: 
     row_slot = np.arange(len(row_group)) - row_base[row_group]
     return SlotLayout(group=group, group_first=np.flatnonzero(new_group), slot=slot, row=row, row_group=row_group,
                       row_slot=row_slot, extent_lo=lo, extent_hi=hi, iv_cta=iv_cta)
+
+
+PACK_PART = 1 << 16  # CTAs per part of ``pack_slots`` run on a worker
+
+
+def _pack_slots_in_parts(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, pmap=map) -> np.ndarray:
+    """``pack_slots`` over parts of about ``PACK_PART`` CTAs cut between groups (groups are
+    packed independently and come in runs), the parts on ``pmap``."""
+    n = len(group)
+    if n <= PACK_PART:
+        return pack_slots(group, lo, hi)
+    cuts = np.unique(np.r_[0, np.searchsorted(group, group[np.arange(PACK_PART, n, PACK_PART)]), n])
+    parts = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+    return np.concatenate(list(pmap(lambda b: pack_slots(group[b[0]:b[1]], lo[b[0]:b[1]], hi[b[0]:b[1]]), parts)))
 
 
 def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:

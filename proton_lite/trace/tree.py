@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace.interval_runs import repeat_runs, run_starts
+from proton_lite.trace.interval_runs import repeat_runs, run_starts, take_parts
+
+CTA_PART = 1 << 16  # CTAs per part sorted on a worker
 
 
 def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
@@ -85,13 +87,27 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map):
     """
     ctas = profile.ctas
     lr = _launch_rank(launches, ctas["launch"], "CTAs")
-    order = np.lexsort((ctas["cta"], ctas["smid"], lr)) if len(ctas) else np.zeros(0, np.int64)
-    ctas_s, lr_s = ctas[order], lr[order]
+    order = _cta_order(ctas, lr, pmap)
+    ctas_s, lr_s = take_parts(ctas, order, pmap), lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]
     run = run_starts(i_launch, i_cta, pmap)
     rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)
     return ctas_s, lr_s, repeat_runs(rank, run, len(iv), pmap), (run, rank)
+
+
+def _cta_order(ctas: np.ndarray, lr: np.ndarray, pmap=map) -> np.ndarray:
+    """The order (launch rank, SM, CTA id) of the CTAs.  CTAs that already come in launch
+    order (the decoder's) are sorted in parts of whole launches on ``pmap``."""
+    n = len(ctas)
+    if n <= CTA_PART or np.any(lr[1:] < lr[:-1]):
+        return np.lexsort((ctas["cta"], ctas["smid"], lr)) if n else np.zeros(0, np.int64)
+    cuts = np.unique(np.r_[0, np.searchsorted(lr, lr[np.arange(CTA_PART, n, CTA_PART)]), n])
+
+    def part(b):
+        a, e = b
+        return a + np.lexsort((ctas["cta"][a:e], ctas["smid"][a:e], lr[a:e]))
+    return np.concatenate(list(pmap(part, zip(cuts[:-1].tolist(), cuts[1:].tolist()))))
 
 
 def _cta_rank(launches, ctas_s, lr_s, launch_ids, cta_ids, first):
