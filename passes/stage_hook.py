@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from proton_lite import compat
 from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
-from proton_lite.passes.config import InstrumentConfig, resolve_granularity
+from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig, resolve_granularity
 from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
@@ -35,7 +35,7 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
                                                PtxScan, fold_exit_branches, function_body, rewrite, scan, shared_bytes,
                                                staging_offset, strip_markers)
 
-PASS_VERSION = "proton_lite-ptx-pass-8"  # 8: launch pools, program-id sizing, real warp counts
+PASS_VERSION = "proton_lite-ptx-pass-9"  # 9: capacity= leaves the record-cost kernel its size
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -54,7 +54,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     if config.granularity == "warpgroup" and num_warps % 4:
         raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
-    if config.capacity is not None:
+    if config.capacity is not None and info.kernel != CALIBRATION_KERNEL:  # the record-cost launch keeps its size
         capacity = config.capacity
     elif info.loop_sites:
         if bound is not None and bound[0] == "const":

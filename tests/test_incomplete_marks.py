@@ -1,8 +1,12 @@
 """`summary` and `diff` mark every number built from lost records, and `diff` gives it no verdict.
 
 Inputs: the real H100 capture `docs/examples/matmul.plraw` (3 launches), a copy of it cut
-off after its first launch (what a killed program leaves), and a capture with drops built
-to the documented layout (`tests/synth.py`: every unit tried 4 records, 3 fit).
+off after its first launch (what a killed program leaves), a capture with drops built
+to the documented layout (`tests/synth.py`: every unit tried 4 records, 3 fit), and a
+real capture with drops: `tests/data/loop_scopes_dropped.plraw` (H200, 2026-11-26,
+`tests/test_gpu.py::test_overflow_is_counted_not_written`: loop_scopes with capacity=16,
+each of 7 CTAs x 4 warps tried 74 records) beside the same kernel's whole capture
+`tests/data/loop_scopes.plraw`.
 """
 import json
 import shutil
@@ -15,6 +19,8 @@ from proton_lite.viewer import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 MATMUL = ROOT / "docs" / "examples" / "matmul.plraw"
+DROPPED = ROOT / "tests" / "data" / "loop_scopes_dropped.plraw"
+WHOLE = ROOT / "tests" / "data" / "loop_scopes.plraw"
 
 
 def _run(capsys, *args):
@@ -91,3 +97,24 @@ def test_summary_tables_flag_refuses_unknown_tables(captures, capsys):
     full, _, _ = captures
     rc, _, err = _run(capsys, "summary", full, "--tables", "sms,foo")
     assert rc == 2 and "unknown table(s) foo; choose from launches,scopes,percentiles,sms" in err
+
+
+def test_a_real_capture_with_drops_is_marked_where_it_is_incomplete(capsys):
+    rc, out, _ = _run(capsys, "summary", DROPPED, "--tables", "launches,scopes")
+    dropped = 7 * 4 * (74 - 16)
+    assert rc == 0 and f"! loop_scopes: {dropped:,} records dropped (buffer full) in 1 of 1 launch(es)" in out
+    assert "loop_capacity=74" in out  # the fix, with the number the busiest unit needed
+    assert out.index("records dropped") < out.index("* incomplete") < out.index("Launches")
+    assert "loop_scopes *" in out and "step *" in out
+    rc, out, _ = _run(capsys, "summary", WHOLE, "--tables", "launches,scopes")
+    assert rc == 0 and "*" not in out and "dropped" not in out
+
+
+def test_diff_of_a_real_capture_with_drops_against_a_whole_one_gives_no_verdict(capsys):
+    rc, out, _ = _run(capsys, "diff", WHOLE, DROPPED, "--json")
+    d = json.loads(out)
+    assert rc == 0 and any("records dropped" in w and w.startswith("b:") for w in d["warnings"])
+    rows = d["kernels"] + d["scopes"]
+    assert rows and all(r["verdict"] == "incomplete" and "b" in r["incomplete"] for r in rows)
+    rc, out, _ = _run(capsys, "diff", WHOLE, DROPPED)
+    assert "no clear change" not in out and "incomplete" in out

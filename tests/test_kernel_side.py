@@ -933,3 +933,13 @@ def test_no_store_comes_between_a_loop_s_last_timer_read_and_its_back_edge(fmas,
     if store == "STG":  # not a tight loop: the deferred record at the next one's address - 8
         addresses = [re.search(r"\[(R\d+)\.64(\+-0x8)?\]", i.text).groups() for i in body if i.opcode.startswith("STG")]
         assert addresses[0][1] == "+-0x8" and addresses[1] == (addresses[0][0], None), addresses
+
+
+def test_capacity_does_not_shrink_the_record_cost_launch():
+    """``capacity=`` sizes the user's kernels; the record-cost launch at stop keeps the size of
+    its 34 records, or the session's cost of a record would come from truncated scopes."""
+    from proton_lite.runtime.calibrate import PAIRS, proton_lite_calibrate
+    small = proton_lite.compile(proton_lite_calibrate, {}, {"PAIRS": PAIRS}, num_warps=4, capacity=16)
+    assert small.profile["layout"]["capacity"] >= 2 * PAIRS + 2
+    user = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, capacity=16)
+    assert user.profile["layout"]["capacity"] == 16
