@@ -3,7 +3,7 @@
 Inputs: the real H100 capture `docs/examples/matmul.plraw` (3 launches), a copy of it cut
 off after its first launch (what a killed program leaves), a capture with drops built
 to the documented layout (`tests/synth.py`: every unit tried 4 records, 3 fit), and a
-real capture with drops: `tests/data/loop_scopes_dropped.plraw` (H200, 2026-11-26,
+real capture with drops: `tests/data/loop_scopes_dropped.plraw` (H200, 2026-11-27,
 `tests/test_gpu.py::test_overflow_is_counted_not_written`: loop_scopes with capacity=16,
 each of 7 CTAs x 4 warps tried 74 records) beside the same kernel's whole capture
 `tests/data/loop_scopes.plraw`.
