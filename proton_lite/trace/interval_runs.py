@@ -67,12 +67,13 @@ def reduce_runs(ufunc, column: np.ndarray, first: np.ndarray, pmap=map) -> np.nd
 
 
 def take_parts(a: np.ndarray, index: np.ndarray, pmap=map) -> np.ndarray:
-    """``a[index]`` gathered in parts of ``PART`` rows on ``pmap``."""
+    """``a[index]`` gathered in parts of ``PART`` rows on ``pmap`` (``np.take``: ~10x faster than
+    fancy indexing for structured rows)."""
     out = np.empty(len(index), a.dtype)
 
     def part(bounds):
         lo, hi = bounds
-        out[lo:hi] = a[index[lo:hi]]
+        np.take(a, index[lo:hi], out=out[lo:hi])
     for _ in pmap(part, _chunks(len(index))):
         pass
     return out

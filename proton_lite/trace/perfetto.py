@@ -77,7 +77,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         def index_task(k: int):  # the piece's intervals are listed on the worker too, and kept
             sel = cut.sel(k)
             return (sel,) + index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
-                                        pair_key)
+                                        pair_key, n_pairs=len(profile.kernels) * n_scopes)
         index = [run(lambda k=k: index_task(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
         clock.mark("index")

@@ -23,7 +23,7 @@ import numpy as np
 
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
-from proton_lite.trace.nesting import _nesting
+from proton_lite.trace.nesting import _nesting, _unique
 from proton_lite.trace.rows import unit_tracks_of
 from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANN_NOTE, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
                                                CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,
@@ -100,13 +100,18 @@ class Pieces:
         return np.repeat(self.first[r0:r1] - at, lens) + np.arange(int(self.run_at[r0]), int(self.run_at[r1]))
 
 
-def index_piece(sel: np.ndarray, row_of_cta, iv_cta, unit, lane, units: int, lanes: int, n_rows: int, pair_key):
+def index_piece(sel: np.ndarray, row_of_cta, iv_cta, unit, lane, units: int, lanes: int, n_rows: int, pair_key,
+                n_pairs: int | None = None):
     """Phase one of a piece (its intervals ``sel``), on a worker: its unit tracks (sorted
     (row, unit, lane), each interval's index among them) and its (kernel, scope) pairs
     (sorted, each interval's index); the writer numbers both trace-wide from all pieces'
-    results."""
+    results.  ``n_pairs``: a bound on the pair keys (a table instead of a sort)."""
     ut = unit_tracks_of(row_of_cta[iv_cta[sel]], unit[sel], lane[sel], units, lanes, n_rows)
-    pairs, pair_inv = np.unique(pair_key(sel), return_inverse=True)
+    keys = pair_key(sel)
+    if n_pairs is not None:
+        pairs, pair_inv = _unique(keys, n_pairs)
+    else:
+        pairs, pair_inv = np.unique(keys, return_inverse=True)
     return ut, pairs, pair_inv.reshape(-1)
 
 
