@@ -147,6 +147,45 @@ def _pair(tags: np.ndarray, group: np.ndarray, first: np.ndarray, n_scopes: int)
     return e_idx[by_enter], x_idx[by_enter], level
 
 
+def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start_clk, base_gt, ns_per_cycle, lrow,
+                  records, n_l: int):
+    """The columns of each pair (its CTA row, unit, scope, depth, times after the launch's
+    reference, cycles) and each launch's unmatched records, in numpy; ``native_decode``
+    computes the same in C."""
+    rec = words.view("<u4")
+    tags, clo = rec[0::2], rec[1::2]
+    g = group[e_idx]
+    row = g // layout.units
+    unmatched = records - 2 * np.bincount(lrow[row], minlength=n_l)
+    # a pair whose times cannot be placed (corrupt anchors) is unmatched, not invented
+    placeable = np.isfinite(base_gt) & np.isfinite(ns_per_cycle)
+    if not placeable.all():
+        ok_t = placeable[row]
+        unmatched += 2 * np.bincount(lrow[row[~ok_t]], minlength=n_l)
+        e_idx, x_idx, g, row = e_idx[ok_t], x_idx[ok_t], g[ok_t], row[ok_t]
+    # Unwrap the 32-bit clocks against the CTA's 64-bit start.  Other warps may record a few
+    # cycles before thread 0 reads the start clock: deltas just below 2^32 are negative.
+    # The deltas are the cycles since the CTA's start, in integers, then scaled (never
+    # absolute values in float).
+    s_lo = start_clk[row] & _MASK32
+
+    def cycles_since_start(idx):
+        d = ((clo[idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
+        d[d >= (1 << 32) - _BEFORE_START] -= 1 << 32
+        return d
+    e_d, x_d = cycles_since_start(e_idx), cycles_since_start(x_idx)
+    b_row, r_row = base_gt[row], ns_per_cycle[row]
+    return {
+        "cta_row": row,
+        "unit": g % layout.units,
+        "scope": (tags[e_idx] >> 1).astype(np.int64),
+        "depth": np.maximum(level[e_idx] - 1, 0),
+        "start": b_row + e_d.astype(np.float64) * r_row,
+        "end": b_row + x_d.astype(np.float64) * r_row,
+        "cycles": x_d - e_d,
+    }, unmatched
+
+
 def _segment_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Per segment (rows ``starts[i]``.. of ``counts[i]`` rows, in order) sums; 0 where empty."""
     out = np.zeros(len(starts), values.dtype)
@@ -312,46 +351,26 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     else:
         kept = layout.kept(counts)
         words, group, first = _records(buf, layout, rows_at, counts, kept)
-    rec = words.view("<u4")
-    tags, clo = rec[0::2], rec[1::2]
     if native_decode.module() is not None:  # the same pairs from one pass in C, without the GIL
         e_idx, x_idx, level = native_decode.pair(words, group, n_scopes)
     else:
-        e_idx, x_idx, level = _pair(tags, group, first, n_scopes)
+        e_idx, x_idx, level = _pair(words.view("<u4")[0::2], group, first, n_scopes)
     kept_row = kept.sum(1)
     records = _segment_sums(kept_row, row_start, m_l)
     dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
-    g = group[e_idx]
-    row = g // layout.units
-    unmatched = records - 2 * np.bincount(lrow[row], minlength=n_l)
-
-    # a pair whose times cannot be placed (corrupt anchors) is unmatched, not invented
-    placeable = np.isfinite(base_gt) & np.isfinite(ns_per_cycle)
-    if not placeable.all():
-        ok_t = placeable[row]
-        unmatched += 2 * np.bincount(lrow[row[~ok_t]], minlength=n_l)
-        e_idx, x_idx, g, row = e_idx[ok_t], x_idx[ok_t], g[ok_t], row[ok_t]
-    # Unwrap the 32-bit clocks against the CTA's 64-bit start.  Other warps may record a few
-    # cycles before thread 0 reads the start clock: deltas just below 2^32 are negative.
-    # The deltas are the cycles since the CTA's start, in integers, then scaled (never
-    # absolute values in float).
-    s_lo = start_clk[row] & _MASK32
-
-    def cycles_since_start(idx):
-        d = ((clo[idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
-        d[d >= (1 << 32) - _BEFORE_START] -= 1 << 32
-        return d
-    e_d, x_d = cycles_since_start(e_idx), cycles_since_start(x_idx)
-    b_row, r_row = base_gt[row], ns_per_cycle[row]
-    pairs = {
-        "cta_row": row,
-        "unit": g % layout.units,
-        "scope": (tags[e_idx] >> 1).astype(np.int64),
-        "depth": np.maximum(level[e_idx] - 1, 0),
-        "start": b_row + e_d.astype(np.float64) * r_row,
-        "end": b_row + x_d.astype(np.float64) * r_row,
-        "cycles": x_d - e_d,
-    }
+    if native_decode.module() is not None:  # the pairs' columns in one pass in C, without the GIL
+        pairs, per_row = native_decode.pair_columns(words, group, level, e_idx, x_idx, layout.units, _BEFORE_START,
+                                                    start_clk, base_gt, ns_per_cycle)
+        unmatched = records - 2 * _segment_sums(per_row, row_start, m_l)
+        placeable = np.isfinite(base_gt) & np.isfinite(ns_per_cycle)
+        if not placeable.all():  # a pair whose times cannot be placed (corrupt anchors) is unmatched
+            ok_t = placeable[pairs["row"]]
+            unmatched += 2 * np.bincount(lrow[pairs["row"][~ok_t]], minlength=n_l)
+            pairs = {name: a[ok_t] for name, a in pairs.items()}
+        pairs["cta_row"] = pairs.pop("row")
+    else:
+        pairs, unmatched = _pair_columns(words, group, level, e_idx, x_idx, layout, start_clk, base_gt, ns_per_cycle,
+                                         lrow, records, n_l)
     ctas = {
         "launch": lrow, "cta": cta_ids, "smid": smid, "start": cta_start, "end": cta_end, "start_clock": start_clk,
         "end_clock": end_clk, "cycles_per_ns": 1.0 / ns_per_cycle, "measured": own_rate,

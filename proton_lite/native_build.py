@@ -37,6 +37,10 @@ def zlib_path() -> str:
     return ctypes.util.find_library("z") or "libz.so.1"
 
 
+# no fused multiply-add: the C arithmetic must round as numpy's separate multiply and add do
+_FLAGS = ("-O3", "-ffp-contract=off", "-shared", "-fPIC")
+
+
 def _cache_dir() -> Path:
     return Path(os.environ.get("PROTON_LITE_CACHE_DIR") or Path.home() / ".cache" / "proton_lite") / "native"
 
@@ -52,8 +56,8 @@ def build(source: str, name: str):
     """Compile ``source`` (a C extension defining module ``name``) once and import it."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     include = sysconfig.get_paths()["include"]
-    key = hashlib.sha256("\0".join((source, name, sys.version, sysconfig.get_platform(), suffix,
-                                     include)).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join((source, name, sys.version, sysconfig.get_platform(), suffix, include,
+                                     *_FLAGS)).encode()).hexdigest()[:24]
     folder = _cache_dir() / key
     so = folder / (name + suffix)
     if not so.exists():
@@ -62,8 +66,8 @@ def build(source: str, name: str):
             src = Path(tmp) / f"{name}.c"
             src.write_text(source)
             out = Path(tmp) / so.name
-            r = subprocess.run([_compiler(), "-O3", "-shared", "-fPIC", f"-I{include}", "-o", str(out), str(src),
-                                "-lm", "-ldl"], capture_output=True, text=True)
+            r = subprocess.run([_compiler(), *_FLAGS, f"-I{include}", "-o", str(out), str(src), "-lm", "-ldl"],
+                               capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"building {name} failed: {r.stderr.strip()[-400:]}")
             os.replace(out, so)  # atomic: another process building the same binary is harmless

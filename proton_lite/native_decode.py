@@ -142,7 +142,65 @@ static PyObject *pair(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(found);
 }
 
+/* columns(words, group, level, e_idx, x_idx, units, start_clk, base_gt, ns_per_cycle,
+           row, unit, scope, depth, start, end, cycles, per_row) -> None: the columns of each
+   pair as decode_batch computes them (cycles since the CTA's start from the low 32 bits of
+   the clock, unwrapped, a little before the start allowed; times = base + cycles * rate),
+   and the pairs of each CTA row counted in per_row. */
+static PyObject *columns(PyObject *self, PyObject *args) {
+    PyObject *o[17];
+    long long units, before;
+    if (!PyArg_ParseTuple(args, "OOOOOLLOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &units, &before, &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15])) return NULL;
+    Py_buffer v[16];
+    int got = 0;
+    for (; got < 16; got++)
+        if (PyObject_GetBuffer(o[got], &v[got], got < 8 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    if (got < 16) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    Py_ssize_t n_rec = v[0].len / 8, k = v[3].len / 8, m = v[5].len / 8;
+    int bad = units <= 0 || v[1].len != n_rec * 8 || v[2].len != n_rec * 8 || v[4].len != k * 8 ||
+              v[6].len != m * 8 || v[7].len != m * 8 || v[15].len != m * 8;
+    for (int i = 8; i < 15; i++) bad |= v[i].len != k * 8;
+    if (!bad) {
+        const uint64_t *words = v[0].buf, *start_clk = v[5].buf;
+        const int64_t *group = v[1].buf, *level = v[2].buf, *e_idx = v[3].buf, *x_idx = v[4].buf;
+        const double *base = v[6].buf, *rate = v[7].buf;
+        int64_t *row = v[8].buf, *unit = v[9].buf, *scope = v[10].buf, *depth = v[11].buf, *cycles = v[14].buf;
+        int64_t *per_row = v[15].buf;
+        double *start = v[12].buf, *end = v[13].buf;
+        Py_BEGIN_ALLOW_THREADS
+        memset(per_row, 0, m * 8);
+        for (Py_ssize_t i = 0; i < k; i++) {
+            int64_t e = e_idx[i], x = x_idx[i];
+            if (e < 0 || e >= n_rec || x < 0 || x >= n_rec) { bad = 2; break; }
+            int64_t g = group[e], r = g / units;
+            if (g < 0 || r >= m) { bad = 2; break; }
+            uint64_t s_lo = start_clk[r] & 0xFFFFFFFFull;
+            int64_t ed = (int64_t)(((words[e] >> 32) - s_lo) & 0xFFFFFFFFull);
+            int64_t xd = (int64_t)(((words[x] >> 32) - s_lo) & 0xFFFFFFFFull);
+            if (ed >= (1LL << 32) - before) ed -= 1LL << 32;
+            if (xd >= (1LL << 32) - before) xd -= 1LL << 32;
+            int64_t lv = level[e] - 1;
+            row[i] = r;
+            unit[i] = g % units;
+            scope[i] = (int64_t)((words[e] & 0xFFFFFFFFull) >> 1);
+            depth[i] = lv > 0 ? lv : 0;
+            start[i] = base[r] + (double)ed * rate[r];
+            end[i] = base[r] + (double)xd * rate[r];
+            cycles[i] = xd - ed;
+            per_row[r]++;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i < 16; i++) PyBuffer_Release(&v[i]);
+    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "columns: array lengths differ"); return NULL; }
+    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "columns: a record or CTA row index is out of range"); return NULL; }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"columns", columns, METH_VARARGS, "the columns of each enter/exit pair, without the GIL"},
     {"rows", rows, METH_VARARGS, "a batch's intervals as INTERVAL_DTYPE rows, without the GIL"},
     {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
     {NULL, NULL, 0, NULL}};
@@ -194,3 +252,19 @@ def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
     e_idx, x_idx, level = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     k = _EXTENSION.module().pair(words, group, int(n_scopes), e_idx, x_idx, level)
     return e_idx[:k].copy(), x_idx[:k].copy(), level
+
+
+def pair_columns(words, group, level, e_idx, x_idx, units: int, before: int, start_clk, base_gt, ns_per_cycle):
+    """The pair columns of ``decode_batch._decode_batch`` (``row``, ``unit``, ``scope``, ``depth``,
+    ``start``, ``end``, ``cycles``) and the pairs of each CTA row, from one pass in C
+    (``module()`` must not be None)."""
+    c = np.ascontiguousarray
+    k, m = len(e_idx), len(start_clk)
+    out = {name: np.empty(k, np.float64 if name in ("start", "end") else np.int64)
+           for name in ("row", "unit", "scope", "depth", "start", "end", "cycles")}
+    per_row = np.empty(m, np.int64)
+    _EXTENSION.module().columns(c(words, np.uint64), c(group, np.int64), c(level, np.int64), c(e_idx, np.int64),
+                                c(x_idx, np.int64), int(units), int(before), c(start_clk, np.uint64),
+                                c(base_gt, np.float64), c(ns_per_cycle, np.float64), out["row"], out["unit"],
+                                out["scope"], out["depth"], out["start"], out["end"], out["cycles"], per_row)
+    return out, per_row

@@ -120,3 +120,30 @@ def test_real_captures_decode_the_same_with_and_without_the_c_steps(name):
         out[switch] = r.stdout.split()
     assert out["1"][0] == "True" and out["0"][0] == "False"
     assert out["1"][1] == out["0"][1]
+
+
+def test_pair_columns_are_the_numpy_columns():
+    """Clocks that wrap past 2^32 and clocks a little before the CTA's start included."""
+    from proton_lite.decode_batch import _BEFORE_START, _pair_columns
+    from proton_lite.layout import BufferLayout
+    rng = np.random.default_rng(11)
+    words, group = _records(rng, 300, 6, 0.02)
+    e, x, level = native_decode.pair(words, group, 6)
+    layout = BufferLayout("warp", 4, 16, "global", "clamp")
+    m = int(group.max()) // layout.units + 1
+    start_clk = rng.integers(0, 1 << 40, m).astype(np.uint64)
+    lo = (start_clk[group // layout.units] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    clocks = (lo + rng.integers(-(1 << 20), 1 << 31, len(words))) % (1 << 32)  # some before the start, some wrap
+    words = (words & np.uint64(0xFFFFFFFF)) | (clocks.astype(np.uint64) << np.uint64(32))
+    base, rate = rng.normal(1e6, 1e5, m), rng.uniform(0.4, 0.6, m)
+    lrow = np.zeros(m, np.int64)
+    records = np.array([len(words)])
+    expected, unmatched = _pair_columns(words, group, level, e, x, layout, start_clk, base, rate, lrow, records, 1)
+    got, per_row = native_decode.pair_columns(words, group, level, e, x, layout.units, _BEFORE_START, start_clk, base,
+                                              rate)
+    got["cta_row"] = got.pop("row")
+    assert set(got) == set(expected)
+    for name, a in expected.items():
+        assert got[name].dtype == a.dtype and got[name].tobytes() == a.tobytes(), name
+    assert (got["cycles"] < 0).any() or (expected["start"] < base[got["cta_row"]]).any()
+    assert records[0] - 2 * per_row.sum() == unmatched[0]
