@@ -350,7 +350,10 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         words, group, first, kept, torn = pool_records(buf, layout, pool, n, rows_at, counts)
     else:
         kept = layout.kept(counts)
-        words, group, first = _records(buf, layout, rows_at, counts, kept)
+        if native_decode.module() is not None and layout.capacity > 0:  # one pass in C, without the GIL
+            words, group, first = native_decode.records(buf, layout, rows_at, counts, kept)
+        else:
+            words, group, first = _records(buf, layout, rows_at, counts, kept)
     if native_decode.module() is not None:  # the same pairs from one pass in C, without the GIL
         e_idx, x_idx, level = native_decode.pair(words, group, n_scopes)
     else:

@@ -199,7 +199,59 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* records(buf, rows_at, counts, kept, words_out, group_out, first_out, stride_w, head_w, unit_w,
+           unit_head_w, cap, circular) -> number of non-empty groups: the kept records of every
+   (CTA row, unit) in (CTA, unit, age) order, as decode_batch._records. */
+static PyObject *records(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    long long stride_w, head_w, unit_w, unit_head_w, cap;
+    int circular;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLp", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &stride_w, &head_w,
+                          &unit_w, &unit_head_w, &cap, &circular)) return NULL;
+    Py_buffer v[7];
+    int got = 0;
+    for (; got < 7; got++)
+        if (PyObject_GetBuffer(o[got], &v[got], got < 4 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    if (got < 7) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    Py_ssize_t n_words = v[0].len / 8, m = v[1].len / 8, n_groups = v[2].len / 8;
+    Py_ssize_t units = m ? n_groups / m : 0, total = v[4].len / 8;
+    long long n_first = -1;
+    int bad = v[3].len != v[2].len || (m && n_groups != units * m) || v[5].len != v[4].len || cap <= 0 ||
+              v[6].len < n_groups * 8;
+    if (!bad) {
+        const uint64_t *buf = v[0].buf;
+        const int64_t *rows_at = v[1].buf, *counts = v[2].buf, *kept = v[3].buf;
+        uint64_t *words = v[4].buf;
+        int64_t *group = v[5].buf, *first = v[6].buf;
+        Py_BEGIN_ALLOW_THREADS
+        Py_ssize_t out = 0, ng = 0;
+        for (Py_ssize_t g = 0; g < n_groups && !bad; g++) {
+            int64_t k = kept[g];
+            if (k <= 0) continue;
+            int64_t base = rows_at[g / units] * stride_w + head_w + (g % units) * unit_w + unit_head_w;
+            if (k > cap || base < 0 || base + cap > n_words || out + k > total) { bad = 2; break; }
+            int64_t oldest = 0;
+            if (circular && counts[g] > cap) oldest = counts[g] % cap;
+            first[ng++] = out;
+            for (int64_t j = 0; j < k; j++) {
+                words[out + j] = buf[base + (circular ? (j + oldest) % cap : j)];
+                group[out + j] = g;
+            }
+            out += k;
+        }
+        if (!bad && out != total) bad = 2;
+        n_first = ng;
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i < 7; i++) PyBuffer_Release(&v[i]);
+    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "records: array lengths differ"); return NULL; }
+    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "records: a unit block lies outside the buffer"); return NULL; }
+    return PyLong_FromLongLong(n_first);
+}
+
 static PyMethodDef methods[] = {
+    {"records", records, METH_VARARGS, "the kept records of every (CTA, unit), without the GIL"},
     {"columns", columns, METH_VARARGS, "the columns of each enter/exit pair, without the GIL"},
     {"rows", rows, METH_VARARGS, "a batch's intervals as INTERVAL_DTYPE rows, without the GIL"},
     {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
@@ -268,3 +320,21 @@ def pair_columns(words, group, level, e_idx, x_idx, units: int, before: int, sta
                                 c(base_gt, np.float64), c(ns_per_cycle, np.float64), out["row"], out["unit"],
                                 out["scope"], out["depth"], out["start"], out["end"], out["cycles"], per_row)
     return out, per_row
+
+
+def records(buf, layout, rows_at, counts, kept):
+    """``decode_batch._records`` in C: (records as 8-byte words, (CTA row, unit) group of
+    each, index of the first record of each non-empty group) (``module()`` must not be None)."""
+    from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
+    kept = np.ascontiguousarray(kept, np.int64).ravel()
+    counts = np.ascontiguousarray(counts, np.int64).ravel()
+    total = int(kept.sum())
+    words, group = np.empty(total, np.uint64), np.empty(total, np.int64)
+    first = np.empty(len(kept), np.int64)
+    n_words = len(buf) // RECORD_BYTES
+    data = np.frombuffer(buf, dtype="<u8", count=n_words)
+    ng = _EXTENSION.module().records(data, np.ascontiguousarray(rows_at, np.int64), counts, kept, words, group, first,
+                                     layout.stride // RECORD_BYTES, CTA_HEADER_BYTES // RECORD_BYTES,
+                                     layout.unit_bytes // RECORD_BYTES, UNIT_HEADER_BYTES // RECORD_BYTES,
+                                     layout.capacity, layout.mode == "circular")
+    return words, group, first[:ng].copy()

@@ -147,3 +147,24 @@ def test_pair_columns_are_the_numpy_columns():
         assert got[name].dtype == a.dtype and got[name].tobytes() == a.tobytes(), name
     assert (got["cycles"] < 0).any() or (expected["start"] < base[got["cta_row"]]).any()
     assert records[0] - 2 * per_row.sum() == unmatched[0]
+
+
+@pytest.mark.parametrize("mode", ["clamp", "circular"])
+def test_records_are_the_numpy_records(mode):
+    """Every (CTA row, unit) block's kept records, in age order (a circular block that wrapped
+    starts at its oldest record), gathered from a buffer of random words."""
+    from proton_lite.decode_batch import _records
+    from proton_lite.layout import BufferLayout
+    layout = BufferLayout("warp", 4, 8, "global", mode)
+    rng = np.random.default_rng(3)
+    n_ctas = 30
+    buf = rng.integers(0, 1 << 63, n_ctas * layout.stride // 8, dtype=np.int64).tobytes()
+    rows_at = np.sort(rng.choice(n_ctas, 20, replace=False)).astype(np.int64)  # some CTAs missing
+    counts = rng.integers(0, 3 * layout.capacity, (len(rows_at), layout.units)).astype(np.int64)
+    counts[0] = 0  # a CTA with no records
+    kept = layout.kept(counts)
+    expected = _records(buf, layout, rows_at, counts, kept)
+    got = native_decode.records(buf, layout, rows_at, counts, kept)
+    for e, g in zip(expected, got):
+        assert g.tobytes() == np.asarray(e, g.dtype).tobytes()
+    assert (counts > layout.capacity).any() and len(got[0]) == int(kept.sum())
