@@ -56,3 +56,36 @@ def test_c_encoder_refuses_events_of_no_interval():
     with pytest.raises(ValueError, match="different lengths"):
         native_events.encode(3, np.array([0]), np.zeros(1, np.uint8), np.zeros(1, np.int64), z, z[:2], z, z,
                              np.zeros(3, np.uint8), z, True, 1 << 20)
+
+
+def test_piece_keys_and_their_numbering_match_numpy():
+    """The C index step: each interval's unit-track and (kernel, scope) keys, numbered by a
+    presence table, as ``unit_tracks_of`` and ``np.unique`` number them."""
+    from proton_lite.profile_data import INTERVAL_DTYPE
+    from proton_lite.trace.rows import unit_tracks_of
+    if native_events.module() is None:
+        pytest.skip(f"C extension not built here: {native_events.error()}")
+    rng = np.random.default_rng(5)
+    n, n_cta, n_rows, units, lanes, n_scopes = 3000, 40, 12, 8, 2, 5
+    iv = np.zeros(n, INTERVAL_DTYPE)
+    iv["unit"], iv["lane"] = rng.integers(0, units, n), rng.integers(0, lanes, n)
+    iv["scope"] = rng.integers(0, n_scopes, n)
+    iv_cta = rng.integers(0, n_cta, n)
+    row_of_cta, cta_lr = rng.integers(0, n_rows, n_cta), rng.integers(0, 3, n_cta)
+    k_of_lr = np.array([0, 2, 1])
+    sel = np.sort(rng.choice(n, 1000, replace=False))
+    tkey, pkey = native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
+    keys, inv = native_events.dense_unique(tkey, n_rows * units * lanes)
+    expected = unit_tracks_of(row_of_cta[iv_cta[sel]], iv["unit"][sel], iv["lane"][sel], units, lanes, n_rows)
+    got = (keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv)
+    assert all(np.array_equal(g, e) for g, e in zip(got, expected))
+    pairs, pair_inv = native_events.dense_unique(pkey, 3 * n_scopes)
+    e_pairs, e_inv = np.unique(k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel], return_inverse=True)
+    assert np.array_equal(pairs, e_pairs) and np.array_equal(pair_inv, e_inv.reshape(-1))
+    with pytest.raises(IndexError):  # a scope outside the table is an error, not a wrong key
+        native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, iv, units, lanes, 2)
+    with pytest.raises(IndexError):
+        native_events.dense_unique(np.array([3, 9]), 5)
+    assert native_events.dense_unique(tkey, native_events.DENSE_MAX + 1) is None
+    other = np.zeros(n, [("unit", "<u8"), ("lane", "<u2"), ("scope", "<u4")])  # not the rows the C code reads
+    assert native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, other, units, lanes, n_scopes) is None

@@ -196,6 +196,95 @@ done:
     return result;
 }
 
+/* keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, ivbuf, itemsize, off_unit, off_lane, off_scope, units,
+        lanes, n_scopes, track_key, pair_key) -> None: each selected interval's unit-track key
+   ((row * units + unit) * lanes + lane) and (kernel, scope) key (kernel * n_scopes + scope);
+   unit u4, lane u2, scope u4 read from the interval rows at their offsets */
+static PyObject *keys(PyObject *self, PyObject *args) {
+    PyObject *o[8];
+    long long itemsize, off_unit, off_lane, off_scope, units, lanes, n_scopes;
+    if (!PyArg_ParseTuple(args, "OOOOOOLLLLLLLOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &itemsize, &off_unit,
+                          &off_lane, &off_scope, &units, &lanes, &n_scopes, &o[6], &o[7])) return NULL;
+    Py_buffer v[8];
+    int got = 0;
+    for (; got < 8; got++)
+        if (PyObject_GetBuffer(o[got], &v[got], got < 6 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    if (got < 8) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    Py_ssize_t n = v[0].len / 8, n_iv = v[1].len / 8, n_cta = v[2].len / 8, n_lr = v[4].len / 8;
+    int bad = v[3].len != v[2].len || v[6].len != n * 8 || v[7].len != n * 8 || itemsize <= 0 ||
+              v[5].len < n_iv * itemsize || off_unit + 4 > itemsize || off_lane + 2 > itemsize ||
+              off_scope + 4 > itemsize || units <= 0 || lanes <= 0 || n_scopes <= 0;
+    if (!bad) {
+        const int64_t *sel = v[0].buf, *iv_cta = v[1].buf, *row_of = v[2].buf, *lr_of = v[3].buf, *k_of = v[4].buf;
+        const unsigned char *iv = v[5].buf;
+        int64_t *tkey = v[6].buf, *pkey = v[7].buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t i = sel[j];
+            if (i < 0 || i >= n_iv) { bad = 2; break; }
+            int64_t c = iv_cta[i];
+            if (c < 0 || c >= n_cta || lr_of[c] < 0 || lr_of[c] >= n_lr) { bad = 2; break; }
+            uint32_t unit, scope;
+            uint16_t lane;
+            memcpy(&unit, iv + i * itemsize + off_unit, 4);
+            memcpy(&lane, iv + i * itemsize + off_lane, 2);
+            memcpy(&scope, iv + i * itemsize + off_scope, 4);
+            if (unit >= units || lane >= lanes || scope >= n_scopes) { bad = 2; break; }
+            tkey[j] = (row_of[c] * units + unit) * lanes + lane;
+            pkey[j] = k_of[lr_of[c]] * n_scopes + scope;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i < 8; i++) PyBuffer_Release(&v[i]);
+    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "keys: array lengths or offsets do not fit"); return NULL; }
+    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "keys: an index or field lies outside its table"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* dense_unique(keys, bound, uniq_out, inv_out) -> number of distinct keys: np.unique(keys,
+   return_inverse=True) for keys in [0, bound), by a presence table instead of a sort */
+static PyObject *dense_unique(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    long long bound;
+    if (!PyArg_ParseTuple(args, "OLOO", &o[0], &bound, &o[1], &o[2])) return NULL;
+    Py_buffer v[3];
+    int got = 0;
+    for (; got < 3; got++)
+        if (PyObject_GetBuffer(o[got], &v[got], got < 1 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    if (got < 3) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    Py_ssize_t n = v[0].len / 8;
+    long long found = -1;
+    int bad = bound < 0 || v[2].len != n * 8 || v[1].len < n * 8;
+    if (!bad) {
+        const int64_t *key = v[0].buf;
+        int64_t *uniq = v[1].buf, *inv = v[2].buf;
+        Py_BEGIN_ALLOW_THREADS
+        int64_t *table = calloc((size_t)bound + 1, sizeof(int64_t));
+        if (table) {
+            for (Py_ssize_t j = 0; j < n; j++) {
+                if (key[j] < 0 || key[j] >= bound) { bad = 2; break; }
+                table[key[j]] = 1;
+            }
+            if (!bad) {
+                int64_t rank = 0;
+                for (int64_t k = 0; k < bound; k++)
+                    if (table[k]) { uniq[rank] = k; table[k] = rank++; }
+                for (Py_ssize_t j = 0; j < n; j++) inv[j] = table[key[j]];
+                found = rank;
+            }
+            free(table);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "dense_unique: array lengths differ"); return NULL; }
+    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "dense_unique: a key outside [0, bound)"); return NULL; }
+    if (found < 0) return PyErr_NoMemory();
+    return PyLong_FromLongLong(found);
+}
+
 static PyObject *init_zlib(PyObject *self, PyObject *arg) {
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) return NULL;
@@ -210,6 +299,8 @@ static PyObject *init_zlib(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"init_zlib", init_zlib, METH_O, "load compress2 and compressBound from this zlib"},
     {"encode", encode, METH_VARARGS, "interval events as (deflated) TracePackets, without the GIL"},
+    {"keys", keys, METH_VARARGS, "unit-track and (kernel, scope) keys of a piece's intervals, without the GIL"},
+    {"dense_unique", dense_unique, METH_VARARGS, "np.unique with inverse by a presence table, without the GIL"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_events", NULL, -1, methods};
@@ -236,3 +327,35 @@ def encode(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth,
     return _EXTENSION.module().encode(int(seq_id), c(ev_i, np.int64), c(ev_end, np.uint8), c(dts, np.int64), c(track, np.int64),
                           c(iid, np.int64), c(cycles, np.int64), c(depth, np.int64), c(fix_depth, np.uint8),
                           c(note, np.int64), int(bool(compress)), int(max_batch))
+
+
+DENSE_MAX = 1 << 26  # the largest key space a presence table is used for (8 bytes a key)
+
+
+def index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, intervals, units: int, lanes: int, n_scopes: int):
+    """(unit-track key, (kernel, scope) key) of the intervals ``sel``, or None where the rows
+    are not laid out as ``INTERVAL_DTYPE`` (``module()`` must not be None)."""
+    fields = intervals.dtype.fields or {}
+    if not intervals.flags.c_contiguous or any(name not in fields for name in ("unit", "lane", "scope")) or \
+            (fields["unit"][0], fields["lane"][0], fields["scope"][0]) != (np.dtype("<u4"), np.dtype("<u2"),
+                                                                            np.dtype("<u4")):
+        return None
+    c = np.ascontiguousarray
+    n = len(sel)
+    tkey, pkey = np.empty(n, np.int64), np.empty(n, np.int64)
+    _EXTENSION.module().keys(c(sel, np.int64), c(iv_cta, np.int64), c(row_of_cta, np.int64), c(cta_lr, np.int64),
+                             c(k_of_lr, np.int64), intervals.view(np.uint8).reshape(-1) if len(intervals) else
+                             np.zeros(0, np.uint8), intervals.dtype.itemsize, fields["unit"][1], fields["lane"][1],
+                             fields["scope"][1], int(units), int(lanes), int(n_scopes), tkey, pkey)
+    return tkey, pkey
+
+
+def dense_unique(keys: np.ndarray, bound: int):
+    """``np.unique(keys, return_inverse=True)`` for keys in [0, ``bound``), or None where
+    ``bound`` is too large for a table."""
+    if bound > DENSE_MAX:
+        return None
+    keys = np.ascontiguousarray(keys, np.int64)
+    uniq, inv = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
+    k = _EXTENSION.module().dense_unique(keys, int(bound), uniq, inv)
+    return uniq[:k].copy(), inv

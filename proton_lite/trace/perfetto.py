@@ -32,6 +32,7 @@ from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
 from proton_lite.trace.tree import _cta_layout, _scope_names, _scope_note, _sorted_launches, _time_shift
 from proton_lite.trace.workers import _ordered, _workers
+from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
 from proton_lite.trace.perfetto_pieces import (CHUNK, IntervalColumns, Pieces, encode_piece, finish, index_piece,
@@ -72,12 +73,17 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         lanes = int(iv["lane"].max()) + 1 if n_iv else 1
         k_of_lr = launches["kernel"].astype(np.int64)
 
+        def native_keys(sel):  # both keys of a piece in one pass in C, where the extension is built
+            if native_events.module() is None:
+                return None
+            return native_events.index_keys(sel, iv_cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
+
         def pair_key(sel):
             return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
         def index_task(k: int):  # the piece's intervals are listed on the worker too, and kept
             sel = cut.sel(k)
             return (sel,) + index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
-                                        pair_key, n_pairs=len(profile.kernels) * n_scopes)
+                                        pair_key, n_pairs=len(profile.kernels) * n_scopes, native_keys=native_keys)
         index = [run(lambda k=k: index_task(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
         clock.mark("index")

@@ -101,11 +101,19 @@ class Pieces:
 
 
 def index_piece(sel: np.ndarray, row_of_cta, iv_cta, unit, lane, units: int, lanes: int, n_rows: int, pair_key,
-                n_pairs: int | None = None):
+                n_pairs: int | None = None, native_keys=None):
     """Phase one of a piece (its intervals ``sel``), on a worker: its unit tracks (sorted
     (row, unit, lane), each interval's index among them) and its (kernel, scope) pairs
     (sorted, each interval's index); the writer numbers both trace-wide from all pieces'
-    results.  ``n_pairs``: a bound on the pair keys (a table instead of a sort)."""
+    results.  ``n_pairs``: a bound on the pair keys (a table instead of a sort);
+    ``native_keys(sel)``: both keys from the C extension (or None), then numbered in C too."""
+    got = native_keys(sel) if native_keys is not None and n_pairs is not None else None
+    if got is not None:
+        tracks = native_events.dense_unique(got[0], n_rows * units * lanes)
+        pairs = native_events.dense_unique(got[1], n_pairs)
+        if tracks is not None and pairs is not None:
+            keys, inv = tracks
+            return (keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv), pairs[0], pairs[1]
     ut = unit_tracks_of(row_of_cta[iv_cta[sel]], unit[sel], lane[sel], units, lanes, n_rows)
     keys = pair_key(sel)
     if n_pairs is not None:

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import proton_lite.decode as decode_mod  # noqa: E402
 import proton_lite.decode_assemble as assemble_mod  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
-from proton_lite.trace import perfetto, rows, tree  # noqa: E402
+from proton_lite.trace import native_events, perfetto, rows, tree  # noqa: E402
 from proton_lite.trace.perfetto_pieces import Pieces, index_piece  # noqa: E402
 
 T = time.perf_counter
@@ -73,7 +73,8 @@ def probe_index(prof, workers: int) -> None:
     def task(k):
         w, c = T(), time.thread_time()
         index_piece(cut.sel(k), lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows, pair_key,
-                    n_pairs=len(prof.kernels) * n_scopes)
+                    n_pairs=len(prof.kernels) * n_scopes, native_keys=lambda sel: native_events.index_keys(
+                        sel, iv_cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes))
         return T() - w, time.thread_time() - c
     t3 = T()
     res = list(pmap(task, range(len(cut))))
