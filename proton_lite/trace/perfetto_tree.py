@@ -14,6 +14,8 @@ sequence 1 (millions) keep their short fixed one; the counters ride on the CTA s
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from proton_lite.profile_data import Profile
@@ -80,6 +82,14 @@ def _descriptor_rows(uuid, parent, rank, name_fill, has_children: bool, extra_fi
     return r
 
 
+def layout_uuids(n_units: int, lay: SlotLayout, n_launches: int):
+    """The uuids of the slot, SM and launch tracks after ``n_units`` unit tracks: each is
+    ``n_units`` plus a number that does not depend on it (``CtaEvents.after_units``)."""
+    n_rows, n_sms = lay.n_rows, lay.n_groups
+    return (n_units + 1 + np.arange(n_rows), n_units + n_rows + 1 + np.arange(n_sms),
+            n_units + n_rows + n_sms + 1 + np.arange(n_launches))
+
+
 class Tracks:
     """Track uuids: unit/lane tracks first (1..U, the smallest varints: most events refer to
     them), then slots, SMs, launches; and the tasks that encode their descriptors
@@ -91,9 +101,7 @@ class Tracks:
         kernels = profile.kernels
         ut_row, ut_unit, ut_lane = units
         n_units, n_rows, n_sms = len(ut_row), lay.n_rows, lay.n_groups
-        self.row_uuid = n_units + 1 + np.arange(n_rows)
-        self.sm_uuid = n_units + n_rows + 1 + np.arange(n_sms)
-        self.launch_uuid = n_units + n_rows + n_sms + 1 + np.arange(len(launches))
+        self.row_uuid, self.sm_uuid, self.launch_uuid = layout_uuids(n_units, lay, len(launches))
         self.count = n_units + n_rows + n_sms + len(launches)
         sm_lr = cta_lr[lay.group_first]
         sm_id = ctas["smid"][lay.group_first].astype(np.int64)
@@ -153,14 +161,17 @@ class CtaEvents:
     the SMs and launches ride on these events (``extra_counter_values``, ~7 bytes a
     sample where a packet of its own would take ~14)."""
 
-    def __init__(self, launches, ctas, cta_lr, lay: SlotLayout, tracks: Tracks, shift: int):
+    def __init__(self, launches, ctas, cta_lr, lay: SlotLayout, shift: int):
+        """Made before the unit tracks are counted (on a worker, beside the writer's index
+        step): the track uuids are those after 0 unit tracks until ``after_units``."""
         n = len(ctas)
+        row_uuid, sm_uuid, launch_uuid = layout_uuids(0, lay, len(launches))
         start = ctas["start_ns"].astype(np.int64) + shift
         end = ctas["end_ns"].astype(np.int64) + shift
         zero = end <= start
         t = np.r_[start, end]
         phase = np.r_[np.full(n, 1), np.where(zero, 2, 0)]
-        track = np.r_[tracks.row_uuid[lay.row], tracks.row_uuid[lay.row]].astype(np.int64)
+        track = np.r_[row_uuid[lay.row], row_uuid[lay.row]].astype(np.int64)
         order = _argsort_keys([t, phase, track], lambda idx: [])  # ties: in CTA order
         self.begin = order < n
         self.cta_i = order % max(n, 1)
@@ -168,15 +179,18 @@ class CtaEvents:
         cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
         self.value = np.where(self.begin, ctas["cta"].astype(np.int64)[self.cta_i], cycles[self.cta_i])
         delta = np.where(self.begin, 1, -1)
-        samples = []  # (events carrying a sample, counter track uuid of each, value): SMs, launches
-        for key, uuid in ((lay.group, tracks.sm_uuid), (cta_lr, tracks.launch_uuid)):
+        t_ordered = t[order]
+
+        def sample(key, uuid):  # (events carrying a sample, counter track uuid of each, value)
             k = key[self.cta_i]
-            ev, value = resident_changes(k, t[order], delta)
+            ev, value = resident_changes(k, t_ordered, delta)
             has = np.zeros(2 * n, bool)
             has[ev] = True
             v = np.zeros(2 * n, np.int64)
             v[ev] = value
-            samples.append((has, uuid[k] if n else k, v))
+            return has, uuid[k] if n else k, v
+        with ThreadPoolExecutor(2) as pool:  # the SMs' and the launches' counters: two sorts at once
+            samples = list(pool.map(sample, (lay.group, cta_lr), (sm_uuid, launch_uuid)))
         # Perfetto's importer (v52) reads the value after a leading 0 in extra_counter_values
         # as 0 too: an event with two samples puts a 0 last
         (sm_has, sm_uuid, sm_v), (la_has, la_uuid, la_v) = samples
@@ -186,6 +200,12 @@ class CtaEvents:
         self.cid = ctas["cta"].astype(np.int64)
         self.gx, self.gy, self.multi = grid_of_ctas(launches, cta_lr)
         self.n_samples = sum(int(c[0].sum()) for c in self.counters)
+
+    def after_units(self, n_units: int) -> "CtaEvents":
+        """The uuids once ``n_units`` unit tracks come first (``layout_uuids``); call once."""
+        self.track = self.track + n_units
+        self.counters = [(has, uuid + n_units, value) for has, uuid, value in self.counters]
+        return self
 
     def rows(self, sel: slice) -> Rows:
         begin, c = self.begin[sel], self.cta_i[sel]
