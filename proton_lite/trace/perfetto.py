@@ -66,7 +66,6 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         clock.mark("slots")
         cut = Pieces(lay.group, iv_cta, runs)
         extras = run(lambda: _cta_extras(ctas, lay.extent_lo))  # packed and deflated while the pieces are indexed
-        cta_events_0 = run(lambda: CtaEvents(launches, ctas, cta_lr, lay, shift))  # likewise (one sort of 2 per CTA)
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
@@ -97,7 +96,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
         tracks = Tracks(profile, launches, ctas, cta_lr, lay, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
-        cta_events = run(lambda: cta_events_0.result().after_units(len(unit_list[0])))
+        # after the index step: made beside it, its numpy calls held the GIL the index step's threads wait for
+        cta_events = run(lambda: CtaEvents(launches, ctas, cta_lr, lay, shift).after_units(len(unit_list[0])))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
