@@ -37,6 +37,25 @@ def zlib_path() -> str:
     return ctypes.util.find_library("z") or "libz.so.1"
 
 
+# Shared by the extensions' C sources (prepended): their arrays as buffers, taken and given back.
+BUFFERS_C = r"""
+/* the buffers of n objects, C-contiguous, those in [w0, w1) writable; on failure none is
+   held (the error is set) and -1 returned */
+static int take_buffers(PyObject **o, Py_buffer *v, int n, int w0, int w1) {
+    for (int i = 0; i < n; i++)
+        if (PyObject_GetBuffer(o[i], &v[i], i >= w0 && i < w1 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                                              : PyBUF_C_CONTIGUOUS) < 0) {
+            for (int j = 0; j < i; j++) PyBuffer_Release(&v[j]);
+            return -1;
+        }
+    return 0;
+}
+
+static void give_buffers(Py_buffer *v, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&v[i]);
+}
+"""
+
 # no fused multiply-add: the C arithmetic must round as numpy's separate multiply and add do
 _FLAGS = ("-O3", "-ffp-contract=off", "-shared", "-fPIC")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proton_lite.native_build import CExtension
+from proton_lite.native_build import BUFFERS_C, CExtension
 from proton_lite.profile_data import INTERVAL_DTYPE
 
 _SOURCE = r"""
@@ -26,7 +26,7 @@ _SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
+""" + BUFFERS_C + r"""
 #define N_IN 11
 
 /* rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles):
@@ -37,11 +37,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
                           &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11])) return NULL;
     Py_buffer v[N_IN + 1];
-    int got = 0;
-    for (; got <= N_IN; got++)
-        if (PyObject_GetBuffer(objs[got], &v[got], got == 0 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
-            break;
-    if (got <= N_IN) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    if (take_buffers(objs, v, N_IN + 1, 0, 1) < 0) return NULL;
     Py_ssize_t n = v[1].len / 8;
     int bad = v[0].len != n * 44 || v[2].len != n * 8 || v[6].len != n * 8 || v[7].len != n * 8 ||
               v[8].len != n * 8 || v[9].len != n * 8 || v[10].len != n * 8 || v[11].len != n * 8;
@@ -68,7 +64,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i <= N_IN; i++) PyBuffer_Release(&v[i]);
+    give_buffers(v, N_IN + 1);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "rows: column lengths differ"); return NULL; }
     if (bad == 2) { PyErr_SetString(PyExc_IndexError, "rows: a launch or CTA row index is out of range"); return NULL; }
     Py_RETURN_NONE;
@@ -84,11 +80,7 @@ static PyObject *pair(PyObject *self, PyObject *args) {
     long long n_scopes;
     if (!PyArg_ParseTuple(args, "OOLOOO", &objs[0], &objs[1], &n_scopes, &objs[2], &objs[3], &objs[4])) return NULL;
     Py_buffer v[5];
-    int got = 0;
-    for (; got < 5; got++)
-        if (PyObject_GetBuffer(objs[got], &v[got], got < 2 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            break;
-    if (got < 5) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    if (take_buffers(objs, v, 5, 2, 5) < 0) return NULL;
     Py_ssize_t n = v[0].len / 8;
     long long found = -1;
     if (v[1].len == n * 8 && v[2].len >= n * 8 && v[3].len >= n * 8 && v[4].len == n * 8) {
@@ -137,7 +129,7 @@ static PyObject *pair(PyObject *self, PyObject *args) {
     } else {
         PyErr_SetString(PyExc_ValueError, "pair: array lengths differ");
     }
-    for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
+    give_buffers(v, 5);
     if (found < 0) return NULL;
     return PyLong_FromLongLong(found);
 }
@@ -153,11 +145,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOLLOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &units, &before, &o[5],
                           &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15])) return NULL;
     Py_buffer v[16];
-    int got = 0;
-    for (; got < 16; got++)
-        if (PyObject_GetBuffer(o[got], &v[got], got < 8 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            break;
-    if (got < 16) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    if (take_buffers(o, v, 16, 8, 16) < 0) return NULL;
     Py_ssize_t n_rec = v[0].len / 8, k = v[3].len / 8, m = v[5].len / 8;
     int bad = units <= 0 || v[1].len != n_rec * 8 || v[2].len != n_rec * 8 || v[4].len != k * 8 ||
               v[6].len != m * 8 || v[7].len != m * 8 || v[15].len != m * 8;
@@ -193,7 +181,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i < 16; i++) PyBuffer_Release(&v[i]);
+    give_buffers(v, 16);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "columns: array lengths differ"); return NULL; }
     if (bad == 2) { PyErr_SetString(PyExc_IndexError, "columns: a record or CTA row index is out of range"); return NULL; }
     Py_RETURN_NONE;
@@ -209,11 +197,7 @@ static PyObject *records(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOLLLLLp", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &stride_w, &head_w,
                           &unit_w, &unit_head_w, &cap, &circular)) return NULL;
     Py_buffer v[7];
-    int got = 0;
-    for (; got < 7; got++)
-        if (PyObject_GetBuffer(o[got], &v[got], got < 4 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            break;
-    if (got < 7) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    if (take_buffers(o, v, 7, 4, 7) < 0) return NULL;
     Py_ssize_t n_words = v[0].len / 8, m = v[1].len / 8, n_groups = v[2].len / 8;
     Py_ssize_t units = m ? n_groups / m : 0, total = v[4].len / 8;
     long long n_first = -1;
@@ -244,7 +228,7 @@ static PyObject *records(PyObject *self, PyObject *args) {
         n_first = ng;
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i < 7; i++) PyBuffer_Release(&v[i]);
+    give_buffers(v, 7);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "records: array lengths differ"); return NULL; }
     if (bad == 2) { PyErr_SetString(PyExc_IndexError, "records: a unit block lies outside the buffer"); return NULL; }
     return PyLong_FromLongLong(n_first);

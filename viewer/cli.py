@@ -62,24 +62,22 @@ def _port(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _finite_float(text: str, zero_ok: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    if not (value >= 0 if zero_ok else value > 0) or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a number {'>=' if zero_ok else '>'} 0, got {text}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    return _finite_float(text, zero_ok=False)
 
 
 def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
+    return _finite_float(text, zero_ok=True)
 
 
 def _tables(text: str) -> tuple[str, ...]:

@@ -85,17 +85,24 @@ def _check_not_empty(path: str, profile) -> None:
                        "nothing to show; capture again and let proton_lite.stop() run")
 
 
+def missing_module(e: ImportError, ours: str, theirs: str) -> CliError:
+    """The error for a failed import: ``ours`` where a proton_lite module is missing (a broken
+    install), else ``theirs`` with ``{name}`` and ``{pip}`` (the package to install) filled in."""
+    name = getattr(e, "name", None) or ""
+    if not name or name.startswith("proton_lite"):
+        return CliError(ours)
+    return CliError(theirs.format(name=repr(name), pip=name.split(".")[0]))
+
+
 def load_trace_file(path: str):
     try:
         from proton_lite.trace import load_trace
         importlib.import_module("proton_lite.trace.readback")
     except ImportError as e:
-        name = getattr(e, "name", None) or ""
-        if not name or name.startswith("proton_lite"):
-            raise CliError(f"{path}: reading trace files needs proton_lite.trace (its reader is missing from "
-                           "this install); summarize the .plraw capture instead") from e
-        raise CliError(f"{path}: reading trace files needs the Python module {name!r}, which is not installed; "
-                       f"install it (pip install {name.split('.')[0]}) or use the .plraw capture") from e
+        raise missing_module(e, f"{path}: reading trace files needs proton_lite.trace (its reader is missing from "
+                             "this install); summarize the .plraw capture instead",
+                             f"{path}: reading trace files needs the Python module {{name}}, which is not installed; "
+                             "install it (pip install {pip}) or use the .plraw capture") from e
     try:
         return load_trace(path)
     except OSError as e:

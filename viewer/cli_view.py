@@ -9,7 +9,7 @@ from pathlib import Path
 
 from proton_lite.viewer.cli_io import (_DECODE_ERRORS, EXIT_NOT_FETCHED, EXIT_OK, PROG, TRACE_FORMATS, CliError,
                                        _check_file, _check_not_empty, _console, _decode_error, _interactive,
-                                       _print_json, _raw_error, _warn, input_kind, load_input)
+                                       _print_json, _raw_error, _warn, input_kind, load_input, missing_module)
 
 TOO_LARGE_FOR_THE_UI = 1 << 30  # bytes of trace above which `trace` suggests a cut
 
@@ -23,12 +23,10 @@ def _check_writers(formats: list[str]) -> None:
         try:
             importlib.import_module(f"proton_lite.trace.{fmt}")
         except ImportError as e:
-            name = getattr(e, "name", None) or ""
-            if not name or name.startswith("proton_lite"):
-                raise CliError(f"writing {fmt} traces needs proton_lite.trace.{fmt}, which is missing from this "
-                               "install; reinstall proton-lite") from e
-            raise CliError(f"writing {fmt} traces needs the Python module {name!r}, which is not installed; "
-                           f"pip install {name.split('.')[0]}") from e
+            raise missing_module(e, f"writing {fmt} traces needs proton_lite.trace.{fmt}, which is missing from this "
+                                 "install; reinstall proton-lite",
+                                 f"writing {fmt} traces needs the Python module {{name}}, which is not installed; "
+                                 "pip install {pip}") from e
 
 
 def _output_base(src: str, out: str | None) -> str:

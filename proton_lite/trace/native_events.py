@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proton_lite.native_build import ZlibExtension
+from proton_lite.native_build import BUFFERS_C, ZlibExtension
 
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -25,6 +25,7 @@ _SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+""" + BUFFERS_C + r"""
 
 typedef int (*compress2_fn)(unsigned char *, unsigned long *, const unsigned char *, unsigned long, int);
 typedef unsigned long (*bound_fn)(unsigned long);
@@ -206,11 +207,7 @@ static PyObject *keys(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOLLLLLLLOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &itemsize, &off_unit,
                           &off_lane, &off_scope, &units, &lanes, &n_scopes, &o[6], &o[7])) return NULL;
     Py_buffer v[8];
-    int got = 0;
-    for (; got < 8; got++)
-        if (PyObject_GetBuffer(o[got], &v[got], got < 6 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            break;
-    if (got < 8) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    if (take_buffers(o, v, 8, 6, 8) < 0) return NULL;
     Py_ssize_t n = v[0].len / 8, n_iv = v[1].len / 8, n_cta = v[2].len / 8, n_lr = v[4].len / 8;
     int bad = v[3].len != v[2].len || v[6].len != n * 8 || v[7].len != n * 8 || itemsize <= 0 ||
               v[5].len < n_iv * itemsize || off_unit + 4 > itemsize || off_lane + 2 > itemsize ||
@@ -236,7 +233,7 @@ static PyObject *keys(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i < 8; i++) PyBuffer_Release(&v[i]);
+    give_buffers(v, 8);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "keys: array lengths or offsets do not fit"); return NULL; }
     if (bad == 2) { PyErr_SetString(PyExc_IndexError, "keys: an index or field lies outside its table"); return NULL; }
     Py_RETURN_NONE;
@@ -249,11 +246,7 @@ static PyObject *dense_unique(PyObject *self, PyObject *args) {
     long long bound;
     if (!PyArg_ParseTuple(args, "OLOO", &o[0], &bound, &o[1], &o[2])) return NULL;
     Py_buffer v[3];
-    int got = 0;
-    for (; got < 3; got++)
-        if (PyObject_GetBuffer(o[got], &v[got], got < 1 ? PyBUF_C_CONTIGUOUS : PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            break;
-    if (got < 3) { for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]); return NULL; }
+    if (take_buffers(o, v, 3, 1, 3) < 0) return NULL;
     Py_ssize_t n = v[0].len / 8;
     long long found = -1;
     int bad = bound < 0 || v[2].len != n * 8 || v[1].len < n * 8;
@@ -278,7 +271,7 @@ static PyObject *dense_unique(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    give_buffers(v, 3);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "dense_unique: array lengths differ"); return NULL; }
     if (bad == 2) { PyErr_SetString(PyExc_IndexError, "dense_unique: a key outside [0, bound)"); return NULL; }
     if (found < 0) return PyErr_NoMemory();

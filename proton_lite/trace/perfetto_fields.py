@@ -6,7 +6,9 @@ the descriptors in the ``perfetto`` package.
 """
 from __future__ import annotations
 
-from proton_lite.trace._proto import field_bytes
+import numpy as np
+
+from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 
 META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
 SEQ_CTAS = 2  # the CTA slices and the resident-CTA counters
@@ -36,3 +38,23 @@ CHILD_ORDERING_EXPLICIT, SIBLING_MERGE_NONE = 3, 2
 def packet(*parts: bytes) -> bytes:
     """One ``Trace.packet`` holding ``parts`` (encoded TracePacket fields)."""
     return field_bytes(1, b"".join(parts))
+
+
+def slice_event_start(r: Rows, seq_id: int, dts, is_end, track) -> tuple[int, int, int, int]:
+    """The head every slice event shares: ``TracePacket { timestamp = dts; sequence id;
+    track_event = TrackEvent { type = BEGIN/END; track_uuid ... } }`` up to the track uuid,
+    the rest of the event to follow.  Returns the (packet, track event) length placeholders
+    and their marks, for ``r.set_length`` once the event is complete."""
+    r.const(b"\x0a")
+    plen = r.placeholder()
+    p0 = r.mark()
+    r.const(tag(P_TIMESTAMP, 0))
+    r.varint(dts)
+    r.const(field_varint(P_SEQ_ID, seq_id) + tag(P_TRACK_EVENT, 2))
+    tlen = r.placeholder()
+    t0 = r.mark()
+    r.const(tag(TE_TYPE, 0))
+    r.column(np.where(is_end, TYPE_SLICE_END, TYPE_SLICE_BEGIN).astype(np.uint8))
+    r.const(tag(TE_TRACK_UUID, 0))
+    r.varint(track)
+    return plen, p0, tlen, t0

@@ -25,14 +25,12 @@ from proton_lite.trace import native_events
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.nesting import _nesting, _unique
 from proton_lite.trace.rows import unit_tracks_of
-from proton_lite.trace.perfetto_fields import (ANN_CYCLES, ANN_DEPTH, ANN_NOTE, ANNOTATION_NAMES, BOOTTIME, CLK_ID,
+from proton_lite.trace.perfetto_fields import (ANNOTATION_NAMES, ANN_CYCLES, ANN_DEPTH, ANN_NOTE, BOOTTIME, CLK_ID,
                                                CLK_INCREMENTAL, CLK_TS, CLOCK_ID, CS_CLOCKS, DA_INT, DA_NAME_IID,
                                                DA_STRING_IID, ID_ANNOTATION_NAMES, ID_ANNOTATION_STRINGS,
-                                               ID_EVENT_NAMES, P_CLOCK_SNAPSHOT, P_COMPRESSED,
-                                               P_DEFAULTS, P_FLAGS, P_INTERNED, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT,
-                                               SEQ_INCREMENTAL_STATE_CLEARED, TE_ANNOTATIONS, TE_NAME_IID,
-                                               TE_TRACK_UUID, TE_TYPE, TPD_CLOCK_ID, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
-                                               packet)
+                                               ID_EVENT_NAMES, P_CLOCK_SNAPSHOT, P_COMPRESSED, P_DEFAULTS, P_FLAGS,
+                                               P_INTERNED, P_SEQ_ID, SEQ_INCREMENTAL_STATE_CLEARED, TE_ANNOTATIONS,
+                                               TE_NAME_IID, TPD_CLOCK_ID, packet, slice_event_start)
 
 PIECE = 1 << 17  # intervals per piece, about (whole (launch, SM) groups)
 CHUNK = 1 << 18  # events encoded at once (bounds the temporary byte matrices)
@@ -219,18 +217,7 @@ def event_rows(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_de
     ann = ev_end | (begin & fix_depth[ev_i])
     noted = begin & ((note[ev_i] > 0) if note is not None else np.zeros(len(ev_i), bool))
     r = Rows(len(ev_i))
-    r.const(b"\x0a")
-    plen = r.placeholder()
-    p0 = r.mark()
-    r.const(tag(P_TIMESTAMP, 0))
-    r.varint(dts)
-    r.const(field_varint(P_SEQ_ID, seq_id) + tag(P_TRACK_EVENT, 2))
-    tlen = r.placeholder()
-    t0 = r.mark()
-    r.const(tag(TE_TYPE, 0))
-    r.column(np.where(ev_end, TYPE_SLICE_END, TYPE_SLICE_BEGIN).astype(np.uint8))
-    r.const(tag(TE_TRACK_UUID, 0))
-    r.varint(track[ev_i])
+    plen, p0, tlen, t0 = slice_event_start(r, seq_id, dts, ev_end, track[ev_i])
     r.const(tag(TE_NAME_IID, 0), begin)
     r.varint(iid[ev_i], begin)
     a_start = r.mark()

@@ -23,12 +23,11 @@ from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.tree import _launch_title, _several_devices
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY,
-                                               CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_SEQ_ID, P_TIMESTAMP,
-                                               P_TRACK_DESCRIPTOR, P_TRACK_EVENT, SEQ_CTAS, SIBLING_MERGE_NONE,
-                                               TD_CHILD_ORDERING, TD_COUNTER, TD_DESCRIPTION, TD_MERGE, TD_NAME,
-                                               TD_PARENT, TD_RANK, TD_UUID, TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS,
-                                               TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_TRACK_UUID, TE_TYPE,
-                                               TYPE_SLICE_BEGIN, TYPE_SLICE_END, packet)
+                                               CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_TRACK_DESCRIPTOR,
+                                               SEQ_CTAS, SIBLING_MERGE_NONE, TD_CHILD_ORDERING, TD_COUNTER,
+                                               TD_DESCRIPTION, TD_MERGE, TD_NAME, TD_PARENT, TD_RANK, TD_UUID,
+                                               TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS, TE_EXTRA_COUNTER_VALUES,
+                                               TE_NAME, packet, slice_event_start)
 from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
@@ -210,18 +209,7 @@ class CtaEvents:
     def rows(self, sel: slice) -> Rows:
         begin, c = self.begin[sel], self.cta_i[sel]
         r = Rows(len(begin))
-        r.const(b"\x0a")
-        plen = r.placeholder()
-        p0 = r.mark()
-        r.const(tag(P_TIMESTAMP, 0))
-        r.varint(self.dts[sel])
-        r.const(field_varint(P_SEQ_ID, SEQ_CTAS) + tag(P_TRACK_EVENT, 2))
-        tlen = r.placeholder()
-        t0 = r.mark()
-        r.const(tag(TE_TYPE, 0))
-        r.column(np.where(begin, TYPE_SLICE_BEGIN, TYPE_SLICE_END).astype(np.uint8))
-        r.const(tag(TE_TRACK_UUID, 0))
-        r.varint(self.track[sel])
+        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, self.dts[sel], ~begin, self.track[sel])
         r.const(tag(TE_NAME, 2), begin)
         nlen = r.placeholder()
         n0 = r.mark()
