@@ -23,7 +23,8 @@ import os
 import sys
 import textwrap
 
-from proton_lite.viewer.cli_compile import EMIT_KINDS, cmd_compile, parse_value  # noqa: F401 (tests)
+from proton_lite.viewer.cli_compile import EMIT_KINDS, cmd_compile
+from proton_lite.viewer.cli_compile_args import parse_value  # noqa: F401 (tests)
 from proton_lite.viewer.cli_io import (EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, PROG, TRACE_FORMATS,  # noqa: F401
                                        CliError)
 from proton_lite.viewer.cli_view import cmd_diff, cmd_open, cmd_summary, cmd_trace
