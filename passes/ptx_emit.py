@@ -1,32 +1,12 @@
 """The PTX the pass emits (``_Emitter``): prologue, records, epilogue, unit copy-out, the
-launch-prefix reads of kernels sized at launch; and where records are staged in shared memory."""
+launch-prefix reads of kernels sized at launch (where records are staged: ``ptx_staging``)."""
 from __future__ import annotations
 
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,
                                 MAX_LAUNCH_CAPACITY, RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout)
 from proton_lite.passes.pool import PoolCode
-from proton_lite.passes.ptx_scan import STAGING_ALIGN, UNROLLED_COPY, MarkerSite
-
-def staged_slots(layout: BufferLayout) -> int:
-    """Record slots per unit in shared memory: the capacity, then two sink slots (records past
-    the capacity, a tight loop's pair stored at the sink, the keep-alive accumulator), rounded
-    up to keep every unit's slots 16-byte aligned (ptxas merges two adjacent records into one
-    16-byte store)."""
-    return (layout.capacity + 3) & ~1
-
-
-def shared_bytes(layout: BufferLayout) -> int:
-    return layout.units * staged_slots(layout) * RECORD_BYTES
-
-
-def staging_offset(triton_shared: int) -> int:
-    """Where the staging area starts in the dynamic shared memory: after Triton's own bytes.
-
-    Appending to the dynamic region (and raising the kernel's ``shared`` size) leaves every
-    address Triton uses unchanged; a static ``.shared`` array would instead move the dynamic
-    region and break the 1024-byte alignment that swizzled wgmma/TMA tiles rely on.
-    """
-    return -(-max(triton_shared, 0) // STAGING_ALIGN) * STAGING_ALIGN
+from proton_lite.passes.ptx_scan import UNROLLED_COPY, MarkerSite
+from proton_lite.passes.ptx_staging import staged_slots
 
 
 def _opaque_zero(reg: str) -> list[str]:

@@ -40,7 +40,8 @@ from proton_lite.layout import BufferLayout, encode_tag
 from proton_lite.passes.pool import PoolPlan
 # the scan and the emitter live in their own modules; their names are re-exported here, where
 # the rest of the pass and the tests have always found them
-from proton_lite.passes.ptx_emit import _Emitter, _opaque_zero, shared_bytes, staged_slots, staging_offset  # noqa: F401
+from proton_lite.passes.ptx_emit import _Emitter, _opaque_zero  # noqa: F401
+from proton_lite.passes.ptx_staging import shared_bytes, staged_slots, staging_offset  # noqa: F401
 from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABEL_RE, _MARKER_RE,  # noqa: F401
                                          _RET_RE, _UNCOND_BRA_RE, CLOSE_GAP, MIN_CHAIN, RECORD_TAG_RE,
                                          SHARED_TOTAL_LIMIT, STAGING_ALIGN, UNROLLED_COPY, InstrumentationError,
