@@ -136,14 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
              "Summarize a .plraw capture or a .pftrace / .json trace written by proton-lite: launches "
              "(grid, duration, SMs, waves), per-scope time (count, total, share, percentiles in ns and "
              "cycles), per-SM busy time and warnings.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", nargs="+",
+                   help="one capture or trace; several (e.g. one per rank) are compared kernel by kernel")
+    p.add_argument("--each", action="store_true", help="with several files: also every file's own summary")
     p.add_argument("--kernel", help="only kernels whose name contains this text (case-insensitive)")
     p.add_argument("--scope", help="only the scope with exactly this name")
     p.add_argument("--sort", choices=SORT_KEYS, default="total", help="order of the scope rows (default: total)")
     p.add_argument("--top", type=_non_negative_int, metavar="N", help="keep the first N scope rows")
     p.add_argument("--tables", type=_tables, default=TABLES, metavar="LIST",
                    help=f"tables to show, comma separated, of {','.join(TABLES)} (default: all)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON (schema proton_lite.summary/1)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (schema proton_lite.summary/1; "
+                   "several files: proton_lite.summary_set/1)")
     p.set_defaults(func=cmd_summary)
 
     p = _sub(sub, "open", "view a trace in Perfetto (ui.perfetto.dev or offline)",

@@ -126,15 +126,28 @@ def cmd_trace(args) -> int:
 def cmd_summary(args) -> int:
     from proton_lite.viewer.summary import render_summary, summarize
 
-    profile = load_input(args.file)
+    files = args.file if isinstance(args.file, list) else [args.file]
+    filters = dict(kernel=args.kernel, scope=args.scope, sort=args.sort, top=args.top)
+    if len(files) > 1:  # one per rank (or run): compared kernel by kernel
+        from proton_lite.viewer.summary_set import render_summary_set, summarize_set
+        try:
+            result = summarize_set([load_input(f) for f in files], files, **filters)
+        except ValueError as e:
+            raise CliError(str(e)) from e
+        if args.json:
+            _print_json(result)
+        else:
+            render_summary_set(result, _console(), tables=args.tables, each=args.each)
+        return EXIT_OK
+    profile = load_input(files[0])
     try:
-        summary = summarize(profile, kernel=args.kernel, scope=args.scope, sort=args.sort, top=args.top)
+        summary = summarize(profile, **filters)
     except ValueError as e:
         raise CliError(str(e)) from e
     if args.json:
         _print_json(summary)
     else:
-        render_summary(summary, _console(), tables=args.tables, source=args.file)
+        render_summary(summary, _console(), tables=args.tables, source=files[0])
     return EXIT_OK
 
 
