@@ -195,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "diff", "compare two profiles scope by scope", "proton-lite diff before.plraw after.plraw",
              "Compare B with the baseline A (captures or proton-lite traces): per kernel and scope the change "
              "of the mean duration and a verdict (faster / slower) when it is larger than the run-to-run noise.")
-    p.add_argument("a", metavar="A", help="baseline")
-    p.add_argument("b", metavar="B")
+    p.add_argument("a", metavar="A", help="baseline: a capture or trace, or a folder of captures (e.g. one per "
+                   "rank) taken together")
+    p.add_argument("b", metavar="B", help="the same for the run compared with it")
     p.add_argument("--kernel", help="only kernels whose name contains this text (case-insensitive)")
     p.add_argument("--threshold-factor", type=_non_negative_float, default=2.0, metavar="F",
                    help="a verdict needs |change of the mean| > F x noise (default 2)")

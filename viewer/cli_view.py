@@ -151,10 +151,25 @@ def cmd_summary(args) -> int:
     return EXIT_OK
 
 
+def _diff_side(path: str):
+    """One side of a diff: a capture or trace, or a folder of captures (one per rank, or per
+    run) taken together (``profile_merge``)."""
+    if not os.path.isdir(path):
+        return load_input(path)
+    files = sorted(str(f) for f in Path(path).glob("*.plraw"))
+    if not files:
+        raise CliError(f"{path}: a folder with no .plraw capture in it; give a capture, or a folder of captures "
+                       "(e.g. one per rank)")
+    from proton_lite.profile_merge import merge_profiles
+    merged = merge_profiles([load_input(f) for f in files])
+    merged.session = dict(merged.session, name=f"{path} ({len(files)} captures)")
+    return merged
+
+
 def cmd_diff(args) -> int:
     from proton_lite.viewer.diff import diff_profiles, render_diff
 
-    a, b = load_input(args.a), load_input(args.b)
+    a, b = _diff_side(args.a), _diff_side(args.b)
     result = diff_profiles(a, b, kernel=args.kernel, threshold_factor=args.threshold_factor)
     if args.json:
         _print_json(result)

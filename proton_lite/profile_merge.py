@@ -1,0 +1,63 @@
+"""Several decoded captures as one Profile (one per rank of a job, or several runs): what
+``proton-lite diff`` compares when a side is a folder of captures.
+
+Kernels are listed capture after capture (a kernel on two ranks is two entries of one
+name: the viewers group by name), launches are renumbered after each other in capture
+order, and every capture's times move onto the earliest capture's axis by the difference
+of their ``t0_ns`` (the absolute ``%globaltimer`` of each one's time 0). That difference
+means something only for captures of one machine's GPUs; elsewhere only durations do,
+which is all that a diff or a summary compares. What makes any capture incomplete (cut
+off, launches lost to a fault) makes the merged one incomplete, and ``merged_from``
+records each capture's name, host and rank.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from proton_lite.profile_data import Profile
+
+
+def merge_profiles(profiles: list[Profile]) -> Profile:
+    """One Profile holding every launch, CTA and interval of ``profiles``, in their order."""
+    if not profiles:
+        raise ValueError("no captures to merge")
+    if len(profiles) == 1:
+        return profiles[0]
+    t0 = min(int(p.t0_ns) for p in profiles)
+    kernels, launches, ctas, intervals, origins = [], [], [], [], []
+    next_launch = 0
+    for p in profiles:
+        shift = int(p.t0_ns) - t0
+        renumber = {int(old): next_launch + i for i, old in enumerate(np.sort(p.launches["launch"]))}
+        table = np.zeros(max(renumber, default=-1) + 1, np.int64)
+        for old, new in renumber.items():
+            table[old] = new
+        la = p.launches.copy()
+        la["launch"] = table[la["launch"]]
+        la["kernel"] = la["kernel"] + len(kernels)
+        for field in ("start_ns", "end_ns"):
+            la[field] += shift
+        c, iv = p.ctas.copy(), p.intervals.copy()
+        for rows in (c, iv):
+            rows["launch"] = table[rows["launch"]] if len(rows) else rows["launch"]
+            for field in ("start_ns", "end_ns"):
+                rows[field] += shift
+        kernels.extend(p.kernels)
+        launches.append(la)
+        ctas.append(c)
+        intervals.append(iv)
+        s = p.session or {}
+        origins.append({k: s.get(k) for k in ("name", "host", "rank", "world_size", "device")})
+        next_launch += len(renumber)
+    session = dict(profiles[0].session or {})
+    session["truncated"] = any((p.session or {}).get("truncated") for p in profiles)
+    session["lost_launches"] = sum(int((p.session or {}).get("lost_launches") or 0) for p in profiles)
+    cuts = [(p.session or {}).get("cut") for p in profiles if isinstance((p.session or {}).get("cut"), dict)]
+    if cuts:
+        session["cut"] = {"launches": [n for c in cuts for n in c.get("launches") or []],
+                          "of_launches": sum(int(c.get("of_launches") or 0) for c in cuts)}
+    session["merged_from"] = origins
+    return replace(profiles[0], kernels=kernels, launches=np.concatenate(launches), ctas=np.concatenate(ctas),
+                   intervals=np.concatenate(intervals), t0_ns=t0, session=session)

@@ -1,0 +1,73 @@
+"""Several captures as one profile (profile_merge.py), and `diff` of two folders of captures
+(one per rank). Inputs: real captures from tests/data and docs/examples."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proton_lite.decode import decode
+from proton_lite.profile_merge import merge_profiles
+from proton_lite.raw_format import read_raw
+from proton_lite.viewer import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+WHOLE = ROOT / "tests" / "data" / "loop_scopes.plraw"
+DROPPED = ROOT / "tests" / "data" / "loop_scopes_dropped.plraw"
+MATMUL = ROOT / "docs" / "examples" / "matmul.plraw"
+
+
+def _load(path):
+    return decode(read_raw(str(path)))
+
+
+def test_merged_profile_holds_every_launch_renumbered_on_the_earliest_axis():
+    a, b = _load(MATMUL), _load(WHOLE)
+    m = merge_profiles([a, b])
+    assert len(m.kernels) == len(a.kernels) + len(b.kernels)
+    assert m.launches["launch"].tolist() == list(range(len(a.launches) + len(b.launches)))
+    assert len(m.ctas) == len(a.ctas) + len(b.ctas) and len(m.intervals) == len(a.intervals) + len(b.intervals)
+    assert m.t0_ns == min(a.t0_ns, b.t0_ns)
+    # b's rows: its kernel indices after a's, its times moved by the difference of the t0s
+    tail = m.intervals[len(a.intervals):]
+    shift = int(b.t0_ns) - int(m.t0_ns)
+    assert np.array_equal(tail["start_ns"], b.intervals["start_ns"] + shift)
+    assert np.array_equal(tail["launch"], b.intervals["launch"] + len(a.launches))
+    assert set(m.launches["kernel"][len(a.launches):].tolist()) == {len(a.kernels)}
+    assert [o["name"] for o in m.session["merged_from"]] == [a.session["name"], b.session["name"]]
+    assert a.launches["launch"].tolist() == list(range(len(a.launches)))  # the inputs are left as they were
+
+
+def test_a_cut_off_capture_makes_the_merged_one_incomplete(tmp_path):
+    data = MATMUL.read_bytes()
+    cut = tmp_path / "cut.plraw"
+    cut.write_bytes(data[:int(len(data) * 0.62)])
+    m = merge_profiles([_load(WHOLE), _load(cut)])
+    assert m.session["truncated"] is True
+    assert merge_profiles([_load(WHOLE), _load(WHOLE)]).session["truncated"] is False
+    with pytest.raises(ValueError, match="no captures"):
+        merge_profiles([])
+
+
+def test_diff_of_two_folders_of_captures(tmp_path, capsys):
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    for name in ("rank0.plraw", "rank1.plraw"):
+        shutil.copy(WHOLE, before / name)
+    shutil.copy(WHOLE, after / "rank0.plraw")
+    shutil.copy(DROPPED, after / "rank1.plraw")
+    rc = cli.main(["diff", str(before), str(after), "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["a"]["launches"] == 2 and d["b"]["launches"] == 2
+    assert d["b"]["name"].endswith("(2 captures)")
+    rows = d["kernels"] + d["scopes"]
+    assert rows and all(r["verdict"] == "incomplete" and "b" in r["incomplete"] for r in rows)
+    rc = cli.main(["diff", str(before), str(before), "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert d["warnings"] == [] and all(r["verdict"] != "incomplete" for r in d["kernels"] + d["scopes"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc = cli.main(["diff", str(empty), str(before)])
+    assert rc == 2 and "a folder with no .plraw capture" in capsys.readouterr().err
