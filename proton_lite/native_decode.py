@@ -183,7 +183,10 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     }
     give_buffers(v, 16);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "columns: array lengths differ"); return NULL; }
-    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "columns: a record or CTA row index is out of range"); return NULL; }
+    if (bad == 2) {
+        PyErr_SetString(PyExc_IndexError, "columns: a record or CTA row index is out of range");
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
