@@ -49,7 +49,8 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
         ctas.append(c)
         intervals.append(iv)
         s = p.session or {}
-        origins.append({k: s.get(k) for k in ("name", "host", "rank", "world_size", "device")})
+        origins.append(dict({k: s.get(k) for k in ("name", "host", "rank", "world_size", "device")},
+                            launches=[next_launch, next_launch + len(renumber)]))
         next_launch += len(renumber)
     session = dict(profiles[0].session or {})
     session["truncated"] = any((p.session or {}).get("truncated") for p in profiles)
@@ -61,3 +62,27 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     session["merged_from"] = origins
     return replace(profiles[0], kernels=kernels, launches=np.concatenate(launches), ctas=np.concatenate(ctas),
                    intervals=np.concatenate(intervals), t0_ns=t0, session=session)
+
+
+def capture_titles(origins: list[dict]) -> list[str]:
+    """A title per merged capture: ``rank 1 (host, device)`` where each knows a different
+    rank, else the session's name (without folders) and what is known of host and device."""
+    ranks = [o.get("rank") for o in origins]
+    by_rank = all(r is not None for r in ranks) and len(set(ranks)) == len(ranks)
+    titles = []
+    for i, o in enumerate(origins):
+        name = f"rank {o['rank']}" if by_rank else \
+            str(o.get("name") or f"capture {i}").replace("\\", "/").rsplit("/", 1)[-1]
+        where = ", ".join(str(v) for v in (o.get("host"), o.get("device")) if v)
+        titles.append(f"{name} ({where})" if where else name)
+    return titles
+
+
+def launch_captures(session: dict, launch_ids) -> np.ndarray | None:
+    """The merged capture (index into ``session["merged_from"]``) of each launch id, or None
+    for a profile that is not a merge of several captures."""
+    origins = (session or {}).get("merged_from")
+    if not origins or len(origins) < 2 or any("launches" not in o for o in origins):
+        return None
+    bounds = np.array([o["launches"][1] for o in origins], np.int64)
+    return np.searchsorted(bounds, np.asarray(launch_ids, np.int64), side="right")

@@ -71,3 +71,31 @@ def test_diff_of_two_folders_of_captures(tmp_path, capsys):
     empty.mkdir()
     rc = cli.main(["diff", str(empty), str(before)])
     assert rc == 2 and "a folder with no .plraw capture" in capsys.readouterr().err
+
+
+def test_a_trace_of_several_captures_groups_each_capture_and_reads_back(tmp_path, capsys):
+    """`trace a.plraw b.plraw -o merged`: one timeline, a root track per capture above its
+    launches (Perfetto) or its name before each launch's process (Chrome JSON); both read back."""
+    import trace_processor as tp
+    from proton_lite.trace import load_trace
+    rc = cli.main(["trace", str(WHOLE), str(MATMUL), "-o", str(tmp_path / "merged"), "--format", "perfetto",
+                   "chrome"])
+    assert rc == 0
+    a, b = _load(WHOLE), _load(MATMUL)
+    for ext in (".pftrace", ".json"):
+        back = load_trace(tmp_path / f"merged{ext}")
+        assert len(back.launches) == len(a.launches) + len(b.launches)
+        assert len(back.intervals) == len(a.intervals) + len(b.intervals)
+        assert [o["launches"] for o in back.session["merged_from"]] == [[0, 1], [1, 4]]
+    if tp.missing():
+        pytest.skip(tp.missing())
+    bad, tracks = tp.query(str(tmp_path / "merged.pftrace"), [
+        tp.BAD_STATS, "select t.name as name, p.name as parent from track t left join track p on t.parent_id = p.id"])
+    assert bad == []
+    parents = {t["name"]: t["parent"] for t in tracks}
+    roots = {name for name, parent in parents.items() if parent is None and "(" in name}
+    assert len(roots) == 2 and any(r.startswith("loop_scopes") for r in roots)
+    launch_parents = {parent for name, parent in parents.items() if name.startswith("#")}
+    assert launch_parents == roots  # every launch sits under its capture
+    rc = cli.main(["trace", str(WHOLE), str(MATMUL)])
+    assert rc == 2 and "name it with -o" in capsys.readouterr().err

@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
              "--format perfetto chrome",
              "Decode a .plraw capture and write trace files (Perfetto .pftrace by default, Chrome .json "
              "with --format chrome); prints the paths written.  Files appear whole or not at all.")
-    p.add_argument("file", metavar="FILE.plraw")
+    p.add_argument("file", metavar="FILE.plraw", nargs="+",
+                   help="a capture; several (e.g. one per rank) make one trace with a group per capture (needs -o)")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output file name (its extension is replaced per format) or an existing folder; "
                         "default: next to the capture")

@@ -40,14 +40,20 @@ def _output_base(src: str, out: str | None) -> str:
     return os.path.join(out, Path(src).name) if folder == out else out
 
 
-def convert(src: str, out: str | None, formats: list[str], cut=None):
-    """Write the traces of capture ``src`` (of the part ``cut`` keeps); returns (profile, paths)."""
+def convert(src, out: str | None, formats: list[str], cut=None):
+    """Write the traces of capture ``src`` (or of a list of captures, merged: one timeline with
+    a group per capture) (of the part ``cut`` keeps); returns (profile, paths)."""
     from proton_lite.pipeline import raw_to_traces
     from proton_lite.raw_format import RawFormatError
 
-    if input_kind(src) != "raw":
-        raise CliError(f"{src} is already a trace; `{PROG} trace` rebuilds traces from a .plraw capture")
-    base = _output_base(src, out)
+    sources = src if isinstance(src, list) else [src]
+    for one in sources:
+        if input_kind(one) != "raw":
+            raise CliError(f"{one} is already a trace; `{PROG} trace` rebuilds traces from a .plraw capture")
+    if len(sources) > 1 and out is None:
+        raise CliError(f"{len(sources)} captures make one merged trace: name it with -o, e.g. -o merged")
+    src = sources[0] if len(sources) == 1 else sources
+    base = _output_base(sources[0], out)
     _check_writers(formats)
     try:
         profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut)
@@ -57,9 +63,9 @@ def convert(src: str, out: str | None, formats: list[str], cut=None):
         where = e.filename or base
         raise CliError(f"{where}: cannot write ({e.strerror or e}); check the -o folder and free space") from e
     except _DECODE_ERRORS as e:
-        raise _decode_error(src, e) from e
+        raise _decode_error(", ".join(sources), e) from e
     try:
-        _check_not_empty(src, profile)
+        _check_not_empty(", ".join(sources), profile)
     except CliError:
         for p in paths:  # an empty trace of a broken capture would only mislead
             os.remove(p)
@@ -101,10 +107,11 @@ def cmd_trace(args) -> int:
             if not len(part.launches):
                 numbers = ", ".join(str(int(n)) for n in profile.launches["launch"][:12])
                 span = int(profile.launches["end_ns"].max()) / 1000 if len(profile.launches) else 0
-                raise CliError(f"{args.file}: nothing left after the cut: the capture has launches {numbers}"
+                raise CliError(f"{', '.join(args.file)}: nothing left after the cut: the capture has launches "
+                               f"{numbers}"
                                f"{' ...' if len(profile.launches) > 12 else ''} over 0 to {span:,.1f} µs")
             return part
-    profile, paths = convert(args.file, args.output, formats, cut)
+    profile, paths = convert(args.file if len(args.file) > 1 else args.file[0], args.output, formats, cut)
     for p in paths:
         print(p)
     info = (profile.session or {}).get("cut")

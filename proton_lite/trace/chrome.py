@@ -29,6 +29,7 @@ import numpy as np
 from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
 from proton_lite.trace.nesting import _nesting
+from proton_lite.profile_merge import capture_titles, launch_captures
 from proton_lite.trace.tree import (_cta_layout, _launch_title, _scope_names, _scope_note, _several_devices,
                                     _sorted_launches, _time_shift)
 from proton_lite.trace.workers import _run_ordered, _workers
@@ -91,6 +92,10 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     head, processes = [], []
     show_device = _several_devices(launches)
     titles = [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
+    capture = launch_captures(profile.session, launches["launch"])
+    if capture is not None:  # merged captures (one per rank): each launch's process says which
+        names = capture_titles(profile.session["merged_from"])
+        titles = [f"{names[int(c)]} {t}" for c, t in zip(capture, titles)]
     for li, la in enumerate(launches):
         title = titles[li]
         pids = [(int(launch_pid[li]), title, -1)]

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from proton_lite.profile_data import Profile
+from proton_lite.profile_merge import capture_titles, launch_captures
 from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.tree import _launch_title, _several_devices
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
@@ -43,7 +44,7 @@ def _rank(rank) -> np.ndarray:
 
 
 def _descriptor(uuid: int, name: str, rank: int, extra: bytes = b"") -> bytes:
-    """A root track that has children (a launch)."""
+    """A track that has children (a launch; a merged capture above its launches)."""
     d = (field_varint(TD_UUID, uuid) + field_bytes(TD_NAME, name) + extra +
          field_varint(TD_CHILD_ORDERING, CHILD_ORDERING_EXPLICIT) + field_varint(TD_RANK, int(_rank([rank])[0])) +
          field_varint(TD_MERGE, SIBLING_MERGE_NONE))
@@ -102,6 +103,12 @@ class Tracks:
         n_units, n_rows, n_sms = len(ut_row), lay.n_rows, lay.n_groups
         self.row_uuid, self.sm_uuid, self.launch_uuid = layout_uuids(n_units, lay, len(launches))
         self.count = n_units + n_rows + n_sms + len(launches)
+        # a profile merged from several captures (one per rank): a root track per capture above its launches
+        capture = launch_captures(profile.session, launches["launch"])
+        origins = (profile.session or {}).get("merged_from") or []
+        capture_uuid = self.count + 1 + np.arange(len(origins)) if capture is not None else None
+        if capture is not None:
+            self.count += len(origins)
         sm_lr = cta_lr[lay.group_first]
         sm_id = ctas["smid"][lay.group_first].astype(np.int64)
         launch_no = launches["launch"].astype(np.int64)
@@ -109,10 +116,13 @@ class Tracks:
         counter = field_bytes(TD_COUNTER, field_bytes(CD_UNIT_NAME, COUNTER_UNIT))
 
         def launch_rows() -> bytes:
-            return b"".join(_descriptor(int(self.launch_uuid[i]), _launch_title(kernels[int(la["kernel"])], la,
-                                                                                 show_device),
-                                        int(la["launch"]), counter + field_bytes(TD_DESCRIPTION, LAUNCH_DESCRIPTION))
-                            for i, la in enumerate(launches))
+            roots = b"" if capture is None else b"".join(
+                _descriptor(int(capture_uuid[k]), title, k) for k, title in enumerate(capture_titles(origins)))
+            return roots + b"".join(
+                _descriptor(int(self.launch_uuid[i]), _launch_title(kernels[int(la["kernel"])], la, show_device),
+                            int(la["launch"]), counter + field_bytes(TD_DESCRIPTION, LAUNCH_DESCRIPTION) +
+                            (field_varint(TD_PARENT, int(capture_uuid[capture[i]])) if capture is not None else b""))
+                for i, la in enumerate(launches))
 
         def sm_rows(sel: slice) -> bytes:  # not deflated: few, and they go out with the launches'
             def name(r: Rows) -> None:
