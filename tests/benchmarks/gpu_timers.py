@@ -6,7 +6,7 @@ give or take the few microseconds the flag takes to reach each GPU.
 
 Usage: python tests/benchmarks/gpu_timers.py
 """
-import time, threading
+import time
 import torch, triton, triton.language as tl
 
 @triton.jit
