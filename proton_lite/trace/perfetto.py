@@ -96,7 +96,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
         tracks = Tracks(profile, launches, ctas, cta_lr, lay, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
-        # after the index step: made beside it, its numpy calls held the GIL the index step's threads wait for
+        # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
         cta_events = run(lambda: CtaEvents(launches, ctas, cta_lr, lay, shift).after_units(len(unit_list[0])))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
