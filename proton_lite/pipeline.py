@@ -53,13 +53,15 @@ def load_profile(raw_path: str, progress: bool = False) -> Profile:
         return decode(capture, progress=bar.report)
 
 
-def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None) -> tuple[Profile, list[str]]:
+def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None,
+                  align_on: str | None = None) -> tuple[Profile, list[str]]:
     """Decode ``raw_path`` (or a list of captures, merged into one timeline with a group per
     capture: ``profile_merge``) and write one trace per format; files appear whole or not at
-    all.  ``cut``: a function of the decoded profile that returns the part to write (profile_cut)."""
+    all.  ``cut``: a function of the decoded profile that returns the part to write (profile_cut);
+    ``align_on``: the kernel that lines merged captures up (``merge_profiles``)."""
     if isinstance(raw_path, (list, tuple)):
         from proton_lite.profile_merge import merge_profiles
-        profile = merge_profiles([load_profile(p, progress=progress) for p in raw_path])
+        profile = merge_profiles([load_profile(p, progress=progress) for p in raw_path], align_on=align_on)
     else:
         profile = load_profile(raw_path, progress=progress)
     if cut is not None:

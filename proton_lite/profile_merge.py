@@ -19,17 +19,41 @@ import numpy as np
 from proton_lite.profile_data import Profile
 
 
-def merge_profiles(profiles: list[Profile]) -> Profile:
-    """One Profile holding every launch, CTA and interval of ``profiles``, in their order."""
+class AlignError(ValueError):
+    """A capture has no launch of the kernel the captures are to be lined up on."""
+
+
+def _align_shifts(profiles: list[Profile], kernel: str) -> list[int]:
+    """Per capture, the ns to add so that the first launch of ``kernel`` (exact name) starts
+    at one time in every capture: that of the first capture."""
+    starts = []
+    for i, p in enumerate(profiles):
+        ids = [k for k, info in enumerate(p.kernels) if info.name == kernel]
+        hit = p.launches[np.isin(p.launches["kernel"], ids)] if ids else p.launches[:0]
+        if not len(hit):
+            names = sorted({info.name for info in p.kernels})
+            raise AlignError(f"capture {i} ({(p.session or {}).get('name')}) has no launch of {kernel!r} to align "
+                             f"on; its kernels: {', '.join(names)}")
+        starts.append(int(hit["start_ns"].min()))
+    return [starts[0] - s for s in starts]
+
+
+def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Profile:
+    """One Profile holding every launch, CTA and interval of ``profiles``, in their order.
+
+    ``align_on``: a kernel every capture launched at one moment (a collective, a barrier):
+    each capture is shifted so that its first launch of it starts with the first capture's,
+    instead of by the captures' timer origins (which differ between GPUs)."""
     if not profiles:
         raise ValueError("no captures to merge")
     if len(profiles) == 1:
         return profiles[0]
     t0 = min(int(p.t0_ns) for p in profiles)
+    aligned = _align_shifts(profiles, align_on) if align_on else None
     kernels, launches, ctas, intervals, origins = [], [], [], [], []
     next_launch = 0
-    for p in profiles:
-        shift = int(p.t0_ns) - t0
+    for i, p in enumerate(profiles):
+        shift = int(profiles[0].t0_ns) - t0 + aligned[i] if aligned else int(p.t0_ns) - t0
         renumber = {int(old): next_launch + i for i, old in enumerate(np.sort(p.launches["launch"]))}
         table = np.zeros(max(renumber, default=-1) + 1, np.int64)
         for old, new in renumber.items():
@@ -60,6 +84,7 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
         session["cut"] = {"launches": [n for c in cuts for n in c.get("launches") or []],
                           "of_launches": sum(int(c.get("of_launches") or 0) for c in cuts)}
     session["merged_from"] = origins
+    session["aligned_on"] = align_on  # None: by the captures' timer origins
     return replace(profiles[0], kernels=kernels, launches=np.concatenate(launches), ctas=np.concatenate(ctas),
                    intervals=np.concatenate(intervals), t0_ns=t0, session=session)
 

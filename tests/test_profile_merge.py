@@ -99,3 +99,30 @@ def test_a_trace_of_several_captures_groups_each_capture_and_reads_back(tmp_path
     assert launch_parents == roots  # every launch sits under its capture
     rc = cli.main(["trace", str(WHOLE), str(MATMUL)])
     assert rc == 2 and "name it with -o" in capsys.readouterr().err
+
+
+def test_captures_lined_up_on_a_kernel_every_capture_ran():
+    """Timers of different GPUs differ (268 µs on a 2 x H200 machine), so the user may line the
+    captures up on a kernel they all ran at once: its first launch starts together."""
+    a, b = _load(WHOLE), _load(DROPPED)  # one kernel, two captures taken at different times
+    m = merge_profiles([a, b], align_on="loop_scopes")
+    first = m.launches[m.launches["launch"] == 0][0], m.launches[m.launches["launch"] == 1][0]
+    assert int(first[0]["start_ns"]) == int(first[1]["start_ns"])
+    assert m.session["aligned_on"] == "loop_scopes"
+    # each capture's own times move together: durations and offsets inside it are kept
+    tail = m.intervals[len(a.intervals):]
+    offset = int(first[1]["start_ns"]) - int(b.launches["start_ns"][0])
+    assert np.array_equal(tail["start_ns"] - offset, b.intervals["start_ns"])
+    unaligned = merge_profiles([a, b])
+    assert int(unaligned.launches["start_ns"][1]) - int(unaligned.launches["start_ns"][0]) != 0
+
+
+def test_align_on_a_kernel_a_capture_lacks_is_refused_with_its_kernels(tmp_path, capsys):
+    rc = cli.main(["trace", str(WHOLE), str(MATMUL), "-o", str(tmp_path / "m"), "--align-on", "loop_scopes"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--align-on: capture 1" in err and "has no launch of 'loop_scopes'" in err
+    assert "matmul_kernel" in err  # its kernels, to choose from
+    rc = cli.main(["trace", str(WHOLE), str(DROPPED), "-o", str(tmp_path / "m"), "--align-on", "loop_scopes"])
+    assert rc == 0 and not capsys.readouterr().err.startswith("proton-lite: error")
+    rc = cli.main(["trace", str(WHOLE), "--align-on", "loop_scopes"])
+    assert rc == 2 and "give two or more" in capsys.readouterr().err

@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
              "with --format chrome); prints the paths written.  Files appear whole or not at all.")
     p.add_argument("file", metavar="FILE.plraw", nargs="+",
                    help="a capture; several (e.g. one per rank) make one trace with a group per capture (needs -o)")
+    p.add_argument("--align-on", metavar="KERNEL",
+                   help="several captures: line them up on the first launch of this kernel (one every rank ran at "
+                        "once, e.g. a collective) instead of by their GPUs' timers, which differ between GPUs")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output file name (its extension is replaced per format) or an existing folder; "
                         "default: next to the capture")

@@ -40,25 +40,30 @@ def _output_base(src: str, out: str | None) -> str:
     return os.path.join(out, Path(src).name) if folder == out else out
 
 
-def convert(src, out: str | None, formats: list[str], cut=None):
+def convert(src, out: str | None, formats: list[str], cut=None, align_on: str | None = None):
     """Write the traces of capture ``src`` (or of a list of captures, merged: one timeline with
     a group per capture) (of the part ``cut`` keeps); returns (profile, paths)."""
     from proton_lite.pipeline import raw_to_traces
+    from proton_lite.profile_merge import AlignError
     from proton_lite.raw_format import RawFormatError
 
     sources = src if isinstance(src, list) else [src]
     for one in sources:
         if input_kind(one) != "raw":
             raise CliError(f"{one} is already a trace; `{PROG} trace` rebuilds traces from a .plraw capture")
+    if align_on and len(sources) < 2:
+        raise CliError("--align-on lines several captures up; give two or more")
     if len(sources) > 1 and out is None:
         raise CliError(f"{len(sources)} captures make one merged trace: name it with -o, e.g. -o merged")
     src = sources[0] if len(sources) == 1 else sources
     base = _output_base(sources[0], out)
     _check_writers(formats)
     try:
-        profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut)
+        profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut, align_on=align_on)
     except RawFormatError as e:
         raise _raw_error(e) from e
+    except AlignError as e:
+        raise CliError(f"--align-on: {e}") from e
     except OSError as e:
         where = e.filename or base
         raise CliError(f"{where}: cannot write ({e.strerror or e}); check the -o folder and free space") from e
@@ -111,7 +116,8 @@ def cmd_trace(args) -> int:
                                f"{numbers}"
                                f"{' ...' if len(profile.launches) > 12 else ''} over 0 to {span:,.1f} µs")
             return part
-    profile, paths = convert(args.file if len(args.file) > 1 else args.file[0], args.output, formats, cut)
+    profile, paths = convert(args.file if len(args.file) > 1 else args.file[0], args.output, formats, cut,
+                             align_on=args.align_on)
     for p in paths:
         print(p)
     info = (profile.session or {}).get("cut")
