@@ -90,13 +90,18 @@ static PyObject *pair(PyObject *self, PyObject *args) {
         uint64_t limit = (uint64_t)(2 * n_scopes < 65536 ? 2 * n_scopes : 65536);
         uint64_t odd_low = (uint64_t)(2 * n_scopes + 1);
         Py_BEGIN_ALLOW_THREADS
-        /* levels of a group lie in [-len, len]: one slot per level, tagged with the record that
-           last wrote it (a slot written in an earlier group is stale: its record is before the
-           group's first) */
-        int64_t *last = malloc(sizeof(int64_t) * (2 * (size_t)n + 3));
+        /* levels of a group lie in [-len, len + 1] (len: its records): one slot per level, holding
+           the record that last wrote it (a slot written in an earlier group is stale: its record
+           is before the group's first); sized for the longest group, not for all records */
+        Py_ssize_t longest = 0, run = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            run = (i == 0 || group[i] != group[i - 1]) ? 1 : run + 1;
+            if (run > longest) longest = run;
+        }
+        int64_t *last = malloc(sizeof(int64_t) * (2 * (size_t)longest + 3));
         int64_t *partner = malloc(sizeof(int64_t) * ((size_t)n + 1));
         if (last && partner) {
-            for (Py_ssize_t i = 0; i < 2 * n + 3; i++) last[i] = -1;
+            for (Py_ssize_t i = 0; i < 2 * longest + 3; i++) last[i] = -1;
             int64_t sum = 0, g_first = 0;
             for (Py_ssize_t i = 0; i < n; i++) {
                 if (i == 0 || group[i] != group[i - 1]) { sum = 0; g_first = i; }
@@ -107,7 +112,7 @@ static PyObject *pair(PyObject *self, PyObject *args) {
                 int64_t lv = sum + is_end;
                 level[i] = lv;
                 partner[i] = -1;
-                int64_t *slot = &last[lv + n + 1];
+                int64_t *slot = &last[lv + longest + 1];
                 int64_t a = *slot;
                 uint64_t low = corrupt ? odd_low : tag;
                 if (a >= g_first) {
