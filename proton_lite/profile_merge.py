@@ -54,7 +54,7 @@ def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Prof
     next_launch = 0
     for i, p in enumerate(profiles):
         shift = int(profiles[0].t0_ns) - t0 + aligned[i] if aligned else int(p.t0_ns) - t0
-        renumber = {int(old): next_launch + i for i, old in enumerate(np.sort(p.launches["launch"]))}
+        renumber = {int(old): next_launch + j for j, old in enumerate(np.sort(p.launches["launch"]))}
         table = np.zeros(max(renumber, default=-1) + 1, np.int64)
         for old, new in renumber.items():
             table[old] = new
