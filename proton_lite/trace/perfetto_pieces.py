@@ -127,11 +127,11 @@ def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_name
     before deflate).  ``where(i)`` names interval ``i``'s track for errors; ``track``/``iid``:
     the unit track uuid and name id of each interval of ``sel``."""
     track = np.asarray(track, np.int64)
-    start = cols.start[sel].astype(np.int64) + cols.shift
-    end = cols.end[sel].astype(np.int64) + cols.shift
+    start = cols.start[sel].astype(np.int64, copy=False) + cols.shift  # the gathers are copies already
+    end = cols.end[sel].astype(np.int64, copy=False) + cols.shift
     depth = cols.depth[sel].astype(np.int64)
     iid = np.asarray(iid, np.int64)
-    cycles = cols.cycles[sel].astype(np.int64)
+    cycles = cols.cycles[sel].astype(np.int64, copy=False)
     seq_order, ev_time, nest = _nesting(track, start, end, depth, lambda i: where(int(sel[i])))
     ev, dts = time_order(seq_order, ev_time)
     n = len(sel)
