@@ -133,9 +133,8 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         results[k]["pairs"] = None
 
     # the calibration launches' intervals first (few): the user's then free the pairs batch by batch
-    cal_intervals = (_in_launch_order(iv_lpos, drop, INTERVAL_DTYPE,
-                                      interval_rows, run, batches)
-                     if cal is not None else None)
+    cal_intervals = _in_launch_order(iv_lpos, drop, INTERVAL_DTYPE, interval_rows, run, batches) \
+        if cal is not None else None
     intervals = _in_launch_order(iv_lpos, ~drop, INTERVAL_DTYPE, interval_rows, run, batches, done=free_pairs)
     session = dict(capture.session)
     session["timer_tick_ns"] = tick

@@ -89,25 +89,39 @@ def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Prof
                    intervals=np.concatenate(intervals), t0_ns=t0, session=session)
 
 
+def rank_names(ranks: list) -> list[str] | None:
+    """``rank N`` per capture where every capture knows its rank and no two share one, else None."""
+    if all(r is not None for r in ranks) and len(set(ranks)) == len(ranks):
+        return [f"rank {r}" for r in ranks]
+    return None
+
+
 def capture_titles(origins: list[dict]) -> list[str]:
     """A title per merged capture: ``rank 1 (host, device)`` where each knows a different
     rank, else the session's name (without folders) and what is known of host and device."""
-    ranks = [o.get("rank") for o in origins]
-    by_rank = all(r is not None for r in ranks) and len(set(ranks)) == len(ranks)
+    by_rank = rank_names([o.get("rank") for o in origins])
     titles = []
     for i, o in enumerate(origins):
-        name = f"rank {o['rank']}" if by_rank else \
+        name = by_rank[i] if by_rank else \
             str(o.get("name") or f"capture {i}").replace("\\", "/").rsplit("/", 1)[-1]
         where = ", ".join(str(v) for v in (o.get("host"), o.get("device")) if v)
         titles.append(f"{name} ({where})" if where else name)
     return titles
 
 
+def merged_captures(session: dict) -> list[dict] | None:
+    """The captures a merged profile was made of (``merged_from``), or None for one capture."""
+    origins = (session or {}).get("merged_from")
+    if not origins or len(origins) < 2 or any("launches" not in o for o in origins):
+        return None
+    return origins
+
+
 def launch_captures(session: dict, launch_ids) -> np.ndarray | None:
     """The merged capture (index into ``session["merged_from"]``) of each launch id, or None
     for a profile that is not a merge of several captures."""
-    origins = (session or {}).get("merged_from")
-    if not origins or len(origins) < 2 or any("launches" not in o for o in origins):
+    origins = merged_captures(session)
+    if origins is None:
         return None
     bounds = np.array([o["launches"][1] for o in origins], np.int64)
     return np.searchsorted(bounds, np.asarray(launch_ids, np.int64), side="right")

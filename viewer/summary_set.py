@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from proton_lite.profile_merge import rank_names
 from proton_lite.viewer.completeness import LEGEND
 from proton_lite.viewer.render import fmt_ns as _fmt_ns
 from proton_lite.viewer.summary import summarize
@@ -28,9 +29,9 @@ SCHEMA = "proton_lite.summary_set/1"
 def capture_labels(summaries: list[dict], sources: list[str]) -> list[str]:
     """A short name per capture: ``rank R`` where every capture knows its rank and the ranks
     differ, else the file's name (its stem, or the whole name where stems repeat)."""
-    ranks = [s["session"].get("rank") for s in summaries]
-    if all(r is not None for r in ranks) and len(set(ranks)) == len(ranks):
-        return [f"rank {r}" for r in ranks]
+    by_rank = rank_names([s["session"].get("rank") for s in summaries])
+    if by_rank:
+        return by_rank
     parts = [Path(p).with_suffix("").parts or (str(p),) for p in sources]
     for depth in range(1, max(len(x) for x in parts) + 1):  # the shortest path ends that tell them apart
         labels = ["/".join(x[-depth:]) for x in parts]

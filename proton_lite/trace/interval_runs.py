@@ -33,6 +33,14 @@ def run_starts(launch: np.ndarray, cta: np.ndarray, pmap=map) -> np.ndarray:
     return np.concatenate([np.zeros(1, np.int64), *pmap(part, _chunks(n))])
 
 
+def key_parts(keys: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """[lo, hi) parts of about ``size`` rows of non-decreasing ``keys``, each cut where a key
+    begins (rows of one key stay in one part)."""
+    n = len(keys)
+    cuts = np.unique(np.r_[0, np.searchsorted(keys, keys[np.arange(size, n, size)]), n])
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+
+
 def _run_chunks(first: np.ndarray, n: int) -> list[tuple[int, int]]:
     """Runs ``[r0, r1)`` of about ``PART`` intervals each (whole runs)."""
     cuts = np.unique(np.r_[np.searchsorted(first, np.arange(0, n, PART), side="left"), len(first)])

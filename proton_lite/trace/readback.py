@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, Profile
-from proton_lite.profile_merge import launch_captures
+from proton_lite.profile_merge import merged_captures
 from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns
 from proton_lite.trace.tree import _launch_rank
 from proton_lite.trace._proto import fields, packet_bounds, parse_messages, read_varint
@@ -136,7 +136,7 @@ def _load_perfetto(data: bytes, path) -> Profile:
 
     # each slice's track: a slot (parent SM, grandparent launch) or a unit track one level down;
     # in a trace of merged captures each launch has its capture's track above it
-    merged = launch_captures(meta.get("session") or {}, [0]) is not None
+    merged = merged_captures(meta.get("session") or {}) is not None
     up = _ancestors(t_uuid, t_parent, track[b], 4)
     n_up = sum((u >= 0).astype(np.int64) for u in up[1:]) - int(merged)
     is_cta = n_up == 2

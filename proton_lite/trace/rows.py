@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace.interval_runs import reduce_runs
+from proton_lite.trace.interval_runs import key_parts, reduce_runs
 from proton_lite.trace.nesting import _argsort_keys, _unique
 from proton_lite.trace._proto import Rows
 
@@ -92,8 +92,7 @@ def _pack_slots_in_parts(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, pmap
     n = len(group)
     if n <= PACK_PART:
         return pack_slots(group, lo, hi)
-    cuts = np.unique(np.r_[0, np.searchsorted(group, group[np.arange(PACK_PART, n, PACK_PART)]), n])
-    parts = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+    parts = key_parts(group, PACK_PART)
     return np.concatenate(list(pmap(lambda b: pack_slots(group[b[0]:b[1]], lo[b[0]:b[1]], hi[b[0]:b[1]]), parts)))
 
 

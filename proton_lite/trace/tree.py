@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace.interval_runs import repeat_runs, run_starts, take_parts
+from proton_lite.trace.interval_runs import key_parts, repeat_runs, run_starts, take_parts
 
 CTA_PART = 1 << 16  # CTAs per part sorted on a worker
 
@@ -102,12 +102,10 @@ def _cta_order(ctas: np.ndarray, lr: np.ndarray, pmap=map) -> np.ndarray:
     n = len(ctas)
     if n <= CTA_PART or np.any(lr[1:] < lr[:-1]):
         return np.lexsort((ctas["cta"], ctas["smid"], lr)) if n else np.zeros(0, np.int64)
-    cuts = np.unique(np.r_[0, np.searchsorted(lr, lr[np.arange(CTA_PART, n, CTA_PART)]), n])
-
     def part(b):
         a, e = b
         return a + np.lexsort((ctas["cta"][a:e], ctas["smid"][a:e], lr[a:e]))
-    return np.concatenate(list(pmap(part, zip(cuts[:-1].tolist(), cuts[1:].tolist()))))
+    return np.concatenate(list(pmap(part, key_parts(lr, CTA_PART))))
 
 
 def _cta_rank(launches, ctas_s, lr_s, launch_ids, cta_ids, first):
