@@ -140,6 +140,8 @@ class ChunkBook:
         copy = (chunk.pool[2] if chunk.pool is not None else chunk.used) if chunk.launches else 0
         clear = chunk.pool[2] if chunk.pool is not None and chunk.launches else chunk.used
         try:
+            if getattr(self._tls, "device", None) is None:  # a thread whose launches all took the C path
+                self._thread_context(chunk.device)
             if copy and self.copy_every == 1:  # chasing a fault: every launch copied right after it
                 host_buf = self.pinned_pool.take(copy, at_least=chunk.buf.capacity)
             elif copy and chunk.eager:

@@ -62,6 +62,19 @@ def set_context(ctx) -> None:
     check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+def ensure_context(device: int, known=None) -> None:
+    """Give this thread a current context where it has none: PyTorch's autograd runs a
+    backward's Triton launches on threads of its own, which the CUDA runtime never made
+    current for the driver API (cuMemAlloc there fails with CUDA_ERROR_INVALID_CONTEXT).
+    ``known``: the context the session uses for ``device``, else its primary context."""
+    ctx = current_context()
+    if ctx is not None and (not hasattr(ctx, "getPtr") or int(ctx) != 0):
+        return
+    if known is None:
+        known = check(cu.cuDevicePrimaryCtxRetain(cu.CUdevice(device)), "cuDevicePrimaryCtxRetain")
+    set_context(known)
+
+
 def current_device() -> int:
     """The device Triton launches on (its driver's own getter: half the time of cuCtxGetDevice
     through cuda-python on the H100 machine); cuCtxGetDevice where Triton has none."""
