@@ -1,8 +1,8 @@
 """What a session's profile does not cover, said once at stop (never silent).
 
-Three kinds of launch run in a session without leaving records: plain binaries of kernels
-the session selects (compiled before it and launched from a cache), launches captured into
-CUDA graphs (their replays are not recorded yet), and torch.compile kernels the session
+Kinds of launch that run in a session without leaving records: plain binaries of kernels
+the session selects (compiled before it and launched from a cache; captured into a CUDA
+graph too), replays of graphs that found their ring full, and torch.compile kernels the session
 could not reach (torch imported after ``start``, a recompile that failed, kernels that
 Inductor's C++ wrapper launches itself).  Each is
 counted per kernel where it can be, and named with what to do about it.
@@ -14,6 +14,33 @@ def _named(counts: dict[str, int], most: int = 8) -> str:
     names = sorted(counts, key=lambda n: (-counts[n], n))
     shown = ", ".join(f"{n} ({counts[n]:,})" for n in names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def graph_lines(graphs) -> list[str]:
+    """Replays of captured launches that were not kept (ring full), and what happens to the
+    graphs after stop, said once."""
+    if graphs is None or not graphs.nodes:
+        return []
+    stats = graphs.stats()
+    lines = []
+    full: dict[str, int] = {}
+    for node, launch in zip(stats["nodes"], graphs.nodes):
+        if node["overruns"]:
+            name = graphs.owner.kernel_name(launch.kernel_id)
+            full[name] = full.get(name, 0) + node["overruns"]
+    if full:
+        slots = sorted({n["slots"] for n in stats["nodes"] if n["overruns"]})
+        lines.append(f"{sum(full.values()):,} replay(s) of launches captured into CUDA graphs found their ring of "
+                     f"{slots[-1]:,} slot(s) full and were not kept: {_named(full)}. The graph replayed faster than "
+                     f"the host copied them back; graph_slots={max(2 * slots[-1], 8)} in proton_lite.start() keeps "
+                     "more on the GPU")
+    for err in stats["errors"][:3]:
+        lines.append(f"a launch captured into a CUDA graph is not recorded: {err}")
+    lines.append(f"{stats['captured_launches']:,} launch(es) captured into {stats['graphs']:,} CUDA graph(s) in this "
+                 f"session were recorded in {stats['recorded']:,} replay launch(es); the graphs keep their "
+                 "instrumented kernels, and their replays after this stop run as before but are not recorded "
+                 "(capture them again in a new session to record them)")
+    return lines
 
 
 def not_covered(collector, inductor=None, inductor_new: int = 0) -> list[str]:
@@ -31,10 +58,10 @@ def not_covered(collector, inductor=None, inductor_new: int = 0) -> list[str]:
     captured = getattr(collector, "captured", None)
     if captured:
         lines.append(f"{sum(captured.values()):,} launch(es) of {len(captured)} kernel(s) were captured into CUDA "
-                     f"graphs and their replays are not in the profile: {_named(captured)}. Replays of graphs are "
-                     "not recorded yet; to see these kernels, run the step without graphs inside the session "
-                     "(torch.compile: mode='max-autotune-no-cudagraphs' or the default mode instead of "
-                     "'reduce-overhead'; your own graphs: call the captured function directly)")
+                     f"graphs without instrumentation and their replays are not in the profile: {_named(captured)}. "
+                     "They were compiled before the session (or their copy node could not be added: see the "
+                     "errors); start the session before the kernels' first call and capture the graph inside it")
+    lines.extend(graph_lines(getattr(collector, "graphs", None)))
     if inductor is not None and not inductor.used and inductor_new:
         lines.append(f"torch.compile generated {inductor_new} Triton kernel(s) during the session, but torch was "
                      "imported after proton_lite.start(), so they were compiled and launched as usual (subprocess "

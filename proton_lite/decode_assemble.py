@@ -62,7 +62,8 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         launches[i] = (launch.launch_index, index_of[launch.kernel_id], launch.device, *launch.grid,
                        launch.num_ctas, launch.stream, start_ns[i] if has[i] else 0, end_ns[i] if has[i] else 0,
                        stat[0, i], stat[1, i], stat[2, i], stat[3, i], stat[4, i],
-                       pools[i].chunks if pools[i] else 0, pools[i].taken if pools[i] else 0, stat[5, i])
+                       pools[i].chunks if pools[i] else 0, pools[i].taken if pools[i] else 0, stat[5, i],
+                       *(launch.replay or (0, 0, 0)))
 
     # The session's record-cost launches (see runtime/calibrate.py) go into its metadata:
     # their CTAs and intervals are left out, and time 0 becomes the earliest user CTA.
@@ -146,6 +147,7 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
     for key in ("lost_launches", "unsized_launches", "capped_launches"):
         value = end.get(key)
         session[key] = int(value) if isinstance(value, int) and value > 0 else 0
+    session["graph_overruns"] = _graph_overruns(end, capture.kernels)
     if cal is None:
         return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
                        session=session)
@@ -241,3 +243,15 @@ def record_cost(scopes: list[str], intervals: np.ndarray) -> float | None:
         return None
     pairs = len(inner) / len(outer)
     return float(np.median(outer["cycles"] / (2 * pairs + 1)))
+
+
+def _graph_overruns(end: dict, kernels: dict) -> dict[str, int]:
+    """Kernel name -> replays of CUDA graphs whose records found the ring full (not kept)."""
+    out: dict[str, int] = {}
+    graphs = end.get("graphs") if isinstance(end.get("graphs"), dict) else {}
+    for node in graphs.get("nodes") or []:
+        n = node.get("overruns") if isinstance(node, dict) else None
+        if isinstance(n, int) and n > 0:
+            name = str((kernels.get(node.get("kernel")) or {}).get("name", "?"))
+            out[name] = out.get(name, 0) + n
+    return out

@@ -29,6 +29,9 @@ LAUNCH_DTYPE = np.dtype([
     ("pool_chunks", "<u4"),  # chunks in the launch's pool (kernels with run-time loop bounds), else 0
     ("pool_taken", "<u4"),  # chunks its units asked for: more than pool_chunks when the pool ran out
     ("torn_chunks", "<u4"),  # chunks taken whose header was never written (a fault): their records dropped
+    ("graph", "<u4"),  # the CUDA graph (1, 2, ... in capture order) whose replay this launch is; 0: launched eagerly
+    ("graph_node", "<u4"),  # its captured launch within that graph (0, 1, ... in capture order)
+    ("replay", "<u8"),  # the graph's replay it ran in (0, 1, ...)
 ])
 
 CTA_DTYPE = np.dtype([

@@ -17,6 +17,9 @@ Layout (little-endian; full description in docs/format.md)::
                       count x 64-byte entries: the LAUNCH header's fields, then
                         u64 buffer_offset (into the data below)  u64 buffer_bytes
                       then the data: every entry's buffer bytes
+    type 6 REPLAYS  launches that are replays of CUDA graphs (format version 3):
+                      u32 count  u32 reserved (0)
+                      count x 24-byte rows: u64 launch_index  u32 graph  u32 node  u64 replay
 
 JSON and fixed binary only: a raw file is never unpickled or evaluated.  A file cut off
 mid-chunk (crash, Ctrl-C) is still readable up to its last whole chunk; the reader says so.
@@ -36,7 +39,8 @@ import numpy as np
 from proton_lite.crc import crc32
 
 MAGIC = b"PLRAW\r\n\x1a"
-FORMAT_VERSION = 2  # 2 added BATCH chunks; version 1 files (LAUNCH chunks only) still read
+# 2 added BATCH chunks, 3 REPLAYS chunks; version 1 files (LAUNCH chunks only) and 2 still read
+FORMAT_VERSION = 3
 FILE_HEADER = struct.Struct("<8sII")
 CHUNK_HEADER = struct.Struct("<IIQ")
 LAUNCH_HEADER = struct.Struct("<IIQIIIIQQQ")
@@ -45,8 +49,11 @@ BATCH_ENTRY = np.dtype([("kernel_id", "<u4"), ("device", "<u4"), ("launch_index"
                         ("num_ctas", "<u4"), ("stream", "<u8"), ("host_time_ns", "<u8"), ("buffer_offset", "<u8"),
                         ("buffer_bytes", "<u8")])
 assert BATCH_ENTRY.itemsize == 64
-SESSION, KERNEL, LAUNCH, END, BATCH = 1, 2, 3, 4, 5
-_CHUNK_NAMES = {SESSION: "SESSION", KERNEL: "KERNEL", LAUNCH: "LAUNCH", END: "END", BATCH: "BATCH"}
+REPLAY_ROW = np.dtype([("launch_index", "<u8"), ("graph", "<u4"), ("node", "<u4"), ("replay", "<u8")])
+assert REPLAY_ROW.itemsize == 24
+SESSION, KERNEL, LAUNCH, END, BATCH, REPLAYS = 1, 2, 3, 4, 5, 6
+_CHUNK_NAMES = {SESSION: "SESSION", KERNEL: "KERNEL", LAUNCH: "LAUNCH", END: "END", BATCH: "BATCH",
+                REPLAYS: "REPLAYS"}
 MAX_JSON_CHUNK = 64 << 20
 MAX_LAUNCH_INDEX = 2**32 - 1  # launch indices are u32 in a decoded profile
 
@@ -65,6 +72,7 @@ class LaunchChunk:
     stream: int
     host_time_ns: int
     buffer: memoryview  # the copied-back profile buffer
+    replay: tuple[int, int, int] | None = None  # (graph, node, replay) of a CUDA graph's replay; None: eager
 
 
 @dataclass
@@ -128,6 +136,11 @@ class RawWriter:
         entries = np.ascontiguousarray(entries, dtype=BATCH_ENTRY)
         self._chunk(BATCH, [BATCH_HEADER.pack(len(entries), 0), entries.data.cast("B"), memoryview(data).cast("B")])
 
+    def replays(self, rows: list[tuple[int, int, int, int]]) -> None:
+        """Which launches are replays of CUDA graphs: (launch_index, graph, node, replay) each."""
+        table = np.array(rows, dtype=REPLAY_ROW)
+        self._chunk(REPLAYS, [BATCH_HEADER.pack(len(table), 0), table.data.cast("B")])
+
     def end(self, data: dict) -> None:
         self._json_chunk(END, data)
 
@@ -187,7 +200,7 @@ def read_raw(path: str | os.PathLike) -> RawCapture:
     if version > FORMAT_VERSION:
         raise RawFormatError(f"{path}: raw format version {version} is newer than this proton-lite supports "
                              f"({FORMAT_VERSION}); upgrade proton-lite")
-    session, kernels, launches, end = None, {}, [], None
+    session, kernels, launches, end, replays = None, {}, [], None, {}
     last_end = FILE_HEADER.size
     for kind, payload, offset in iter_chunks(data, path):
         last_end = offset + CHUNK_HEADER.size + len(payload)
@@ -213,12 +226,16 @@ def read_raw(path: str | os.PathLike) -> RawCapture:
                                         payload[LAUNCH_HEADER.size:]))
         elif kind == BATCH:
             launches.extend(_batch_launches(payload, where, kernels))
+        elif kind == REPLAYS:
+            replays.update(_replay_rows(payload, where))
         elif kind == END:
             end = _json(payload, where)
     if session is None:
         raise RawFormatError(f"{path}: no session header; the file is truncated or not a proton-lite capture")
     # batches of different streams reach the file in the order their copies finished
     launches.sort(key=lambda launch: launch.launch_index)
+    for launch in launches if replays else ():
+        launch.replay = replays.get(launch.launch_index)
     return RawCapture(path, session, kernels, launches, end, len(data) - last_end)
 
 
@@ -244,6 +261,16 @@ def _batch_launches(payload: memoryview, where: str, kernels: dict) -> list[Laun
                         int(e["num_ctas"]), int(e["stream"]), int(e["host_time_ns"]),
                         data[int(e["buffer_offset"]):int(e["buffer_offset"]) + int(e["buffer_bytes"])])
             for e in entries]
+
+
+def _replay_rows(payload: memoryview, where: str) -> dict[int, tuple[int, int, int]]:
+    if len(payload) < BATCH_HEADER.size:
+        raise RawFormatError(f"{where}: replays chunk too short")
+    count, _reserved = BATCH_HEADER.unpack_from(payload, 0)
+    if BATCH_HEADER.size + count * REPLAY_ROW.itemsize != len(payload):
+        raise RawFormatError(f"{where}: replays chunk says {count} rows but holds {len(payload)} bytes")
+    rows = np.frombuffer(payload, REPLAY_ROW, count, BATCH_HEADER.size)
+    return {int(r["launch_index"]): (int(r["graph"]), int(r["node"]), int(r["replay"])) for r in rows}
 
 
 def is_raw_file(path: str | os.PathLike) -> bool:

@@ -58,6 +58,9 @@ class SessionOptions:
         batch keeps host time per launch low); a launch after idle time is copied at once.
         If a kernel faults, launches of its batch not yet copied are lost and reported;
         1 copies after every launch.
+    graph_slots: replays kept on the device per launch captured into a CUDA graph, until a
+        background thread copies them back; None (default): as many as 32 MiB hold (4 to
+        1024).  A replay that finds them all waiting is counted and reported, not kept.
     skip_autotune: leave out the autotuner's timing runs (they are counted and reported).
     decode: decode and write traces at stop (False: only the raw capture).
     calibrate: at stop, launch one tiny kernel that measures the cost of a record on this
@@ -78,6 +81,7 @@ class SessionOptions:
     host_buffer_mb: int = 64
     device_buffer_mb: int | None = None
     copy_every: int = 256
+    graph_slots: int | None = None
     skip_autotune: bool = True
     decode: bool = True
     calibrate: bool = True
@@ -102,6 +106,10 @@ class SessionOptions:
                                          not 1 <= self.pool_mb <= 65536):
             raise ValueError(f"proton_lite: pool_mb must be a whole number of MiB from 1 to 65536, or None to size "
                              f"pools from earlier launches (got {self.pool_mb!r})")
+        if self.graph_slots is not None and (not isinstance(self.graph_slots, int) or
+                                             isinstance(self.graph_slots, bool) or not 1 <= self.graph_slots <= 65536):
+            raise ValueError(f"proton_lite: graph_slots must be a whole number of replays from 1 to 65536, or None "
+                             f"to size each ring from 32 MiB (got {self.graph_slots!r})")
         if self.sizing not in SIZINGS:
             raise ValueError(f"proton_lite: unknown sizing {self.sizing!r}; valid: {', '.join(SIZINGS)}")
         if self.sizing == "exact" and self.capacity is not None:
@@ -187,7 +195,7 @@ class Session:
                                     self.options.copy_every, resizer=resizer, pool_mb=self.options.pool_mb,
                                     selects=self.options.instrument_config().selects,
                                     device_limit_bytes=None if self.options.device_buffer_mb is None
-                                    else self.options.device_buffer_mb << 20)
+                                    else self.options.device_buffer_mb << 20, graph_slots=self.options.graph_slots)
         self._inductor_before = _inductor_kernels_compiled()
         from proton_lite.runtime.triton_hooks import TritonHooks
         self._hooks = TritonHooks(self._collector, self.options.instrument_config().to_mode())
@@ -204,9 +212,12 @@ class Session:
         with _lock:
             if self.result is not None:
                 return self.result
-            user_launches = self._collector.launches
-            if self._installed and self.options.calibrate and user_launches:
+            graphs = self._collector.graphs
+            before, replays_before = self._collector.launches, graphs.recorded
+            if self._installed and self.options.calibrate and (before or graphs.nodes):
                 self._calibrate()
+            # the record-cost launches (graph replays drained meanwhile are the user's)
+            calibration = self._collector.launches - before - (graphs.recorded - replays_before)
             if self._installed:
                 self._uninstall()
             if _active is self:
@@ -214,8 +225,9 @@ class Session:
         collector = self._collector
         t0 = time.perf_counter_ns()
         collector.finish()
+        user_launches = collector.launches - calibration  # graph replays are drained at finish too
         drain = collector.drain_stats(stop_ns=time.perf_counter_ns() - t0)
-        self._writer.end({"launches": user_launches, "calibration_launches": collector.launches - user_launches,
+        self._writer.end({"launches": user_launches, "calibration_launches": calibration,
                           "unattributed": collector.unattributed,
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
                           "uninstrumented": collector.uninstrumented, "captured": collector.captured,
@@ -226,7 +238,7 @@ class Session:
                           "host_hooks_fast": list(self._hooks.fastpath.counts()) if self._hooks.fastpath is not None
                           else None,
                           "host_hooks_error": _fastpath_error(),
-                          "drain": drain,
+                          "drain": drain, "graphs": collector.graphs.stats(),
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()
@@ -290,6 +302,8 @@ def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -
     device_buffer_mb: device memory records may wait in while the disk is behind (default:
         an eighth of the free memory, at most 4 GiB).
     copy_every: launches of a burst copied back together (default 256; 1 copies each one).
+    graph_slots: replays of each launch captured into a CUDA graph kept on the device until
+        copied back (default: as many as 32 MiB hold); more are counted, not kept.
     skip_autotune: leave the autotuner's timing runs out (default True; they are counted).
     decode: decode and write traces at stop (default True; False: raw capture only).
     calibrate: measure the cost of a record on this GPU at stop (default True).

@@ -119,7 +119,7 @@ class _Thread:
         o = operand.strip()
         if o.startswith("%"):
             special = {"%tid.x": self.tid, "%ctaid.x": self.cta, "%ctaid.y": 0, "%ctaid.z": 0,
-                       "%nctaid.x": self.l.grid, "%nctaid.y": 1, "%nctaid.z": 1, "%smid": self.cta % 132,
+                       "%nctaid.x": self.l.grid, "%ntid.x": self.l.threads, "%nctaid.y": 1, "%nctaid.z": 1, "%smid": self.cta % 132,
                        "%laneid": self.tid % 32, "%clock": self.clock & 0xFFFFFFFF, "%clock64": self.clock,
                        "%clock_hi": self.clock >> 32, "%globaltimer": 10 * self.clock}
             if o in special:
@@ -174,7 +174,7 @@ class _Thread:
             if name == "bra":
                 pc = self.k.labels[ops[0]]
                 continue
-            if name in ("bar",):
+            if name in ("bar", "membar"):  # threads run one after another: ordered anyway
                 continue
             if name == "ld" and ".param" in types:
                 self.set(ops[0], self.l.params[ops[1].strip()[1:-1]], 64)
@@ -257,6 +257,8 @@ class _Thread:
                          2 * bits)
             else:
                 self.set(d, sv[0] * sv[1] + sv[2], bits)
+        elif name == "rem":
+            self.set(d, (abs(sv[0]) % abs(sv[1])) * (1 if sv[0] >= 0 else -1) if signed else v[0] % v[1], bits)
         elif name in ("min", "max"):
             self.set(d, (min if name == "min" else max)(sv[0], sv[1]), bits)
         elif name in ("and", "or", "xor"):

@@ -107,7 +107,7 @@ def wave_profile(n_ctas=8192, launches=2, sms=132, resident=6, warps=4, early=0.
             rows.append((li, c, s, start, start + int(dur[c] * speed[s])))
             heapq.heappush(free, (rows[-1][4], s, k))
         end = max(r[4] for r in rows[-n_ctas:])
-        la[li] = (li, 0, 0, n_ctas, 1, 1, n_ctas, 7, t_launch + 0, end, 0, 0, 0, 0, 0, 0, 0, 0)
+        la[li] = (li, 0, 0, n_ctas, 1, 1, n_ctas, 7, t_launch + 0, end, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         t_launch = end + 2000
     rows = np.array(rows, np.int64)
     ctas = np.zeros(len(rows), CTA_DTYPE)

@@ -16,6 +16,7 @@ torch = require_torch()
 
 import proton_lite  # noqa: E402
 from proton_lite.passes import stage_hook  # noqa: E402
+from proton_lite.decode import decode  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
 from proton_lite.runtime.inductor import SETTINGS, _live_autotuners  # noqa: E402
 
@@ -156,21 +157,25 @@ def test_autotuning_in_the_session_is_not_recorded_as_launches(tmp_path, caches)
         assert torch.equal(out, plain)
 
 
-def test_graphs_of_reduce_overhead_are_counted_and_named(tmp_path, caches):
+def test_graphs_of_reduce_overhead_are_recorded(tmp_path, caches):
+    """torch.compile(mode="reduce-overhead") runs its step as a CUDA graph after warmup:
+    the graph's replays are recorded as launches of their own (graph, replay)."""
     args = _args("pointwise")
     fn = torch.compile(pointwise, mode="reduce-overhead")
     with proton_lite.start(str(tmp_path / "graphs"), quiet=True, formats=(), calibrate=False) as s:
-        outs = [fn(*args).clone() for _ in range(4)]
+        outs = [fn(*args).clone() for _ in range(6)]
     torch.cuda.synchronize()
     expected = pointwise(*args)
     for out in outs:
         torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
-    line = s.result.summary_line
-    assert "captured into CUDA graphs" in line and "triton_" in line and "reduce-overhead" in line, line
+    prof = decode(read_raw(s.result.raw_path))
+    replayed = prof.launches[prof.launches["graph"] > 0]
+    assert len(replayed) >= 3, (prof.launches[["launch", "graph", "replay"]], s.result.summary_line)
+    assert all(prof.kernels[int(k)].name.startswith("triton_") for k in replayed["kernel"])
+    assert s.result.counters["graph_captured_launches"] == 0, s.result.summary_line
     after = fn(*args).clone()  # replays after stop: the graph's scratch is still there
     torch.cuda.synchronize()
     torch.testing.assert_close(after, expected, rtol=2e-3, atol=2e-3)
-
 
 
 def test_kernels_for_the_cpp_wrapper_stay_plain_and_are_named(tmp_path, caches):

@@ -292,10 +292,10 @@ def test_two_gpus_in_one_process_keep_their_launches_apart(tmp_path):
                                                                       ("#3", "0")}
 
 
-def test_a_graph_captured_in_a_session_runs_and_is_named_at_stop(tmp_path):
-    """Replays are not recorded yet: capturing must not break (it used to be refused), the
-    captured launch is named in the stop line, and replays after stop write only into
-    scratch that outlives the graph (this test also runs under compute-sanitizer)."""
+def test_a_graph_captured_in_a_session_is_recorded_and_runs_after_stop(tmp_path):
+    """Capturing must not break (it used to be refused), every replay in the session is
+    recorded, and replays after stop write only into scratch that outlives the session
+    (this test also runs under compute-sanitizer)."""
     n = 4096
     x = torch.rand(n, device="cuda")
     out = torch.empty_like(x)
@@ -311,9 +311,10 @@ def test_a_graph_captured_in_a_session_runs_and_is_named_at_stop(tmp_path):
             g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, x + x)
-    assert s.result.launches == 1  # the eager launch; the capture is not a launch of its own
-    assert "1 launch(es) of 1 kernel(s) were captured into CUDA graphs" in s.result.summary_line
-    assert "vector_add (1)" in s.result.summary_line
+    assert s.result.launches == 4  # the eager launch and 3 replays; the capture is not a launch of its own
+    assert s.result.counters["graph_captured_launches"] == 0
+    assert "1 launch(es) captured into 1 CUDA graph(s) in this session were recorded in 3 replay launch(es)" in \
+        s.result.summary_line, s.result.summary_line
     x.copy_(torch.rand(n, device="cuda"))
     for _ in range(5):  # after stop
         g.replay()

@@ -59,7 +59,7 @@ def test_launches_written_in_batches_read_back_as_the_same_launches(tmp_path):
     p1, p2 = decode(cap), decode(again)
     assert (p1.intervals == p2.intervals).all() and (p1.ctas == p2.ctas).all()
     with open(tmp_path / "b.plraw", "rb") as f:
-        assert int.from_bytes(f.read(12)[8:], "little") == FORMAT_VERSION == 2
+        assert int.from_bytes(f.read(12)[8:], "little") == FORMAT_VERSION == 3
 
 
 def _write_raw_batch(cap, path, table: bytes, data: bytes):

@@ -36,7 +36,7 @@ def synthetic_profile() -> Profile:
                _kernel("tiny", ["x"], warps=1, gran="cta", unit_warps=1)]
     launches = np.zeros(4, LAUNCH_DTYPE)
     for i, (k, grid) in enumerate([(0, (4, 1, 1)), (1, (2, 2, 1)), (0, (3, 1, 1)), (2, (1, 1, 1))]):
-        launches[i] = (i, k, 0, *grid, int(np.prod(grid)), 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        launches[i] = (i, k, 0, *grid, int(np.prod(grid)), 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     ctas, ivs = [], []
 
     def cta(launch, c, sm, t0, t1):
@@ -89,7 +89,7 @@ def big_profile(n_ctas=16384, warps=4, iters=0, sms=132, seed=0) -> Profile:
     rng = np.random.default_rng(seed)
     kern = _kernel("k", ["load", "store"] if not iters else ["mainloop", "iter"], warps=warps)
     launches = np.zeros(1, LAUNCH_DTYPE)
-    launches[0] = (0, 0, 0, n_ctas, 1, 1, n_ctas, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    launches[0] = (0, 0, 0, n_ctas, 1, 1, n_ctas, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     c = np.arange(n_ctas)
     span = 3000 if not iters else 400 * iters + 600
     start = (c // sms) * (span + 200) + rng.integers(0, 50, n_ctas)

@@ -47,6 +47,7 @@ from proton_lite.runtime.buffers import DevicePool, PinnedPool
 from proton_lite.runtime.chunks import CHUNK_BYTES, SLICE_ALIGN, ChunkBook, _Chunk
 from proton_lite.runtime.collector_stop import CollectorStop
 from proton_lite.runtime.drain import Drain
+from proton_lite.runtime.graphs import CapturedLaunch, GraphRecorder
 from proton_lite.runtime.launch_info import ATTACHER, LaunchInfo, _Chained, _launch_info, launch_metadata_fn
 from proton_lite.runtime.launch_sizing import LAUNCH_SIZED_MAX_BYTES, LaunchSizing
 from proton_lite.runtime.pool_sizing import PoolSizer
@@ -66,11 +67,13 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
 
     def __init__(self, writer: RawWriter, host_limit_bytes: int, skip_autotune: bool = True,
                  copy_every: int = DEFAULT_COPY_EVERY, idle_ns: int = IDLE_NS, resizer=None,
-                 pool_mb: int | None = None, selects=None, device_limit_bytes: int | None = None) -> None:
+                 pool_mb: int | None = None, selects=None, device_limit_bytes: int | None = None,
+                 graph_slots: int | None = None) -> None:
         self.writer = writer
         self.selects = selects or (lambda name: True)  # the session's kernels= patterns
         self.uninstrumented: dict[str, int] = {}  # kernel name -> launches that ran without a profile buffer
-        self.captured: dict[str, int] = {}  # kernel name -> launches captured into CUDA graphs (not recorded)
+        self.captured: dict[str, int] = {}  # kernel name -> plain launches captured into CUDA graphs (not recorded)
+        self.graphs = GraphRecorder(self, graph_slots)  # instrumented launches captured into graphs
         exact = os.environ.get("PROTON_LITE_EXACT_BUFFERS", "") not in ("", "0")
         self.device_pool = DevicePool(exact=exact)
         self.pool_sizer = PoolSizer(pool_mb, exact)  # launch pools (run-time loop bounds)
@@ -95,6 +98,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._last_slice_ns: dict[tuple[int, int], int] = {}
         self._kernels: dict[int, tuple] = {}  # id(metadata) -> (metadata, _kernel() result)
         self._kernel_ids: dict[str, int] = {}  # kernel hash -> id in the raw file
+        self._kernel_names: dict[int, str] = {}  # id in the raw file -> kernel name
         self._launch_index = 0
         self.device_limit = device_limit_bytes  # None: set at the first launch (default_device_limit)
         self._drain = Drain(self)
@@ -132,9 +136,13 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         key = (device, stream)
         now = time.time_ns()  # idle detection here, the launch's host time in the exit hook
         tls = self._tls
+        if getattr(tls, "device", None) != device:  # this thread's first launch on the device
+            self._thread_context(device)
         stale = getattr(tls, "item", None)
         if stale is not None:  # its exit hook never ran; handled once, below
             tls.item = None
+            if isinstance(stale, CapturedLaunch):  # a captured launch: nothing to settle
+                stale = None
         with self._lock:
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
@@ -173,16 +181,54 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         return ptr
 
     def _captured(self, size: int, alignment: int, stream: int) -> int:
-        """A launch being captured into a CUDA graph: its replays cannot be recorded yet, so it
-        gets scratch whose records are never read (kept for the life of the process, as the
-        graph may be), and its exit hook counts it by kernel name (``captured``)."""
-        from proton_lite.runtime.after_stop import AFTER_STOP
-        stale = getattr(self._tls, "item", None)
+        """A launch being captured into a CUDA graph: scratch of its own, which the graph
+        keeps (``runtime/graphs.py``); its exit hook adds the node that keeps every replay's
+        records.  A kernel sized at launch is sized now, from the arguments the graph holds."""
+        tls = self._tls
+        stale = getattr(tls, "item", None)
+        device = self._current_device()
+        if getattr(tls, "device", None) != device:
+            self._thread_context(device)
         if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
-            self._tls.item = None
+            tls.item = None
+            if not isinstance(stale, CapturedLaunch):
+                with self._lock:
+                    self._settle(stale[0], device)
+        capacity = pool = None
+        if alignment == LAUNCH_SIZED_ALIGN:
+            size, capacity = self._launch_capacity(size)
+            pool = capacity[2]
+        with self._lock:
+            if device not in self._contexts:
+                self._contexts[device] = cuda_api.current_context()
+        launch = self.graphs.scratch(size, device, stream, capacity, pool)
+        if capacity is not None:  # captured too: every replay starts with the prefix set
+            cuda_api.memset_d32_async(launch.scratch, capacity_word(capacity[0]), 1, stream)
+            if pool is not None:  # and the chunks taken: zero again at every replay
+                cuda_api.memset_d32_async(launch.scratch + 4, pool[0], 1, stream)
+                cuda_api.memset_d32_async(launch.scratch + 8, pool[1], 1, stream)
+                cuda_api.memset_d32_async(launch.scratch + 12, 0, 1, stream)
+        tls.item = launch
+        return launch.scratch
+
+    def _captured_exit(self, launch: CapturedLaunch, launch_metadata) -> None:
+        """The captured kernel's node is in the graph: add the copy node after it."""
+        info = _launch_info(launch_metadata)
+        kernel = self._kernel(info[1]) if info is not None else None
+        if kernel is None:  # no layout to read its records with; its replays only write the scratch
             with self._lock:
-                self._settle(stale[0], self._current_device())
-        return AFTER_STOP(size, alignment, stream, count=False)
+                self.unattributed += 1
+            return
+        kernel_id, ctas_per_block = kernel[0], kernel[1]
+        grid = info[0]
+        gx, gy, gz = grid if len(grid) == 3 else (tuple(grid) + (1, 1))[:3]
+        try:
+            self.graphs.add(launch, kernel_id, (gx, gy, gz), gx * gy * gz * ctas_per_block)
+        except (cuda_api.CudaError, RuntimeError) as e:  # its replays run; their records are not kept
+            name = getattr(info[1], "name", "?")
+            with self._lock:
+                self.captured[name] = self.captured.get(name, 0) + 1
+            self.graphs.errors.append(f"{name}: replays not recorded ({e})"[:300])
 
     def _note_uninstrumented(self, launch_metadata) -> None:
         """A launch without a profile buffer: a plain binary of a kernel the session selects
@@ -205,6 +251,9 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             self._note_uninstrumented(launch_metadata)
             return
         tls.item = None
+        if isinstance(item, CapturedLaunch):
+            self._captured_exit(item, launch_metadata)
+            return
         chunk, offset, size, idle, sized, now_ns = item
         info = _launch_info(launch_metadata)
         kernel = self._kernel(info[1]) if info is not None else None
@@ -250,6 +299,14 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             self.resizer.relaunch(info[3], (gx, gy, gz), info[2], info[1], rerun)
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def _thread_context(self, device: int) -> None:
+        """A launching thread without a current context (autograd's) gets the session's."""
+        cuda_api.ensure_context(device, self._contexts.get(device))
+        self._tls.device = device
+
+    def kernel_name(self, kernel_id) -> str:
+        return self._kernel_names.get(kernel_id, "?")
+
     def _kernel(self, metadata) -> tuple | None:
         """(kernel id in this session, CTAs per grid point, profile bytes per CTA, layout, whether
         its records may not fit), or None for a kernel without instrumentation.  Registered
@@ -265,6 +322,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             if kid is None:
                 kid = len(self._kernel_ids)
                 self._kernel_ids[metadata.hash] = kid
+                self._kernel_names[kid] = metadata.name
                 if entry.get("lost_scopes"):  # told now, at its first launch, and again at stop
                     from proton_lite.passes.kernel_facts import lost_scopes_message, warn_lost_scopes
                     self.lost_scopes.append(lost_scopes_message(metadata.name, entry["lost_scopes"]))

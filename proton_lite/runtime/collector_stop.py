@@ -47,6 +47,10 @@ class CollectorStop:
                     self._seal(chunk)
                 else:
                     self._close(chunk)
+        try:  # graphs' last replays go to the drain before it finishes
+            self.graphs.finish()
+        except cuda_api.CudaError as e:  # a kernel fault: what was drained is kept
+            self._failed(e)
         self._drain.finish()
         if self.failed:
             self.errors.append(self._fault_message())

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.raw_format import BATCH_ENTRY
-from proton_lite.runtime import cuda_api
+from proton_lite.runtime import cuda_api, cuda_graph
 from proton_lite.runtime.buffers import HostBuffer
 
 
@@ -74,6 +74,11 @@ class Drain:
         """A KERNEL chunk, written before any chunk that holds one of its launches."""
         self._copy_q.put(("kernel", entry))
 
+    def graph_batch(self, entries: np.ndarray, data: np.ndarray, replays: list) -> None:
+        """Replays of captured launches (``runtime/graphs.py``): a BATCH and its REPLAYS rows,
+        written in order with the kernels and chunks before them."""
+        self._copy_q.put(("graph", entries, data, replays))
+
     def submit(self, item: Sealed) -> None:
         with self._backlog:
             self.queued_bytes += item.chunk.buf.capacity
@@ -109,6 +114,7 @@ class Drain:
 
     # -- copier ----------------------------------------------------------------------------
     def _copier(self) -> None:
+        cuda_graph.relax_this_thread()
         current = None
         while True:
             item = self._copy_q.get()
@@ -147,6 +153,7 @@ class Drain:
 
     # -- writer ----------------------------------------------------------------------------
     def _writer(self) -> None:
+        cuda_graph.relax_this_thread()
         current = None
         owner = self.owner
         while True:
@@ -154,7 +161,12 @@ class Drain:
             if item is None:
                 return
             if isinstance(item, tuple):
-                owner.writer.kernel(item[1])
+                if item[0] == "kernel":
+                    owner.writer.kernel(item[1])
+                else:  # "graph": the launches, then the rows that say which replays they are
+                    owner.writer.batch(item[1], item[2])
+                    owner.writer.replays(item[3])
+                    self.copied_bytes += len(item[2])
                 continue
             chunk = item.chunk
             if owner.failed:  # the context is gone; the copy may still have run before the fault

@@ -12,11 +12,14 @@ CTA_PART = 1 << 16  # CTAs per part sorted on a worker
 
 
 def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
-    """Track / process title of one launch, e.g. ``#3 matmul grid=(32,32,1) warps=8``, and
-    ``... GPU 1`` when the capture holds launches of more than one device."""
+    """Track / process title of one launch, e.g. ``#3 matmul grid=(32,32,1) warps=8``,
+    ``... graph 1 replay 17`` for a replay of a CUDA graph, and ``... GPU 1`` when the
+    capture holds launches of more than one device."""
     title = (f"#{int(launch['launch'])} {kernel.name} "
              f"grid=({int(launch['grid_x'])},{int(launch['grid_y'])},{int(launch['grid_z'])}) "
              f"warps={kernel.num_warps}")
+    if launch.dtype.names and "graph" in launch.dtype.names and int(launch["graph"]):
+        title += f" graph {int(launch['graph'])} replay {int(launch['replay'])}"
     return title + f" GPU {int(launch['device'])}" if show_device else title
 
 

@@ -1,0 +1,160 @@
+"""The host side of recording CUDA graph replays (runtime/graphs.py) on the simulated driver.
+
+A launch captured into a graph must get scratch of its own (not a chunk's slice), nothing
+may be enqueued on the capturing stream but what the kernel needs, and its exit hook adds
+the copy node.  The device side of a replay (the copy kernel, run by tests/test_graph_ring.py
+in the PTX interpreter) is played here by writing what it writes, as docs/format.md §3 lays
+it out: the poller must copy every published slot back once, in the order the replays ran,
+tell the device how far it drained, and at stop close the node and free the ring.  The real
+thing runs under ``pytest -m gpu`` (tests/test_gpu_graphs.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import struct
+import time
+
+import pytest
+
+from proton_lite.coverage import graph_lines
+from proton_lite.raw_format import RawWriter
+from proton_lite.runtime import cuda_graph, graph_copy, graphs
+from proton_lite.runtime.collector import Collector
+from sim_driver import SimDriver
+from test_collector import SCRATCH, _launch_metadata, _Meta, finish
+
+
+@pytest.fixture
+def sim(monkeypatch):
+    sim = SimDriver().install(monkeypatch)
+    sim.nodes = []
+
+    def htod(dst, src_host, size, stream):
+        data = ctypes.string_at(src_host, size)
+
+        def op():
+            mem, off = sim._resolve(dst, size)
+            mem[off:off + size] = data
+        sim._enqueue(stream, op)
+
+    monkeypatch.setattr(graphs, "_arenas", {})  # headers live in this simulated device's memory
+    monkeypatch.setattr(cuda_graph, "relaxed_capture", contextlib.nullcontext)
+    monkeypatch.setattr(cuda_graph, "capture_info", lambda stream: (4242, "graph", ["kernel node"]))
+    monkeypatch.setattr(cuda_graph, "memcpy_htod_async", htod)
+    monkeypatch.setattr(cuda_graph, "ctx_synchronize", sim.run_all)
+    monkeypatch.setattr(graph_copy, "add_node", lambda *args: sim.nodes.append(args))
+    return sim
+
+
+def _capture(col, sim, stream=9, grid=(4, 1, 1), meta=None):
+    meta = meta or _Meta()
+    sim.capturing.add(stream)
+    queued = sum(len(q) for q in sim.streams.values())
+    ptr = col.allocate(SCRATCH * grid[0], 16, stream)
+    col.on_launch_exit(_launch_metadata(grid, meta, stream=stream))
+    sim.capturing.discard(stream)
+    assert sum(len(q) for q in sim.streams.get(stream, ())) == 0  # nothing joined the graph
+    assert sum(len(q) for q in sim.streams.values()) >= queued
+    return ptr
+
+
+def _header(sim, node) -> dict:
+    mem, off = sim._resolve(node.header, 64)
+    v = struct.unpack_from("<QQQQQIiII", mem, off)
+    return dict(zip(("replays", "written", "consumed", "overruns", "discarded", "done", "next_slot", "closed",
+                     "slots"), v))
+
+
+def _replay(sim, node, replay: int, payload: bytes, time_ns: int) -> None:
+    """What the copy node writes at a replay (graph_copy.PTX), from the documented layout."""
+    h = _header(sim, node)
+    mem, off = sim._resolve(node.header, 64)
+    if h["next_slot"] >= 0:
+        slot = node.ring + h["next_slot"] * node.slot_bytes
+        smem, soff = sim._resolve(slot, node.slot_bytes)
+        smem[soff:soff + 16] = struct.pack("<QQ", replay, time_ns)
+        smem[soff + 16:soff + 16 + len(payload)] = payload
+        h["written"] += 1
+    else:
+        h["discarded" if h["closed"] else "overruns"] += 1
+    h["replays"] += 1
+    free = h["written"] - h["consumed"] < h["slots"] and not h["closed"]
+    h["next_slot"] = h["written"] % h["slots"] if free else -1
+    mem[off:off + 56] = struct.pack("<QQQQQIiII", *(h[k] for k in ("replays", "written", "consumed", "overruns",
+                                                                  "discarded", "done", "next_slot", "closed",
+                                                                  "slots")))
+
+
+def _wait_drained(node, written: int) -> None:
+    deadline = time.time() + 10
+    while node.consumed < written and time.time() < deadline:
+        time.sleep(0.002)
+    assert node.consumed == written
+
+
+def test_every_published_replay_is_copied_back_once_in_the_order_it_ran(sim, tmp_path):
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, graph_slots=4)
+    ptr = _capture(col, sim)
+    assert not any(c.buf.ptr <= ptr < c.buf.ptr + c.limit for c in col._open.values())  # not a chunk's slice
+    (node, ) = col.graphs.nodes
+    args = sim.nodes[0]
+    assert args[1] == ["kernel node"] and args[3:] == (node.header, ptr, node.ring, SCRATCH * 4, node.slot_bytes,
+                                                       None)
+    assert _header(sim, node)["slots"] == 4 and _header(sim, node)["next_slot"] == 0
+    payloads = [bytes([r + 1]) * (SCRATCH * 4) for r in range(10)]
+    written = 0
+    for r in range(10):  # in pairs, with a drain between: the ring of 4 never fills
+        with col.graphs.drain_lock:
+            _replay(sim, node, r, payloads[r], time_ns=1000 + r)
+        written += 1
+        if r % 2:
+            _wait_drained(node, written)
+            assert _header(sim, node)["consumed"] == written  # the device knows how far the host got
+    cap = finish(col, tmp_path)
+    assert [ln.replay for ln in cap.launches] == [(1, 0, r) for r in range(10)]
+    assert [bytes(ln.buffer) for ln in cap.launches] == payloads
+    assert [ln.launch_index for ln in cap.launches] == list(range(10)) and col.launches == 10
+    h = _header(sim, node)
+    assert h["closed"] == 1 and h["next_slot"] == -1 and node.ring == 0  # closed, and the ring freed
+    assert ptr in sim.device_mem and node.header  # the scratch outlives the session (the graph may)
+    stats = col.graphs.stats()
+    assert stats["recorded"] == 10 and stats["overruns"] == 0 and stats["nodes"][0]["replays"] == 10
+    assert graph_lines(col.graphs)[-1].startswith("1 launch(es) captured into 1 CUDA graph(s) in this session were "
+                                                  "recorded in 10 replay launch(es)")
+
+
+def test_replays_of_two_captured_launches_are_numbered_in_time_order_and_overruns_reported(sim, tmp_path):
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, graph_slots=4)
+    _capture(col, sim, meta=_Meta("first"))
+    _capture(col, sim, meta=_Meta("second"))
+    a, b = col.graphs.nodes
+    assert (a.graph, a.node, b.graph, b.node) == (1, 0, 1, 1)
+    with col.graphs.drain_lock:  # six replays meet rings of four slots: two overruns each
+        for r in range(6):
+            _replay(sim, a, r, b"\x01" * (SCRATCH * 4), time_ns=100 * r)
+            _replay(sim, b, r, b"\x02" * (SCRATCH * 4), time_ns=100 * r + 50)
+    cap = finish(col, tmp_path)
+    assert [(ln.replay, ln.kernel_id) for ln in cap.launches] == \
+        [((1, n, r), n) for r in range(4) for n in (0, 1)]  # a, b, a, b ...: the order they ran
+    stats = col.graphs.stats()
+    assert [n["overruns"] for n in stats["nodes"]] == [2, 2] and stats["overruns"] == 4
+    line = graph_lines(col.graphs)[0]
+    assert line.startswith("4 replay(s) of launches captured into CUDA graphs found their ring of 4 slot(s) full")
+    assert "first (2), second (2)" in line and "graph_slots=8" in line
+
+
+def test_a_kernel_sized_at_launch_gets_its_prefix_inside_the_graph(sim, tmp_path, monkeypatch):
+    """The capacity word is set by a memset captured into the graph: every replay starts with it."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    monkeypatch.setattr(col, "_launch_capacity", lambda size: (size + 16, (5, False, None)))
+    sim.capturing.add(9)
+    ptr = col.allocate(SCRATCH * 4, 64, 9)
+    assert len(sim.streams[9]) == 1  # the prefix's memset, on the capturing stream
+    col.on_launch_exit(_launch_metadata((4, 1, 1), _Meta(), stream=9))
+    sim.capturing.discard(9)
+    sim.run_all()
+    mem, off = sim._resolve(ptr, 4)
+    assert struct.unpack_from("<I", mem, off)[0] == (0xA5 << 24) | 5
+    assert col.graphs.nodes[0].nbytes == SCRATCH * 4 + 16
+    finish(col, tmp_path)
