@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
-# Knobs: TESTS=..., NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1.
+# Knobs: TESTS=..., NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1.
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
 PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-480} \
-  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_docs.py} 2>&1 | tail -40
+  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_docs.py} 2>&1 | tail -40
 echo "pytest rc=${PIPESTATUS[0]}"
 [ -f "$OUT/fidelity.json" ] && cat "$OUT/fidelity.json"
 if [ -n "${SANITIZE:-}" ]; then
@@ -34,6 +34,11 @@ fi
 if [ -n "${STOP_BENCH:-}" ]; then  # issue 22: decode + .pftrace of 21 M records on this host's cores
   timeout ${STOP_TIMEOUT:-300} python3 tests/benchmarks/decode_speed.py --shape mixed --repeat 16 --reps 1 \
     --workers ${STOP_WORKERS:-8,16} --keep /tmp/stop_bench --save "$OUT/stop.json" 2>&1 | grep -E "threads|cold|warm total"
+fi
+if [ -n "${GRAPH_BENCH:-}" ]; then  # issue 23: replay time of a 3-kernel graph, plain vs recorded
+  timeout ${GRAPH_TIMEOUT:-200} python3 tests/benchmarks/graphs.py --json "$OUT/graphs_heavy.json" 2>&1 | tail -2
+  timeout ${GRAPH_TIMEOUT:-200} python3 tests/benchmarks/graphs.py --cols 2048 --rows 8192 --json "$OUT/graphs_light.json" \
+    2>&1 | tail -2
 fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60

@@ -3,7 +3,7 @@
 A launch captured into a graph must get scratch of its own (not a chunk's slice), nothing
 may be enqueued on the capturing stream but what the kernel needs, and its exit hook adds
 the copy node.  The device side of a replay (the copy kernel, run by tests/test_graph_ring.py
-in the PTX interpreter) is played here by writing what it writes, as docs/format.md §3 lays
+in the PTX interpreter) is played here by writing what it writes, as docs/format.md §4 lays
 it out: the poller must copy every published slot back once, in the order the replays ran,
 tell the device how far it drained, and at stop close the node and free the ring.  The real
 thing runs under ``pytest -m gpu`` (tests/test_gpu_graphs.py).

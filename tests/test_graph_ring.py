@@ -1,6 +1,6 @@
 """The graph copy kernel (proton_lite/runtime/graph_copy.py) without a GPU: ptxas assembles
 it, and the PTX interpreter (tests/ptx_sim.py) runs it replay after replay on memory laid
-out as docs/format.md §3 says (node header, the launch's scratch, the ring), with the host's
+out as docs/format.md §4 says (node header, the launch's scratch, the ring), with the host's
 side (draining, closing) written here from that layout, not from graphs.py's dtypes."""
 import struct
 import subprocess

@@ -12,7 +12,7 @@ past a unit's count; a launch pool's counter is reset by a memset node before th
 
 It is written in PTX by hand (no nvcc here, no Triton calling convention to follow) and
 loaded with ``cuModuleLoadData``, which JIT-compiles it for the GPU at hand.  Per captured
-launch the host keeps a 64-byte **node header** in device memory (docs/format.md §3)::
+launch the host keeps a 64-byte **node header** in device memory (docs/format.md §4)::
 
      0 u64 replays    replays that ran the copy kernel (recorded, overrun or discarded)
      8 u64 written    slots published: the host may read slots up to this count

@@ -7,7 +7,7 @@ A poller thread here reads the node headers of all captured launches of a device
 copy, copies the published slots to the host, tells the device how far it drained
 (``consumed``) and hands the replays to the drain's writer as ordinary launches, numbered
 in the order they ran (each slot carries the time it was published), with a REPLAYS row
-each (graph, node, replay index: docs/format.md §2.7).
+each (graph, node, replay index: docs/format.md §2.5b).
 
 Bounded memory: a ring has ``slots`` slots; a replay that finds it full (the poller fell
 behind) is counted in the node's ``overruns`` and reported at stop, never written over an
