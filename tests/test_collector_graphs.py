@@ -158,3 +158,19 @@ def test_a_kernel_sized_at_launch_gets_its_prefix_inside_the_graph(sim, tmp_path
     assert struct.unpack_from("<I", mem, off)[0] == (0xA5 << 24) | 5
     assert col.graphs.nodes[0].nbytes == SCRATCH * 4 + 16
     finish(col, tmp_path)
+
+
+def test_the_poller_waits_while_the_disk_is_behind(sim, tmp_path, monkeypatch):
+    """Replays waiting for the raw file are bounded in host memory: past ``BACKLOG_BYTES``
+    the poller leaves the slots on the device (a ring that fills then counts overruns)."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, graph_slots=4)
+    _capture(col, sim)
+    (node, ) = col.graphs.nodes
+    monkeypatch.setattr(col._drain, "graph_backlog", graphs.BACKLOG_BYTES + 1)
+    with col.graphs.drain_lock:  # the poller thread waits; these polls are the test's
+        _replay(sim, node, 0, b"\x05" * (SCRATCH * 4), time_ns=1)
+        assert col.graphs.poll() is True and node.consumed == 0
+        col._drain.graph_backlog = 0
+        assert col.graphs.poll() is False and node.consumed == 1
+    cap = finish(col, tmp_path)
+    assert [ln.replay for ln in cap.launches] == [(1, 0, 0)] and col._drain.graph_backlog == 0

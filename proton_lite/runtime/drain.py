@@ -58,6 +58,7 @@ class Drain:
         self._write_streams: dict[int, int] = {}  # device -> the writer's stream (pool chunks)
         self._backlog = threading.Condition()
         self.queued_bytes = 0  # device bytes of sealed chunks not yet back in the pool
+        self.graph_backlog = 0  # host bytes of graph replays handed over and not yet written
         self.wait_ns = 0  # time launching threads waited for the backlog to shrink
         self.waits = 0
         self.peak_queued_bytes = 0
@@ -77,6 +78,8 @@ class Drain:
     def graph_batch(self, entries: np.ndarray, data: np.ndarray, replays: list) -> None:
         """Replays of captured launches (``runtime/graphs.py``): a BATCH and its REPLAYS rows,
         written in order with the kernels and chunks before them."""
+        with self._backlog:
+            self.graph_backlog += len(data)
         self._copy_q.put(("graph", entries, data, replays))
 
     def submit(self, item: Sealed) -> None:
@@ -167,6 +170,8 @@ class Drain:
                     owner.writer.batch(item[1], item[2])
                     owner.writer.replays(item[3])
                     self.copied_bytes += len(item[2])
+                    with self._backlog:
+                        self.graph_backlog -= len(item[2])
                 continue
             chunk = item.chunk
             if owner.failed:  # the context is gone; the copy may still have run before the fault

@@ -34,6 +34,7 @@ MIN_SLOTS, MAX_SLOTS = 8, 4096
 POOL_SLOT_BYTES = RING_BYTES // 16  # a slot of a launch with a pool holds its blocks and chunks up to this
 POLL_MIN_S, POLL_MAX_S = 0.0005, 0.002  # the poller waits less while rings fill, more while idle
 POLL_BYTES = 32 << 20  # slots copied per poll: the GIL is held while they cross PCIe (~1.5 ms)
+BACKLOG_BYTES = 256 << 20  # replays waiting for the disk in host memory; past it the rings wait (then overrun)
 ARENA_NODES = 512  # node headers per device allocation (read in one copy)
 
 HEADER_DTYPE = np.dtype([("replays", "<u8"), ("written", "<u8"), ("consumed", "<u8"), ("overruns", "<u8"),
@@ -224,6 +225,8 @@ class GraphRecorder:
     def poll(self, final: bool = False) -> bool:
         """Drain the published slots (at most ``POLL_BYTES`` of them, all of them when
         ``final``); True when some ring was at least half full or more is waiting."""
+        if not final and self.owner._drain.graph_backlog > BACKLOG_BYTES:  # the disk is behind: host memory
+            return True  # stays bounded, and replays that find a full ring are counted
         with self._lock:
             nodes = list(self.nodes)
         busy = False
