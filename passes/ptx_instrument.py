@@ -56,8 +56,10 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
     if layout.pool != (pool_plan is not None) or (layout.pool and not layout.sized_at_launch):
         raise InstrumentationError("proton_lite: internal error: a pool needs its plan and a buffer sized at launch")
-    if (layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "sink") or \
-            layout.capacity < 1:
+    lifetimes_only = not info.sites and layout.capacity == 0 and layout.staging == "global" and \
+        layout.overflow == "drop" and not layout.sized_at_launch  # a kernel without scopes (stage_hook)
+    if not lifetimes_only and ((layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "sink")
+                               or layout.capacity < 1):
         raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
                                    "(global staging in clamp mode stores past the capacity in sink slots)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base

@@ -29,13 +29,16 @@ from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig, reso
 from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
+from proton_lite.passes.register_cap import capped_ptx
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
                                                PtxScan, fold_exit_branches, function_body, rewrite, scan, shared_bytes,
                                                staging_offset, strip_markers)
 
-PASS_VERSION = "proton_lite-ptx-pass-9"  # 9: capacity= leaves the record-cost kernel its size
+# 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
+# only (no record slot, nothing live across the kernel) under their plain occupancy's register cap
+PASS_VERSION = "proton_lite-ptx-pass-10"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -54,6 +57,10 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
     if config.granularity == "warpgroup" and num_warps % 4:
         raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
+    if not info.sites and config.capacity is None:
+        # no scope at all: only the CTA's and units' lifetimes are written, at entry and exit;
+        # nothing to stage, no record slot, no sink (design.md, "The fixed cost")
+        return BufferLayout(config.granularity, num_warps, 0, "global", config.buffer_mode)
     if config.capacity is not None and info.kernel != CALIBRATION_KERNEL:  # the record-cost launch keeps its size
         capacity = config.capacity
     elif info.loop_sites:
@@ -205,9 +212,27 @@ def _hook(*args):
             return strip_markers(ptx)  # not selected: plain code, no profile buffer
         if forced and _forced_veto is not None and _forced_veto(metadata.get("name"), count=False):
             return strip_markers(ptx)  # its caller launches it without a profile buffer
-        return instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen)
+        new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen)
+        layout = metadata["proton_lite"]["layout"]
+        if layout["capacity"] == 0 and not layout.get("sized_at_launch") and "cubin" in stages:
+            caps[id(metadata)] = ptx  # lifetimes only: keep the plain occupancy (register_cap.py)
+        return new_ptx
 
     stages["ptx"] = ptx_stage
+    if "cubin" in stages:
+        make_cubin = stages["cubin"]
+        caps: dict[int, str] = {}  # id(metadata) -> the plain PTX of a kernel recording lifetimes only
+
+        def cubin_stage(src, metadata):
+            plain = caps.pop(id(metadata), None)
+            if plain is None:
+                return make_cubin(src, metadata)
+            warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
+            capped, decided = capped_ptx(src, plain, make_cubin, metadata, 32 * warps)
+            metadata["proton_lite"]["registers"] = decided
+            return make_cubin(capped, metadata)
+
+        stages["cubin"] = cubin_stage
     return None
 
 

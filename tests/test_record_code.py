@@ -144,3 +144,18 @@ def test_a_loop_left_by_a_conditional_exit_before_an_unconditional_back_edge_is_
     # not folded: another instruction before the exit block
     other = shape[:-2] + ["\tadd.s32 %r3, %r3, 1;", "$L_out:"]
     assert "bra.uni $L_head;" in fold_exit_branches(_ptx(other))
+
+
+@pytest.mark.parametrize("granularity,num_warps", [("cta", 8), ("warp", 2), ("warpgroup", 4)])
+def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granularity, num_warps):
+    """No scope: capacity 0, no record slot, no staging (stage_hook.choose_layout); thread 0
+    writes the CTA header at entry, each unit's leader its header at exit, and every byte
+    that nobody writes stays zero."""
+    layout = BufferLayout(granularity, num_warps, 0, "global")
+    assert layout.stride == 32 + layout.units * 24
+    blocks, _ = run([FMA, FMA], layout, {})
+    assert (blocks["magic"] == 0x314C5043).all() and (blocks["units"] == layout.units).all()
+    assert blocks["smid"].tolist() == [c % 132 for c in range(CTAS)]
+    units = blocks["unit"]
+    assert (units["magic"] == 0x31554C50).all() and (units["count"] == 0).all()
+    assert (units["end_gt"] > blocks["start_gt"][:, None]).all() and (units["end_clk"] > 0).all()

@@ -1,0 +1,93 @@
+"""The fixed cost of being profiled (issue 24): scope-less kernels plain vs in a session vs
+under Proton, by CUPTI kernel durations in interleaved rounds, one process (GPU).
+
+Kernels: tests/fixed_cost_kernels.py, shaped like the production kernels the issue names
+(row-wise norms and gated activations with 8-16 warps, one row per program; a reduction
+over a persistent grid; a 2-D-grid weight gradient), and liger-kernel's ops when its wheel
+is importable (tests/liger_ops.py).  In a session a kernel without scopes records only its
+CTAs' and warps' lifetimes (granularity "auto" picks one unit per CTA).  Proton's
+instrumentation mode has no scope to record in these kernels; where it runs them they are
+its plain binaries plus its own launch hooks.
+
+Usage: python tests/benchmarks/fixed_cost.py [--out fixed_cost.json] [--rounds 4] [--reps 10] [--no-liger]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import fixed_cost_kernels as F  # noqa: E402
+from bench import ProtonRef  # noqa: E402
+from library import liger_workloads, measure  # noqa: E402
+
+ROWS, COLS = 8192, 4096
+
+
+def own_workloads():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(ROWS, COLS, device="cuda", generator=g)
+    dy = torch.randn(ROWS, COLS, device="cuda", generator=g)
+    b = torch.randn(ROWS, COLS, device="cuda", generator=g)
+    w = torch.randn(COLS, device="cuda", generator=g)
+    y, dx = torch.empty_like(x), torch.empty_like(x)
+    rstd = torch.empty(ROWS, device="cuda")
+    alpha = torch.full((1, ), 0.5, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    dalpha = torch.empty(sms, device="cuda")
+    dgamma = torch.empty(sms, COLS, device="cuda")
+    sums = torch.empty(ROWS, device="cuda")
+    dw = torch.empty(triton.cdiv(ROWS, 32), COLS, device="cuda")
+    return {
+        "rms_norm_fwd": (lambda: F.rms_norm_fwd[(ROWS, )](x, w, y, rstd, COLS, COLS, 1e-6, BLOCK=COLS, num_warps=8),
+                         "rms_norm_fwd"),
+        "dyt_bwd": (lambda: F.dyt_bwd[(sms, )](x, dy, dx, alpha, w, dalpha, dgamma, ROWS, COLS, COLS, BLOCK=COLS,
+                                               num_warps=16), "dyt_bwd"),
+        "geglu_tanh_bwd": (lambda: F.geglu_tanh_bwd[(ROWS, )](dy, x, b, dx, y, COLS, COLS, BLOCK=COLS, num_warps=16),
+                           "geglu_tanh_bwd"),
+        "persistent_row_sum": (lambda: F.persistent_row_sum[(sms, )](x, sums, ROWS, COLS, COLS, BLOCK=COLS,
+                                                                     num_warps=8), "persistent_row_sum"),
+        "grad_weight_2d": (lambda: F.grad_weight_2d[(triton.cdiv(ROWS, 32), triton.cdiv(COLS, 1024))](
+            x, dy, dw, ROWS, COLS, COLS, ROWS=32, BLOCK=1024, num_warps=8), "grad_weight_2d"),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="fixed_cost.json")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--no-liger", action="store_true")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    proton_ref = ProtonRef(tmp)
+    results = []
+    for name, (call, kernel) in own_workloads().items():
+        results.append({"library": "own", **measure(name, call, kernel.__eq__, args, tmp, proton_ref)})
+    if not args.no_liger:
+        liger, liger_names = liger_workloads()
+        names = liger_names() if liger else set()
+        for name, call in liger.items():
+            results.append({"library": "liger-kernel", **measure(name, call, names.__contains__, args, tmp,
+                                                                 proton_ref)})
+    out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rounds": args.rounds,
+           "reps": args.reps, "proton_error": proton_ref.error, "results": results}
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"{'workload':24s} {'kernel':40s} {'plain us':>9s} {'pl x':>7s} {'Proton x':>9s}")
+    for res in results:
+        for k in res["kernels"]:
+            pl = f"{k['pl_us'] / k['plain_us']:.3f}" if "pl_us" in k else "-"
+            pr = f"{k['proton_us'] / k['plain_us']:.3f}" if "proton_us" in k else "-"
+            print(f"{res['workload']:24s} {k['kernel'][:40]:40s} {k['plain_us']:9.1f} {pl:>7s} {pr:>9s}")
+    if proton_ref.error:
+        print("Proton:", proton_ref.error)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Scope-less kernels shaped like the production kernels of issue 24 (liger-kernel's norms,
+gated activations and their backward passes): written here, for the fixed-cost benchmark
+(tests/benchmarks/fixed_cost.py) and its CPU checks.  Row-wise kernels run one row per
+program with 8-16 warps; the persistent reduction loops over rows on a grid of SMs; the
+backward of a 2-D grid reduces a weight gradient per (row block, column block)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_norm_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, stride, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + row * stride + cols, x * rstd * w, mask=mask)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def dyt_bwd(x_ptr, dy_ptr, dx_ptr, alpha_ptr, gamma_ptr, dalpha_ptr, dgamma_ptr, n_rows, n_cols, stride,
+            BLOCK: tl.constexpr):
+    """dy/dx of gamma * tanh(alpha * x), with per-program partial sums of dalpha and dgamma."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    alpha = tl.load(alpha_ptr)
+    gamma = tl.load(gamma_ptr + cols, mask=mask, other=0.0)
+    da = tl.zeros([BLOCK], tl.float32)
+    dg = tl.zeros([BLOCK], tl.float32)
+    for row in range(pid, n_rows, tl.num_programs(0)):
+        x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0)
+        dy = tl.load(dy_ptr + row * stride + cols, mask=mask, other=0.0)
+        e = tl.exp(-2.0 * tl.abs(alpha * x))
+        t = tl.where(alpha * x >= 0, 1.0, -1.0) * (1.0 - e) / (1.0 + e)
+        g = dy * gamma * (1.0 - t * t)
+        tl.store(dx_ptr + row * stride + cols, g * alpha, mask=mask)
+        da += g * x
+        dg += dy * t
+    tl.store(dalpha_ptr + pid, tl.sum(da, axis=0))
+    tl.store(dgamma_ptr + pid * n_cols + cols, dg, mask=mask)
+
+
+@triton.jit
+def geglu_tanh_bwd(dc_ptr, a_ptr, b_ptr, da_ptr, db_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    """Backward of gelu_tanh(a) * b, one row per program."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    dc = tl.load(dc_ptr + row * stride + cols, mask=mask, other=0.0)
+    a = tl.load(a_ptr + row * stride + cols, mask=mask, other=0.0)
+    b = tl.load(b_ptr + row * stride + cols, mask=mask, other=0.0)
+    k = 0.7978845608028654 * (a + 0.044715 * a * a * a)
+    e = tl.exp(-2.0 * tl.abs(k))
+    t = tl.where(k >= 0, 1.0, -1.0) * (1.0 - e) / (1.0 + e)
+    gelu = 0.5 * a * (1.0 + t)
+    dgelu = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a)
+    tl.store(db_ptr + row * stride + cols, dc * gelu, mask=mask)
+    tl.store(da_ptr + row * stride + cols, dc * b * dgelu, mask=mask)
+
+
+@triton.jit
+def persistent_row_sum(x_ptr, out_ptr, n_rows, n_cols, stride, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+        tl.store(out_ptr + row, tl.sum(x, axis=0))
+
+
+@triton.jit
+def grad_weight_2d(x_ptr, dy_ptr, dw_ptr, n_rows, n_cols, stride, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Partial dW = sum over a block of rows of x * dy, per (row block, column block)."""
+    rb = tl.program_id(0)
+    cb = tl.program_id(1)
+    cols = cb * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    acc = tl.zeros([BLOCK], tl.float32)
+    for r in range(0, ROWS):
+        row = rb * ROWS + r
+        ok = mask & (row < n_rows)
+        acc += tl.load(x_ptr + row * stride + cols, mask=ok, other=0.0) * \
+            tl.load(dy_ptr + row * stride + cols, mask=ok, other=0.0)
+    tl.store(dw_ptr + rb * n_cols + cols, acc, mask=mask)

@@ -1,0 +1,58 @@
+"""A kernel without scopes keeps its plain occupancy (passes/register_cap.py): compiled for
+sm_90 without a GPU, assembled by Triton's ptxas, registers read from the cubins."""
+import subprocess
+import tempfile
+
+import pytest
+
+import proton_lite
+from proton_lite.passes import register_cap
+import fixed_cost_kernels as F
+
+RMS = (F.rms_norm_fwd, {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32", "rstd_ptr": "*fp32", "stride": "i32",
+                        "n_cols": "i32", "eps": "fp32"}, {"BLOCK": 4096})
+
+
+def _cuobjdump_regs(cubin: bytes) -> int:
+    from triton.backends.nvidia.compiler import get_ptxas
+    tool = get_ptxas(90).path.rsplit("/", 1)[0] + "/cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    return int(out.split("REG:")[1].split()[0])
+
+
+def test_the_cubin_register_count_is_the_one_cuobjdump_prints():
+    k = proton_lite.compile(*RMS, instrument=False, num_warps=8, divisible_by_16=("stride", ))
+    assert register_cap.cubin_registers(k.asm["cubin"]) == _cuobjdump_regs(k.asm["cubin"]) > 0
+    assert register_cap.cubin_registers(b"not an elf") is None
+
+
+def test_an_rms_norm_without_scopes_keeps_its_plain_registers_and_occupancy():
+    """Uncapped, its instrumented code took 56-60 registers against 48: 4 CTAs per SM
+    instead of 5 (8 warps each)."""
+    plain = proton_lite.compile(*RMS, instrument=False, num_warps=8, divisible_by_16=("stride", ))
+    inst = proton_lite.compile(*RMS, instrument=True, num_warps=8, granularity="cta", divisible_by_16=("stride", ))
+    p, i = (register_cap.cubin_registers(k.asm["cubin"]) for k in (plain, inst))
+    assert inst.profile["layout"]["capacity"] == 0 and inst.profile["registers"] == {"plain": p, "cap": 48}
+    assert register_cap.ctas_per_sm(i, 256) == register_cap.ctas_per_sm(p, 256) == 5
+
+
+def test_occupancy_arithmetic():
+    assert register_cap.ctas_per_sm(48, 256) == 5 and register_cap.ctas_per_sm(56, 256) == 4
+    assert register_cap.occupancy_cap(48, 256) == 48  # 49..56 would round up to 56: 4 CTAs
+    assert register_cap.occupancy_cap(50, 256) == 64  # already 4 CTAs: up to 64 keeps them
+    assert register_cap.occupancy_cap(79, 512) == 128  # one 16-warp CTA per SM whatever up to 128
+    assert register_cap.occupancy_cap(20, 1024) == 32  # limited by threads (2 CTAs) up to 32 registers
+    assert register_cap.occupancy_cap(255, 32) == 255
+
+
+@pytest.mark.parametrize("ptx,cap,want", [
+    (".visible .entry k(\n\t.param .u64 a\n)\n.reqntid 256\n{\n}", 48, ".visible .entry k(\n\t.param .u64 a\n)\n"
+     ".maxnreg 48\n.reqntid 256\n{\n}"),
+    (".visible .entry k(\n)\n.maxnreg 32\n{\n}", 48, ".visible .entry k(\n)\n.maxnreg 32\n{\n}"),  # a lower cap stays
+    (".visible .entry k(\n)\n.maxnreg 64\n{\n}", 48, ".visible .entry k(\n)\n.maxnreg 48\n{\n}"),
+])
+def test_the_cap_goes_on_the_kernel(ptx, cap, want):
+    assert register_cap.with_cap(ptx, cap) == want
