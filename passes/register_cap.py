@@ -1,15 +1,15 @@
 """Keep an instrumented kernel at its plain occupancy: a register cap from the plain code.
 
 Why: ptxas allocates registers for the whole kernel, and the few that the instrumentation
-needs at entry and exit can move a kernel over an allocation step.  Measured on sm_90a
-(2026-11-27, tests/fixed_cost_kernels.py): a row-wise RMS norm with 8 warps went from 48
-registers plain to 56-60 instrumented, 5 -> 4 resident CTAs per SM, for a kernel that only
-records its CTA's lifetime.  So the cubin stage assembles the plain PTX once, reads its register
-count, and gives the instrumented PTX a ``.maxnreg`` as high as the plain kernel's
-occupancy allows (never below what the plain kernel uses).  Only for kernels that record
-lifetimes only (no scope): their instrumentation holds no register across the kernel, so
-the cap costs no spill.  It costs the compile one more ptxas run of the plain code; any
-failure there leaves the PTX as it is.
+needs can move a kernel over an allocation step.  Measured on sm_90a (2026-11-27,
+tests/fixed_cost_kernels.py, bench.py's kernels): a row-wise RMS norm with 8 warps and no
+scope went from 48 registers plain to 56-60 instrumented (5 -> 4 resident CTAs per SM), a
+row softmax with two scopes from 40 to 46 (6 -> 5).  So the cubin stage checks the
+instrumented build: where it has fewer resident CTAs than its threads allow, it builds the
+plain PTX too (Triton's own ``make_cubin``, same ptxas and flags) and, if that one had more,
+builds the instrumented PTX again under ``.maxnreg`` at the plain occupancy, keeping it
+unless ptxas then spilled more.  What was decided goes into the kernel's metadata
+(``proton_lite.registers``).
 """
 from __future__ import annotations
 
@@ -21,13 +21,14 @@ THREADS_PER_SM = 2048
 MAX_CTAS_PER_SM = 32
 REG_UNIT = 256  # registers are allocated per warp in units of 256 (8 per thread)
 MAX_REGS = 255
+REGCOUNT, FRAME_SIZE = 0x2F, 0x11  # EIATTR_REGCOUNT, EIATTR_FRAME_SIZE (local bytes per thread: spills)
 _ENTRY_END = re.compile(r"(\.visible\s+\.entry\s+[\w$]+\s*\([^)]*\))", re.S)
 _MAXNREG = re.compile(r"\.maxnreg\s+(\d+)")
 
 
 def ctas_per_sm(regs: int, threads: int) -> int:
-    """Resident CTAs per SM as registers and threads allow (shared memory is unchanged by
-    lifetimes-only instrumentation)."""
+    """Resident CTAs per SM as registers and threads allow (shared memory is not counted:
+    the instrumentation adds little or none)."""
     warps = -(-threads // 32)
     per_warp = -(-regs * 32 // REG_UNIT) * REG_UNIT
     by_regs = REGS_PER_SM // max(1, per_warp * warps)
@@ -53,10 +54,10 @@ def with_cap(ptx: str, cap: int) -> str:
     return _ENTRY_END.sub(lambda m: f"{m.group(1)}\n.maxnreg {cap}", ptx, count=1)
 
 
-def cubin_registers(cubin: bytes) -> int | None:
-    """Registers per thread of the (only) kernel in a cubin: its EIATTR_REGCOUNT attribute
-    (0x2f, a symbol index and a value) in the ELF's ``.nv.info`` section, the number that
-    ``cuobjdump --dump-resource-usage`` prints as REG."""
+def cubin_attribute(cubin: bytes, attr: int) -> int | None:
+    """The value of an EIATTR attribute (a symbol index, then the value) of the (only) kernel
+    in a cubin's ELF ``.nv.info`` section; REGCOUNT is what ``cuobjdump --dump-resource-usage``
+    prints as REG, FRAME_SIZE the bytes of local memory ptxas spilled to per thread."""
     try:
         shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
@@ -68,8 +69,8 @@ def cubin_registers(cubin: bytes) -> int | None:
                 continue
             data, i = cubin[head[4]:head[4] + head[5]], 0
             while i + 4 <= len(data):
-                fmt, attr, size = data[i], data[i + 1], struct.unpack_from("<H", data, i + 2)[0]
-                if fmt == 0x04 and attr == 0x2F and size >= 8:  # EIFMT_SVAL, EIATTR_REGCOUNT
+                fmt, kind, size = data[i], data[i + 1], struct.unpack_from("<H", data, i + 2)[0]
+                if fmt == 0x04 and kind == attr and size >= 8:  # EIFMT_SVAL
                     return struct.unpack_from("<II", data, i + 4)[1]
                 i += 4 + size if fmt == 0x04 else 4
     except (struct.error, ValueError, IndexError):
@@ -77,16 +78,31 @@ def cubin_registers(cubin: bytes) -> int | None:
     return None
 
 
-def capped_ptx(instrumented_ptx: str, plain_ptx: str, make_cubin, metadata, threads: int) -> tuple[str, dict]:
-    """The instrumented PTX of a kernel without scopes with ``.maxnreg`` at its plain
-    occupancy, and what was decided (the kernel's metadata keeps it).  The plain PTX is
-    assembled by Triton's own cubin stage (``make_cubin``: its ptxas, its flags), so the
-    count is the one the plain kernel runs with."""
+def cubin_registers(cubin: bytes) -> int | None:
+    return cubin_attribute(cubin, REGCOUNT)
+
+
+def keep_occupancy(src: str, plain_ptx: str, make_cubin, metadata, threads: int) -> tuple[bytes, dict]:
+    """Triton's cubin of the instrumented ``src``, at the plain kernel's occupancy where the
+    instrumentation cost resident CTAs, and what was decided.  One build when the kernel
+    already has as many resident CTAs as its threads allow (then registers cannot be what
+    limits it); two when the plain kernel has no more; three when the cap is needed."""
+    cubin = make_cubin(src, metadata)
+    regs = cubin_registers(cubin)
+    decided = {"registers": regs, "plain": None, "cap": None}
+    if regs is None or ctas_per_sm(regs, threads) >= min(THREADS_PER_SM // max(1, threads), MAX_CTAS_PER_SM):
+        return cubin, decided
     try:
         plain = cubin_registers(make_cubin(plain_ptx, metadata))
-    except Exception:  # noqa: BLE001 - a plain build that fails here fails without us too
+    except Exception:  # noqa: BLE001 - a plain build that fails here would fail without us too
         plain = None
-    if plain is None:
-        return instrumented_ptx, {"plain": None, "cap": None}
+    decided["plain"] = plain
+    if plain is None or ctas_per_sm(plain, threads) <= ctas_per_sm(regs, threads):
+        return cubin, decided
     cap = occupancy_cap(plain, threads)
-    return with_cap(instrumented_ptx, cap), {"plain": plain, "cap": cap}
+    capped = make_cubin(with_cap(src, cap), metadata)
+    if (cubin_attribute(capped, FRAME_SIZE) or 0) > (cubin_attribute(cubin, FRAME_SIZE) or 0):
+        decided["spilled_at"] = cap  # kept uncapped: one CTA per SM fewer beats spilling
+        return cubin, decided
+    decided.update(cap=cap, registers=cubin_registers(capped))
+    return capped, decided

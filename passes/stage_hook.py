@@ -29,7 +29,7 @@ from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig, reso
 from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
-from proton_lite.passes.register_cap import capped_ptx
+from proton_lite.passes.register_cap import keep_occupancy
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
@@ -37,8 +37,9 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
                                                staging_offset, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
-# only (no record slot, nothing live across the kernel) under their plain occupancy's register cap
-PASS_VERSION = "proton_lite-ptx-pass-10"
+# only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
+# occupancy (a register cap where the instrumentation cost resident CTAs: register_cap.py)
+PASS_VERSION = "proton_lite-ptx-pass-11"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -213,24 +214,23 @@ def _hook(*args):
         if forced and _forced_veto is not None and _forced_veto(metadata.get("name"), count=False):
             return strip_markers(ptx)  # its caller launches it without a profile buffer
         new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen)
-        layout = metadata["proton_lite"]["layout"]
-        if layout["capacity"] == 0 and not layout.get("sized_at_launch") and "cubin" in stages:
-            caps[id(metadata)] = ptx  # lifetimes only: keep the plain occupancy (register_cap.py)
+        if "cubin" in stages:
+            plains[id(metadata)] = ptx  # the cubin stage may need the plain build (register_cap.py)
         return new_ptx
 
     stages["ptx"] = ptx_stage
     if "cubin" in stages:
         make_cubin = stages["cubin"]
-        caps: dict[int, str] = {}  # id(metadata) -> the plain PTX of a kernel recording lifetimes only
+        plains: dict[int, str] = {}  # id(metadata) -> the PTX of an instrumented kernel before the pass
 
         def cubin_stage(src, metadata):
-            plain = caps.pop(id(metadata), None)
-            if plain is None:
+            plain = plains.pop(id(metadata), None)
+            if plain is None or "proton_lite" not in metadata:
                 return make_cubin(src, metadata)
             warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
-            capped, decided = capped_ptx(src, plain, make_cubin, metadata, 32 * warps)
+            cubin, decided = keep_occupancy(src, strip_markers(plain), make_cubin, metadata, 32 * warps)
             metadata["proton_lite"]["registers"] = decided
-            return make_cubin(capped, metadata)
+            return cubin
 
         stages["cubin"] = cubin_stage
     return None

@@ -4,7 +4,8 @@ under Proton, by CUPTI kernel durations in interleaved rounds, one process (GPU)
 Kernels: tests/fixed_cost_kernels.py, shaped like the production kernels the issue names
 (row-wise norms and gated activations with 8-16 warps, one row per program; a reduction
 over a persistent grid; a 2-D-grid weight gradient), and liger-kernel's ops when its wheel
-is importable (tests/liger_ops.py).  In a session a kernel without scopes records only its
+is importable (tests/liger_ops.py, rows x ``--liger-scale``: 8,192 tokens by default, kernels
+of tens of µs as in the issue).  In a session a kernel without scopes records only its
 CTAs' and warps' lifetimes (granularity "auto" picks one unit per CTA).  Proton's
 instrumentation mode has no scope to record in these kernels; where it runs them they are
 its plain binaries plus its own launch hooks.
@@ -63,6 +64,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-liger", action="store_true")
+    ap.add_argument("--liger-scale", type=int, default=32, help="rows x this (256 -> 8,192 tokens)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
@@ -71,6 +73,9 @@ def main():
         results.append({"library": "own", **measure(name, call, kernel.__eq__, args, tmp, proton_ref)})
     if not args.no_liger:
         liger, liger_names = liger_workloads()
+        if liger:
+            import liger_ops
+            liger_ops.ROWS_SCALE = args.liger_scale
         names = liger_names() if liger else set()
         for name, call in liger.items():
             results.append({"library": "liger-kernel", **measure(name, call, names.__contains__, args, tmp,
