@@ -280,11 +280,15 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=10, help="launches per timing block")
     ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
+    ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax; mm_iter is the per-K matmul): these "
+                    "rows only, without the record-cost loops (an A/B of two trees in one run)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     rows = []
     for label, kname, launch, options in cases(args.quick):
+        if args.only and (kname + ("_iter" if "per K" in label else "")) not in args.only.split(","):
+            continue
         row = {"kernel": label, "options": options}
         t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, options)
         row["n_per_variant"] = len(t["plain"])
@@ -319,6 +323,15 @@ def main():
             row["bytes_per_slice"] = row["trace_bytes"] / max(row["slices"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if args.only:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "args": vars(args),
+                       "rows": rows, "proton_error": proton_ref.error}, f, indent=1)
+        for r in rows:
+            print(f"{r['kernel'][:32]:32} plain {r['plain_us']:8.1f} us  proton-lite {r['pl_overhead_pct']:+6.2f}%  "
+                  f"Proton {r.get('proton_overhead_pct', float('nan')):+6.2f}%")
+        sys.stdout.flush()
+        os._exit(0)
     # cycles per record: same loop with and without 2 records per iteration, measured in-kernel;
     # with capacity= the records are staged in shared memory, by default (the loop bound is an
     # argument) the buffer is sized per launch and the records go straight to global memory
