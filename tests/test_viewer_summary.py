@@ -333,3 +333,26 @@ def test_scopes_of_kernels_that_lost_records_are_marked_incomplete():
     p.launches["unmatched"] = 0
     assert not any(r["incomplete"] for r in summarize(p)["scopes"])
     assert "incomplete" not in _render(summarize(p), width=120)
+
+
+def test_replays_of_cuda_graphs_are_counted_named_and_their_overruns_warned():
+    """Launches 1 and 2 as replays 0 and 1 of graph 1 (what the decoder fills from a capture's
+    REPLAYS rows), and 5 replays of the softmax that found their ring full (END chunk)."""
+    prof = make_profile()
+    prof.launches["graph"] = [0, 1, 1]
+    prof.launches["graph_node"] = [0, 0, 1]
+    prof.launches["replay"] = [0, 0, 1]
+    prof.session["graph_overruns"] = {"softmax_kernel": 5}
+    s = summarize(prof)
+    assert (s["session"]["graph_replays"], s["session"]["graphs"]) == (2, 1)
+    assert [(r["graph"], r["replay"]) for r in s["launches"]] == [(0, 0), (1, 0), (1, 1)]
+    (w, ) = [w for w in s["warnings"] if w["kind"] == "graph_overruns"]
+    assert w["count"] == 5 and "softmax_kernel (5)" in w["message"] and "graph_slots=" in w["hint"]
+    buf = io.StringIO()
+    render_summary(s, Console(file=buf, width=120))
+    text = buf.getvalue()
+    assert "launches: 3 (2 replays of 1 CUDA graph)" in text
+    assert "softmax_kernel (graph 1 replay 1)" in text
+    assert "softmax_kernel" in s["incomplete"] and "CUDA graph replay" in " ".join(s["incomplete"]["softmax_kernel"])
+    eager = summarize(make_profile())
+    assert eager["session"]["graph_replays"] == 0 and not [w for w in eager["warnings"] if w["kind"] == "graph_overruns"]

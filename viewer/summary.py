@@ -118,6 +118,9 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
             "timer_tick_ns": plain(session.get("timer_tick_ns")),
             "launches": int(len(profile.launches)),
             "launches_shown": int(len(launches)),
+            # launches that are replays of CUDA graphs, and the graphs they came from
+            "graph_replays": int((_column(profile.launches, "graph") > 0).sum()),
+            "graphs": int(len(np.unique(_column(profile.launches, "graph")[_column(profile.launches, "graph") > 0]))),
             "span_ns": span,
         },
         "filters": {"kernel": kernel, "scope": scope, "sort": sort, "top": None if top is None else int(top)},
@@ -130,6 +133,11 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
         "incomplete": {name: reasons for name, reasons in losses.items() if reasons},
         "counters": {k: int(session.get(k) or 0) for k in COUNTERS},
     }
+
+
+def _column(launches: np.ndarray, name: str) -> np.ndarray:
+    """A launch column, zeros where the profile predates it (built by hand or an old reader)."""
+    return launches[name] if name in (launches.dtype.names or ()) else np.zeros(len(launches), np.int64)
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -258,6 +266,9 @@ def _launch_rows(kernels, launches, ctas, capture_incomplete: bool = False) -> l
             "waves": waves,
             "records": int(row["records"]), "dropped": int(row["dropped"]), "unmatched": int(row["unmatched"]),
             "missing_ctas": int(row["missing_ctas"]),
+            # a replay of a CUDA graph: the graph (1, 2, ...) and the replay (0, 1, ...); graph 0: eager
+            "graph": int(row["graph"]) if "graph" in row.dtype.names else 0,
+            "replay": int(row["replay"]) if "replay" in row.dtype.names else 0,
             "incomplete": capture_incomplete or bool(row["dropped"] or row["unmatched"] or row["missing_ctas"] or
                                                      row["torn_chunks"]),
         })
@@ -295,6 +306,15 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                 item["hint"] = "an enter without its exit (or the reverse): follows drops, or a CTA that did not finish"
             out.append(item)
 
+    overruns = (profile.session or {}).get("graph_overruns") or {}
+    if overruns:
+        total = sum(int(v) for v in overruns.values())
+        names = ", ".join(f"{n} ({int(v):,})" for n, v in sorted(overruns.items(), key=lambda kv: -kv[1]))
+        out.append({"kind": "graph_overruns", "count": total,
+                    "message": f"{total:,} replay(s) of kernels captured into CUDA graphs were not kept (their ring "
+                               f"was full when they ran): {names}; the numbers of those kernels cover only the "
+                               "replays kept",
+                    "hint": "graph_slots= in proton_lite.start() keeps more replays on the GPU"})
     for k in sorted({int(i) for i in launches["kernel"]}):
         lost = kernels[k].meta.get("lost_scopes")
         if lost:

@@ -27,8 +27,10 @@ def render_summary(summary: dict, console: Console, max_launch_rows: int = 20, t
         if s.get("rank") is not None else None
     for label, value in (("file", source), ("session", str(name).replace("\\", "/").rsplit("/", 1)[-1] if name else None),
                          ("host", s.get("host")), ("rank", rank), ("device", s.get("device")),
-                         ("launches", f"{s['launches_shown']:,} of {s['launches']:,}"
-                          if s["launches_shown"] != s["launches"] else f"{s['launches']:,}")):
+                         ("launches", (f"{s['launches_shown']:,} of {s['launches']:,}"
+                                       if s["launches_shown"] != s["launches"] else f"{s['launches']:,}")
+                          + (f" ({s['graph_replays']:,} replays of {s['graphs']:,} CUDA graph"
+                             f"{'s' if s['graphs'] != 1 else ''})" if s.get("graph_replays") else ""))):
         if value is not None:
             head.append(f"  {label}: ", style="dim").append(str(value))
     console.print(head)
@@ -75,7 +77,8 @@ def _launch_table(launches: list[dict], max_rows: int) -> Table:
     for name in ("grid", "warps", "time", "CTAs", "SMs", "CTA/SM", "waves"):
         t.add_column(name, justify="right", no_wrap=True)
     for r in launches[:max_rows]:
-        t.add_row(str(r["launch"]), r["kernel"] + (" *" if r.get("incomplete") else ""), "x".join(str(g) for g in r["grid"]), str(r["warps"]),
+        name = r["kernel"] + (f" (graph {r['graph']} replay {r['replay']})" if r.get("graph") else "")
+        t.add_row(str(r["launch"]), name + (" *" if r.get("incomplete") else ""), "x".join(str(g) for g in r["grid"]), str(r["warps"]),
                   fmt_ns(r["duration_ns"]), fmt_count(r["ctas"]), str(r["sms_used"]), str(r["max_ctas_per_sm"]),
                   "-" if r["waves"] is None else str(r["waves"]))
     if len(launches) > max_rows:
