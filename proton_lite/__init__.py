@@ -14,7 +14,8 @@ _LAZY = {"compile": "proton_lite.offline_compile", "CompiledKernel": "proton_lit
          "start": "proton_lite.session", "stop": "proton_lite.session", "active": "proton_lite.session",
          "Session": "proton_lite.session", "SessionOptions": "proton_lite.session",
          "SessionResult": "proton_lite.session_result",
-         "load": "proton_lite.analysis", "LoadedProfile": "proton_lite.analysis"}
+         "load": "proton_lite.analysis", "LoadedProfile": "proton_lite.analysis",
+         "merge_profiler_trace": "proton_lite.profiler_merge"}
 __all__ = sorted(_LAZY) + ["__version__"]
 
 

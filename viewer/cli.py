@@ -27,7 +27,7 @@ from proton_lite.viewer.cli_compile import EMIT_KINDS, cmd_compile
 from proton_lite.viewer.cli_compile_args import parse_value  # noqa: F401 (tests)
 from proton_lite.viewer.cli_io import (EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, PROG, TRACE_FORMATS,  # noqa: F401
                                        CliError)
-from proton_lite.viewer.cli_view import cmd_diff, cmd_open, cmd_summary, cmd_trace
+from proton_lite.viewer.cli_view import cmd_diff, cmd_merge, cmd_open, cmd_summary, cmd_trace
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "  proton-lite open run.pftrace\n"
                             "  proton-lite compile kernels.py:add --signature '*fp32,*fp32,*fp32,i32' "
                             "--constexpr BLOCK=1024\n"
-                            "  proton-lite diff before.plraw after.plraw\n\n"
+                            "  proton-lite diff before.plraw after.plraw\n"
+                            "  proton-lite merge profiler_trace.json run.plraw\n\n"
                             "exit codes: 0 ok, 1 open: trace not fetched in time, 2 bad input, 130 interrupted")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -207,6 +208,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a verdict needs |change of the mean| > F x noise (default 2)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (schema proton_lite.diff/1)")
     p.set_defaults(func=cmd_diff)
+
+    p = _sub(sub, "merge", "put a capture's SMs, CTAs and scopes into torch.profiler's trace",
+             "proton-lite merge profiler_trace.json run.plraw -o step.merged.json",
+             "Place a capture taken while torch.profiler ran (with CUDA activity) on the profiler's clock: each "
+             "launch is matched to its CUPTI kernel event by name, device and time, the clock offset is fitted "
+             "from the matches, and the capture's trace is added to the profiler's JSON as processes of its own. "
+             "Prints how far each launch's CTAs lie inside its CUPTI slice.")
+    p.add_argument("profiler_trace", metavar="PROFILER.json", help="from prof.export_chrome_trace(path)")
+    p.add_argument("capture", metavar="CAPTURE.plraw")
+    p.add_argument("-o", "--output", metavar="OUT.json", help="default: PROFILER.merged.json next to it")
+    p.set_defaults(func=cmd_merge)
     return parser
 
 
@@ -224,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:
-            raise CliError(f"choose a command: trace, summary, open, compile, diff (see `{PROG} --help`)")
+            raise CliError(f"choose a command: trace, summary, open, compile, diff, merge (see `{PROG} --help`)")
         return int(args.func(args) or 0)
     except CliError as e:
         if debug:

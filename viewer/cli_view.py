@@ -253,3 +253,26 @@ def _trace_problem(path: str, scan: int = 1 << 20) -> str | None:
     return None
 
 
+
+
+def cmd_merge(args) -> int:
+    """A capture merged into torch.profiler's trace (proton_lite/profiler_merge.py)."""
+    from proton_lite.profiler_merge import MergeError, merge_profiler_trace
+    out = args.output or str(Path(args.profiler_trace).with_name(Path(args.profiler_trace).stem + ".merged.json"))
+    try:
+        report = merge_profiler_trace(args.profiler_trace, args.capture, out)
+    except MergeError as e:
+        raise CliError(str(e)) from None
+    except _DECODE_ERRORS as e:
+        raise CliError(f"{args.capture}: {e}") from None
+    s, e = report["start_after_ns"], report["end_before_ns"]
+    total = report["matched"] + len(report["unmatched_launches"])
+    print(f"{report['matched']:,} of {total:,} launches placed on the profiler's GPU kernels; our first CTA "
+          f"starts {s['median']:,.0f} ns (min {s['min']:,.0f}, max {s['max']:,.0f}) after the CUPTI start and the last "
+          f"ends {e['median']:,.0f} ns (min {e['min']:,.0f}, max {e['max']:,.0f}) before its end")
+    if report["unmatched_launches"]:
+        shown = ", ".join(f"#{n}" for n in report["unmatched_launches"][:10])
+        print(f"not in the profiler's trace (not placed): launches {shown}"
+              f"{' and more' if len(report['unmatched_launches']) > 10 else ''}")
+    print(report["output"])
+    return EXIT_OK
