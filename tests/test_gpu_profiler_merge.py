@@ -1,0 +1,42 @@
+"""proton-lite merge on the GPU (issue 27, item 1): a small torch program profiled by
+torch.profiler and proton-lite at once; every instrumented launch must sit inside its CUPTI
+kernel slice within 1 µs at both ends once merged."""
+import json
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
+
+import triton  # noqa: E402
+
+import proton_lite  # noqa: E402
+from proton_lite.profiler_merge import merge_profiler_trace  # noqa: E402
+
+import graph_kernels as G  # noqa: E402
+
+
+def test_every_launch_sits_inside_its_cupti_slice(tmp_path):
+    from torch.profiler import ProfilerActivity, profile
+    n = 1 << 22
+    x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    a, c = torch.empty_like(x), torch.empty_like(x)
+    m, b = torch.rand(4096, 256, device="cuda"), torch.empty(4096, device="cuda")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with proton_lite.start(str(tmp_path / "step"), quiet=True, formats=(), calibrate=False) as s:
+            for _ in range(5):
+                G.scale_scoped[(triton.cdiv(n, 1024), )](x, a, n, BLOCK=1024)
+                torch.mm(m[:256], m[:256].T)  # a kernel we do not instrument, between ours
+                G.grid_stride_sum[(132, )](m, b, 4096, 256, BLOCK=256)
+                G.add_plain[(triton.cdiv(n, 1024), )](a, y, c, n, BLOCK=1024)
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(str(tmp_path / "prof.json"))
+    report = merge_profiler_trace(tmp_path / "prof.json", s.result.raw_path, tmp_path / "merged.json")
+    assert report["matched"] == s.result.launches == 15 and not report["unmatched_launches"], report
+    for r in report["launches"]:  # inside (a few ns of fit error allowed), within 1 µs at both ends
+        assert -100 <= r["start_after_ns"] <= 1000 and -100 <= r["end_before_ns"] <= 1000, r
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert any(str(e.get("args", {}).get("name", "")).startswith("proton-lite #") for e in merged["traceEvents"]
+               if e.get("ph") == "M")
