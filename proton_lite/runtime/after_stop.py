@@ -17,8 +17,9 @@ at launch records nothing and a kernel with a launch pool takes no chunk (docs/f
 §1.1, §1.12).  Buffers are kept for the life of the process: a kernel may still run in
 one that was outgrown.
 
-Launches captured into a CUDA graph inside a session get the same scratch (their replays
-are not recorded yet): the graph holds its address, and it lives as long as the process.
+An instrumented binary captured into a CUDA graph after the session stopped gets the same
+scratch (allocated outside the capture): the graph holds its address, and it lives as long
+as the process.  Launches captured inside a session are recorded (``runtime/graphs.py``).
 """
 from __future__ import annotations
 

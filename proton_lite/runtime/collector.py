@@ -201,7 +201,12 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         with self._lock:
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
-        launch = self.graphs.scratch(size, device, stream, capacity, pool)
+        try:
+            launch = self.graphs.scratch(size, device, stream, capacity, pool)
+        except cuda_api.CudaError as e:  # no memory for it: the capture goes on, these replays unrecorded
+            from proton_lite.runtime.after_stop import AFTER_STOP
+            self.graphs.errors.append(f"scratch for a captured launch: {e}"[:300])
+            return AFTER_STOP(size, alignment, stream, count=False)  # the exit hook counts it (captured)
         if capacity is not None:  # captured too: every replay starts with the prefix set
             cuda_api.memset_d32_async(launch.scratch, capacity_word(capacity[0]), 1, stream)
             if pool is not None:  # and the chunks taken: zero again at every replay
