@@ -2,9 +2,10 @@
 launch-prefix reads of kernels sized at launch (where records are staged: ``ptx_staging``)."""
 from __future__ import annotations
 
-from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION,
-                                MAX_LAUNCH_CAPACITY, RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout)
+from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, MAX_LAUNCH_CAPACITY,
+                                RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout)
 from proton_lite.passes.pool import PoolCode
+from proton_lite.passes.ptx_lifetimes import LifetimesCode
 from proton_lite.passes.ptx_scan import UNROLLED_COPY, MarkerSite
 from proton_lite.passes.ptx_staging import staged_slots
 
@@ -18,7 +19,7 @@ def _opaque_zero(reg: str) -> list[str]:
     return [f"mov.u32 {reg}, %clock_hi;", f"xor.b32 {reg}, {reg}, %pl_r0;", f"shr.u32 {reg}, {reg}, 31;"]
 
 
-class _Emitter:
+class _Emitter(LifetimesCode):
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
     REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
@@ -69,42 +70,11 @@ class _Emitter:
     def unit_threads(self) -> int:
         return self.layout.unit_warps * 32
 
-    @property
-    def lifetimes_only(self) -> bool:
-        """A kernel without scopes: capacity 0, compiled (stage_hook.choose_layout)."""
-        return self.layout.capacity == 0 and not self.layout.sized_at_launch
-
-    def _block_address(self) -> list[str]:
-        """%pl_d0 = this CTA's block, %pl_d2 = its unit's, from the parameter and %ctaid, in
-        place (nothing kept alive across the kernel: a kernel without scopes needs them only
-        at entry, by thread 0, and at exit, by each unit's leader)."""
-        L = self.layout
-        return [f"ld.param.u64 %pl_d0, [{self.param}];",
-                "mov.u32 %pl_r5, %ctaid.x;", "mov.u32 %pl_r6, %ctaid.y;", "mov.u32 %pl_r7, %ctaid.z;",
-                "mov.u32 %pl_r8, %nctaid.x;", "mov.u32 %pl_r9, %nctaid.y;",
-                "mad.lo.u32 %pl_r6, %pl_r7, %pl_r9, %pl_r6;", "mad.lo.u32 %pl_r5, %pl_r6, %pl_r8, %pl_r5;",
-                f"mul.wide.u32 %pl_d1, %pl_r5, {L.stride};", "add.s64 %pl_d0, %pl_d0, %pl_d1;"]
-
-    def _cta_header(self) -> list[str]:
-        L = self.layout
-        return ["mov.u32 %pl_r10, %smid;",
-                "mov.u64 %pl_d4, %globaltimer;",
-                "mov.u64 %pl_d5, %clock64;",
-                f"mov.u32 %pl_r11, {CTA_MAGIC};",
-                "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
-                "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
-                "st.global.u64 [%pl_d0+16], %pl_d5;",
-                f"mov.u32 %pl_r11, {LAYOUT_VERSION};",
-                f"mov.u32 %pl_r12, {L.units};",
-                "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};"]
-
     def prologue(self) -> list[str]:
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
-        if self.lifetimes_only:  # thread 0 writes the CTA header; no register outlives it
-            return (["// proton_lite: prologue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
-                     "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
-                    + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])
+        if self.lifetimes_only:
+            return self.lifetimes_prologue()
         out = [
             "// proton_lite: prologue",
             "mov.u32 %pl_r0, %tid.x;",
@@ -390,20 +360,8 @@ class _Emitter:
 
     def epilogue(self, k: int) -> list[str]:
         L = self.layout
-        if self.lifetimes_only:  # each unit's leader: its end pair and header, from scratch
-            shift = (self.unit_threads - 1).bit_length()
-            return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
-                     f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
-                     f"@!%pl_p0 bra $pl_done_{k};",
-                     "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
-                    + self._block_address()
-                    + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
-                       f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
-                       f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
-                       f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
-                       f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
-                       f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;",
-                       f"$pl_done_{k}:"])
+        if self.lifetimes_only:
+            return self.lifetimes_epilogue(k)
         out = [
             "// proton_lite: epilogue",
             "mov.u64 %pl_d8, %globaltimer;",

@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from proton_lite.runtime import graph_copy, graphs
+from proton_lite.runtime import graph_copy
+from proton_lite.runtime import graph_ring as graphs
 from ptx_sim import Kernel, Launch
 
 BASE = 1 << 32

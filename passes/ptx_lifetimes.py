@@ -1,0 +1,65 @@
+"""The code of a kernel without scopes: its CTA's and units' lifetimes, nothing between.
+
+A mixin of ``ptx_emit._Emitter`` (its ``layout``, ``param`` and ``unit_threads``).  Such a
+kernel has capacity 0 (``stage_hook.choose_layout``); thread 0 computes its CTA block and
+writes the header at entry, each unit's leader computes its block again and writes its
+header at exit, so no register of ours lives across the kernel (design.md, "The fixed
+cost of instrumenting a kernel").
+"""
+from __future__ import annotations
+
+from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC
+
+
+class LifetimesCode:
+    @property
+    def lifetimes_only(self) -> bool:
+        """A kernel without scopes: capacity 0, compiled (stage_hook.choose_layout)."""
+        return self.layout.capacity == 0 and not self.layout.sized_at_launch
+
+    def _block_address(self) -> list[str]:
+        """%pl_d0 = this CTA's block, %pl_d2 = its unit's, from the parameter and %ctaid, in
+        place (nothing kept alive across the kernel: a kernel without scopes needs them only
+        at entry, by thread 0, and at exit, by each unit's leader)."""
+        L = self.layout
+        return [f"ld.param.u64 %pl_d0, [{self.param}];",
+                "mov.u32 %pl_r5, %ctaid.x;", "mov.u32 %pl_r6, %ctaid.y;", "mov.u32 %pl_r7, %ctaid.z;",
+                "mov.u32 %pl_r8, %nctaid.x;", "mov.u32 %pl_r9, %nctaid.y;",
+                "mad.lo.u32 %pl_r6, %pl_r7, %pl_r9, %pl_r6;", "mad.lo.u32 %pl_r5, %pl_r6, %pl_r8, %pl_r5;",
+                f"mul.wide.u32 %pl_d1, %pl_r5, {L.stride};", "add.s64 %pl_d0, %pl_d0, %pl_d1;"]
+
+    def _cta_header(self) -> list[str]:
+        """Thread 0's CTA header at %pl_d0 (format.md §1.2)."""
+        L = self.layout
+        return ["mov.u32 %pl_r10, %smid;",
+                "mov.u64 %pl_d4, %globaltimer;",
+                "mov.u64 %pl_d5, %clock64;",
+                f"mov.u32 %pl_r11, {CTA_MAGIC};",
+                "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
+                "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
+                "st.global.u64 [%pl_d0+16], %pl_d5;",
+                f"mov.u32 %pl_r11, {LAYOUT_VERSION};",
+                f"mov.u32 %pl_r12, {L.units};",
+                "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};"]
+
+    def lifetimes_prologue(self) -> list[str]:
+        return (["// proton_lite: prologue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
+                 "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
+                + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])
+
+    def lifetimes_epilogue(self, k: int) -> list[str]:
+        """Each unit's leader: its end pair and header, its block computed again."""
+        L = self.layout
+        shift = (self.unit_threads - 1).bit_length()
+        return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
+                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
+                 f"@!%pl_p0 bra $pl_done_{k};",
+                 "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
+                + self._block_address()
+                + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
+                   f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
+                   f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
+                   f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
+                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
+                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;",
+                   f"$pl_done_{k}:"])
