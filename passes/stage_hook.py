@@ -60,8 +60,8 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
     if not info.sites and config.capacity is None:
         # no scope at all: only the CTA's and units' lifetimes are written, at entry and exit;
-        # nothing to stage, no record slot, no sink (design.md, "The fixed cost")
-        return BufferLayout(config.granularity, num_warps, 0, "global", config.buffer_mode)
+        # nothing to stage, no record slot, no sink, no ring to wrap (design.md, "The fixed cost")
+        return BufferLayout(config.granularity, num_warps, 0, "global", "clamp")
     if config.capacity is not None and info.kernel != CALIBRATION_KERNEL:  # the record-cost launch keeps its size
         capacity = config.capacity
     elif info.loop_sites:

@@ -59,8 +59,9 @@ class SessionOptions:
         If a kernel faults, launches of its batch not yet copied are lost and reported;
         1 copies after every launch.
     graph_slots: replays kept on the device per launch captured into a CUDA graph, until a
-        background thread copies them back; None (default): as many as 32 MiB hold (4 to
-        1024).  A replay that finds them all waiting is counted and reported, not kept.
+        background thread copies them back; None (default): as many as 64 MiB hold (8 to
+        4096; fewer once the session's rings hold a sixteenth of the free device memory).
+        A replay that finds them all waiting is counted and reported, not kept.
     skip_autotune: leave out the autotuner's timing runs (they are counted and reported).
     decode: decode and write traces at stop (False: only the raw capture).
     calibrate: at stop, launch one tiny kernel that measures the cost of a record on this
@@ -109,7 +110,7 @@ class SessionOptions:
         if self.graph_slots is not None and (not isinstance(self.graph_slots, int) or
                                              isinstance(self.graph_slots, bool) or not 1 <= self.graph_slots <= 65536):
             raise ValueError(f"proton_lite: graph_slots must be a whole number of replays from 1 to 65536, or None "
-                             f"to size each ring from 32 MiB (got {self.graph_slots!r})")
+                             f"to size each ring from 64 MiB (got {self.graph_slots!r})")
         if self.sizing not in SIZINGS:
             raise ValueError(f"proton_lite: unknown sizing {self.sizing!r}; valid: {', '.join(SIZINGS)}")
         if self.sizing == "exact" and self.capacity is not None:
@@ -303,7 +304,7 @@ def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -
         an eighth of the free memory, at most 4 GiB).
     copy_every: launches of a burst copied back together (default 256; 1 copies each one).
     graph_slots: replays of each launch captured into a CUDA graph kept on the device until
-        copied back (default: as many as 32 MiB hold); more are counted, not kept.
+        copied back (default: as many as 64 MiB hold); more are counted, not kept.
     skip_autotune: leave the autotuner's timing runs out (default True; they are counted).
     decode: decode and write traces at stop (default True; False: raw capture only).
     calibrate: measure the cost of a record on this GPU at stop (default True).
