@@ -115,3 +115,22 @@ def test_the_command_line(profile, tmp_path, capsys):
     assert out.startswith("3 of 3 launches placed on the profiler's GPU kernels") and "out.json" in out
     assert json.loads((tmp_path / "out.json").read_text())["otherData"]["proton_lite_merge"]["matched"] == 3
     assert cli.main(["merge", str(tmp_path / "missing.json"), CAPTURE]) == 2
+
+
+def test_the_merged_file_imports_in_perfettos_trace_processor(profile, tmp_path):
+    """Perfetto's own importer takes the merged JSON with no error stats, and on its clock each of
+    our launch slices lies inside the profiler's kernel slice it was matched to."""
+    import trace_processor as tp
+    if tp.missing():
+        pytest.skip(tp.missing())
+    trace = tmp_path / "prof.json"
+    trace.write_text(json.dumps(_profiler_trace(profile)))
+    merge_profiler_trace(trace, CAPTURE, tmp_path / "merged.json")
+    bad, ours, theirs = tp.query(str(tmp_path / "merged.json"), [
+        tp.BAD_STATS,
+        "select ts, dur, name from slice where name like '#% matmul_kernel %' order by ts",
+        "select ts, dur from slice where name = 'matmul_kernel' order by ts"])
+    assert bad == []
+    assert len(ours) == 3 and len(theirs) == 4  # the profiler's extra launch before the session stays
+    for mine, kernel in zip(ours, theirs[1:]):
+        assert kernel["ts"] <= mine["ts"] and mine["ts"] + mine["dur"] <= kernel["ts"] + kernel["dur"]
