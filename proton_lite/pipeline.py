@@ -53,6 +53,41 @@ def load_profile(raw_path: str, progress: bool = False) -> Profile:
         return decode(capture, progress=bar.report)
 
 
+# captures decoded in processes of their own when several together hold this much (below it,
+# starting the processes costs more than they save)
+PARALLEL_DECODE_BYTES = 256 << 20
+
+
+def _decode_one(path: str):
+    """In a worker process: the profile, or the exception to raise in the parent."""
+    try:
+        return load_profile(path)
+    except Exception as e:  # noqa: BLE001 - re-raised where the caller reads its captures
+        return e
+
+
+def load_profiles(paths: list[str], processes: int | None = None) -> list[Profile]:
+    """Several captures decoded, one process per capture (at most one per core) where they are
+    large together (``PARALLEL_DECODE_BYTES``) and the machine has cores for them: a rank's
+    capture does not wait for another's.  Each worker decodes with its own threads, as one
+    decode does.  ``processes=1`` decodes them here, one after the other.  The first capture
+    that fails raises its error, as decoding them one by one would."""
+    import os
+    size = sum(os.path.getsize(p) for p in paths)
+    n = processes if processes is not None else min(len(paths), os.cpu_count() or 1)
+    if n <= 1 or len(paths) < 2 or (processes is None and size < PARALLEL_DECODE_BYTES):
+        return [load_profile(p) for p in paths]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    # spawn: a fresh interpreter per worker (fork would copy the threads of a running decode)
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(_decode_one, paths))
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
+
+
 def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None,
                   align_on: str | None = None) -> tuple[Profile, list[str]]:
     """Decode ``raw_path`` (or a list of captures, merged into one timeline with a group per
@@ -61,7 +96,7 @@ def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None
     ``align_on``: the kernel that lines merged captures up (``merge_profiles``)."""
     if isinstance(raw_path, (list, tuple)):
         from proton_lite.profile_merge import merge_profiles
-        profile = merge_profiles([load_profile(p, progress=progress) for p in raw_path], align_on=align_on)
+        profile = merge_profiles(load_profiles(list(raw_path)), align_on=align_on)
     else:
         profile = load_profile(raw_path, progress=progress)
     if cut is not None:

@@ -119,6 +119,29 @@ def load_input(path: str):
     return load_raw(path) if input_kind(path) == "raw" else load_trace_file(path)
 
 
+def load_inputs(paths: list[str]) -> list:
+    """Profiles of several captures or traces: the captures decoded side by side in processes
+    where they are large (``pipeline.load_profiles``), every error worded as ``load_input``
+    words it (a failing capture is read again here for its message)."""
+    raws = [p for p in paths if input_kind(p) == "raw"]
+    decoded = {}
+    if len(raws) > 1:
+        from proton_lite.pipeline import load_profiles
+        try:
+            decoded = dict(zip(raws, load_profiles(raws)))
+        except Exception:  # noqa: BLE001 - one of them is bad: load_raw below says which and why
+            decoded = {}
+    out = []
+    for p in paths:
+        profile = decoded.get(p)
+        if profile is None:
+            profile = load_input(p)
+        else:
+            _check_not_empty(p, profile)
+        out.append(profile)
+    return out
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return text or type(e).__name__

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from proton_lite.viewer.cli_io import (_DECODE_ERRORS, EXIT_NOT_FETCHED, EXIT_OK, PROG, TRACE_FORMATS, CliError,
                                        _check_file, _check_not_empty, _console, _decode_error, _interactive,
-                                       _print_json, _raw_error, _warn, input_kind, load_input, missing_module)
+                                       _print_json, _raw_error, _warn, input_kind, load_input, load_inputs,
+                                       missing_module)
 
 TOO_LARGE_FOR_THE_UI = 1 << 30  # bytes of trace above which `trace` suggests a cut
 
@@ -144,7 +145,7 @@ def cmd_summary(args) -> int:
     if len(files) > 1:  # one per rank (or run): compared kernel by kernel
         from proton_lite.viewer.summary_set import render_summary_set, summarize_set
         try:
-            result = summarize_set([load_input(f) for f in files], files, **filters)
+            result = summarize_set(load_inputs(files), files, **filters)
         except ValueError as e:
             raise CliError(str(e)) from e
         if args.json:
@@ -174,7 +175,7 @@ def _diff_side(path: str):
         raise CliError(f"{path}: a folder with no .plraw capture in it; give a capture, or a folder of captures "
                        "(e.g. one per rank)")
     from proton_lite.profile_merge import merge_profiles
-    merged = merge_profiles([load_input(f) for f in files])
+    merged = merge_profiles(load_inputs(files))
     merged.session = dict(merged.session, name=f"{path} ({len(files)} captures)")
     return merged
 
