@@ -19,10 +19,18 @@ def _named(counts: dict[str, int], most: int = 8) -> str:
 def graph_lines(graphs) -> list[str]:
     """Replays of captured launches that were not kept (ring full), and what happens to the
     graphs after stop, said once."""
-    if graphs is None or not graphs.nodes:
+    if graphs is None:
         return []
-    stats = graphs.stats()
     lines = []
+    earlier = getattr(graphs, "earlier_replays", None)
+    if earlier:
+        lines.append(f"{sum(earlier.values()):,} replay(s) of CUDA graphs captured in an earlier session ran in this "
+                     f"one and are not in the profile: {_named(earlier)}. A graph records the session it was "
+                     "captured in; capture it again inside this session (torch.compile: a new compile, e.g. after "
+                     "torch._dynamo.reset()) to record it")
+    if not graphs.nodes:
+        return lines
+    stats = graphs.stats()
     full: dict[str, int] = {}
     for node, launch in zip(stats["nodes"], graphs.nodes):
         if node["overruns"]:

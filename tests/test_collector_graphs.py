@@ -19,7 +19,7 @@ import pytest
 
 from proton_lite.coverage import graph_lines
 from proton_lite.raw_format import RawWriter
-from proton_lite.runtime import cuda_graph, graph_copy, graphs
+from proton_lite.runtime import cuda_graph, graph_copy, graph_earlier, graphs
 from proton_lite.runtime.collector import Collector
 from sim_driver import SimDriver
 from test_collector import SCRATCH, _launch_metadata, _Meta, finish
@@ -39,6 +39,7 @@ def sim(monkeypatch):
         sim._enqueue(stream, op)
 
     monkeypatch.setattr(graphs, "_arenas", {})  # headers live in this simulated device's memory
+    monkeypatch.setattr(graph_earlier, "_closed", [])  # ... and so do earlier sessions' nodes
     monkeypatch.setattr(cuda_graph, "relaxed_capture", contextlib.nullcontext)
     monkeypatch.setattr(cuda_graph, "capture_info", lambda stream: (4242, "graph", ["kernel node"]))
     monkeypatch.setattr(cuda_graph, "memcpy_htod_async", htod)
@@ -174,3 +175,27 @@ def test_the_poller_waits_while_the_disk_is_behind(sim, tmp_path, monkeypatch):
         assert col.graphs.poll() is False and node.consumed == 1
     cap = finish(col, tmp_path)
     assert [ln.replay for ln in cap.launches] == [(1, 0, 0)] and col._drain.graph_backlog == 0
+
+
+def test_replays_of_a_graph_captured_in_an_earlier_session_are_counted_in_the_next(sim, tmp_path):
+    """A graph keeps its copy nodes after its session: they count each later replay as
+    ``discarded``; the next session reads those counters at its start and stop and names the
+    replays that ran meanwhile (they are not in its profile)."""
+    first = Collector(RawWriter(tmp_path / "a.plraw", {}), host_limit_bytes=64 << 20, graph_slots=4)
+    _capture(first, sim, meta=_Meta("kept_graph"))
+    (node, ) = first.graphs.nodes
+    with first.graphs.drain_lock:
+        _replay(sim, node, 0, b"\x01" * (SCRATCH * 4), time_ns=1)
+    first.finish()
+    first.writer.close()
+    _replay(sim, node, 1, b"\x01" * (SCRATCH * 4), time_ns=2)  # between the sessions: not counted
+    second = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    for r in range(5):  # while the second session runs
+        _replay(sim, node, 2 + r, b"\x01" * (SCRATCH * 4), time_ns=3 + r)
+    assert _header(sim, node)["discarded"] == 6 and _header(sim, node)["written"] == 1
+    cap = finish(second, tmp_path)
+    assert second.graphs.earlier_replays == {"kept_graph": 5} and cap.launches == []
+    (line, ) = graph_lines(second.graphs)
+    assert line.startswith("5 replay(s) of CUDA graphs captured in an earlier session ran in this one and are not "
+                           "in the profile: kept_graph (5)")
+    assert second.graphs.stats()["earlier_replays"] == {"kept_graph": 5}

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from proton_lite.raw_format import BATCH_ENTRY
-from proton_lite.runtime import cuda_api, cuda_graph, graph_copy
+from proton_lite.runtime import cuda_api, cuda_graph, graph_copy, graph_earlier
 from proton_lite.runtime.graph_copy import NODE_HEADER_BYTES, SLOT_HEADER_BYTES
 from proton_lite.runtime.graph_ring import (HEADER_DTYPE, RING_BUDGET_MAX, RING_BUDGET_SHARE, SLOT_HEADER_DTYPE,
                                             launch_bytes, new_header, ring_slots, slot_bytes_for, slot_data_bytes)
@@ -100,6 +100,9 @@ class GraphRecorder:
         self.recorded = 0
         self.errors: list[str] = []
         self._budget: int | None = None  # device bytes the rings may still take (set at the first capture)
+        # graphs that earlier sessions captured: their replays while this session runs are counted
+        self._earlier = graph_earlier.read() if owner is not None else []
+        self.earlier_replays: dict[str, int] = {}
 
     # -- capturing thread ------------------------------------------------------------------
     def scratch(self, nbytes: int, device: int, stream: int, capacity, pool) -> CapturedLaunch:
@@ -299,7 +302,11 @@ class GraphRecorder:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
-        if not self.nodes or self.owner.failed:
+        if self.owner.failed:
+            return
+        if self._earlier:
+            self.earlier_replays = graph_earlier.replays_between(self._earlier, graph_earlier.read())
+        if not self.nodes:
             return
         closed = np.ones(1, "<u4")
         for n in self.nodes:  # later replays only clear their scratch and count themselves
@@ -321,6 +328,8 @@ class GraphRecorder:
                 n.final = h
                 cuda_api.mem_free(n.ring)
                 n.ring = 0
+        graph_earlier.remember([(self.owner._contexts[n.device], n.header, self.owner.kernel_name(n.kernel_id))
+                                for n in self.nodes])
         for device, (ptr, _) in self._host.items():
             cuda_api.host_free(ptr)
         self._host.clear()
@@ -352,4 +361,5 @@ class GraphRecorder:
                           "overruns": int(h["overruns"]) if h is not None else None,
                           "discarded": int(h["discarded"]) if h is not None else None})
         return {"graphs": len(self._graphs), "captured_launches": len(self.nodes), "recorded": self.recorded,
-                "overruns": sum(x["overruns"] or 0 for x in nodes), "nodes": nodes, "errors": self.errors}
+                "overruns": sum(x["overruns"] or 0 for x in nodes), "nodes": nodes, "errors": self.errors,
+                "earlier_replays": self.earlier_replays}
