@@ -258,3 +258,23 @@ def test_a_graph_replayed_after_stop_is_clean_under_memcheck(tmp_path):
     assert "ERROR SUMMARY: 0 errors" in out, out[-3000:]
     assert "launches 6" in out, out[-3000:]
     assert out.count("replays after this stop run as before but are not recorded") == 1, out[-3000:]
+
+
+def test_a_graph_from_an_earlier_session_replayed_in_the_next_is_named(tmp_path):
+    """Its copy nodes count the replays after its own session; the next session names those
+    that ran while it did (they are not in its profile)."""
+    t = _inputs()
+    with proton_lite.start(str(tmp_path / "first"), quiet=True, formats=(), calibrate=False):
+        g = _graph(t)
+        g.replay()
+        torch.cuda.synchronize()
+    g.replay()  # between the sessions: in neither
+    with proton_lite.start(str(tmp_path / "second"), quiet=True, formats=(), calibrate=False) as s:
+        for _ in range(4):
+            g.replay()
+        torch.cuda.synchronize()
+    _check(t)
+    line = s.result.summary_line
+    assert "12 replay(s) of CUDA graphs captured in an earlier session ran in this one" in line, line
+    assert read_raw(s.result.raw_path).end["graphs"]["earlier_replays"] == \
+        {"scale_scoped": 4, "grid_stride_sum": 4, "add_plain": 4}
