@@ -199,3 +199,25 @@ def test_replays_of_a_graph_captured_in_an_earlier_session_are_counted_in_the_ne
     assert line.startswith("5 replay(s) of CUDA graphs captured in an earlier session ran in this one and are not "
                            "in the profile: kept_graph (5)")
     assert second.graphs.stats()["earlier_replays"] == {"kept_graph": 5}
+
+
+def test_graphs_on_two_gpus_drain_and_close_each_in_its_own_context(sim, tmp_path):
+    """A launch captured on each of two devices: headers, rings and copies belong to their
+    device's context (the simulated driver refuses memory freed or a stream used from
+    another), and each replay comes back as a launch of its own device."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, graph_slots=4)
+    nodes = []
+    for device, stream in ((0, 9), (1, 10)):
+        sim.device = device
+        _capture(col, sim, stream=stream, meta=_Meta(f"k{device}"))
+        nodes.append(col.graphs.nodes[-1])
+    assert [n.device for n in nodes] == [0, 1] and nodes[0].arena is not nodes[1].arena
+    with col.graphs.drain_lock:
+        for r in range(3):
+            for n in nodes:
+                _replay(sim, n, r, bytes([n.device + 1]) * (SCRATCH * 4), time_ns=10 * r + n.device)
+    sim.device = 0
+    cap = finish(col, tmp_path)
+    assert [(ln.device, ln.replay[2]) for ln in cap.launches] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    assert all(bytes(ln.buffer) == bytes([ln.device + 1]) * (SCRATCH * 4) for ln in cap.launches)
+    assert all(n.ring == 0 for n in nodes)  # freed, each from its own context (the simulator checks)
