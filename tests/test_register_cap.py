@@ -57,3 +57,20 @@ def test_occupancy_arithmetic():
 ])
 def test_the_cap_goes_on_the_kernel(ptx, cap, want):
     assert register_cap.with_cap(ptx, cap) == want
+
+
+def test_the_compile_report_shows_registers_and_resident_ctas(capsys, monkeypatch):
+    """`proton-lite compile` says what the instrumentation costs in registers and occupancy."""
+    import json
+    import re
+    from proton_lite.viewer import cli
+    args = ["compile", "tests/fixed_cost_kernels.py:rms_norm_fwd", "--signature",
+            "*fp32,*fp32,*fp32,*fp32,i32,i32,fp32", "--constexpr", "BLOCK=4096", "--num-warps", "8",
+            "--divisible-by-16", "stride"]
+    assert cli.main(args + ["--json"]) == 0
+    regs = json.loads(capsys.readouterr().out)["registers"]
+    assert regs["ctas_per_sm"] == 5 and regs["registers"] <= 48 and regs["plain"] in (None, regs["registers"], 48)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"registers\s+\d+ per thread: 5 resident CTAs per SM by registers", out), out

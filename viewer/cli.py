@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
              "proton-lite compile kernels.py:add --signature '*fp32,*fp32,*fp32,i32' --constexpr BLOCK=1024 "
              "--emit ptx out/",
              "Compile FILE.py:KERNEL for sm_ARCH without a GPU, instrumented, and print its scope table, "
-             "record sites, buffer bytes per CTA, shared-memory staging and records per warp.")
+             "record sites, buffer bytes per CTA, shared-memory staging, records per warp, and its registers "
+             "and resident CTAs per SM beside the plain kernel's.")
     p.add_argument("target", metavar="FILE.py:KERNEL")
     p.add_argument("--signature", required=True, metavar="TYPES",
                    help="Triton types of the non-constexpr arguments in order, comma separated "

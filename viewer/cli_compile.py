@@ -151,7 +151,22 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
         "lost_scopes": pl.get("lost_scopes"),
         "pipelined": pl.get("pipelined") or [],
+        # registers of the instrumented and (where it was built) the plain kernel, the cap that
+        # kept the plain occupancy (passes/register_cap.py), resident CTAs per SM by registers
+        "registers": _registers(pl.get("registers"), num_warps),
     }
+
+
+def _registers(decided: dict | None, num_warps: int) -> dict | None:
+    if not isinstance(decided, dict) or decided.get("registers") is None:
+        return None
+    from proton_lite.passes.register_cap import ctas_per_sm
+    threads = 32 * max(1, num_warps)
+    out = dict(decided)
+    out["ctas_per_sm"] = ctas_per_sm(int(decided["registers"]), threads)
+    if decided.get("plain") is not None:
+        out["plain_ctas_per_sm"] = ctas_per_sm(int(decided["plain"]), threads)
+    return out
 
 
 def render_compile_report(r: dict, console) -> None:
@@ -221,6 +236,18 @@ def render_compile_report(r: dict, console) -> None:
                                      f"records per {unit}{sinks}, {r['buffer_mode']})")
     kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
                + ("" if r["staging"] == "shared" else " (records go straight to global memory)"))
+    regs = r.get("registers")
+    if regs:
+        text = f"{regs['registers']} per thread: {regs['ctas_per_sm']} resident CTAs per SM by registers"
+        if regs.get("cap") is not None:
+            text += f" (capped at {regs['cap']} to keep the plain kernel's {regs['plain_ctas_per_sm']}: " \
+                    f"plain uses {regs['plain']})"
+        elif regs.get("spilled_at") is not None:
+            text += f" (the plain kernel, {regs['plain']} registers, has {regs['plain_ctas_per_sm']}: a cap at " \
+                    f"{regs['spilled_at']} would spill)"
+        elif regs.get("plain") is not None:
+            text += f" (as the plain kernel: {regs['plain']} registers)"
+        kv.add_row("registers", text)
     console.print(kv)
 
 
