@@ -175,13 +175,18 @@ def fit_clock(pairs) -> Clock:
     return Clock(x0, y0, float(c), float(b))
 
 
-def merge_profiler_trace(profiler_trace: str | os.PathLike, capture: str | os.PathLike,
-                         output: str | os.PathLike) -> dict:
-    """Merge ``capture`` (a .plraw) into ``profiler_trace`` (torch.profiler's exported JSON) and
-    write ``output``; returns the report (matches, residuals, unmatched launches, the clock)."""
+def merge_profiler_trace(profiler_trace, capture: str | os.PathLike, output: str | os.PathLike) -> dict:
+    """Merge ``capture`` (a .plraw) into ``profiler_trace`` (torch.profiler's exported JSON, or
+    the ``torch.profiler.profile`` object itself, which is exported first) and write
+    ``output``; returns the report (matches, residuals, unmatched launches, the clock)."""
     from proton_lite.decode import decode
     from proton_lite.raw_format import read_raw
     from proton_lite.trace.chrome import write_chrome
+    if hasattr(profiler_trace, "export_chrome_trace"):  # right after the `with profile(...) as prof:` block
+        with tempfile.TemporaryDirectory() as tmp:
+            exported = str(Path(tmp) / "profiler.json")
+            profiler_trace.export_chrome_trace(exported)
+            return merge_profiler_trace(exported, capture, output)
     try:
         with open(profiler_trace, "rb") as f:
             trace = json.loads(f.read())

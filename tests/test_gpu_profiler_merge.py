@@ -32,8 +32,7 @@ def test_every_launch_sits_inside_its_cupti_slice(tmp_path):
                 G.grid_stride_sum[(132, )](m, b, 4096, 256, BLOCK=256)
                 G.add_plain[(triton.cdiv(n, 1024), )](a, y, c, n, BLOCK=1024)
             torch.cuda.synchronize()
-    prof.export_chrome_trace(str(tmp_path / "prof.json"))
-    report = merge_profiler_trace(tmp_path / "prof.json", s.result.raw_path, tmp_path / "merged.json")
+    report = merge_profiler_trace(prof, s.result.raw_path, tmp_path / "merged.json")  # the profiler object itself
     assert report["matched"] == s.result.launches == 15 and not report["unmatched_launches"], report
     for r in report["launches"]:  # inside (a few ns of fit error allowed), within 1 µs at both ends
         assert -100 <= r["start_after_ns"] <= 1000 and -100 <= r["end_before_ns"] <= 1000, r
