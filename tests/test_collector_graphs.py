@@ -19,7 +19,7 @@ import pytest
 
 from proton_lite.coverage import graph_lines
 from proton_lite.raw_format import RawWriter
-from proton_lite.runtime import cuda_graph, graph_copy, graph_earlier, graphs
+from proton_lite.runtime import cuda_api, cuda_graph, graph_copy, graph_earlier, graphs
 from proton_lite.runtime.collector import Collector
 from sim_driver import SimDriver
 from test_collector import SCRATCH, _launch_metadata, _Meta, finish
@@ -40,7 +40,7 @@ def sim(monkeypatch):
 
     monkeypatch.setattr(graphs, "_arenas", {})  # headers live in this simulated device's memory
     monkeypatch.setattr(graph_earlier, "_closed", [])  # ... and so do earlier sessions' nodes
-    monkeypatch.setattr(cuda_graph, "relaxed_capture", contextlib.nullcontext)
+    monkeypatch.setattr(cuda_api, "relaxed_capture", contextlib.nullcontext)
     monkeypatch.setattr(cuda_graph, "capture_info", lambda stream: (4242, "graph", ["kernel node"]))
     monkeypatch.setattr(cuda_graph, "memcpy_htod_async", htod)
     monkeypatch.setattr(cuda_graph, "ctx_synchronize", sim.run_all)

@@ -202,7 +202,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
         try:
-            launch = self.graphs.scratch(size, device, stream, capacity, pool)
+            launch = self.graphs.scratch(size, device, stream, pool)
         except cuda_api.CudaError as e:  # no memory for it: the capture goes on, these replays unrecorded
             from proton_lite.runtime.after_stop import AFTER_STOP
             self.graphs.errors.append(f"scratch for a captured launch: {e}"[:300])

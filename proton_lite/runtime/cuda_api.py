@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -120,13 +121,24 @@ def mem_alloc(size: int) -> int:
     return int(check(cu.cuMemAlloc(size), f"cuMemAlloc({size} bytes)"))
 
 
-def mem_alloc_zeroed_while_capturing(size: int) -> int:
-    """Zeroed device memory, allocated while a stream of this thread captures a graph: the
-    thread's capture mode is relaxed for the allocation (as PyTorch's allocator does), and
-    the memory is cleared on a stream of its own, outside the graph."""
+@contextmanager
+def relaxed_capture():
+    """Let this thread allocate memory and load modules while one of its streams captures:
+    a capture in the global or thread-local mode refuses such calls (PyTorch's allocator
+    relaxes the mode the same way); the previous mode is restored after."""
     relaxed = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
     previous = check(cu.cuThreadExchangeStreamCaptureMode(relaxed), "cuThreadExchangeStreamCaptureMode")
     try:
+        yield
+    finally:
+        check(cu.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
+
+
+def mem_alloc_zeroed_while_capturing(size: int) -> int:
+    """Zeroed device memory, allocated while a stream of this thread captures a graph: the
+    thread's capture mode is relaxed for the allocation, and the memory is cleared on a
+    stream of its own, outside the graph."""
+    with relaxed_capture():
         ptr = mem_alloc(size)
         stream = stream_create()
         try:
@@ -134,8 +146,6 @@ def mem_alloc_zeroed_while_capturing(size: int) -> int:
             stream_synchronize(stream)
         finally:
             stream_destroy(stream)
-    finally:
-        check(cu.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
     return ptr
 
 

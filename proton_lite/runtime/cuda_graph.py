@@ -7,25 +7,11 @@ edge data); ``capture_info`` reads both.
 from __future__ import annotations
 
 import ctypes
-from contextlib import contextmanager
 
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.cuda_api import check, cu
 
 _TYPES = {"u64": ctypes.c_uint64, "u32": ctypes.c_uint32}
-
-
-@contextmanager
-def relaxed_capture():
-    """Let this thread allocate memory and load modules while one of its streams captures:
-    a capture in the global or thread-local mode refuses such calls (PyTorch's allocator
-    relaxes the mode the same way); the previous mode is restored after."""
-    relaxed = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    previous = check(cu.cuThreadExchangeStreamCaptureMode(relaxed), "cuThreadExchangeStreamCaptureMode")
-    try:
-        yield
-    finally:
-        check(cu.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
 
 
 def relax_this_thread() -> None:

@@ -62,12 +62,11 @@ def _header_slot(device: int) -> tuple[_Arena, int]:
 class CapturedLaunch:
     """One instrumented launch captured into a graph (one kernel node and its copy node)."""
 
-    __slots__ = ("device", "stream", "scratch", "nbytes", "capacity", "pool", "kernel_id", "grid", "num_ctas",
+    __slots__ = ("device", "stream", "scratch", "nbytes", "pool", "kernel_id", "grid", "num_ctas",
                  "graph", "node", "arena", "index", "ring", "slots", "slot_bytes", "consumed", "final")
 
-    def __init__(self, device: int, stream: int, scratch: int, nbytes: int, capacity, pool) -> None:
-        self.device, self.stream, self.scratch, self.nbytes = device, stream, scratch, nbytes
-        self.capacity, self.pool = capacity, pool
+    def __init__(self, device: int, stream: int, scratch: int, nbytes: int, pool) -> None:
+        self.device, self.stream, self.scratch, self.nbytes, self.pool = device, stream, scratch, nbytes, pool
         self.kernel_id = self.num_ctas = None
         self.grid = (1, 1, 1)
         self.graph = self.node = 0
@@ -101,18 +100,14 @@ class GraphRecorder:
         self.errors: list[str] = []
         self._budget: int | None = None  # device bytes the rings may still take (set at the first capture)
         # graphs that earlier sessions captured: their replays while this session runs are counted
-        self._earlier = graph_earlier.read() if owner is not None else []
+        self._earlier = graph_earlier.read()
         self.earlier_replays: dict[str, int] = {}
 
     # -- capturing thread ------------------------------------------------------------------
-    def scratch(self, nbytes: int, device: int, stream: int, capacity, pool) -> CapturedLaunch:
+    def scratch(self, nbytes: int, device: int, stream: int, pool) -> CapturedLaunch:
         """Zeroed scratch for a launch being captured (its kernel writes there at every replay)."""
-        with cuda_graph.relaxed_capture():
-            ptr = cuda_api.mem_alloc(max(nbytes, 256))
-            setup = self._setup_stream(device)
-            cuda_api.memset_d8_async(ptr, 0, max(nbytes, 256), setup)
-            cuda_api.stream_synchronize(setup)
-        return CapturedLaunch(device, stream, ptr, nbytes, capacity, pool)
+        ptr = cuda_api.mem_alloc_zeroed_while_capturing(max(nbytes, 256))
+        return CapturedLaunch(device, stream, ptr, nbytes, pool)
 
     def add(self, launch: CapturedLaunch, kernel_id: int, grid: tuple, num_ctas: int) -> None:
         """The launch's kernel node is in the graph: give it a ring and the copy node after it."""
@@ -125,7 +120,7 @@ class GraphRecorder:
             self._budget = min(RING_BUDGET_MAX, free // RING_BUDGET_SHARE)
         launch.slots = ring_slots(launch.slot_bytes, self.slots, self._budget)
         self._budget = max(0, self._budget - launch.slots * launch.slot_bytes)
-        with cuda_graph.relaxed_capture():
+        with cuda_api.relaxed_capture():
             launch.arena, launch.index = _header_slot(launch.device)
             launch.ring = cuda_api.mem_alloc(launch.slots * launch.slot_bytes)
             try:
