@@ -119,8 +119,8 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
             "launches": int(len(profile.launches)),
             "launches_shown": int(len(launches)),
             # launches that are replays of CUDA graphs, and the graphs they came from
-            "graph_replays": int((_column(profile.launches, "graph") > 0).sum()),
-            "graphs": int(len(np.unique(_column(profile.launches, "graph")[_column(profile.launches, "graph") > 0]))),
+            "graph_replays": int((profile.launches["graph"] > 0).sum()),
+            "graphs": int(len(np.unique(profile.launches["graph"][profile.launches["graph"] > 0]))),
             "span_ns": span,
         },
         "filters": {"kernel": kernel, "scope": scope, "sort": sort, "top": None if top is None else int(top)},
@@ -133,11 +133,6 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
         "incomplete": {name: reasons for name, reasons in losses.items() if reasons},
         "counters": {k: int(session.get(k) or 0) for k in COUNTERS},
     }
-
-
-def _column(launches: np.ndarray, name: str) -> np.ndarray:
-    """A launch column, zeros where the profile predates it (built by hand or an old reader)."""
-    return launches[name] if name in (launches.dtype.names or ()) else np.zeros(len(launches), np.int64)
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -267,8 +262,8 @@ def _launch_rows(kernels, launches, ctas, capture_incomplete: bool = False) -> l
             "records": int(row["records"]), "dropped": int(row["dropped"]), "unmatched": int(row["unmatched"]),
             "missing_ctas": int(row["missing_ctas"]),
             # a replay of a CUDA graph: the graph (1, 2, ...) and the replay (0, 1, ...); graph 0: eager
-            "graph": int(row["graph"]) if "graph" in row.dtype.names else 0,
-            "replay": int(row["replay"]) if "replay" in row.dtype.names else 0,
+            "graph": int(row["graph"]),
+            "replay": int(row["replay"]),
             "incomplete": capture_incomplete or bool(row["dropped"] or row["unmatched"] or row["missing_ctas"] or
                                                      row["torn_chunks"]),
         })

@@ -18,7 +18,7 @@ def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
     title = (f"#{int(launch['launch'])} {kernel.name} "
              f"grid=({int(launch['grid_x'])},{int(launch['grid_y'])},{int(launch['grid_z'])}) "
              f"warps={kernel.num_warps}")
-    if launch.dtype.names and "graph" in launch.dtype.names and int(launch["graph"]):
+    if int(launch["graph"]):
         title += f" graph {int(launch['graph'])} replay {int(launch['replay'])}"
     return title + f" GPU {int(launch['device'])}" if show_device else title
 
