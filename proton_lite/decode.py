@@ -26,6 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from proton_lite.clock_axis import align_devices
 from proton_lite.decode_assemble import assemble
 from proton_lite.decode_batch import _decode_batch, cta_block_dtype  # noqa: F401  (cta_block_dtype: public)
 from proton_lite.decode_pool import PoolState, read_prefix
@@ -141,8 +142,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     workers = min(len(batches), DECODE_WORKERS)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:
-        return assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one, pool,
-                        progress)
+        return align_devices(assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick,
+                                      decode_one, pool, progress))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

@@ -148,6 +148,7 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         value = end.get(key)
         session[key] = int(value) if isinstance(value, int) and value > 0 else 0
     session["graph_overruns"] = _graph_overruns(end, capture.kernels)
+    session["clock_anchors"] = [a for a in end.get("clock_anchors") or [] if isinstance(a, dict)]
     if cal is None:
         return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
                        session=session)

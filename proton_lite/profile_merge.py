@@ -3,10 +3,14 @@
 
 Kernels are listed capture after capture (a kernel on two ranks is two entries of one
 name: the viewers group by name), launches are renumbered after each other in capture
-order, and every capture's times move onto the earliest capture's axis by the difference
-of their ``t0_ns`` (the absolute ``%globaltimer`` of each one's time 0). That difference
-means something only for captures of one machine's GPUs; elsewhere only durations do,
-which is all that a diff or a summary compares. What makes any capture incomplete (cut
+order, and every capture's times move onto one axis: by the difference of their ``t0_ns``
+(the absolute ``%globaltimer`` of each one's time 0) where they all ran on one GPU (one
+timer), by the host's clock where they ran on several GPUs of one machine (whose timers
+differ and drift: ``clock_axis.py``, from the anchors each session measured), or by a
+kernel all captures launched together (``align_on``).
+Captures of different hosts are placed by their timers as they read, which means nothing
+across hosts; only durations do there, which is all that a diff or a summary compares.
+``session["alignment"]`` says which was used. What makes any capture incomplete (cut
 off, launches lost to a fault) makes the merged one incomplete, and ``merged_from``
 records each capture's name, host and rank.
 """
@@ -16,6 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from proton_lite.clock_axis import host_t0_ns, reference_clock
 from proton_lite.profile_data import Profile
 
 
@@ -38,6 +43,35 @@ def _align_shifts(profiles: list[Profile], kernel: str) -> list[int]:
     return [starts[0] - s for s in starts]
 
 
+def _shifts(profiles: list[Profile], align_on: str | None) -> tuple[list[int], int, str]:
+    """Per capture the ns to add to its times, the merged time 0 (``%globaltimer``) and how
+    the captures were put on one axis (``session["alignment"]``)."""
+    t0 = min(int(p.t0_ns) for p in profiles)
+    if align_on:
+        aligned = _align_shifts(profiles, align_on)
+        return [int(profiles[0].t0_ns) - t0 + a for a in aligned], t0, f"kernel {align_on}: first launches together"
+    by_timer = [int(p.t0_ns) - t0 for p in profiles]
+    hosts = {(p.session or {}).get("host") for p in profiles}
+    clocks = [reference_clock(p) for p in profiles]
+    if len(hosts) == 1 and None not in hosts and None not in clocks:
+        gpus = {c.gpu for c in clocks}
+        if len(gpus) == 1 and None not in gpus:  # one GPU, one timer: its own differences are exact
+            return by_timer, t0, "GPU timer (every capture ran on one GPU)"
+        # several GPUs of one machine: their timers differ and drift, the host's clock is one
+        on_host = [host_t0_ns(p) for p in profiles]
+        first = min(range(len(profiles)), key=lambda i: on_host[i])
+        unc = max(c.uncertainty_ns for c in clocks)
+        return ([h - on_host[first] for h in on_host], int(profiles[first].t0_ns),
+                f"host clock of {hosts.pop()} (each GPU's timer anchored to it by the session, within {unc} ns)")
+    if None in hosts:
+        how = "GPU timers as they read (hosts not recorded; no clock anchors to check them)"
+    elif len(hosts) == 1:
+        how = "GPU timers as they read (one machine's GPUs; no clock anchors to check them)"
+    else:
+        how = "GPU timers as they read: captures of different hosts, whose clocks are not aligned (give --align-on)"
+    return by_timer, t0, how
+
+
 def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Profile:
     """One Profile holding every launch, CTA and interval of ``profiles``, in their order.
 
@@ -48,12 +82,11 @@ def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Prof
         raise ValueError("no captures to merge")
     if len(profiles) == 1:
         return profiles[0]
-    t0 = min(int(p.t0_ns) for p in profiles)
-    aligned = _align_shifts(profiles, align_on) if align_on else None
+    shifts, t0, alignment = _shifts(profiles, align_on)
     kernels, launches, ctas, intervals, origins = [], [], [], [], []
     next_launch = 0
     for i, p in enumerate(profiles):
-        shift = int(profiles[0].t0_ns) - t0 + aligned[i] if aligned else int(p.t0_ns) - t0
+        shift = shifts[i]
         renumber = {int(old): next_launch + j for j, old in enumerate(np.sort(p.launches["launch"]))}
         table = np.zeros(max(renumber, default=-1) + 1, np.int64)
         for old, new in renumber.items():
@@ -84,7 +117,8 @@ def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Prof
         session["cut"] = {"launches": [n for c in cuts for n in c.get("launches") or []],
                           "of_launches": sum(int(c.get("of_launches") or 0) for c in cuts)}
     session["merged_from"] = origins
-    session["aligned_on"] = align_on  # None: by the captures' timer origins
+    session["aligned_on"] = align_on  # None: by the host clock or the captures' timer origins
+    session["alignment"] = alignment
     return replace(profiles[0], kernels=kernels, launches=np.concatenate(launches), ctas=np.concatenate(ctas),
                    intervals=np.concatenate(intervals), t0_ns=t0, session=session)
 

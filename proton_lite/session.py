@@ -150,6 +150,7 @@ class Session:
         self.result: SessionResult | None = None
         self._installed = False
         self._hooks = None  # runtime/triton_hooks.TritonHooks while installed
+        self._start_anchors: list[dict] = []  # runtime/clock_probe.py, measured at start
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _install(self) -> None:
@@ -173,6 +174,9 @@ class Session:
             **_process_place(),
         }
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
+        # the GPUs already in use: their timers against the host clock now and again at stop
+        from proton_lite.runtime import clock_probe
+        self._start_anchors = clock_probe.probe_devices(clock_probe.active_contexts(), "start")
         self._writer = RawWriter(self.raw_path, session_info)
         try:
             self._install_hooks()
@@ -226,6 +230,7 @@ class Session:
         collector = self._collector
         t0 = time.perf_counter_ns()
         collector.finish()
+        anchors = self._start_anchors + (collector.clock_anchors() if self._hooks is not None else [])
         user_launches = collector.launches - calibration  # graph replays are drained at finish too
         drain = collector.drain_stats(stop_ns=time.perf_counter_ns() - t0)
         self._writer.end({"launches": user_launches, "calibration_launches": calibration,
@@ -239,7 +244,7 @@ class Session:
                           "host_hooks_fast": list(self._hooks.fastpath.counts()) if self._hooks.fastpath is not None
                           else None,
                           "host_hooks_error": _fastpath_error(),
-                          "drain": drain, "graphs": collector.graphs.stats(),
+                          "drain": drain, "graphs": collector.graphs.stats(), "clock_anchors": anchors,
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})
         self._writer.close()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
-# Knobs: TESTS=..., NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1.
+# Knobs: TESTS=..., NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
+# CLOCKS=1.
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -39,6 +40,9 @@ if [ -n "${GRAPH_BENCH:-}" ]; then  # issue 23: replay time of a 3-kernel graph,
   timeout ${GRAPH_TIMEOUT:-200} python3 tests/benchmarks/graphs.py --json "$OUT/graphs_heavy.json" 2>&1 | tail -2
   timeout ${GRAPH_TIMEOUT:-200} python3 tests/benchmarks/graphs.py --cols 2048 --rows 8192 --json "$OUT/graphs_light.json" \
     2>&1 | tail -2
+fi
+if [ -n "${CLOCKS:-}" ]; then  # issue 27: do this machine's GPUs share one timer? (anchors per GPU)
+  timeout 120 python3 tests/benchmarks/clock_anchors.py --rounds 20 --json "$OUT/clock_anchors.json" 2>&1 | tail -8
 fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60

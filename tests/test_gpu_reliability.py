@@ -290,6 +290,14 @@ def test_two_gpus_in_one_process_keep_their_launches_apart(tmp_path):
     # e.g. "#1 vector_add grid=(8,1,1) warps=4 GPU 1"
     assert {(t.split()[0], t.split(" GPU ")[-1]) for t in titles} == {("#0", "0"), ("#1", "1"), ("#2", "1"),
                                                                       ("#3", "0")}
+    # each GPU's timer anchored to the host clock at stop; the verdict per device is recorded
+    anchors = {a["device"]: a for a in prof.session["clock_anchors"]}
+    assert set(anchors) == {0, 1} and all("error" not in a for a in anchors.values()), anchors
+    assert set(prof.session["device_clocks"]) == {"0", "1"}
+    out = os.environ.get("PROTON_LITE_RESULTS_DIR")
+    if out:
+        with open(os.path.join(out, "two_gpu_one_process_clocks.json"), "w") as f:
+            json.dump({"anchors": anchors, "device_clocks": prof.session["device_clocks"]}, f, indent=1)
 
 
 def test_a_graph_captured_in_a_session_is_recorded_and_runs_after_stop(tmp_path):

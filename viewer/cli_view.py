@@ -121,6 +121,9 @@ def cmd_trace(args) -> int:
                              align_on=args.align_on)
     for p in paths:
         print(p)
+    alignment = (profile.session or {}).get("alignment")
+    if alignment:  # several captures: how their times were put on one axis
+        print(f"captures on one time axis by: {alignment}", file=sys.stderr)
     info = (profile.session or {}).get("cut")
     if info:
         print(f"kept {len(info['launches']):,} of {info['of_launches']:,} launches and {len(profile.ctas):,} of "

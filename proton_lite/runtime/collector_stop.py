@@ -72,3 +72,11 @@ class CollectorStop:
                 except cuda_api.CudaError:
                     pass
         self.pinned_pool.release_all()
+
+    def clock_anchors(self) -> list[dict]:
+        """Where each GPU's timer stands against the host clock (``runtime/clock_probe.py``),
+        measured once per device the session launched on; none after a fault."""
+        if self.failed or not self._contexts:
+            return []
+        from proton_lite.runtime import clock_probe
+        return clock_probe.probe_devices(dict(self._contexts), "stop")

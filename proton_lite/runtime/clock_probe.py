@@ -1,0 +1,195 @@
+"""Where a GPU's ``%globaltimer`` stands against the host's clock: one anchor per device.
+
+Records carry ``%globaltimer``, one clock per GPU. Whether two GPUs of one machine share
+it, and how it relates to the host's ``CLOCK_REALTIME`` (what ``time.time_ns()`` reads,
+shared by every process of the host), is measured here rather than assumed: captures of
+several ranks, or one process's launches on several GPUs, are put on one axis from these
+anchors (``proton_lite/clock_axis.py``).
+
+How: a one-thread kernel (hand-written PTX below) waits in a loop on a request word in
+pinned host memory; the host writes request ``i`` and spins until the kernel answers with
+``i`` and its ``%globaltimer``. The host's ``time.time_ns()`` before the write and after
+the answer bound the instant the GPU read its timer, so ``globaltimer - (before + after)/2``
+is the offset, within half the round trip (PCIe both ways, about 1-3 us). Of
+``ROUNDS`` such pings the one with the shortest round trip is kept. The kernel gives up by
+itself after ``TIMEOUT_NS`` without a request, and the host gives up on a GPU that does
+not start the kernel within ``START_WAIT_S`` (busy with other work), so a probe never
+hangs a program; a failed probe only leaves that device without an anchor.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+from proton_lite.runtime import cuda_api, cuda_graph
+from proton_lite.runtime.cuda_api import check, cu
+
+KERNEL_NAME = "proton_lite_clock_probe"
+ROUNDS = 48
+TIMEOUT_NS = 200_000_000  # the kernel's own limit without a request
+START_WAIT_S = 0.2  # the host's limit for the kernel to start
+ABORT = 0xFFFFFFFF
+READY, REQUEST, ANSWER, TIMER = 0, 4, 8, 16  # byte offsets in the mailbox (the PTX uses them)
+MAILBOX_BYTES = 64
+
+PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry proton_lite_clock_probe(.param .u64 p_box, .param .u32 p_rounds)
+{
+    .reg .pred  %p<4>;
+    .reg .b32   %r<8>;
+    .reg .b64   %rd<8>;
+
+    ld.param.u64        %rd1, [p_box];
+    ld.param.u32        %r1, [p_rounds];
+    mov.u64             %rd2, %globaltimer;
+    mov.u32             %r2, 1;
+    st.volatile.global.u32 [%rd1], %r2;          // ready
+    membar.sys;
+    mov.u32             %r3, 0;                  // the last request answered
+WAIT:
+    ld.volatile.global.u32 %r4, [%rd1+4];
+    setp.ne.u32         %p1, %r4, %r3;
+    @%p1 bra            ANSWER;
+    mov.u64             %rd3, %globaltimer;
+    sub.u64             %rd4, %rd3, %rd2;
+    setp.gt.u64         %p2, %rd4, 200000000;    // TIMEOUT_NS without a request: give up
+    @%p2 bra            DONE;
+    bra.uni             WAIT;
+ANSWER:
+    setp.eq.u32         %p3, %r4, 0xFFFFFFFF;    // ABORT
+    @%p3 bra            DONE;
+    mov.u64             %rd5, %globaltimer;
+    st.volatile.global.u64 [%rd1+16], %rd5;
+    membar.sys;
+    st.volatile.global.u32 [%rd1+8], %r4;
+    membar.sys;
+    mov.u32             %r3, %r4;
+    mov.u64             %rd2, %rd5;
+    setp.ge.u32         %p3, %r4, %r1;
+    @%p3 bra            DONE;
+    bra.uni             WAIT;
+DONE:
+    ret;
+}
+"""
+
+_functions: dict[int, object] = {}  # device -> CUfunction in that device's context
+_lock = threading.Lock()
+
+
+def _function(device: int):
+    with _lock:
+        fn = _functions.get(device)
+        if fn is None:
+            fn = _functions[device] = cuda_graph.load_function(PTX.encode() + b"\0", KERNEL_NAME)
+        return fn
+
+
+def best_sample(samples: list[tuple[int, int, int]]) -> dict:
+    """The anchor from ``(host before, globaltimer, host after)`` pings: the shortest round trip."""
+    before, timer, after = min(samples, key=lambda s: s[2] - s[0])
+    mid = (before + after) // 2
+    trips = sorted(s[2] - s[0] for s in samples)
+    return {"host_ns": mid, "globaltimer_ns": timer, "offset_ns": timer - mid,
+            "uncertainty_ns": (after - before + 1) // 2, "pings": len(samples),
+            "median_round_trip_ns": trips[len(trips) // 2]}
+
+
+def gpu_id(device: int) -> str | None:
+    """The GPU's UUID: device numbers differ between processes (``CUDA_VISIBLE_DEVICES``),
+    the UUID tells whether two captures ran on one GPU, and so on one timer."""
+    try:
+        uuid = check(cu.cuDeviceGetUuid(cu.CUdevice(device)), "cuDeviceGetUuid")
+        return bytes(uuid.bytes).hex()
+    except Exception:
+        return None
+
+
+def probe(device: int, rounds: int = ROUNDS) -> dict:
+    """One anchor for ``device`` (its context must be current on this thread): a dict with
+    ``device``, ``host_ns`` (``time.time_ns()``), ``globaltimer_ns``, ``offset_ns``
+    (globaltimer minus host), ``uncertainty_ns`` (half the best round trip), or with
+    ``error`` where the GPU could not be asked."""
+    box = stream = None
+    try:
+        box = cuda_api.host_alloc(MAILBOX_BYTES)
+        cuda_api.host_memset(box, 0, MAILBOX_BYTES)
+        ready = ctypes.c_uint32.from_address(box + READY)
+        request = ctypes.c_uint32.from_address(box + REQUEST)
+        answer = ctypes.c_uint32.from_address(box + ANSWER)
+        timer = ctypes.c_uint64.from_address(box + TIMER)
+        stream = cuda_api.stream_create()
+        check(cu.cuLaunchKernel(_function(device), 1, 1, 1, 1, 1, 1, 0, cu.CUstream(stream),
+                                ((box, rounds), (ctypes.c_uint64, ctypes.c_uint32)), 0), "cuLaunchKernel")
+        limit = time.perf_counter() + START_WAIT_S
+        while ready.value != 1:
+            if time.perf_counter() > limit:
+                request.value = ABORT
+                return {"device": device, "error": f"the probe kernel did not start within {START_WAIT_S} s "
+                                                   "(the GPU was busy)"}
+        samples = []
+        for i in range(1, rounds + 1):
+            before = time.time_ns()
+            request.value = i
+            limit = time.perf_counter() + 0.05
+            while answer.value != i:
+                if time.perf_counter() > limit:
+                    request.value = ABORT
+                    return {"device": device, "error": f"the probe kernel stopped answering at ping {i}"}
+            after = time.time_ns()
+            samples.append((before, int(timer.value), after))
+        return dict(device=device, gpu=gpu_id(device), **best_sample(samples))
+    except Exception as e:  # no anchor for this device: merges fall back on the timers themselves
+        return {"device": device, "error": f"{type(e).__name__}: {e}"}
+    finally:
+        if stream is not None:
+            try:
+                cuda_api.stream_synchronize(stream)
+                cuda_api.stream_destroy(stream)
+            except Exception:
+                pass
+        if box is not None:
+            cuda_api.host_free(box)
+
+
+def probe_devices(contexts: dict, when: str) -> list[dict]:
+    """An anchor per device of ``contexts`` (device -> context), each probed in its context
+    and marked ``when`` (start, stop); the calling thread's context and capture mode are put
+    back (a capture on another stream goes on: the probe runs beside it, on a stream of its own)."""
+    if not contexts:
+        return []
+    anchors = []
+    try:
+        before = cuda_api.current_context()
+        with cuda_api.relaxed_capture():
+            try:
+                for device, ctx in sorted(contexts.items()):
+                    cuda_api.set_context(ctx)
+                    anchors.append(dict(probe(device), when=when))
+            finally:
+                if before is not None:
+                    cuda_api.set_context(before)
+    except Exception as e:  # no driver, or a context gone: the session goes on without anchors
+        anchors.append({"device": -1, "when": when, "error": f"{type(e).__name__}: {e}"})
+    return anchors
+
+
+def active_contexts() -> dict:
+    """The primary context of every GPU that this process already uses (PyTorch and Triton
+    use primary contexts), without creating one; empty where the driver is not started."""
+    out = {}
+    try:
+        count = int(check(cu.cuDeviceGetCount(), "cuDeviceGetCount"))
+        for device in range(count):
+            _, active = check(cu.cuDevicePrimaryCtxGetState(cu.CUdevice(device)), "cuDevicePrimaryCtxGetState")
+            if active:
+                out[device] = check(cu.cuDevicePrimaryCtxRetain(cu.CUdevice(device)), "cuDevicePrimaryCtxRetain")
+                check(cu.cuDevicePrimaryCtxRelease(cu.CUdevice(device)), "cuDevicePrimaryCtxRelease")  # still active
+    except Exception:
+        return {}
+    return out
