@@ -278,3 +278,37 @@ def test_a_graph_from_an_earlier_session_replayed_in_the_next_is_named(tmp_path)
     assert "12 replay(s) of CUDA graphs captured in an earlier session ran in this one" in line, line
     assert read_raw(s.result.raw_path).end["graphs"]["earlier_replays"] == \
         {"scale_scoped": 4, "grid_stride_sum": 4, "add_plain": 4}
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs in one process (device kind "
+                    "nvidia-h100-x2); the single-GPU machines skip it")
+def test_graphs_on_two_gpus_keep_their_replays_apart(tmp_path):
+    """A graph captured on each GPU in one session: each device's ring, copy node and
+    poller work in its own context, and every replay comes back as a launch of its device."""
+    replays = {0: 30, 1: 50}
+    tensors, graphs = {}, {}
+    with proton_lite.start(str(tmp_path / "two"), quiet=True, formats=(), calibrate=False) as s:
+        for dev in (0, 1):
+            with torch.cuda.device(dev):
+                tensors[dev] = _inputs()
+                graphs[dev] = _graph(tensors[dev])
+        for i in range(max(replays.values())):  # interleaved, each on its own device
+            for dev in (0, 1):
+                if i < replays[dev]:
+                    with torch.cuda.device(dev):
+                        graphs[dev].replay()
+        for dev in (0, 1):
+            torch.cuda.synchronize(dev)
+    for dev in (0, 1):
+        with torch.cuda.device(dev):
+            _check(tensors[dev])
+    prof = decode(read_raw(s.result.raw_path))
+    la = prof.launches
+    for dev in (0, 1):
+        mine = la[(la["graph"] > 0) & (la["device"] == dev)]
+        assert len(mine) == 3 * replays[dev], (dev, len(mine), s.result.summary_line)
+        for node in np.unique(mine["graph_node"]):
+            assert mine[mine["graph_node"] == node]["replay"].tolist() == list(range(replays[dev]))
+        assert (mine["dropped"] == 0).all() and (mine["missing_ctas"] == 0).all()
+    assert len(np.unique(la[la["graph"] > 0]["graph"])) == 2  # one graph per device
+    assert s.result.errors == [] and s.result.lost == 0, s.result.summary_line
