@@ -55,11 +55,11 @@ def _check(t):
     torch.testing.assert_close(t["c"], c)
 
 
-def _graph(t):
+def _graph(t, stream=None):
     _step(t)  # compiled (instrumented) and warmed up outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=stream):
         _step(t)
     return g
 
@@ -291,7 +291,9 @@ def test_graphs_on_two_gpus_keep_their_replays_apart(tmp_path):
         for dev in (0, 1):
             with torch.cuda.device(dev):
                 tensors[dev] = _inputs()
-                graphs[dev] = _graph(tensors[dev])
+                # a capture stream of this GPU: torch.cuda.graph's default one belongs to the
+                # GPU of its first use and would switch the capture there
+                graphs[dev] = _graph(tensors[dev], stream=torch.cuda.Stream())
         for i in range(max(replays.values())):  # interleaved, each on its own device
             for dev in (0, 1):
                 if i < replays[dev]:
