@@ -29,6 +29,8 @@ from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig, reso
 from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
 from proton_lite.passes.record_bound import record_bound_expr
+from proton_lite.passes.unpipeline import HINT as UNPIPELINE_HINT
+from proton_lite.passes.unpipeline import reparse, unpipeline
 from proton_lite.passes.register_cap import keep_occupancy
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
@@ -39,7 +41,7 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
 # occupancy (a register cap where the instrumentation cost resident CTAs: register_cap.py)
-PASS_VERSION = "proton_lite-ptx-pass-11"
+PASS_VERSION = "proton_lite-ptx-pass-12"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -96,7 +98,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
 
 
 def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
-                   pool_plan: PoolPlan | None = None, pipelined=None) -> dict:
+                   pool_plan: PoolPlan | None = None, pipelined=None, unpipelined=None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -115,6 +117,9 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
         "lost_scopes": lost,
         # scopes whose asynchronous loads or dots Triton's pipeliner moved (passes/pipelining.py)
         "pipelined": pipelined or None,
+        # scopes opened with pipelined=False: their loop was given one stage ({"scope", "source",
+        # "loop_line", "had_stages", "message"}; passes/unpipeline.py)
+        "unpipelined": unpipelined or None,
         # a pool (passes/pool.py): records before the first check (the least unit block), checks
         "pool_entry_records": pool_plan.entry_records if layout.pool else None,
         "pool_checks": len(pool_plan.checks) if layout.pool else None,
@@ -158,7 +163,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     metadata["profile_scratch_size"] = layout.stride
     # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
     metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
-    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan, _pipelining(ptx, info))
+    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan, _pipelining(ptx, info),
+                                             facts.get("unpipelined"))
     return new_ptx
 
 
@@ -184,6 +190,10 @@ def _hook(*args):
         def ttir_stage(src, metadata):
             mod = make_ttir(src, metadata)
             text = str(mod)
+            if UNPIPELINE_HINT in text:  # pl.scope(..., pipelined=False): that loop gets one stage
+                text, done = unpipeline(text, getattr(options, "num_stages", None))
+                mod = reparse(mod, text)
+                facts.setdefault(id(metadata), {})["unpipelined"] = done
             facts.setdefault(id(metadata), {})["ttir_scopes"] = marker_scopes(text)
             try:
                 bounds[id(metadata)] = record_bound_expr(text)

@@ -78,14 +78,25 @@ def exit_scope(name, _semantic=None, _generator=None):
     _emit_marker("exit", _unwrap_name(name, "exit_scope"), _semantic)
 
 
+def _unwrap_pipelined(pipelined: Any) -> bool:
+    value = pipelined.value if isinstance(pipelined, tl.constexpr) else pipelined
+    if not isinstance(value, bool):
+        raise TypeError(f"proton_lite: scope(..., pipelined=) takes True or False (a compile-time constant), "
+                        f"got {type(value).__name__} {value!r}")
+    return value
+
+
 class _ScopeBlock:
     """The object a ``with pl.scope(name):`` block lowers through (Triton calls enter/exit)."""
 
-    def __init__(self, name: str, semantic) -> None:
+    def __init__(self, name: str, semantic, pipelined: bool = True) -> None:
         self._name = name
         self._semantic = semantic
+        self._pipelined = pipelined
 
     def __enter__(self):
+        if not self._pipelined:  # passes/unpipeline.py: its loop runs with one stage
+            _emit_marker("unpipelined", self._name, self._semantic)
         _emit_marker("enter", self._name, self._semantic)
 
     def __exit__(self, *exc):
@@ -111,9 +122,10 @@ class ScopedJITFunction:
     def hash_attrs(self):
         return [self.fn]
 
-    def __init__(self, name: str, fn) -> None:
+    def __init__(self, name: str, fn, pipelined: bool = True) -> None:
         self.scope_name = name
         self.fn = fn
+        self.pipelined = pipelined
         inner = fn.fn if hasattr(fn, "fn") else fn
         # copy the name only: a __wrapped__ attribute would make Triton inspect the wrapped
         # signature and stop passing _semantic/_generator to __call__
@@ -124,12 +136,14 @@ class ScopedJITFunction:
 
     @property
     def cache_key(self) -> str:
-        return f"proton_lite.scope({self.scope_name!r})-{self.fn.cache_key}"
+        return f"proton_lite.scope({self.scope_name!r}, pipelined={self.pipelined})-{self.fn.cache_key}"
 
     def __call__(self, *args, _semantic=None, _generator=None, **kwargs):
         if _generator is None:
             raise TypeError(f"{self.__name__} is a @triton.jit function decorated with "
                             f"@pl.scope({self.scope_name!r}); call it from inside a @triton.jit kernel")
+        if not self.pipelined:
+            _emit_marker("unpipelined", self.scope_name, _semantic)
         _emit_marker("enter", self.scope_name, _semantic)
         result = _generator.call_JitFunction(self.fn, list(args), kwargs)
         _emit_marker("exit", self.scope_name, _semantic)
@@ -139,7 +153,7 @@ class ScopedJITFunction:
         return f"ScopedJITFunction({self.scope_name!r}, {self.fn!r})"
 
 
-def scope(name, _semantic=None, _generator=None):
+def scope(name, pipelined=True, _semantic=None, _generator=None):
     """A scope as a ``with`` block inside a kernel, or as a decorator of a ``@triton.jit`` helper.
 
     ``with pl.scope("load"): ...`` inside a kernel, or::
@@ -147,14 +161,20 @@ def scope(name, _semantic=None, _generator=None):
         @pl.scope("load_tile")
         @triton.jit
         def load_tile(...): ...
+
+    ``pipelined=False``: the loop around the scope is not software-pipelined (one stage,
+    as ``tl.range(..., num_stages=1)``), so the loads and dots written inside the scope
+    complete inside it and the scope times them, not a wait for copies issued iterations
+    earlier. It costs the overlap the pipeliner gave that loop (docs/design.md).
     """
+    pipelined = _unwrap_pipelined(pipelined)
     if _semantic is not None:  # `with pl.scope(name):` inside a kernel being compiled
-        return _ScopeBlock(_unwrap_name(name, "scope"), _semantic)
+        return _ScopeBlock(_unwrap_name(name, "scope"), _semantic, pipelined)
     name = _unwrap_name(name, "scope")
 
     def decorate(fn):
         if isinstance(fn, compat.jit_function_class()):
-            return ScopedJITFunction(name, fn)
+            return ScopedJITFunction(name, fn, pipelined)
         if callable(fn):
             raise TypeError(
                 f"@pl.scope({name!r}) must be placed above @triton.jit, not below it:\n"

@@ -151,6 +151,7 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         # scopes whose markers a Triton pass removed (passes/kernel_facts.py)
         "lost_scopes": pl.get("lost_scopes"),
         "pipelined": pl.get("pipelined") or [],
+        "unpipelined": pl.get("unpipelined") or [],
         # registers of the instrumented and (where it was built) the plain kernel, the cap that
         # kept the plain occupancy (passes/register_cap.py), resident CTAs per SM by registers
         "registers": _registers(pl.get("registers"), num_warps),
@@ -180,7 +181,7 @@ def render_compile_report(r: dict, console) -> None:
     console.print(Text(f"{r['kernel']}", style="bold").append(
         f"  sm_{r['arch']}, {r['num_warps']} warps, one record stream per {unit} "
         f"({r['units_per_cta']} per CTA)", style=""))
-    for note in r.get("pipelined") or ():
+    for note in (r.get("pipelined") or []) + (r.get("unpipelined") or []):
         console.print(Text("note: " + note["message"], style="yellow"))
     if r.get("lost_scopes"):
         from proton_lite.passes.kernel_facts import lost_scopes_message

@@ -318,9 +318,10 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                         "message": lost_scopes_message(kernels[k].name, lost)})
 
     for k in sorted({int(i) for i in launches["kernel"]}):  # scopes that time a wait, not the work
-        for note in kernels[k].meta.get("pipelined") or ():
-            out.append({"kind": "pipelined", "kernel": kernels[k].name, "scope": note.get("scope"),
-                        "message": f"{kernels[k].name}: {note.get('message')}"})
+        for kind in ("pipelined", "unpipelined"):  # ... or time it on a changed schedule (pipelined=False)
+            for note in kernels[k].meta.get(kind) or ():
+                out.append({"kind": kind, "kernel": kernels[k].name, "scope": note.get("scope"),
+                            "message": f"{kernels[k].name}: {note.get('message')}"})
 
     tick = (profile.session or {}).get("timer_tick_ns")
     if tick is not None and float(tick) > COARSE_TIMER_NS:

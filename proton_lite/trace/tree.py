@@ -155,6 +155,8 @@ def _scope_names(kernel: KernelInfo, max_scope: int) -> list[str]:
 
 def _scope_note(kernel: KernelInfo, name: str) -> str | None:
     """The note the pass left on scope ``name`` of ``kernel`` (``pipelined``: the scope times
-    a wait, passes/pipelining.py), or None; both writers put it on the scope's slices."""
-    return next((e["message"] for e in kernel.meta.get("pipelined") or ()
+    a wait, passes/pipelining.py; ``unpipelined``: its loop was given one stage on request,
+    passes/unpipeline.py), or None; both writers put it on the scope's slices."""
+    notes = list(kernel.meta.get("pipelined") or ()) + list(kernel.meta.get("unpipelined") or ())
+    return next((e["message"] for e in notes
                  if isinstance(e, dict) and e.get("scope") == name and e.get("message")), None)
