@@ -28,6 +28,7 @@ from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_
 from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig, resolve_granularity
 from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
+from proton_lite.passes.partitions import find as find_partitions
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.unpipeline import HINT as UNPIPELINE_HINT
 from proton_lite.passes.unpipeline import reparse, unpipeline
@@ -41,7 +42,7 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
 # occupancy (a register cap where the instrumentation cost resident CTAs: register_cap.py)
-PASS_VERSION = "proton_lite-ptx-pass-12"
+PASS_VERSION = "proton_lite-ptx-pass-13"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -98,7 +99,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
 
 
 def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
-                   pool_plan: PoolPlan | None = None, pipelined=None, unpipelined=None) -> dict:
+                   pool_plan: PoolPlan | None = None, pipelined=None, unpipelined=None, partitions=None) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "pass_version": PASS_VERSION,
@@ -120,6 +121,9 @@ def metadata_entry(info: PtxScan, layout: BufferLayout, bound=None, lost=None,
         # scopes opened with pipelined=False: their loop was given one stage ({"scope", "source",
         # "loop_line", "had_stages", "message"}; passes/unpipeline.py)
         "unpipelined": unpipelined or None,
+        # warp-specialized: which warps run which partition ({"name", "first_warp", "warps", "role"};
+        # passes/partitions.py), None otherwise
+        "partitions": partitions or None,
         # a pool (passes/pool.py): records before the first check (the least unit block), checks
         "pool_entry_records": pool_plan.entry_records if layout.pool else None,
         "pool_checks": len(pool_plan.checks) if layout.pool else None,
@@ -164,7 +168,7 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
     metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
     metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan, _pipelining(ptx, info),
-                                             facts.get("unpipelined"))
+                                             facts.get("unpipelined"), facts.get("partitions"))
     return new_ptx
 
 
@@ -212,6 +216,8 @@ def _hook(*args):
             mine = facts.setdefault(id(metadata), {})
             mine["ttgir_scopes"] = marker_scopes(text)
             mine["warp_specialized"] = WARP_SPECIALIZE_OP in text
+            if mine["warp_specialized"]:  # which warps run which partition (passes/partitions.py)
+                mine["partitions"] = find_partitions(mod, text)
             return mod
 
         stages["ttgir"] = ttgir_stage

@@ -123,16 +123,5 @@ def unpipeline(ttir: str, default_stages: int | None = None) -> tuple[str, list[
 
 def reparse(mod, text: str):
     """A module parsed from ``text`` in ``mod``'s context (Triton's own override path)."""
-    import os
-    import tempfile
-
-    from triton._C.libtriton import ir
-    fd, path = tempfile.mkstemp(suffix=".ttir")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        new = ir.parse_mlir_module(path, mod.context)
-        new.context = mod.context  # what the next stages read (Triton's compile sets it the same way)
-        return new
-    finally:
-        os.unlink(path)
+    from proton_lite import compat
+    return compat.parse_module(text, mod)

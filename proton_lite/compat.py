@@ -34,6 +34,9 @@ Every internal below exists in both Triton versions unless its line says otherwi
   language.str_to_ty                                  viewer/cli_compile              error
   compiler.errors.CompilationError                    viewer/cli_compile              error
   runtime.cache.FileCacheManager                      passes/stage_hook               error
+  _C.libtriton.ir.parse_mlir_module, module.context   passes/unpipeline (ttir stage)   error (pipelined=False)
+  _C.libtriton.passes.ttgpuir.add_allocate_warp_groups passes/partitions                no partition names
+    (3.9: (pm, consan); 3.6: (pm)), pass_manager.run (3.9: (mod, name); 3.6: (mod))
   runtime.autotuner: Autotuner._bench,                runtime/trials (never imported  trials found by names
     Heuristics.run; runtime.jit: JITFunction.run        here: looked up once loaded)
 
@@ -264,3 +267,37 @@ def caller_frame(depth: int = 0):
     except AttributeError:
         raise missing_internal("sys._getframe", owner="Python") from None
     return getframe(depth + 1)
+
+
+def parse_module(text: str, like):
+    """A Triton MLIR module parsed from ``text`` in the context of module ``like`` (what
+    Triton's kernel-override knob does); the next stages read its ``context``."""
+    import os
+    import tempfile
+    ir = _internal("triton._C.libtriton", "ir")
+    fd, path = tempfile.mkstemp(suffix=".mlir")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        mod = ir.parse_mlir_module(path, like.context)
+    finally:
+        os.unlink(path)
+    mod.context = like.context
+    return mod
+
+
+def allocate_warp_groups(mod) -> None:
+    """Run Triton's warp-group allocation (the first passes of its ``make_llir``) on ``mod``,
+    a copy of a kernel's final TTGIR: it writes ``warpGroupStartIds`` on each
+    ``ttg.warp_specialize``, the first warp of each partition."""
+    ir = _internal("triton._C.libtriton", "ir")
+    add = _internal("triton._C.libtriton", "passes.ttgpuir.add_allocate_warp_groups")
+    pm = ir.pass_manager(mod.context)
+    try:
+        add(pm, False)  # 3.9: (pm, consan)
+    except TypeError:
+        add(pm)  # 3.6
+    try:
+        pm.run(mod, "proton_lite-partitions")  # 3.9 names the pipeline
+    except TypeError:
+        pm.run(mod)

@@ -93,3 +93,41 @@ def test_warp_specialized_kernels_write_inside_their_buffer(case, tmp_path):
     prof = decode(cap)  # the calibration launch is left out: only this kernel's CTAs
     assert len(prof.ctas) == n_ctas and len(np.unique(prof.ctas["cta"])) == n_ctas
     assert (prof.ctas["finished_units"] == layout.units).all()
+
+
+def test_gluon_warp_specialized_partitions_record_on_their_own_warps(tmp_path):
+    """gl.warp_specialize: the default partition's scope on warps 0-3, the worker's scope (in
+    a loop of ROUNDS) on warps 4-5, nothing on the padding warps 6-7; every warp inside its
+    buffer (this test also runs under compute-sanitizer), and each warp's track named after
+    its partition."""
+    import gluon_kernels as G
+    n, block, rounds = 1 << 16, 128, 3
+    x = torch.rand(n, device="cuda")
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    grid = (n // block, )
+    with proton_lite.start(str(tmp_path / "glws"), quiet=True, formats=("chrome", )) as session:
+        G.gl_ws[grid](x, y, z, n, BLOCK=block, ROUNDS=rounds, num_warps=4)
+        torch.cuda.synchronize()
+    torch.testing.assert_close(y, x * 2)
+    torch.testing.assert_close(z, (x + 1) * rounds)
+    result = session.result
+    assert result.launches == 1 and result.dropped == 0 and result.unmatched == 0, result.summary_line
+    cap = read_raw(result.raw_path)
+    (kid, kmeta), = [(k, m) for k, m in cap.kernels.items() if m["name"] != CALIBRATION_KERNEL]
+    table = kmeta["proton_lite"]["partitions"]
+    assert [(p["first_warp"], p["warps"]) for p in table] == [(0, 4), (4, 2), (6, 2)]
+    layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
+    assert layout.num_warps == kmeta["num_warps"] == 8
+    (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
+    blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=grid[0])
+    assert (blocks["magic"] == CTA_MAGIC).all() and (blocks["unit"]["magic"] == UNIT_MAGIC).all()
+    counts = blocks["unit"]["count"]
+    assert (counts[:, :4] == 2).all() and (counts[:, 4:6] == 2 * rounds).all() and (counts[:, 6:] == 0).all(), \
+        np.unique(counts)
+    prof = decode(cap)
+    scopes = prof.kernels[0].scopes
+    iv = prof.intervals
+    assert set(iv["unit"][iv["scope"] == scopes.index("scale")].tolist()) == {0, 1, 2, 3}
+    assert set(iv["unit"][iv["scope"] == scopes.index("shift")].tolist()) == {4, 5}
+    trace = open(result.trace_paths[0]).read()
+    assert "warp 4 · partition 0 (loads" in trace and "warp 0 · default (loads" in trace

@@ -152,6 +152,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         "lost_scopes": pl.get("lost_scopes"),
         "pipelined": pl.get("pipelined") or [],
         "unpipelined": pl.get("unpipelined") or [],
+        # warp-specialized: which warps run which partition (passes/partitions.py)
+        "partitions": pl.get("partitions"),
         # registers of the instrumented and (where it was built) the plain kernel, the cap that
         # kept the plain occupancy (passes/register_cap.py), resident CTAs per SM by registers
         "registers": _registers(pl.get("registers"), num_warps),
@@ -186,6 +188,10 @@ def render_compile_report(r: dict, console) -> None:
     if r.get("lost_scopes"):
         from proton_lite.passes.kernel_facts import lost_scopes_message
         console.print(Text("warning: " + lost_scopes_message(r["kernel"], r["lost_scopes"]), style="yellow"))
+    for p in r.get("partitions") or ():  # a warp-specialized kernel: which warps run what
+        first, n = p.get("first_warp"), p.get("warps") or 0
+        warps = "warps unknown" if first is None else f"warp {first}" if n == 1 else f"warps {first}-{first + n - 1}"
+        console.print(Text(f"{p['name']}: {warps}" + (f" ({p['role']})" if p.get("role") else "")))
     if not r["scopes"] and not r.get("lost_scopes"):
         console.print(Text("no scopes: the kernel has no pl.scope / pl.enter_scope markers", style="yellow"))
     else:

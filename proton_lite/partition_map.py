@@ -1,0 +1,18 @@
+"""Which partition a warp of a warp-specialized kernel ran, from the table the pass put in the
+kernel's metadata (``partitions``: passes/partitions.py). Triton-free: the trace writers and
+the summary read it from a capture."""
+from __future__ import annotations
+
+
+def partition_of_warp(table, warp: int) -> dict | None:
+    """The partition that warp ``warp`` (hardware index in its CTA) runs, or None."""
+    for p in table or ():
+        first, warps = p.get("first_warp"), p.get("warps")
+        if first is not None and warps and first <= warp < first + warps:
+            return p
+    return None
+
+
+def partition_label(p: dict) -> str:
+    """``partition 0 (TMA loads)``: the name a warp's track shows beside its number."""
+    return f"{p['name']} ({p['role']})" if p.get("role") else str(p["name"])
