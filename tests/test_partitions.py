@@ -6,6 +6,7 @@ import json
 import warnings
 
 import pytest
+import triton
 
 from proton_lite.offline_compile import compile as pl_compile
 from proton_lite.partition_map import partition_label, partition_of_warp
@@ -78,7 +79,12 @@ def test_a_gluon_warp_specialized_kernel_names_its_partitions():
     _covers_every_warp_once(table, 8)
 
 
-@pytest.mark.parametrize("arch", [90, 100])
+SM100 = pytest.param(100, marks=pytest.mark.skipif(
+    tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7),
+    reason="Triton 3.6 cannot warp-specialize these loops for sm_100 (its partition scheduling pass fails)"))
+
+
+@pytest.mark.parametrize("arch", [90, SM100])
 @pytest.mark.parametrize("kernel, sig, const", [(W.ws_matmul, W.WS_MATMUL_SIG, W.WS_MATMUL_CONST),
                                                 (W.ws_attention, W.WS_ATTENTION_SIG, W.WS_ATTENTION_CONST)])
 def test_triton_warp_specialized_loops_name_their_producer_and_consumer(arch, kernel, sig, const):
