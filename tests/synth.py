@@ -48,6 +48,23 @@ def launch_buffer(layout: BufferLayout, ctas):
     return bytes(buf)
 
 
+def one_scope_capture(path, name: str, scope: str, entry: dict, units: int = 1):
+    """A capture of one launch of one CTA whose ``units`` warps each time scope ``scope``
+    once; ``entry`` goes into the kernel's proton_lite metadata (the notes the pass leaves:
+    ``pipelined``, ``unpipelined``, ``partitions``), as a compiled kernel would carry it."""
+    layout = BufferLayout("warp", units, 2, "shared")
+    meta = kernel_meta(0, name, [scope], layout)
+    meta["proton_lite"].update(entry)
+    w = RawWriter(str(path), {"name": "p"})
+    w.kernel(meta)
+    unit = (2, 12_000, 1_003_000, [(encode_tag(0, False), 1_000_100), (encode_tag(0, True), 1_002_000)])
+    ctas = [{"smid": 0, "start_gt": 10_000, "start_clk": 1_000_000, "units": [unit] * units}]
+    w.launch(0, 0, 0, (1, 1, 1), 1, 0, 0, launch_buffer(layout, ctas))
+    w.end({"launches": 1})
+    w.close()
+    return path
+
+
 def simple_capture(path, n_ctas=6, n_sms=3, units=4, scopes=("a", "b"), rate=1.5, cap=None, drop_last=0,
                    gt0=1_000_000_000):
     """CTAs with nested scopes a>b at known cycle offsets; returns (path, expected intervals)."""

@@ -109,21 +109,9 @@ def test_the_compile_report_lists_the_partitions(capsys):
 
 
 def test_warp_tracks_carry_their_partition(tmp_path):
-    from synth import kernel_meta, launch_buffer
-
-    from proton_lite.layout import BufferLayout, encode_tag
-    from proton_lite.raw_format import RawWriter
+    from synth import one_scope_capture
     ck = pl_compile(G.gl_ws, G.GL_WS_SIG, {"BLOCK": 128, "ROUNDS": 3}, num_warps=4)
-    layout = BufferLayout("warp", 8, 2, "shared")
-    meta = kernel_meta(0, "gl_ws", ["scale"], layout)
-    meta["proton_lite"]["partitions"] = ck.profile["partitions"]
-    w = RawWriter(str(tmp_path / "p.plraw"), {"name": "p"})
-    w.kernel(meta)
-    unit = (2, 12_000, 1_003_000, [(encode_tag(0, False), 1_000_100), (encode_tag(0, True), 1_002_000)])
-    ctas = [{"smid": 0, "start_gt": 10_000, "start_clk": 1_000_000, "units": [unit] * 8}]
-    w.launch(0, 0, 0, (1, 1, 1), 1, 0, 0, launch_buffer(layout, ctas))
-    w.end({"launches": 1})
-    w.close()
+    one_scope_capture(tmp_path / "p.plraw", "gl_ws", "scale", {"partitions": ck.profile["partitions"]}, units=8)
     assert cli.main(["trace", str(tmp_path / "p.plraw"), "-o", str(tmp_path / "p.json"), "--format", "chrome"]) == 0
     events = json.loads((tmp_path / "p.json").read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}  # e.g. "slot 0 warp 2 · ..."

@@ -132,22 +132,10 @@ def test_compile_report_and_summary_show_the_notes(tmp_path, capsys):
 
 def test_summary_warns_about_scopes_that_time_a_wait(tmp_path, capsys):
     """The note travels in the kernel's metadata into the capture; `summary` shows it."""
-    from synth import kernel_meta, launch_buffer
+    from synth import one_scope_capture
 
-    from proton_lite.layout import BufferLayout, encode_tag
-    from proton_lite.raw_format import RawWriter
     from proton_lite.viewer import cli
-    note = _notes(3)["load"]
-    layout = BufferLayout("warp", 1, 2, "shared")
-    meta = kernel_meta(0, "mm", ["load"], layout)
-    meta["proton_lite"]["pipelined"] = [note]
-    w = RawWriter(str(tmp_path / "p.plraw"), {"name": "p"})
-    w.kernel(meta)
-    ctas = [{"smid": 0, "start_gt": 10_000, "start_clk": 1_000_000,
-             "units": [(2, 12_000, 1_003_000, [(encode_tag(0, False), 1_000_100), (encode_tag(0, True), 1_002_000)])]}]
-    w.launch(0, 0, 0, (1, 1, 1), 1, 0, 0, launch_buffer(layout, ctas))
-    w.end({"launches": 1})
-    w.close()
+    one_scope_capture(tmp_path / "p.plraw", "mm", "load", {"pipelined": [_notes(3)["load"]]})
     assert cli.main(["summary", str(tmp_path / "p.plraw"), "--tables", "scopes"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "! mm: scope 'load': its 2 load(s) (cp.async)" in out and "the scope times their wait" in out

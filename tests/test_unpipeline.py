@@ -123,22 +123,11 @@ def test_compile_report_shows_the_kept_loop(capsys):
 def test_summary_and_trace_carry_the_note(tmp_path, capsys):
     """The entry travels in the kernel's metadata into the capture: `summary` says it, and
     the scope's slices in the trace carry it."""
-    from synth import kernel_meta, launch_buffer
+    from synth import one_scope_capture
 
-    from proton_lite.layout import BufferLayout, encode_tag
-    from proton_lite.raw_format import RawWriter
     from proton_lite.viewer import cli
     ck = proton_lite.compile(U.mm_kept, SIG, CONST, num_warps=8, num_stages=3, divisible_by_16=ARGS)
-    layout = BufferLayout("warp", 1, 2, "shared")
-    meta = kernel_meta(0, "mm", ["load"], layout)
-    meta["proton_lite"]["unpipelined"] = ck.profile["unpipelined"]
-    w = RawWriter(str(tmp_path / "p.plraw"), {"name": "p"})
-    w.kernel(meta)
-    ctas = [{"smid": 0, "start_gt": 10_000, "start_clk": 1_000_000,
-             "units": [(2, 12_000, 1_003_000, [(encode_tag(0, False), 1_000_100), (encode_tag(0, True), 1_002_000)])]}]
-    w.launch(0, 0, 0, (1, 1, 1), 1, 0, 0, launch_buffer(layout, ctas))
-    w.end({"launches": 1})
-    w.close()
+    one_scope_capture(tmp_path / "p.plraw", "mm", "load", {"unpipelined": ck.profile["unpipelined"]})
     assert cli.main(["summary", str(tmp_path / "p.plraw"), "--tables", "scopes"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "mm: scope 'load' (unpipelined_kernels.py:" in out and "asked for pipelined=False" in out

@@ -19,7 +19,6 @@ hangs a program; a failed probe only leaves that device without an anchor.
 from __future__ import annotations
 
 import ctypes
-import threading
 import time
 
 from proton_lite.runtime import cuda_api, cuda_graph
@@ -78,16 +77,7 @@ DONE:
 }
 """
 
-_functions: dict[int, object] = {}  # device -> CUfunction in that device's context
-_lock = threading.Lock()
-
-
-def _function(device: int):
-    with _lock:
-        fn = _functions.get(device)
-        if fn is None:
-            fn = _functions[device] = cuda_graph.load_function(PTX.encode() + b"\0", KERNEL_NAME)
-        return fn
+_KERNEL = cuda_graph.PtxKernel(PTX, KERNEL_NAME)
 
 
 def best_sample(samples: list[tuple[int, int, int]]) -> dict:
@@ -124,7 +114,7 @@ def probe(device: int, rounds: int = ROUNDS) -> dict:
         answer = ctypes.c_uint32.from_address(box + ANSWER)
         timer = ctypes.c_uint64.from_address(box + TIMER)
         stream = cuda_api.stream_create()
-        check(cu.cuLaunchKernel(_function(device), 1, 1, 1, 1, 1, 1, 0, cu.CUstream(stream),
+        check(cu.cuLaunchKernel(_KERNEL.function(device), 1, 1, 1, 1, 1, 1, 0, cu.CUstream(stream),
                                 ((box, rounds), (ctypes.c_uint64, ctypes.c_uint32)), 0), "cuLaunchKernel")
         limit = time.perf_counter() + START_WAIT_S
         while ready.value != 1:

@@ -1,12 +1,14 @@
 """The driver calls for recording CUDA graph replays (through cuda-python, no torch).
 
-Kept apart from ``cuda_api.py``: only a launch being captured into a graph needs them.
+Kept apart from ``cuda_api.py``: only a launch being captured into a graph needs them (and
+the hand-written PTX kernels, ``PtxKernel``: the graph copy node and the clock probe).
 cuda-python 12 and 13 differ in what ``cuStreamGetCaptureInfo`` returns (13 adds the
 edge data); ``capture_info`` reads both.
 """
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.cuda_api import check, cu
@@ -41,6 +43,23 @@ def load_function(image: bytes, name: str):
     context and return one of its kernels."""
     module = check(cu.cuModuleLoadData(image), "cuModuleLoadData")
     return check(cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+
+
+class PtxKernel:
+    """A hand-written PTX kernel (the graph copy node, the clock probe), loaded into a
+    device's context at its first use there (the context must be current) and kept."""
+
+    def __init__(self, ptx: str, name: str) -> None:
+        self._image, self._name = ptx.encode() + b"\0", name
+        self._functions: dict[int, object] = {}  # device -> CUfunction
+        self._lock = threading.Lock()
+
+    def function(self, device: int):
+        with self._lock:
+            fn = self._functions.get(device)
+            if fn is None:
+                fn = self._functions[device] = load_function(self._image, self._name)
+            return fn
 
 
 def graph_add_kernel_node(graph, dependencies: list, func, grid_x: int, block_x: int, params: tuple):

@@ -33,7 +33,6 @@ is reused only after the host drained it, and a replay that finds no slot is cou
 """
 from __future__ import annotations
 
-import threading
 
 from proton_lite.runtime import cuda_graph
 
@@ -209,17 +208,12 @@ def copy_grid(words: int) -> int:
     return max(1, min(MAX_CTAS, -(-words // WORDS_PER_CTA)))
 
 
-_functions: dict[int, object] = {}  # device -> CUfunction (a module per context, loaded once)
-_lock = threading.Lock()
+_KERNEL = cuda_graph.PtxKernel(PTX, KERNEL_NAME)
 
 
 def function(device: int):
     """The copy kernel in the current context (device ``device``), loaded at first use."""
-    with _lock:
-        fn = _functions.get(device)
-        if fn is None:
-            fn = _functions[device] = cuda_graph.load_function(PTX.encode() + b"\0", KERNEL_NAME)
-        return fn
+    return _KERNEL.function(device)
 
 
 def add_node(graph, dependencies, device: int, header: int, scratch: int, ring: int, nbytes: int,
