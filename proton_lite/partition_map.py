@@ -3,6 +3,8 @@ kernel's metadata (``partitions``: passes/partitions.py). Triton-free: the trace
 the summary read it from a capture."""
 from __future__ import annotations
 
+import numpy as np
+
 
 def partition_of_warp(table, warp: int) -> dict | None:
     """The partition that warp ``warp`` (hardware index in its CTA) runs, or None."""
@@ -16,3 +18,17 @@ def partition_of_warp(table, warp: int) -> dict | None:
 def partition_label(p: dict) -> str:
     """``partition 0 (TMA loads)``: the name a warp's track shows beside its number."""
     return f"{p['name']} ({p['role']})" if p.get("role") else str(p["name"])
+
+
+def unit_partitions(table, units: int, warps_per_unit: int = 1):
+    """(labels of the partitions, partition index of each of ``units`` recording units, -1
+    for none) for a kernel with a partition table; None for one without."""
+    if not table:
+        return None
+    labels = [partition_label(p) for p in table]
+    of_unit = np.full(units, -1, np.int64)
+    for u in range(units):
+        p = partition_of_warp(table, u * warps_per_unit)
+        if p is not None:
+            of_unit[u] = table.index(p)
+    return labels, of_unit

@@ -117,3 +117,20 @@ def test_warp_tracks_carry_their_partition(tmp_path):
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}  # e.g. "slot 0 warp 2 · ..."
     assert "slot 0 warp 2 · default (loads, stores)" in names and "slot 0 warp 5 · partition 0 (loads, stores)" in names
     assert any(n.startswith("slot 0 warp 7 · partition 1 (idle") for n in names)
+
+
+def test_summary_splits_a_scope_by_the_partition_that_ran_it(tmp_path, capsys):
+    """On sm_100 Triton copies a scope into every partition, where it times different work:
+    the summary gives each partition its own row, its share taken over its own warps."""
+    from synth import one_scope_capture
+    ck = pl_compile(G.gl_ws, G.GL_WS_SIG, {"BLOCK": 128, "ROUNDS": 3}, num_warps=4)
+    one_scope_capture(tmp_path / "p.plraw", "gl_ws", "scale", {"partitions": ck.profile["partitions"]}, units=8)
+    assert cli.main(["summary", str(tmp_path / "p.plraw"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["scopes"]
+    by_part = {r["partition"]: r for r in rows}
+    assert {p.split(" (")[0]: r["count"] for p, r in by_part.items()} == \
+        {"default": 4, "partition 0": 2, "partition 1": 2}
+    assert len({round(r["share"], 6) for r in rows}) == 1  # every warp timed the same: one share for all
+    assert cli.main(["summary", str(tmp_path / "p.plraw"), "--tables", "scopes"]) == 0
+    out = capsys.readouterr().out
+    assert "scale · default (loads," in out and "scale · partition 0 (loads," in out  # folded at the width

@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from proton_lite.json_values import plain
+from proton_lite.partition_map import unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.viewer.completeness import capture_losses, incomplete
 
@@ -157,26 +158,50 @@ def _stats(values: np.ndarray) -> dict:
             "min": int(values.min()), "max": int(values.max())}
 
 
+def _partitions_of_units(kernels) -> list[tuple[list[str], np.ndarray] | None]:
+    """Per kernel: for a warp-specialized one, its partitions' labels and each unit's
+    partition (``partition_map.unit_partitions``), else None."""
+    return [unit_partitions(k.meta.get("partitions"), _units_per_cta(k),
+                            max(1, int(k.unit_warps)) if k.granularity == "warpgroup" else 1)
+            if k.granularity != "cta" else None for k in kernels]
+
+
 def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, scope_filter, sort, top):
-    """Rows per (kernel name, scope name): kernels that share a name are merged."""
-    # denominator of the share: units * CTA lifetime, per kernel name
-    unit_time: dict[str, int] = {}
+    """Rows per (kernel name, scope name): kernels that share a name are merged. In a
+    warp-specialized kernel, per partition too: a scope that Triton copied into several
+    partitions times something different in each (``partition``: its label)."""
+    parts = _partitions_of_units(kernels)
+    # denominator of the share: units * CTA lifetime, per kernel name (and partition)
+    unit_time: dict[tuple[str, str | None], int] = {}
     if len(ctas):
         units = np.array([_units_per_cta(k) for k in kernels], dtype=np.int64)
-        life = np.maximum(ctas["end_ns"] - ctas["start_ns"], 0) * units[kernel_of_cta]
-        per_kernel = np.bincount(kernel_of_cta, weights=life, minlength=len(kernels))
+        life = np.maximum(ctas["end_ns"] - ctas["start_ns"], 0)
+        per_kernel = np.bincount(kernel_of_cta, weights=life * units[kernel_of_cta], minlength=len(kernels))
+        lives = np.bincount(kernel_of_cta, weights=life, minlength=len(kernels))
         for i, k in enumerate(kernels):
-            unit_time[k.name] = unit_time.get(k.name, 0) + int(round(per_kernel[i]))
+            key = (k.name, None)
+            unit_time[key] = unit_time.get(key, 0) + int(round(per_kernel[i]))
+            if parts[i] is not None:
+                labels, of_unit = parts[i]
+                for j, lab in enumerate(labels):
+                    key = (k.name, lab)
+                    unit_time[key] = unit_time.get(key, 0) + int(round(lives[i] * int((of_unit == j).sum())))
 
     rows: list[dict] = []
     if len(intervals):
-        pair = (kernel_of_interval << 32) | intervals["scope"].astype(np.int64)
+        part = np.full(len(intervals), -1, np.int64)
+        for i, pu in enumerate(parts):
+            if pu is not None:
+                mine = kernel_of_interval == i
+                part[mine] = pu[1][np.minimum(intervals["unit"][mine].astype(np.int64), len(pu[1]) - 1)]
+        pair = (kernel_of_interval << 40) | ((part + 1) << 32) | intervals["scope"].astype(np.int64)
         pairs, inverse = np.unique(pair, return_inverse=True)
-        labels: dict[tuple[str, str], int] = {}
+        labels: dict[tuple[str, str, str | None], int] = {}
         pair_label = np.empty(len(pairs), dtype=np.int64)
         for j, p in enumerate(pairs):
-            k = kernels[int(p >> 32)]
-            key = (k.name, _scope_name(k, int(p & 0xFFFFFFFF)))
+            ki, pi = int(p >> 40), int((p >> 32) & 0xFF) - 1
+            k = kernels[ki]
+            key = (k.name, _scope_name(k, int(p & 0xFFFFFFFF)), parts[ki][0][pi] if pi >= 0 else None)
             pair_label[j] = labels.setdefault(key, len(labels))
         label = pair_label[inverse.reshape(-1)]
         order = np.argsort(label, kind="stable")
@@ -184,16 +209,17 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
         durations = (intervals["end_ns"] - intervals["start_ns"]).astype(np.int64)
         cycles = intervals["cycles"].astype(np.int64)
         depth0 = intervals["depth"] == 0
-        for (kname, sname), li in labels.items():
+        for (kname, sname, plabel), li in labels.items():
             if scope_filter is not None and sname != scope_filter:
                 continue
             idx = order[bounds[li]:bounds[li + 1]]
             d, c = durations[idx], cycles[idx]
-            denom = unit_time.get(kname, 0)
+            denom = unit_time.get((kname, plabel), 0)
             d0 = int(d[depth0[idx]].sum())
             ns, cyc = _stats(d), _stats(c)
             rows.append({
                 "kernel": kname, "scope": sname, "count": int(len(idx)),
+                **({"partition": plabel} if plabel is not None else {}),
                 **ns,
                 "cycles": cyc,
                 "depth0_ns": d0,
@@ -204,8 +230,8 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
 
     def key(r):
         if sort == "name":
-            return (r["kernel"], r["scope"])
-        return (-r[sort], r["kernel"], r["scope"])
+            return (r["kernel"], r["scope"], r.get("partition") or "")
+        return (-r[sort], r["kernel"], r["scope"], r.get("partition") or "")
 
     rows.sort(key=key)
     total = len(rows)

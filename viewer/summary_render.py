@@ -106,7 +106,8 @@ def _scope_time_table(rows: list[dict]) -> Table:
 
 def _marked(row: dict) -> str:
     """A scope's name, with ``*`` when its kernel lost records (its numbers are incomplete)."""
-    return row["scope"] + (" *" if row.get("incomplete") else "")
+    where = f" · {row['partition']}" if row.get("partition") else ""  # a warp-specialized kernel's partition
+    return row["scope"] + where + (" *" if row.get("incomplete") else "")
 
 
 def _scope_dist_table(rows: list[dict]) -> Table:
