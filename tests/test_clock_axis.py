@@ -175,3 +175,27 @@ def test_captures_without_anchors_or_of_two_hosts_say_how_they_were_placed(hosts
     m = merge_profiles([a, b])
     assert word in m.session["alignment"]
     assert m.t0_ns == min(a.t0_ns, b.t0_ns)
+
+
+def test_a_probe_given_up_on_frees_its_mailbox_only_once_its_kernel_is_done(monkeypatch):
+    """A probe kernel that did not start in time still reads its mailbox when it does: the
+    mailbox must outlive it, without the host waiting for the GPU's other work (the driver
+    calls are replaced here: there is no GPU on this machine)."""
+    from proton_lite.runtime import cuda_api
+    done, freed, synced = {7: False}, [], []
+    monkeypatch.setattr(cuda_api, "stream_done", lambda s: done[s])
+    monkeypatch.setattr(cuda_api, "stream_synchronize", lambda s: synced.append(s))
+    monkeypatch.setattr(cuda_api, "stream_destroy", lambda s: None)
+    monkeypatch.setattr(cuda_api, "host_free", lambda p: freed.append(p))
+    monkeypatch.setattr(clock_probe, "_unfinished", [])
+    clock_probe._release(0, 7, 0xB0, wait=False)  # its kernel has not run yet
+    assert freed == [] and synced == [] and clock_probe._unfinished == [(0, 7, 0xB0)]
+    clock_probe._sweep(1)  # another device's probe: not this one's
+    assert freed == [] and clock_probe._unfinished == [(0, 7, 0xB0)]
+    clock_probe._sweep(0)  # still running: kept
+    assert freed == [] and clock_probe._unfinished == [(0, 7, 0xB0)]
+    done[7] = True
+    clock_probe._sweep(0)
+    assert freed == [0xB0] and synced == [7] and clock_probe._unfinished == []
+    clock_probe._release(0, 8, 0xC0, wait=True)  # answered every ping: its kernel returned
+    assert freed == [0xB0, 0xC0] and synced == [7, 8]

@@ -105,7 +105,9 @@ def probe(device: int, rounds: int = ROUNDS) -> dict:
     ``device``, ``host_ns`` (``time.time_ns()``), ``globaltimer_ns``, ``offset_ns``
     (globaltimer minus host), ``uncertainty_ns`` (half the best round trip), or with
     ``error`` where the GPU could not be asked."""
+    _sweep(device)
     box = stream = None
+    answered = False
     try:
         box = cuda_api.host_alloc(MAILBOX_BYTES)
         cuda_api.host_memset(box, 0, MAILBOX_BYTES)
@@ -133,18 +135,39 @@ def probe(device: int, rounds: int = ROUNDS) -> dict:
                     return {"device": device, "error": f"the probe kernel stopped answering at ping {i}"}
             after = time.time_ns()
             samples.append((before, int(timer.value), after))
+        answered = True  # the kernel has returned after the last answer
         return dict(device=device, gpu=gpu_id(device), **best_sample(samples))
     except Exception as e:  # no anchor for this device: merges fall back on the timers themselves
         return {"device": device, "error": f"{type(e).__name__}: {e}"}
     finally:
+        _release(device, stream, box, wait=answered)
+
+
+# (device, stream, mailbox) of probes given up on before their kernel ran: the kernel still
+# reads the mailbox when it starts (it sees ABORT and returns), so they are freed only once
+# their stream is done, at a later probe, never by waiting for the GPU's other work
+_unfinished: list[tuple[int, int | None, int | None]] = []
+
+
+def _release(device: int, stream, box, wait: bool) -> None:
+    try:
+        if stream is not None and not wait and not cuda_api.stream_done(stream):
+            _unfinished.append((device, stream, box))
+            return
         if stream is not None:
-            try:
-                cuda_api.stream_synchronize(stream)
-                cuda_api.stream_destroy(stream)
-            except Exception:
-                pass
+            cuda_api.stream_synchronize(stream)  # done or about to be: the kernel returned
+            cuda_api.stream_destroy(stream)
         if box is not None:
             cuda_api.host_free(box)
+    except Exception:  # noqa: BLE001  a context gone (fault, exit): the driver frees them
+        pass
+
+
+def _sweep(device: int) -> None:
+    """Free what earlier probes of ``device`` (its context current) left to their kernels."""
+    for entry in [e for e in _unfinished if e[0] == device]:
+        _unfinished.remove(entry)
+        _release(*entry, wait=False)
 
 
 def probe_devices(contexts: dict, when: str) -> list[dict]:

@@ -235,6 +235,15 @@ def event_done(event) -> bool:
     return True
 
 
+def stream_done(stream: int) -> bool:
+    """Whether everything queued on ``stream`` has finished (no wait)."""
+    err, = cu.cuStreamQuery(cu.CUstream(stream))
+    if err == _NOT_READY:
+        return False
+    check((err,), "cuStreamQuery")
+    return True
+
+
 def event_synchronize(event) -> None:
     check(cu.cuEventSynchronize(event), "cuEventSynchronize")
 
