@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
 PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-480} \
-  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_docs.py} 2>&1 | tail -40
+  $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_gpu_clocks.py tests/test_gpu_pipelined.py tests/test_docs.py} 2>&1 | tail -40
 echo "pytest rc=${PIPESTATUS[0]}"
 [ -f "$OUT/fidelity.json" ] && cat "$OUT/fidelity.json"
 if [ -n "${SANITIZE:-}" ]; then
