@@ -34,7 +34,7 @@ def main() -> int:
     rows = {d: [] for d in range(n)}
     t_start = time.time_ns()
     for _ in range(args.rounds):
-        for a in clock_probe.probe_devices(contexts):
+        for a in clock_probe.probe_devices(contexts, "bench"):
             rows[a["device"]].append(a)
     elapsed_s = (time.time_ns() - t_start) / 1e9
     out = {"devices": n, "rounds": args.rounds, "elapsed_s": elapsed_s, "per_device": {}}
