@@ -2,7 +2,8 @@
 
 A session measures, at start (GPUs already in use) and at stop (GPUs it recorded on), where
 each GPU's ``%globaltimer`` stands against the host's ``CLOCK_REALTIME``
-(``runtime/clock_probe.py``): ``offset_ns = globaltimer - host`` within ``uncertainty_ns``.
+(``runtime/clock_probe.py``): ``offset_ns = globaltimer - host`` within ``uncertainty_ns``,
+the host clock being ``CLOCK_MONOTONIC_RAW`` (one per machine, never stepped or slewed).
 Measured on a machine of two H200s (2026-11-27, ``tests/benchmarks/clock_anchors.py``):
 the two GPUs' timers differed by 115-271 us, and that difference grew by about 0.8 us per
 second (each timer ran ~5 ppm fast against the host clock). So neither a shared timer nor
@@ -31,6 +32,7 @@ class DeviceClock:
     offsets: np.ndarray
     uncertainty_ns: int  # the largest of its anchors'
     gpu: str | None  # UUID, where the probe read it
+    host_clock: str = "CLOCK_REALTIME"  # the host clock of the anchors (captures before 2026-11-27: realtime)
 
     def offset_at(self, timer):
         """The offset (ns) at timer value(s) ``timer``: interpolated between anchors."""
@@ -53,7 +55,8 @@ def device_clocks(anchors) -> dict[int, DeviceClock]:
         out[d] = DeviceClock(np.array([int(a["globaltimer_ns"]) for a in rows], np.int64),
                              np.array([int(a["offset_ns"]) for a in rows], np.int64),
                              max(int(a.get("uncertainty_ns") or 0) for a in rows),
-                             next((a["gpu"] for a in rows if a.get("gpu")), None))
+                             next((a["gpu"] for a in rows if a.get("gpu")), None),
+                             str(rows[0].get("host_clock") or "CLOCK_REALTIME"))
     return out
 
 

@@ -53,7 +53,7 @@ def _shifts(profiles: list[Profile], align_on: str | None) -> tuple[list[int], i
     by_timer = [int(p.t0_ns) - t0 for p in profiles]
     hosts = {(p.session or {}).get("host") for p in profiles}
     clocks = [reference_clock(p) for p in profiles]
-    if len(hosts) == 1 and None not in hosts and None not in clocks:
+    if len(hosts) == 1 and None not in hosts and None not in clocks and len({c.host_clock for c in clocks}) == 1:
         gpus = {c.gpu for c in clocks}
         if len(gpus) == 1 and None not in gpus:  # one GPU, one timer: its own differences are exact
             return by_timer, t0, "GPU timer (every capture ran on one GPU)"

@@ -199,3 +199,17 @@ def test_a_probe_given_up_on_frees_its_mailbox_only_once_its_kernel_is_done(monk
     assert freed == [0xB0] and synced == [7] and clock_probe._unfinished == []
     clock_probe._release(0, 8, 0xC0, wait=True)  # answered every ping: its kernel returned
     assert freed == [0xB0, 0xC0] and synced == [7, 8]
+
+
+def test_captures_anchored_on_different_host_clocks_are_not_lined_up_on_either():
+    a = decode(read_raw(str(MATMUL)))
+    b = decode(read_raw(str(LOOPS)))
+    a = _anchored(a, [_anchor(0, a.t0_ns, 0, 900, "gpu-a")])  # a capture of before the change: realtime
+    b = _anchored(b, [dict(_anchor(0, b.t0_ns, 7_000_000, 600, "gpu-b"), host_clock="CLOCK_MONOTONIC_RAW")])
+    m = merge_profiles([a, b])
+    assert m.session["alignment"].startswith("GPU timers as they read")
+
+
+def test_the_host_clock_of_the_anchors_is_monotonic():
+    x = clock_probe.host_now_ns()
+    assert clock_probe.host_now_ns() >= x and clock_probe.HOST_CLOCK.startswith("CLOCK_MONOTONIC")

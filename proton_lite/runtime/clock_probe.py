@@ -1,14 +1,15 @@
 """Where a GPU's ``%globaltimer`` stands against the host's clock: one anchor per device.
 
 Records carry ``%globaltimer``, one clock per GPU. Whether two GPUs of one machine share
-it, and how it relates to the host's ``CLOCK_REALTIME`` (what ``time.time_ns()`` reads,
-shared by every process of the host), is measured here rather than assumed: captures of
+it, and how it relates to the host's clock (``host_now_ns``: ``CLOCK_MONOTONIC_RAW``, one
+for every process of the machine, never stepped or slewed by time synchronisation, unlike
+``time.time_ns()``), is measured here rather than assumed: captures of
 several ranks, or one process's launches on several GPUs, are put on one axis from these
 anchors (``proton_lite/clock_axis.py``).
 
 How: a one-thread kernel (hand-written PTX below) waits in a loop on a request word in
 pinned host memory; the host writes request ``i`` and spins until the kernel answers with
-``i`` and its ``%globaltimer``. The host's ``time.time_ns()`` before the write and after
+``i`` and its ``%globaltimer``. The host clock's reading before the write and after
 the answer bound the instant the GPU read its timer, so ``globaltimer - (before + after)/2``
 is the offset, within half the round trip (PCIe both ways, about 1-3 us). Of
 ``ROUNDS`` such pings the one with the shortest round trip is kept. The kernel gives up by
@@ -80,6 +81,15 @@ DONE:
 _KERNEL = cuda_graph.PtxKernel(PTX, KERNEL_NAME)
 
 
+HOST_CLOCK = "CLOCK_MONOTONIC_RAW" if hasattr(time, "CLOCK_MONOTONIC_RAW") else "CLOCK_MONOTONIC"
+_HOST_CLOCK_ID = getattr(time, HOST_CLOCK, None)
+
+
+def host_now_ns() -> int:
+    """The host clock the anchors are taken on (``HOST_CLOCK``)."""
+    return time.clock_gettime_ns(_HOST_CLOCK_ID) if _HOST_CLOCK_ID is not None else time.monotonic_ns()
+
+
 def best_sample(samples: list[tuple[int, int, int]]) -> dict:
     """The anchor from ``(host before, globaltimer, host after)`` pings: the shortest round trip."""
     before, timer, after = min(samples, key=lambda s: s[2] - s[0])
@@ -102,14 +112,14 @@ def gpu_id(device: int) -> str | None:
 
 def probe(device: int, rounds: int = ROUNDS) -> dict:
     """One anchor for ``device`` (its context must be current on this thread): a dict with
-    ``device``, ``host_ns`` (``time.time_ns()``), ``globaltimer_ns``, ``offset_ns``
+    ``device``, ``host_ns`` (``host_now_ns()``), ``globaltimer_ns``, ``offset_ns``
     (globaltimer minus host), ``uncertainty_ns`` (half the best round trip), or with
     ``error`` where the GPU could not be asked."""
     _sweep(device)
     box = stream = None
     answered = False
     try:
-        box = cuda_api.host_alloc(MAILBOX_BYTES)
+        box, box_on_gpu = cuda_api.host_alloc_mapped(MAILBOX_BYTES)
         cuda_api.host_memset(box, 0, MAILBOX_BYTES)
         ready = ctypes.c_uint32.from_address(box + READY)
         request = ctypes.c_uint32.from_address(box + REQUEST)
@@ -117,7 +127,7 @@ def probe(device: int, rounds: int = ROUNDS) -> dict:
         timer = ctypes.c_uint64.from_address(box + TIMER)
         stream = cuda_api.stream_create()
         check(cu.cuLaunchKernel(_KERNEL.function(device), 1, 1, 1, 1, 1, 1, 0, cu.CUstream(stream),
-                                ((box, rounds), (ctypes.c_uint64, ctypes.c_uint32)), 0), "cuLaunchKernel")
+                                ((box_on_gpu, rounds), (ctypes.c_uint64, ctypes.c_uint32)), 0), "cuLaunchKernel")
         limit = time.perf_counter() + START_WAIT_S
         while ready.value != 1:
             if time.perf_counter() > limit:
@@ -126,17 +136,17 @@ def probe(device: int, rounds: int = ROUNDS) -> dict:
                                                    "(the GPU was busy)"}
         samples = []
         for i in range(1, rounds + 1):
-            before = time.time_ns()
+            before = host_now_ns()
             request.value = i
             limit = time.perf_counter() + 0.05
             while answer.value != i:
                 if time.perf_counter() > limit:
                     request.value = ABORT
                     return {"device": device, "error": f"the probe kernel stopped answering at ping {i}"}
-            after = time.time_ns()
+            after = host_now_ns()
             samples.append((before, int(timer.value), after))
         answered = True  # the kernel has returned after the last answer
-        return dict(device=device, gpu=gpu_id(device), **best_sample(samples))
+        return dict(device=device, gpu=gpu_id(device), host_clock=HOST_CLOCK, **best_sample(samples))
     except Exception as e:  # no anchor for this device: merges fall back on the timers themselves
         return {"device": device, "error": f"{type(e).__name__}: {e}"}
     finally:

@@ -25,6 +25,7 @@ cu = _driver()
 _SUCCESS = cu.CUresult.CUDA_SUCCESS
 _NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
 _MEMHOSTALLOC_PORTABLE = 0x01  # cuda.h's CU_MEMHOSTALLOC_PORTABLE
+_MEMHOSTALLOC_DEVICEMAP = 0x02  # cuda.h's CU_MEMHOSTALLOC_DEVICEMAP
 
 
 def check(result, call: str):
@@ -163,6 +164,20 @@ def host_alloc(size: int) -> int:
     addressing (every 64-bit process) the driver treats it as pinned in all contexts anyway;
     PORTABLE says so where that does not hold."""
     return int(check(cu.cuMemHostAlloc(size, _MEMHOSTALLOC_PORTABLE), f"cuMemHostAlloc({size} bytes)"))
+
+
+def host_alloc_mapped(size: int) -> tuple[int, int]:
+    """Pinned host memory that kernels read and write (zero-copy): (host pointer, device
+    pointer). Allocated DEVICEMAP, the device pointer asked of the driver, as the CUDA
+    documentation requires (with unified addressing the two are equal)."""
+    ptr = int(check(cu.cuMemHostAlloc(size, _MEMHOSTALLOC_PORTABLE | _MEMHOSTALLOC_DEVICEMAP),
+                    f"cuMemHostAlloc({size} bytes, mapped)"))
+    try:
+        dev = int(check(cu.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer"))
+    except CudaError:
+        host_free(ptr)
+        raise
+    return ptr, dev
 
 
 def host_free(ptr: int) -> None:
