@@ -66,6 +66,10 @@ class SessionOptions:
     decode: decode and write traces at stop (False: only the raw capture).
     calibrate: at stop, launch one tiny kernel that measures the cost of a record on this
         GPU (reported as ``record_cost_cycles`` in the trace metadata).
+    clock_anchors: at start and stop, pin each GPU's timer to the host clock with a
+        one-thread kernel (about 1.5 ms per GPU): launches of several GPUs and captures of
+        several ranks of a machine land on one time axis (docs/design.md §5). False: they
+        are placed by their GPU timers as read, which differ between GPUs.
     quiet: no summary line at stop.
     """
 
@@ -86,6 +90,7 @@ class SessionOptions:
     skip_autotune: bool = True
     decode: bool = True
     calibrate: bool = True
+    clock_anchors: bool = True
     quiet: bool = False
 
     def __post_init__(self) -> None:
@@ -176,7 +181,8 @@ class Session:
         Path(self.raw_path).parent.mkdir(parents=True, exist_ok=True)
         # the GPUs already in use: their timers against the host clock now and again at stop
         from proton_lite.runtime import clock_probe
-        self._start_anchors = clock_probe.probe_devices(clock_probe.active_contexts(), "start")
+        if self.options.clock_anchors:
+            self._start_anchors = clock_probe.probe_devices(clock_probe.active_contexts(), "start")
         self._writer = RawWriter(self.raw_path, session_info)
         try:
             self._install_hooks()
@@ -230,7 +236,8 @@ class Session:
         collector = self._collector
         t0 = time.perf_counter_ns()
         collector.finish()
-        anchors = self._start_anchors + (collector.clock_anchors() if self._hooks is not None else [])
+        anchors = self._start_anchors + (collector.clock_anchors()
+                                         if self._hooks is not None and self.options.clock_anchors else [])
         user_launches = collector.launches - calibration  # graph replays are drained at finish too
         drain = collector.drain_stats(stop_ns=time.perf_counter_ns() - t0)
         self._writer.end({"launches": user_launches, "calibration_launches": calibration,
@@ -313,6 +320,8 @@ def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -
     skip_autotune: leave the autotuner's timing runs out (default True; they are counted).
     decode: decode and write traces at stop (default True; False: raw capture only).
     calibrate: measure the cost of a record on this GPU at stop (default True).
+    clock_anchors: pin each GPU's timer to the host clock at start and stop, for one time
+        axis across GPUs and ranks (default True).
     quiet: print nothing at stop (default False).
 
     Details of each option: ``proton_lite.SessionOptions``.

@@ -184,3 +184,29 @@ def test_a_capture_records_its_host_and_torchrun_rank(tmp_path, monkeypatch):
     assert info["world_size"] == 8 and info["local_world_size"] == 4 and "node_rank" not in info
     head = summarize(decode(read_raw(str(tmp_path / "r.plraw"))))["session"]
     assert (head["host"], head["rank"], head["world_size"]) == (socket.gethostname(), 3, 8)
+
+
+@pytest.mark.parametrize("anchors", [True, False])
+def test_clock_anchors_are_taken_at_start_and_stop_unless_turned_off(tmp_path, monkeypatch, anchors):
+    """start() probes the GPUs already in use, stop() those the session recorded on (the
+    probe itself needs a GPU: here it is replaced, and its calls are checked)."""
+    import proton_lite.session as session_mod
+    from proton_lite.raw_format import read_raw
+    from proton_lite.runtime import clock_probe
+    from proton_lite.runtime import cuda_api
+    from sim_driver import SimDriver
+    SimDriver().install(monkeypatch)  # stop's driver calls, on the simulated driver
+    monkeypatch.setattr(cuda_api, "device_name", lambda device: "simulated GPU")
+    monkeypatch.setattr(cuda_api, "device_attribute", lambda device, name: 0)
+    monkeypatch.setattr(session_mod, "_check_can_record", lambda: None)
+    calls = []
+    monkeypatch.setattr(clock_probe, "active_contexts", lambda: {0: "ctx0"})
+    monkeypatch.setattr(clock_probe, "probe_devices",
+                        lambda contexts, when: calls.append((sorted(contexts), when)) or
+                        [{"device": d, "when": when, "offset_ns": 5} for d in contexts])
+    s = proton_lite.start(str(tmp_path / "x"), calibrate=False, decode=False, quiet=True, clock_anchors=anchors)
+    s._collector._contexts[1] = "ctx1"  # as if the session had launched on GPU 1
+    proton_lite.stop()
+    assert calls == ([([0], "start"), ([1], "stop")] if anchors else [])
+    end = read_raw(str(tmp_path / "x.plraw")).end
+    assert [(a["device"], a["when"]) for a in end["clock_anchors"]] == ([(0, "start"), (1, "stop")] if anchors else [])
