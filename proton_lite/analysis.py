@@ -152,8 +152,13 @@ class LoadedProfile:
         return self._trace
 
 
-def load(path: str | os.PathLike) -> LoadedProfile:
-    """Decode a capture (``.plraw``) or read a proton-lite trace (``.pftrace``, ``.json``)."""
+def load(path, align_on: str | None = None) -> LoadedProfile:
+    """Decode a capture (``.plraw``) or read a proton-lite trace (``.pftrace``, ``.json``);
+    several captures (a list, or a folder of ``.plraw``: one per rank) are merged into one
+    profile on one time axis (``session["alignment"]`` says how; ``align_on``: a kernel
+    every capture launched at one moment lines them up instead)."""
+    if isinstance(path, (list, tuple)) or os.path.isdir(str(path)):
+        return _load_several(path, align_on)
     path = str(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"proton_lite.load: {path}: no such file")
@@ -165,3 +170,23 @@ def load(path: str | os.PathLike) -> LoadedProfile:
         from proton_lite.trace import load_trace
         profile = load_trace(path)
     return LoadedProfile(path, profile)
+
+
+def _load_several(paths, align_on: str | None) -> LoadedProfile:
+    if not isinstance(paths, (list, tuple)):
+        folder = str(paths)
+        paths = sorted(str(p) for p in Path(folder).glob("*.plraw"))
+        if not paths:
+            raise FileNotFoundError(f"proton_lite.load: {folder}: no .plraw capture in this folder")
+        label = folder
+    else:
+        paths = [str(p) for p in paths]
+        if not paths:
+            raise ValueError("proton_lite.load: an empty list of captures")
+        label = paths[0]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise FileNotFoundError(f"proton_lite.load: {missing[0]}: no such file")
+    from proton_lite.pipeline import load_profiles
+    from proton_lite.profile_merge import merge_profiles
+    return LoadedProfile(label, merge_profiles(load_profiles(paths), align_on=align_on))

@@ -83,3 +83,23 @@ def test_the_notebook_example_runs_on_the_shipped_capture():
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert out.count("matmul_kernel: ") == 3 and "CTA " in out and "tail: " in out and "mainloop" in out
+
+
+def test_several_captures_load_as_one_profile_on_one_axis(tmp_path):
+    import shutil
+    loops = ROOT / "tests" / "data" / "loop_scopes.plraw"
+    both = proton_lite.load([MATMUL, loops])
+    assert len(both.launches) == 3 + 1 and both.kernels == ["matmul_kernel", "loop_scopes"]
+    assert both.profile.session["alignment"].startswith("GPU timers as they read")
+    aligned = proton_lite.load([MATMUL, MATMUL], align_on="matmul_kernel")
+    assert aligned.profile.session["alignment"] == "kernel matmul_kernel: first launches together"
+    assert aligned.launches["start_ns"][0] == aligned.launches["start_ns"][3]
+    (tmp_path / "job").mkdir()
+    for rank, src in enumerate((MATMUL, loops)):
+        shutil.copy(src, tmp_path / "job" / f"rank{rank}.plraw")
+    folder = proton_lite.load(tmp_path / "job")
+    assert len(folder.launches) == 4 and folder.path == str(tmp_path / "job")
+    with pytest.raises(FileNotFoundError, match="no .plraw capture in this folder"):
+        proton_lite.load(tmp_path)
+    with pytest.raises(ValueError, match="an empty list of captures"):
+        proton_lite.load([])
