@@ -50,18 +50,17 @@ def partition_table(allocated_ttgir: str) -> list[dict] | None:
         end = ops[n + 1] if n + 1 < len(ops) else len(lines)
         starts = _START_RE.search(lines[at])
         first = [int(v) for v in starts.group(1).replace(" ", "").split(",") if v] if starts else []
-        regions = []  # (name, line, warps)
+        regions = []  # (name, line, warps, worker index: None for the default partition)
         for i in range(at, end):
             if _DEFAULT_RE.match(lines[i]):
-                regions.append(("default", i, default_warps))
+                regions.append(("default", i, default_warps, None))
             m = _PARTITION_RE.match(lines[i])
             if m:
-                regions.append((f"partition {m.group(1)}", i, int(m.group(2))))
+                regions.append((f"partition {m.group(1)}", i, int(m.group(2)), int(m.group(1))))
         prefix = f"{n}." if len(ops) > 1 else ""
         op_end = next((i for i in range(at, end) if lines[i].strip().startswith("} :")), end)  # "} : (types)"
-        for r, (name, line, warps) in enumerate(regions):
+        for r, (name, line, warps, worker) in enumerate(regions):
             stop = regions[r + 1][1] if r + 1 < len(regions) else op_end
-            worker = r - 1 if name != "default" else None
             body = [x for x in lines[line + 1:stop] if x.strip() and not x.strip().startswith("}")]
             idle = worker is not None and all("ttg.warp_return" in x for x in body)
             table.append({"name": prefix + name, "first_warp": 0 if worker is None else

@@ -8,8 +8,8 @@ Triton IR beside its enter marker; this module, run on the TTIR before Triton's 
 attribute ``tt.num_stages = 1`` (what ``tl.range(..., num_stages=1)`` writes: the
 pipeliner leaves that loop alone, its copies and dots complete where the source put them)
 and removes the hints. The cost is the pipelining itself: the loop's loads no longer
-overlap its math (measured by ``tests/test_gpu_pipelined.py``, numbers in docs/design.md); other loops of
-the kernel keep theirs.
+overlap its math (measured by ``tests/test_gpu_pipelined.py``, numbers in docs/design.md);
+the kernel's other loops keep theirs.
 
 The rewrite is textual on the TTIR's printed form, which Triton parses back itself
 (``ir.parse_mlir_module``, the same path as its kernel-override knob): a loop opens with a
@@ -92,7 +92,7 @@ def unpipeline(ttir: str, default_stages: int | None = None) -> tuple[str, list[
     lines = ttir.split("\n")
     aliases = {m.group(1): m.group(2) for m in map(_LOC_DEF_RE.match, lines) if m}
     stack: list[tuple[str, int]] = []  # open regions: ("for" | "other", line of the op)
-    marked: dict[int, list[str]] = {}  # loop line -> scopes that asked
+    marked: dict[int, list[tuple[str, str | None]]] = {}  # loop line -> (scope, its source line) that asked
     keep, done = [], []
     for i, line in enumerate(lines):
         hint = _HINT_RE.match(line)
