@@ -20,15 +20,18 @@ def partition_label(p: dict) -> str:
     return f"{p['name']} ({p['role']})" if p.get("role") else str(p["name"])
 
 
-def unit_partitions(table, units: int, warps_per_unit: int = 1):
-    """(labels of the partitions, partition index of each of ``units`` recording units, -1
-    for none) for a kernel with a partition table; None for one without."""
-    if not table:
+def kernel_unit_partitions(kernel):
+    """(labels of the partitions, partition index of each of the kernel's recording units, -1
+    for none) for a warp-specialized kernel recorded per warp or warp group (a ``KernelInfo``
+    whose metadata holds ``partitions``); None for any other."""
+    table = kernel.meta.get("partitions")
+    if not table or kernel.granularity == "cta":
         return None
+    per_unit = max(1, int(kernel.unit_warps))
     labels = [partition_label(p) for p in table]
-    of_unit = np.full(units, -1, np.int64)
-    for u in range(units):
-        p = partition_of_warp(table, u * warps_per_unit)
+    of_unit = np.full(max(1, int(kernel.num_warps) // per_unit), -1, np.int64)
+    for u in range(len(of_unit)):
+        p = partition_of_warp(table, u * per_unit)
         if p is not None:
             of_unit[u] = table.index(p)
     return labels, of_unit

@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from proton_lite.json_values import plain
-from proton_lite.partition_map import unit_partitions
+from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.viewer.completeness import capture_losses, incomplete
 
@@ -158,19 +158,11 @@ def _stats(values: np.ndarray) -> dict:
             "min": int(values.min()), "max": int(values.max())}
 
 
-def _partitions_of_units(kernels) -> list[tuple[list[str], np.ndarray] | None]:
-    """Per kernel: for a warp-specialized one, its partitions' labels and each unit's
-    partition (``partition_map.unit_partitions``), else None."""
-    return [unit_partitions(k.meta.get("partitions"), _units_per_cta(k),
-                            max(1, int(k.unit_warps)) if k.granularity == "warpgroup" else 1)
-            if k.granularity != "cta" else None for k in kernels]
-
-
 def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, scope_filter, sort, top):
     """Rows per (kernel name, scope name): kernels that share a name are merged. In a
     warp-specialized kernel, per partition too: a scope that Triton copied into several
     partitions times something different in each (``partition``: its label)."""
-    parts = _partitions_of_units(kernels)
+    parts = [kernel_unit_partitions(k) for k in kernels]
     # denominator of the share: units * CTA lifetime, per kernel name (and partition)
     unit_time: dict[tuple[str, str | None], int] = {}
     if len(ctas):

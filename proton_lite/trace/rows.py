@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.partition_map import partition_label, partition_of_warp
+from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.trace.interval_runs import key_parts, reduce_runs
 from proton_lite.trace.nesting import _argsort_keys, _unique
@@ -250,7 +250,7 @@ def unit_names(kernels: list[KernelInfo], track_kernel: np.ndarray, unit: np.nda
     warp-specialized kernel also the partition the unit's warps ran, ``warp 5 · partition 0
     (TMA loads)`` (passes/partitions.py)."""
     gran = np.array([{"warp": 0, "warpgroup": 1, "cta": 2}[k.granularity] for k in kernels] or [0], np.int64)
-    parts = [k.meta.get("partitions") if k.granularity != "cta" else None for k in kernels]
+    parts = [kernel_unit_partitions(k) for k in kernels]
     own = np.array([i + 1 if p else 0 for i, p in enumerate(parts)] or [0], np.int64)  # named per kernel
     keys, idx = np.unique((own[track_kernel] << 40) | (gran[track_kernel] << 32) | (unit << 16) | lane,
                           return_inverse=True)
@@ -259,8 +259,9 @@ def unit_names(kernels: list[KernelInfo], track_kernel: np.ndarray, unit: np.nda
         kid, g, u, ln = (k >> 40) - 1, (k >> 32) & 0xFF, (k >> 16) & 0xFFFF, k & 0xFFFF
         name = ("warp {}", "warpgroup {}", "cta")[g].format(u) + (f" lane {ln}" if ln else "")
         if kid >= 0:
-            p = partition_of_warp(parts[kid], u * (kernels[kid].unit_warps if g == 1 else 1))
-            name += f" · {partition_label(p)}" if p else ""
+            labels, of_unit = parts[kid]
+            j = int(of_unit[u]) if u < len(of_unit) else -1
+            name += f" · {labels[j]}" if j >= 0 else ""
         names.append(name.encode())
     return names, idx
 
