@@ -33,9 +33,10 @@ class UnpipelineError(ValueError):
     """A scope asked for ``pipelined=False`` where no loop holds it."""
 
 
-def _closes_and_opens(line: str) -> tuple[bool, bool]:
+def _closes_and_opens(line: str) -> tuple[bool, bool, str]:
+    """Whether the line closes a region, opens one, and the line with its strings emptied."""
     bare = _STRING_RE.sub('""', line).strip()
-    return bare.startswith("}"), bare.endswith("{")
+    return bare.startswith("}"), bare.endswith("{"), bare
 
 
 def _with_one_stage(close_line: str) -> str:
@@ -104,7 +105,7 @@ def unpipeline(ttir: str, default_stages: int | None = None) -> tuple[str, list[
                                       "but this scope is in no for loop (range or tl.range); remove pipelined=False")
             marked.setdefault(loop, []).append((scope, _source_line(line, aliases)))
             continue  # the hint goes: it has no use and no record
-        closes, opens = _closes_and_opens(line)
+        closes, opens, bare = _closes_and_opens(line)
         if closes and stack:
             kind, at = stack.pop()
             if kind == "for" and at in marked:
@@ -116,7 +117,7 @@ def unpipeline(ttir: str, default_stages: int | None = None) -> tuple[str, list[
                     entry["message"] = message(entry)
                     done.append(entry)
         if opens:
-            stack.append(("for" if " scf.for " in _STRING_RE.sub('""', line) and not closes else "other", i))
+            stack.append(("for" if " scf.for " in f" {bare}" and not closes else "other", i))
         keep.append(line)
     return "\n".join(keep), done
 
