@@ -236,10 +236,11 @@ class Session:
         collector = self._collector
         t0 = time.perf_counter_ns()
         collector.finish()
-        anchors = self._start_anchors + (collector.clock_anchors()
-                                         if self._hooks is not None and self.options.clock_anchors else [])
         user_launches = collector.launches - calibration  # graph replays are drained at finish too
         drain = collector.drain_stats(stop_ns=time.perf_counter_ns() - t0)
+        # after the drain's own stop time is taken: the probe is not part of copying records back
+        anchors = self._start_anchors + (collector.clock_anchors()
+                                         if self._hooks is not None and self.options.clock_anchors else [])
         self._writer.end({"launches": user_launches, "calibration_launches": calibration,
                           "unattributed": collector.unattributed,
                           "skipped_autotune": collector.skipped_autotune, "lost_launches": collector.lost,
