@@ -1,12 +1,12 @@
 """One time axis for launches of several GPUs, from the anchors a session measured.
 
 A session measures, at start (GPUs already in use) and at stop (GPUs it recorded on), where
-each GPU's ``%globaltimer`` stands against the host's ``CLOCK_REALTIME``
-(``runtime/clock_probe.py``): ``offset_ns = globaltimer - host`` within ``uncertainty_ns``,
-the host clock being ``CLOCK_MONOTONIC_RAW`` (one per machine, never stepped or slewed).
-Measured on a machine of two H200s (2026-11-27, ``tests/benchmarks/clock_anchors.py``):
-the two GPUs' timers differed by 115-271 us, and that difference grew by about 0.8 us per
-second (each timer ran ~5 ppm fast against the host clock). So neither a shared timer nor
+each GPU's ``%globaltimer`` stands against the host clock (``runtime/clock_probe.py``:
+``CLOCK_MONOTONIC_RAW``, one per machine, never stepped or slewed): ``offset_ns =
+globaltimer - host`` within ``uncertainty_ns``. Measured on a machine of two H200s
+(2026-11-27, ``tests/benchmarks/clock_anchors.py``, against ``CLOCK_REALTIME`` then): the
+two GPUs' timers differed by 115-653 us, and that difference grew by about 0.8 us per
+second (each timer ran ~5-9 ppm fast against the host clock). So neither a shared timer nor
 a constant offset can be assumed: between two anchors of a device its offset is
 interpolated linearly (before the first or after the last, the nearest is taken).
 
@@ -73,10 +73,10 @@ def reference_clock(profile) -> DeviceClock | None:
     return device_clocks((profile.session or {}).get("clock_anchors")).get(ref) if ref is not None else None
 
 
-def host_t0_ns(profile) -> int | None:
-    """The capture's time 0 on the host's clock (``time.time_ns()`` scale), or None where
-    its reference device has no anchor."""
-    clock = reference_clock(profile)
+def host_t0_ns(profile, clock: DeviceClock | None = None) -> int | None:
+    """The capture's time 0 on the host clock of its anchors, or None where its reference
+    device has no anchor; ``clock``: its ``reference_clock``, where the caller has it."""
+    clock = clock or reference_clock(profile)
     return None if clock is None else int(profile.t0_ns) - clock.offset_at(int(profile.t0_ns))
 
 

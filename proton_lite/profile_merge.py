@@ -58,7 +58,7 @@ def _shifts(profiles: list[Profile], align_on: str | None) -> tuple[list[int], i
         if len(gpus) == 1 and None not in gpus:  # one GPU, one timer: its own differences are exact
             return by_timer, t0, "GPU timer (every capture ran on one GPU)"
         # several GPUs of one machine: their timers differ and drift, the host's clock is one
-        on_host = [host_t0_ns(p) for p in profiles]
+        on_host = [host_t0_ns(p, c) for p, c in zip(profiles, clocks)]
         first = min(range(len(profiles)), key=lambda i: on_host[i])
         unc = max(c.uncertainty_ns for c in clocks)
         return ([h - on_host[first] for h in on_host], int(profiles[first].t0_ns),
