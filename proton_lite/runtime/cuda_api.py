@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from contextlib import contextmanager
 
 import numpy as np
@@ -303,9 +304,34 @@ def _gil_holding_capture_query():
 _capture_query = None
 
 
+def tool_attached() -> str | None:
+    """The CUDA tool attached to this process, or None.  Nsight Systems and Nsight Compute
+    set ``CUDA_INJECTION64_PATH`` and ``NVTX_INJECTION64_PATH``; compute-sanitizer sets
+    ``NVTX_INJECTION64_PATH=libsanitizer-collection.so`` and ``NV_SANITIZER_INJECTION_*``
+    (seen under compute-sanitizer 2025.3 on the H200 machine).
+
+    Such a tool may take the GIL inside another thread's driver call (to record its Python
+    backtrace) while holding its own lock: a driver call made with the GIL held then waits
+    on that lock forever.  Under a tool every driver call here releases the GIL (measured:
+    a graph poll holding it hung a replay under ``compute-sanitizer --tool memcheck``)."""
+    for key in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH"):
+        injected = os.environ.get(key, "").split(os.pathsep)[0]
+        if injected:
+            return os.path.basename(injected) or injected
+    if any(key.startswith("NV_SANITIZER_") for key in os.environ):
+        return "compute-sanitizer"
+    for lib in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
+        name = os.path.basename(lib).lower()
+        if "sanitizer" in name or "injection" in name:
+            return os.path.basename(lib)
+    return None
+
+
 def capture_query():
     """The query ``stream_is_capturing`` calls (truthy while capturing), resolved once."""
     global _capture_query
+    if _capture_query is None and tool_attached():
+        _capture_query = stream_is_capturing_cuda_python  # releases the GIL (tool_attached)
     if _capture_query is None:
         _capture_query = _triton_capture_query() or _gil_holding_capture_query() or stream_is_capturing_cuda_python
     return _capture_query
