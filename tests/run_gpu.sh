@@ -12,11 +12,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1  # a crash (an abort at exit included) prints every thread's Python stack
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
-# the whole list takes ~5 min on an H200 and more than 9 on an H100: PART=1 / PART=2 run its halves
+# the whole list: 105 s (PART=1) + 160 s (PART=2) on the H100 (2026-11-27); an earlier 'more than 9 min' was a hang, since fixed
 PART1="tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_pipelined.py tests/test_docs.py"
 PART2="tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_gpu_clocks.py"
 case "${PART:-}" in 1) LIST=$PART1 ;; 2) LIST=$PART2 ;; *) LIST="$PART1 $PART2" ;; esac
