@@ -34,6 +34,7 @@ def test_every_launch_sits_inside_its_cupti_slice(tmp_path):
             torch.cuda.synchronize()
     report = merge_profiler_trace(prof, s.result.raw_path, tmp_path / "merged.json")  # the profiler object itself
     assert report["matched"] == s.result.launches == 15 and not report["unmatched_launches"], report
+    assert report["all_inside"], report  # one offset puts every launch inside its CUPTI slice
     seen = set()
     for r in report["launches"]:  # inside (a few ns of fit error allowed), within 1 µs at both ends
         # a kernel's very first launch runs its first instructions from cold caches: its first

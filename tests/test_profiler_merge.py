@@ -24,14 +24,16 @@ def _us(ns: int) -> float:
 
 def _profiler_trace(profile, drop=(), before=900, after=1300, extra_same_kernel=True):
     """torch.profiler's export for the same run: our launches (but ``drop``) as CUPTI kernels that
-    start ``before`` ns earlier and end ``after`` ns later, plus kernels we did not instrument."""
+    start ``before`` ns earlier and end ``after`` ns later (one number, or one per launch),
+    plus kernels we did not instrument."""
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242, "ts": 1.0, "dur": 5.0}]
     name = profile.kernels[0].name
     for row in profile.launches:
         if int(row["launch"]) in drop:
             continue
-        start = int(profile.t0_ns) + int(row["start_ns"]) + OFFSET_NS - before
-        end = int(profile.t0_ns) + int(row["end_ns"]) + OFFSET_NS + after
+        k = int(row["launch"])
+        start = int(profile.t0_ns) + int(row["start_ns"]) + OFFSET_NS - (before[k] if isinstance(before, list) else before)
+        end = int(profile.t0_ns) + int(row["end_ns"]) + OFFSET_NS + (after[k] if isinstance(after, list) else after)
         events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": _us(start),
                        "dur": _us(end - start), "args": {"device": 0, "stream": 7, "correlation": 10 + int(row["launch"])}})
         events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
@@ -54,8 +56,8 @@ def test_launches_land_inside_their_cupti_slices_and_a_missing_one_is_named(prof
     report = merge_profiler_trace(trace, CAPTURE, tmp_path / "merged.json")
     assert report["matched"] == 2 and report["unmatched_launches"] == [1]
     assert [r["launch"] for r in report["launches"]] == [0, 2]
-    # the fitted offset puts our CTAs where they were: 900 ns after the CUPTI start, 1300 before its end
-    # (the CUPTI intervals are symmetric around ours up to 400 ns, which the midpoint fit splits)
+    # the offsets that keep every launch inside lie within [-900, +1300] ns of the true one: the
+    # fit takes the middle (+200 ns), 1100 ns inside at both ends
     for r in report["launches"]:
         assert abs(r["start_after_ns"] - 1100) <= 2 and abs(r["end_before_ns"] - 1100) <= 2
     assert abs(report["offset_ns"] - (OFFSET_NS + 200)) <= 2 and report["rate"] == 1.0
@@ -71,6 +73,21 @@ def test_launches_land_inside_their_cupti_slices_and_a_missing_one_is_named(prof
     want = (int(profile.t0_ns) + int(profile.launches["start_ns"][0]) + report["offset_ns"]) / 1000
     assert abs(first["ts"] - want) < 0.002
     assert merged["otherData"]["proton_lite_merge"]["matched"] == 2
+
+
+def test_launches_whose_gaps_differ_are_all_placed_inside_their_slices(profile, tmp_path):
+    """Two launches start their first CTA 100 ns after CUPTI's start and end 1,900 ns before
+    its end, one (a cold first launch) 1,000 ns after and 200 ns before: the midpoints' median
+    would put that one 700 ns past its end; the offsets that keep all three inside lie in
+    [-100, +200] ns of the true one, and the fit takes their middle."""
+    trace = tmp_path / "prof.json"
+    trace.write_text(json.dumps(_profiler_trace(profile, before=[1000, 100, 100], after=[200, 1900, 1900])))
+    report = merge_profiler_trace(trace, CAPTURE, tmp_path / "merged.json")
+    assert report["matched"] == 3 and report["all_inside"]
+    assert abs(report["offset_ns"] - (OFFSET_NS + 50)) <= 2
+    got = {r["launch"]: (r["start_after_ns"], r["end_before_ns"]) for r in report["launches"]}
+    for launch, (start, end) in {0: (1050, 150), 1: (150, 1850), 2: (150, 1850)}.items():
+        assert abs(got[launch][0] - start) <= 2 and abs(got[launch][1] - end) <= 2, (launch, got)
 
 
 def test_a_rate_difference_over_a_long_run_is_fitted(profile, tmp_path):
@@ -89,7 +106,7 @@ def test_a_rate_difference_over_a_long_run_is_fitted(profile, tmp_path):
     pairs = best_match(ours, theirs)
     assert sum(len(a) for _, a, _ in pairs) == 3
     clock = fit_clock(pairs)
-    assert abs(clock.b - (1 + 20e-6)) < 1e-7
+    assert abs(clock.b - (1 + 20e-6)) < 1e-7 and clock.contained
 
 
 def test_what_cannot_be_merged_is_said(profile, tmp_path):
@@ -115,6 +132,17 @@ def test_the_command_line(profile, tmp_path, capsys):
     assert out.startswith("3 of 3 launches placed on the profiler's GPU kernels") and "out.json" in out
     assert json.loads((tmp_path / "out.json").read_text())["otherData"]["proton_lite_merge"]["matched"] == 3
     assert cli.main(["merge", str(tmp_path / "missing.json"), CAPTURE]) == 2
+    assert "no single clock offset" not in out
+
+
+def test_when_no_offset_keeps_every_launch_inside_the_command_says_so(profile, tmp_path, capsys):
+    """Launch 0's CUPTI slice starts 200 ns after our first CTA and ends 100 ns after our last:
+    no offset keeps it inside; the fit falls back on the midpoints and the command says so."""
+    trace = tmp_path / "prof.json"
+    trace.write_text(json.dumps(_profiler_trace(profile, before=[-200, 500, 500], after=[100, 500, 500])))
+    assert cli.main(["merge", str(trace), CAPTURE, "-o", str(tmp_path / "out.json")]) == 0
+    assert "no single clock offset puts every launch inside its CUPTI slice" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out.json").read_text())["otherData"]["proton_lite_merge"]["all_inside"] is False
 
 
 def test_the_merged_file_imports_in_perfettos_trace_processor(profile, tmp_path):

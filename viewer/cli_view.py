@@ -274,6 +274,9 @@ def cmd_merge(args) -> int:
     print(f"{report['matched']:,} of {total:,} launches placed on the profiler's GPU kernels; our first CTA "
           f"starts {s['median']:,.0f} ns (min {s['min']:,.0f}, max {s['max']:,.0f}) after the CUPTI start and the last "
           f"ends {e['median']:,.0f} ns (min {e['min']:,.0f}, max {e['max']:,.0f}) before its end")
+    if not report["all_inside"]:
+        print("no single clock offset puts every launch inside its CUPTI slice: the offset is the median of "
+              "the launches' midpoints, and launches with a negative gap above sit partly outside theirs")
     if report["unmatched_launches"]:
         shown = ", ".join(f"#{n}" for n in report["unmatched_launches"][:10])
         print(f"not in the profiler's trace (not placed): launches {shown}"
