@@ -310,10 +310,11 @@ def tool_attached() -> str | None:
     ``NVTX_INJECTION64_PATH=libsanitizer-collection.so`` and ``NV_SANITIZER_INJECTION_*``
     (seen under compute-sanitizer 2025.3 on the H200 machine).
 
-    Such a tool may take the GIL inside another thread's driver call (to record its Python
-    backtrace) while holding its own lock: a driver call made with the GIL held then waits
-    on that lock forever.  Under a tool every driver call here releases the GIL (measured:
-    a graph poll holding it hung a replay under ``compute-sanitizer --tool memcheck``)."""
+    Under such a tool a driver call made while holding the GIL waited forever on another
+    thread's driver call (measured: a graph poll holding it and the program's
+    ``graph.replay()`` under ``compute-sanitizer --tool memcheck``, H100): the tool's own
+    locking, which we cannot see, must need the GIL somewhere (collecting a Python
+    backtrace would).  So under a tool every driver call here releases the GIL."""
     for key in ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH"):
         injected = os.environ.get(key, "").split(os.pathsep)[0]
         if injected:

@@ -89,8 +89,8 @@ class PollDriver:
     each call releases the GIL and must win it back; while the program's own thread runs
     Python (a loop of ``graph.replay()``), that is up to the interpreter's switch interval
     (5 ms) per call, and the rings fill meanwhile.  Held, a poll waits for the GIL once.
-    Where libcuda cannot be loaded (CPU tests), or a CUDA tool is attached (it may need the
-    GIL inside the program's own driver calls: ``cuda_api.tool_attached``), cuda_api's
+    Where libcuda cannot be loaded (CPU tests), or a CUDA tool is attached (a poll holding
+    the GIL hung a replay under compute-sanitizer: ``cuda_api.tool_attached``), cuda_api's
     functions are used: they release the GIL."""
 
     def __init__(self) -> None:
