@@ -284,9 +284,8 @@ def _gil_holding_capture_query():
     release on the launch path is a point where the drain thread can take the GIL and the
     launching thread must wait to get it back.  cuda-python and ``ctypes.CDLL`` release it.
     """
-    try:
-        lib = ctypes.PyDLL("libcuda.so.1")
-    except OSError:
+    lib = gil_holding_libcuda()
+    if lib is None:
         return None
     fn = lib.cuStreamIsCapturing
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -328,13 +327,25 @@ def tool_attached() -> str | None:
     return None
 
 
+def gil_holding_libcuda():
+    """libcuda through ``ctypes.PyDLL``, whose calls keep the GIL; None where it cannot be
+    loaded (no GPU driver) or a CUDA tool is attached (``tool_attached``: there a call
+    holding the GIL can wait forever), and the caller uses cuda-python, which releases it."""
+    if tool_attached():
+        return None
+    try:
+        return ctypes.PyDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
 def capture_query():
-    """The query ``stream_is_capturing`` calls (truthy while capturing), resolved once."""
+    """The query ``stream_is_capturing`` calls (truthy while capturing), resolved once.
+    Triton's C query keeps the GIL too: under a CUDA tool only cuda-python's is used."""
     global _capture_query
-    if _capture_query is None and tool_attached():
-        _capture_query = stream_is_capturing_cuda_python  # releases the GIL (tool_attached)
     if _capture_query is None:
-        _capture_query = _triton_capture_query() or _gil_holding_capture_query() or stream_is_capturing_cuda_python
+        fast = None if tool_attached() else _triton_capture_query() or _gil_holding_capture_query()
+        _capture_query = fast or stream_is_capturing_cuda_python
     return _capture_query
 
 

@@ -95,10 +95,10 @@ class PollDriver:
 
     def __init__(self) -> None:
         self._lib = None
-        if cuda_api.tool_attached():
+        lib = cuda_api.gil_holding_libcuda()
+        if lib is None:
             return
         try:
-            lib = ctypes.PyDLL("libcuda.so.1")
             for name in ("cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2"):
                 fn = getattr(lib, name)
                 fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
@@ -106,7 +106,7 @@ class PollDriver:
             lib.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
             lib.cuStreamSynchronize.restype = ctypes.c_int
             self._lib = lib
-        except (OSError, AttributeError):
+        except AttributeError:
             pass
 
     @staticmethod
