@@ -10,9 +10,10 @@ themselves:
    device; each pair proposes an offset (the difference of their midpoints).  Where many
    proposals agree (2 µs windows over all kernels at once) are the candidate offsets;
 2. from each candidate, match the launches in time order, each to the unused event of its
-   name nearest to where the current offset puts it (within its duration, at least 5 µs),
-   the offset following each match (so a slow drift between the clocks is followed), and
-   keep the candidate that places the most launches;
+   name whose interval its CTAs, moved by the current offset, lie least outside of (at most
+   its duration or 5 µs outside), the offset moving as little as keeps each match inside (so
+   a slow drift between the clocks is followed), and keep the candidate that places the most
+   launches;
 3. fit ``profiler_ns = a + b * globaltimer_ns``: the rate ``b`` to the matched midpoints
    (b = 1 when they span less than 10 ms), the offset ``a`` in the middle of the offsets
    that put every launch inside its CUPTI interval (a kernel's CTAs run inside it), and
@@ -116,8 +117,11 @@ def best_match(ours: dict, theirs: dict) -> list:
 
 def match(ours: dict, theirs: dict, offset: int) -> list[tuple[tuple[int, str], np.ndarray, np.ndarray]]:
     """Per kernel: (key, our rows, their rows) of the matched pairs.  Launches are taken in time
-    order over all kernels, and each match updates the offset the next one is looked for at, so
-    a slow drift between the clocks over a long run is followed."""
+    order over all kernels; each goes to the unused event of its name that its CTAs, moved by the
+    current offset, lie least outside of (a kernel's CTAs run inside its CUPTI interval; a cold
+    launch may start its first CTA many µs after that interval starts, so midpoints can be far
+    apart), and the offset then moves as little as keeps that launch inside, so a slow drift
+    between the clocks over a long run is followed."""
     order = sorted((int(row[0]), key, i) for key, mine in ours.items() for i, row in enumerate(mine))
     used = {key: np.zeros(len(rows), bool) for key, rows in theirs.items()}
     mids = {key: _mid(rows) for key, rows in theirs.items()}
@@ -127,19 +131,27 @@ def match(ours: dict, theirs: dict, offset: int) -> list[tuple[tuple[int, str], 
         if other is None:
             continue
         row = ours[key][i]
-        want = (int(row[0]) + int(row[1])) // 2 + offset
-        tol = max(MIN_TOLERANCE_NS, int(row[1] - row[0]))
-        j = int(np.searchsorted(mids[key], want))
-        best = None
-        for k in range(max(0, j - 2), min(len(other), j + 3)):
-            if not used[key][k] and abs(int(mids[key][k]) - want) <= tol and \
-                    (best is None or abs(int(mids[key][k]) - want) < abs(int(mids[key][best]) - want)):
-                best = k
+        start, end = int(row[0]) + offset, int(row[1]) + offset
+        tol = max(MIN_TOLERANCE_NS, end - start)
+        j = int(np.searchsorted(mids[key], (start + end) // 2))
+        best, best_cost = None, None
+        for k in range(max(0, j - 3), min(len(other), j + 4)):
+            outside = max(int(other[k, 0]) - start, end - int(other[k, 1]), 0)
+            cost = (outside, abs(int(mids[key][k]) - (start + end) // 2))
+            if not used[key][k] and outside <= tol and (best_cost is None or cost < best_cost):
+                best, best_cost = k, cost
         if best is not None:
             used[key][best] = True
             found.setdefault(key, []).append((row, other[best]))
-            offset = int(mids[key][best]) - (int(row[0]) + int(row[1])) // 2
+            offset += _shift_inside(start, end, int(other[best, 0]), int(other[best, 1]))
     return [(key, np.array([a for a, _ in rows]), np.array([b for _, b in rows])) for key, rows in found.items()]
+
+
+def _shift_inside(start: int, end: int, lo: int, hi: int) -> int:
+    """The smallest move of [start, end] that puts it inside [lo, hi] (centred where it is longer)."""
+    if end - start > hi - lo:
+        return (lo + hi) // 2 - (start + end) // 2
+    return lo - start if start < lo else hi - end if end > hi else 0
 
 
 class Clock:

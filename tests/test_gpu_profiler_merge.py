@@ -2,6 +2,8 @@
 torch.profiler and proton-lite at once; every instrumented launch must sit inside its CUPTI
 kernel slice within 1 µs at both ends once merged."""
 import json
+import os
+import shutil
 
 import pytest
 
@@ -33,7 +35,18 @@ def test_every_launch_sits_inside_its_cupti_slice(tmp_path):
                 G.add_plain[(triton.cdiv(n, 1024), )](a, y, c, n, BLOCK=1024)
             torch.cuda.synchronize()
     report = merge_profiler_trace(prof, s.result.raw_path, tmp_path / "merged.json")  # the profiler object itself
-    assert report["matched"] == s.result.launches == 15 and not report["unmatched_launches"], report
+    try:
+        _check(report, s.result, tmp_path)
+    except AssertionError:  # keep what failed to merge, for a look on the host
+        out = os.environ.get("PROTON_LITE_RESULTS_DIR")
+        if out:
+            prof.export_chrome_trace(os.path.join(out, "merge_failed_profiler.json"))
+            shutil.copy(s.result.raw_path, os.path.join(out, "merge_failed.plraw"))
+        raise
+
+
+def _check(report, result, tmp_path):
+    assert report["matched"] == result.launches == 15 and not report["unmatched_launches"], report
     assert report["all_inside"], report  # one offset puts every launch inside its CUPTI slice
     seen = set()
     for r in report["launches"]:  # inside (a few ns of fit error allowed), within 1 µs at both ends

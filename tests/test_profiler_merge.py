@@ -90,6 +90,20 @@ def test_launches_whose_gaps_differ_are_all_placed_inside_their_slices(profile, 
         assert abs(got[launch][0] - start) <= 2 and abs(got[launch][1] - end) <= 2, (launch, got)
 
 
+def test_a_cold_launch_that_starts_late_in_its_slice_is_still_matched(profile, tmp_path):
+    """Launch 0's first CTA starts 60 µs after CUPTI's start (a cold first launch; on the H100
+    such a launch once went unmatched): its midpoint lies 30 µs from the slice's, more than its
+    26.5 µs duration, yet its CTAs lie inside that slice, and only inside that one."""
+    trace = tmp_path / "prof.json"
+    trace.write_text(json.dumps(_profiler_trace(profile, before=[60_000, 300, 300], after=[200, 300, 300])))
+    report = merge_profiler_trace(trace, CAPTURE, tmp_path / "merged.json")
+    assert report["matched"] == 3 and not report["unmatched_launches"] and report["all_inside"], report
+    got = {r["launch"]: (r["start_after_ns"], r["end_before_ns"]) for r in report["launches"]}
+    # the offsets keeping all three inside lie in [-300, +200] ns of the true one: the fit takes -50
+    for launch, (start, end) in {0: (59_950, 250), 1: (250, 350), 2: (250, 350)}.items():
+        assert abs(got[launch][0] - start) <= 2 and abs(got[launch][1] - end) <= 2, (launch, got)
+
+
 def test_a_rate_difference_over_a_long_run_is_fitted(profile, tmp_path):
     """Launches spread over 2 s with the profiler's clock 20 ppm fast: an offset alone would leave
     40 µs at the end; the fit takes the rate."""
