@@ -1,0 +1,108 @@
+"""The C launch hooks' own cost on the CPU (no GPU): ``runtime/fastpath.py``'s allocator and
+launch-exit hook, per call, on the common path.
+
+A ``Collector`` on the simulated driver of the CPU tests (``tests/sim_driver.py``), its C
+hooks given C stand-ins for the two driver queries (so no Python runs between them), and
+Triton's own ``LazyDict`` as the launch metadata, as Triton's launcher passes it.  Each
+launch is one allocator call and one exit-hook call, timed apart; chunks are large enough
+that a switch (the Python path) comes once per ``--per-chunk`` launches, reported apart.
+Also counted: objects the garbage collector tracks that each launch leaves alive until its
+chunk is sealed (what makes the collector run more often in the user's program).
+
+Usage: python tests/benchmarks/fastpath_cpu.py [--launches 20000] [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+_QUERIES = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+static int capturing(void *stream, int *status) { *status = 0; return 0; }
+static int device(int *out) { *out = 0; return 0; }
+static PyObject *addresses(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("(KK)", (unsigned long long)(uintptr_t)capturing, (unsigned long long)(uintptr_t)device);
+}
+static PyMethodDef m[] = {{"addresses", addresses, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "pl_query_standins", NULL, -1, m};
+PyMODINIT_FUNC PyInit_pl_query_standins(void) { return PyModule_Create(&mod); }
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launches", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--per-chunk", type=int, default=200)
+    a = ap.parse_args()
+    import tempfile
+    from _pytest.monkeypatch import MonkeyPatch
+    from triton.compiler.compiler import LazyDict
+
+    from proton_lite import compat
+    from proton_lite.raw_format import RawWriter
+    from proton_lite.runtime import fastpath
+    from proton_lite.runtime.collector import Collector, LaunchInfo
+    from sim_driver import SimDriver
+    from test_collector import _Meta
+
+    queries = compat.compile_module_from_src()(_QUERIES, "pl_query_standins").addresses()
+    meta = _Meta()
+    size = meta.profile_scratch_size * 4
+    rows = []
+    for _ in range(a.rounds):
+        mp = MonkeyPatch()
+        SimDriver().install(mp)
+        with tempfile.TemporaryDirectory() as tmp:
+            col = Collector(RawWriter(os.path.join(tmp, "c.plraw"), {}), host_limit_bytes=256 << 20,
+                            copy_every=a.per_chunk, idle_ns=10**12)
+            fp = fastpath.hooks_for(col, queries=queries)
+            assert fp is not None, fastpath.build_error()
+            args = {"x": 1, "n": 1024}
+            fast_a, fast_e, slow = [], [], []
+            gc.collect()
+            tracked0 = len(gc.get_objects(generation=0)) + len(gc.get_objects(generation=1))
+            kept = []
+            pc = time.perf_counter_ns
+            for i in range(a.launches):
+                before = fp.counts()
+                t0 = pc()
+                fp.allocate(size, 16, 0)
+                t1 = pc()
+                lm = LazyDict({"name": "k", "function": 1, "stream": 0})
+                lm.add(LaunchInfo(None), ((4, 1, 1), meta, args))
+                t2 = pc()
+                fp.on_launch_exit(lm)
+                t3 = pc()
+                after = fp.counts()
+                if after[0] > before[0]:
+                    fast_a.append(t1 - t0)
+                else:
+                    slow.append(t1 - t0)
+                if after[1] > before[1]:
+                    fast_e.append(t3 - t2)
+                if i == a.per_chunk // 2:  # mid-chunk: what the open chunk holds on to
+                    kept.append(sum(len(gc.get_objects(generation=g)) for g in (0, 1)) - tracked0)
+            col.finish()
+            col.writer.close()
+        mp.undo()
+        rows.append((statistics.median(fast_a), statistics.median(fast_e),
+                     statistics.median(slow) if slow else 0, len(slow), kept[0] if kept else 0))
+    print(f"{a.launches} launches, a chunk switch every {a.per_chunk}; medians over {a.rounds} rounds (ns per call):")
+    print(f"  allocator, C path      {statistics.median(r[0] for r in rows):8.0f}")
+    print(f"  exit hook, C path      {statistics.median(r[1] for r in rows):8.0f}")
+    print(f"  allocator, Python path {statistics.median(r[2] for r in rows):8.0f}  ({rows[0][3]} calls)")
+    print(f"  GC-tracked objects alive after {a.per_chunk // 2} launches into a chunk: {rows[0][4]}")
+
+
+if __name__ == "__main__":
+    main()
