@@ -22,6 +22,7 @@ _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,38 @@ static Py_ssize_t deflate_batches(unsigned char *dst, const unsigned char *raw, 
     return q - dst;
 }
 
+/* Each writer thread keeps its four work buffers from one call to the next (freed when the
+   thread ends).  Allocated and freed per call, they were unmapped and faulted in again every
+   time: each call touches ~10 MB, and with 16 threads every unmap also stops the others. */
+typedef struct { void *p[4]; size_t cap[4]; } Work;
+static pthread_key_t work_key;
+static int work_key_ok;
+
+static void work_free(void *w) {
+    Work *work = w;
+    for (int i = 0; i < 4; i++) free(work->p[i]);
+    free(work);
+}
+
+static void *work_buf(int i, size_t size) {  /* this thread's buffer i, at least size bytes */
+    Work *w = work_key_ok ? pthread_getspecific(work_key) : NULL;
+    if (!w) {
+        if (!work_key_ok || !(w = calloc(1, sizeof(Work)))) return NULL;
+        if (pthread_setspecific(work_key, w) != 0) { free(w); return NULL; }
+    }
+    if (w->cap[i] < size) {
+        size_t cap = size + size / 4;
+        free(w->p[i]);  /* nothing in it is kept: no realloc copy */
+        w->p[i] = NULL;
+        w->cap[i] = 0;
+        void *p = malloc(cap);
+        if (!p) return NULL;
+        w->p[i] = p;
+        w->cap[i] = cap;
+    }
+    return w->p[i];
+}
+
 static int get(PyObject *obj, Py_buffer *view, Py_ssize_t item) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
     if (view->len % item) { PyBuffer_Release(view); PyErr_SetString(PyExc_ValueError, "bad array"); return -1; }
@@ -165,8 +198,8 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < n; k++)
         if (ev_i[k] < 0 || ev_i[k] >= n_iv) { PyErr_SetString(PyExc_IndexError, "event of no interval"); goto done; }
     /* a packet is at most 1+1+1+10+1+10+1+1 + (2+1+10+1+10+2+14+2+13) = 81 bytes */
-    unsigned char *raw = malloc((size_t)n * 88 + 1);
-    int64_t *ends = malloc((size_t)n * 8 + 8);
+    unsigned char *raw = work_buf(0, (size_t)n * 88 + 1);
+    int64_t *ends = work_buf(1, (size_t)n * 8 + 8);
     unsigned char *out = NULL, *scratch = NULL;
     Py_ssize_t size = 0;
     int64_t ann = 0;
@@ -178,8 +211,8 @@ static PyObject *encode(PyObject *self, PyObject *args) {
                        (const int64_t *)v[6].buf, (const uint8_t *)v[7].buf, (const int64_t *)v[8].buf, &ann);
         if (compress && size) {
             /* batches: at most one per packet, each a bound's worth of deflate plus a header */
-            out = malloc((size_t)z_bound((unsigned long)size) + (size_t)n * 48 + 64);
-            scratch = malloc((size_t)z_bound((unsigned long)(max_batch > 128 ? max_batch : 128)) + 64);
+            out = work_buf(2, (size_t)z_bound((unsigned long)size) + (size_t)n * 48 + 64);
+            scratch = work_buf(3, (size_t)z_bound((unsigned long)(max_batch > 128 ? max_batch : 128)) + 64);
             if (!out || !scratch) failed = 1;
             else if ((size = deflate_batches(out, raw, ends, n, max_batch, scratch)) < 0) failed = 2;
         }
@@ -191,7 +224,6 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         PyObject *data = PyBytes_FromStringAndSize((const char *)(compress ? out : raw), size);
         if (data) result = Py_BuildValue("(NL)", data, (long long)ann);
     }
-    free(raw); free(ends); free(out); free(scratch);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
     return result;
@@ -278,6 +310,12 @@ static PyObject *dense_unique(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(found);
 }
 
+static PyObject *release(PyObject *self, PyObject *unused) {  /* this thread's work buffers, now */
+    Work *w = work_key_ok ? pthread_getspecific(work_key) : NULL;
+    if (w) { pthread_setspecific(work_key, NULL); work_free(w); }
+    Py_RETURN_NONE;
+}
+
 static PyObject *init_zlib(PyObject *self, PyObject *arg) {
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) return NULL;
@@ -291,6 +329,7 @@ static PyObject *init_zlib(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"init_zlib", init_zlib, METH_O, "load compress2 and compressBound from this zlib"},
+    {"release", release, METH_NOARGS, "free the calling thread's work buffers (other threads' go when they end)"},
     {"encode", encode, METH_VARARGS, "interval events as (deflated) TracePackets, without the GIL"},
     {"keys", keys, METH_VARARGS, "unit-track and (kernel, scope) keys of a piece's intervals, without the GIL"},
     {"dense_unique", dense_unique, METH_VARARGS, "np.unique with inverse by a presence table, without the GIL"},
@@ -298,7 +337,10 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_events", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit_proton_lite_native_events(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_proton_lite_native_events(void) {
+    work_key_ok = pthread_key_create(&work_key, work_free) == 0;  /* without it: work_buf says no memory */
+    return PyModule_Create(&module);
+}
 """
 
 _EXTENSION = ZlibExtension(_SOURCE, "proton_lite_native_events", "PROTON_LITE_NATIVE_TRACE")
@@ -307,6 +349,14 @@ _EXTENSION = ZlibExtension(_SOURCE, "proton_lite_native_events", "PROTON_LITE_NA
 def module():
     """The compiled extension, or None (the numpy encoder writes the same bytes then)."""
     return _EXTENSION.module()
+
+
+def release() -> None:
+    """Free the calling thread's encoder buffers (a worker thread's are freed when it ends):
+    the writer's own thread encodes when it has no workers, and it is the user's thread."""
+    mod = module()
+    if mod is not None:
+        mod.release()
 
 
 def error() -> str | None:

@@ -152,6 +152,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
+        native_events.release()  # this thread's encoder buffers, when it encoded (no workers)
     total = sum(sizes.values())
     n_slices = n_iv + n_cta
     return {"format": "perfetto", "path": str(path), "bytes": total, "slices": n_slices, "compressed": compress,
