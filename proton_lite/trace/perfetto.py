@@ -128,11 +128,14 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             def put(kind: str, data: bytes) -> None:
                 f.write(data)
                 sizes[kind] += len(data)
-            # the CTA sequence last: its events (one sort of every CTA's begin and end) are made on a
-            # worker while the pieces are, instead of holding them up at the head of the file
+            # the CTA sequence last in the file, but encoded from the start, beside the pieces: its
+            # events (one sort of every CTA's begin and end) would otherwise hold up the head of
+            # the file, and its batches, queued after the pieces, ran after them as a tail with
+            # fewer tasks than threads (2 threads: 0.12-0.16 s of a 0.7-0.8 s write)
             tasks = [piece_task(k) for k in range(len(cut))]
             n_pieces = len(tasks)
-            tasks += [cta_task(slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_cta, CHUNK)]
+            ctas_ahead = [run(cta_task(slice(lo, lo + CHUNK))) for lo in range(0, 2 * n_cta, CHUNK)]
+            tasks += [lambda f=f: f.result() for f in ctas_ahead]
             results = _ordered(run, tasks, workers + 2)  # the first pieces run while the head is made
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
