@@ -15,7 +15,7 @@ import torch
 import proton_lite
 from proton_lite import compat
 from proton_lite.runtime import fastpath
-import graph_kernels as G
+from launch_loops import block, workloads
 
 SRC = r"""
 #define PY_SSIZE_T_CLEAN
@@ -48,23 +48,14 @@ side = torch.cuda.Stream()
 for name, st in (("default stream (0)", 0), ("torch current", s_torch), ("a created stream", side.cuda_stream)):
     print(f"driver calls, {name}: cuStreamIsCapturing {drv.bench(cap, dev, st, 100000)[0]:.0f} ns, cuCtxGetDevice {drv.bench(cap, dev, st, 100000)[1]:.0f} ns")
 
-n = 1 << 22
-a, b, c = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
-fn = lambda: G.add_plain[(4096, )](a, b, c, n, BLOCK=1024)
+fn, _ = workloads(liger=False)["add 4096 CTAs"]
 
 
-def block(calls):
-    torch.cuda.synchronize(); t, c0 = time.perf_counter(), time.thread_time()
-    for _ in range(calls): fn()
-    cpu = time.thread_time() - c0; torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6, cpu / calls * 1e6
-
-
-for _ in range(2): block(100)
-print("plain wall/cpu us", [round(v, 1) for v in block(3000)])
+for _ in range(2): block(fn, 100)
+print("plain wall/cpu us", [round(v, 1) for v in block(fn, 3000)])
 with proton_lite.start("/tmp/fp", quiet=True, formats=(), calibrate=False) as s:
-    block(50)
-    print("session wall/cpu us", [round(v, 1) for v in block(3000)])
+    block(fn, 50)
+    print("session wall/cpu us", [round(v, 1) for v in block(fn, 3000)])
     # time the installed hooks themselves by wrapping them
     alloc = compat.get_profile_allocator()
     hooks = compat.get_knob("runtime", "launch_exit_hook")
@@ -81,7 +72,7 @@ with proton_lite.start("/tmp/fp", quiet=True, formats=(), calibrate=False) as s:
 
     compat.set_profile_allocator(walloc); hooks.remove(fp.on_launch_exit); hooks.add(wexit)
     before = fp.counts()
-    print("session, hooks wrapped, wall/cpu us", [round(v, 1) for v in block(3000)])
+    print("session, hooks wrapped, wall/cpu us", [round(v, 1) for v in block(fn, 3000)])
     after = fp.counts()
     hooks.remove(wexit); hooks.add(fp.on_launch_exit); compat.set_profile_allocator(alloc)
     print(f"per launch: allocate {acc['alloc'] / acc['n']:.0f} ns, exit hook {acc['exit'] / acc['n']:.0f} ns, "
@@ -97,4 +88,4 @@ with proton_lite.start("/tmp/fp", quiet=True, formats=(), calibrate=False) as s:
     # Triton's side: launch_metadata built per launch?
     import triton.knobs as K
     print("enter hook:", K.runtime.launch_enter_hook, "exit hook:", K.runtime.launch_exit_hook)
-print("plain again wall/cpu us", [round(v, 1) for v in block(3000)])
+print("plain again wall/cpu us", [round(v, 1) for v in block(fn, 3000)])

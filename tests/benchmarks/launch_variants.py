@@ -10,32 +10,13 @@ is work on that thread, not waiting.
 
 Usage (from the repository root): python tests/benchmarks/launch_variants.py  [ROUNDS=3]
 """
-import os, sys, time
+import os, sys
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-import torch
 import proton_lite
 from proton_lite import compat
-import graph_kernels as G
+from launch_loops import block, workloads
 
-x = torch.randn(4096, 4096, device="cuda"); w = torch.randn(4096, device="cuda")
-n = 1 << 22
-a, b, c = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
-work = {"add 4096 CTAs": (lambda: G.add_plain[(4096, )](a, b, c, n, BLOCK=1024), 3000)}
-try:
-    import liger_kernel.transformers.functional as F
-    work["liger rms_norm fwd"] = (lambda: F.liger_rms_norm(x, w, 1e-6, in_place=False), 1000)
-except ImportError as e:
-    print("no liger", e)
-
-
-def block(fn, calls):
-    torch.cuda.synchronize()
-    t, c0 = time.perf_counter(), time.thread_time()
-    for _ in range(calls):
-        fn()
-    cpu = time.thread_time() - c0
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6, cpu / calls * 1e6
+work = workloads()
 
 
 def noop_exit(*_):

@@ -10,19 +10,10 @@ Usage (from the repository root): python tests/benchmarks/writer_load.py
 import ctypes, os, sys, threading, time, zlib
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
 import numpy as np
-import torch
 import proton_lite
-import graph_kernels as G
+from launch_loops import block, workloads
 
-n = 1 << 22
-a, b, c = torch.rand(n, device="cuda"), torch.rand(n, device="cuda"), torch.empty(n, device="cuda")
-x = torch.randn(4096, 4096, device="cuda"); w = torch.randn(4096, device="cuda")
-work = {"add 4096 CTAs": (lambda: G.add_plain[(4096, )](a, b, c, n, BLOCK=1024), 3000)}
-try:
-    import liger_kernel.transformers.functional as F
-    work["liger rms_norm fwd"] = (lambda: F.liger_rms_norm(x, w, 1e-6, in_place=False), 1000)
-except ImportError:
-    pass
+work = workloads()
 libc = ctypes.CDLL(None)
 CH = 16 << 20
 buf = np.ones(CH, np.uint8)
@@ -45,16 +36,6 @@ class Load:
             if "zero" in self.parts: libc.memset(ctypes.c_void_p(buf.ctypes.data), 0, ctypes.c_size_t(CH))
             left = period - (time.perf_counter() - t)
             if left > 0: time.sleep(left)
-
-
-def block(fn, calls):
-    torch.cuda.synchronize()
-    t, c0 = time.perf_counter(), time.thread_time()
-    for _ in range(calls):
-        fn()
-    cpu = time.thread_time() - c0
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6, cpu / calls * 1e6
 
 
 def run(v, fn, calls):
