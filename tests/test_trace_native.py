@@ -1,8 +1,9 @@
 """The C event encoder (``trace/native_events.py``) writes exactly the numpy encoder's bytes.
 
-Both paths run here: the C one as built at first use with Triton's compiler, the numpy one
-with the module switched off; traces of several shapes must come out byte for byte the
-same, deflated or not, in one batch per chunk or many, in one piece or many.
+Both paths run here: the C one as built at first use, the numpy one with the module switched
+off (but the C deflate kept: without the module, zlib deflates, to other bytes); traces of
+several shapes must come out byte for byte the same, deflated or not, in one batch per chunk
+or many, in one piece or many.
 """
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ def _native_or_skip():
 
 def _write(profile, path, monkeypatch, native: bool, compress: bool) -> bytes:
     if not native:
+        monkeypatch.setattr(native_events, "deflate", native_events.module().deflate)
         monkeypatch.setattr(native_events, "module", lambda: None)
     write_perfetto(profile, path, compress=compress, workers=2)
     monkeypatch.undo()

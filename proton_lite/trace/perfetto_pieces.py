@@ -184,7 +184,7 @@ def finish(rows: Rows, compress: bool) -> bytes:
     while lo < len(data):
         hi = int(ends[np.searchsorted(ends, lo + MAX_RAW_BATCH, side="right") - 1])
         hi = hi if hi > lo else int(ends[np.searchsorted(ends, lo, side="right")])
-        out.append(packet(field_bytes(P_COMPRESSED, zlib.compress(data[lo:hi], 1))))
+        out.append(packet(field_bytes(P_COMPRESSED, native_events.deflate(data[lo:hi]))))
         lo = hi
     return b"".join(out)
 
