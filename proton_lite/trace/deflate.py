@@ -16,7 +16,8 @@ any inflater reads: Perfetto's trace processor, Python's ``zlib.decompress``.  N
 byte what zlib writes: the tests inflate both and compare packets.
 
 Work buffers (the hash table, the symbols) come from the caller: ``native_events`` passes
-the thread's own (``work_buf``).
+the thread's own (``work_buf``); ``PY_C``, the Python-callable ``deflate``, is placed after
+``work_buf`` in that module's source.
 """
 
 C_SOURCE = r"""
@@ -272,5 +273,25 @@ static size_t fd_deflate(unsigned char *dst, const unsigned char *src, size_t n,
     *o.p++ = (unsigned char)(ad >> 8);
     *o.p++ = (unsigned char)ad;
     return (size_t)(o.p - dst);
+}
+"""
+
+PY_C = r"""
+static PyObject *py_deflate(PyObject *self, PyObject *arg) {  /* bytes-like -> zlib stream (trace/deflate.py) */
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    size_t n = (size_t)v.len, m = 0;
+    unsigned char *out = work_buf(2, fd_bound(n));
+    uint32_t *table = work_buf(4, FD_TABLE_BYTES), *syms = work_buf(5, 4 * n + 4);
+    PyObject *r = NULL;
+    if (!out || !table || !syms) PyErr_NoMemory();
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        m = fd_deflate(out, v.buf, n, table, syms);
+        Py_END_ALLOW_THREADS
+        r = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)m);
+    }
+    PyBuffer_Release(&v);
+    return r;
 }
 """

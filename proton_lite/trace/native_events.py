@@ -19,7 +19,7 @@ import numpy as np
 import zlib
 
 from proton_lite.native_build import BUFFERS_C, ZlibExtension
-from proton_lite.trace.deflate import C_SOURCE as DEFLATE_C
+from proton_lite.trace.deflate import C_SOURCE as DEFLATE_C, PY_C as DEFLATE_PY_C
 
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -314,24 +314,7 @@ static PyObject *release(PyObject *self, PyObject *unused) {  /* this thread's w
     Py_RETURN_NONE;
 }
 
-static PyObject *py_deflate(PyObject *self, PyObject *arg) {  /* bytes-like -> zlib stream (trace/deflate.py) */
-    Py_buffer v;
-    if (PyObject_GetBuffer(arg, &v, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    size_t n = (size_t)v.len, m = 0;
-    unsigned char *out = work_buf(2, fd_bound(n));
-    uint32_t *table = work_buf(4, FD_TABLE_BYTES), *syms = work_buf(5, 4 * n + 4);
-    PyObject *r = NULL;
-    if (!out || !table || !syms) PyErr_NoMemory();
-    else {
-        Py_BEGIN_ALLOW_THREADS
-        m = fd_deflate(out, v.buf, n, table, syms);
-        Py_END_ALLOW_THREADS
-        r = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)m);
-    }
-    PyBuffer_Release(&v);
-    return r;
-}
-
+""" + DEFLATE_PY_C + r"""
 static PyObject *init_zlib(PyObject *self, PyObject *arg) {
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) return NULL;
