@@ -1,78 +1,186 @@
 """Where a session's added time per call lands on the launching thread (issue 22; GPU needed).
 
-Triton's ``JITFunction.run`` and each binary's launcher (``CompiledKernel._run``: the profile
-allocator, the launch, the launch-exit hook) are timed from outside, so a call's wall time
-splits into: inside the launcher, the rest of Triton's run, and outside Triton (the
-program's own Python and torch).  Blocks of ``launch_loops.py``'s workloads alternate:
-plain, a session, a session whose kernel selection matches nothing (plain binaries, the
-exit hook only), a session with the C hooks off (``PROTON_LITE_FASTPATH=0``).  Medians over
-``ROUNDS`` (default 3).
+Triton's ``JITFunction.run`` and each binary's launcher (``CompiledKernel._run``) are timed
+from outside, and inside a session the profile allocator and the launch-exit hook too, so a
+call's added wall time splits into: our two hooks, the rest of the launcher (Triton's and the
+driver's launch), the rest of Triton's run, and *outside Triton* (the program's own Python
+and torch).  The GPU hosts' plain speed moves by up to 2x between blocks, so blocks come in
+pairs, plain and session back to back in alternating order, and each number is the median
+of the pairs' differences.  ``--probe`` adds session variants that test two explanations:
+the drain's host work skipped (no checksum, file write or zeroing of the pinned buffers:
+records are lost, a measurement aid only), and the drain's events made with
+``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core).
 
-Usage (from the repository root): python tests/benchmarks/launch_where.py
+Workloads: ``launch_loops.py``'s (a 4,096-CTA scope-less add, liger's rms_norm forward) and
+``host_scale.py``'s rms_norm forward with autograd on.
+
+Usage (from the repository root): python tests/benchmarks/launch_where.py [--pairs 12] [--probe]
 """
-import os, sys, time
-sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "benchmarks"))
-import torch
-import triton
-from triton.runtime import jit as J
-import proton_lite
-from launch_loops import block, workloads
+import torch  # noqa: E402
+from triton.runtime import jit as J  # noqa: E402
+
+import proton_lite  # noqa: E402
+from host_scale import liger_cases  # noqa: E402
+from launch_loops import workloads  # noqa: E402
+from proton_lite import compat  # noqa: E402
+from proton_lite.runtime import buffers, cuda_api, drain  # noqa: E402
 
 pc = time.perf_counter_ns
-acc = {"jit": 0, "launch": 0, "n": 0}
-orig_run = J.JITFunction.run
+acc = dict(jit=0, launch=0, alloc=0, exit=0)
+_run = J.JITFunction.run
 
 
-def wrapped_launcher(inner):
+def _timed_launcher(inner):
     def launch(*a, **k):
         t = pc()
         try:
             return inner(*a, **k)
         finally:
             acc["launch"] += pc() - t
-    launch._inner = inner
+    launch.inner = inner
     return launch
 
 
-def timed_run(self, *a, **k):
+def _timed_run(self, *a, **k):
     t = pc()
     try:
-        kernel = orig_run(self, *a, **k)
+        kernel = _run(self, *a, **k)
         r = getattr(kernel, "_run", None)
-        if kernel is not None and r is not None and not hasattr(r, "_inner"):
-            kernel._run = wrapped_launcher(r)  # from the next launch of this binary on
+        if r is not None and not hasattr(r, "inner"):
+            kernel._run = _timed_launcher(r)  # from this binary's next launch on
         return kernel
     finally:
         acc["jit"] += pc() - t
-        acc["n"] += 1
 
 
-J.JITFunction.run = timed_run
-variants = {"plain": None, "session": {}, "session, kernel not selected": {"kernels": ["no_such_kernel"]},
-            "session, fastpath off": "env"}
-for name, (fn, n) in workloads(liger=True).items():
-    for _ in range(3):
-        block(fn, 100)
-    res = {}
-    for rnd in range(int(os.environ.get("ROUNDS", 3))):
-        for var, opts in variants.items():
-            def run_block():
-                for _ in range(2): block(fn, 30)
-                acc.update(jit=0, launch=0, n=0)
-                w, c = block(fn, n)
-                return w, c, acc["jit"] / n / 1e3, acc["launch"] / n / 1e3, acc["n"] / n
-            if opts is None:
-                r = run_block()
-            else:
-                if opts == "env":
-                    os.environ["PROTON_LITE_FASTPATH"] = "0"
-                with proton_lite.start("/tmp/wp", quiet=True, formats=(), calibrate=False, **({} if opts == "env" else opts)):
-                    r = run_block()
-                os.environ.pop("PROTON_LITE_FASTPATH", None)
-            res.setdefault(var, []).append(r)
-    for var, rows in res.items():
-        rows.sort()
-        w, c, j, l, k = rows[len(rows) // 2]
-        print(f"{name:20s} {var:30s} wall {w:6.1f} ({rows[0][0]:.1f}-{rows[-1][0]:.1f}) CPU {c:6.1f}  in jit.run {j:6.1f}"
-              f"  in launcher {l:6.1f}  outside triton {w - j:6.1f}  jit calls/call {k:.1f}", flush=True)
+def _voluntary_switches() -> int:
+    with open("/proc/thread-self/status") as f:
+        return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+
+def block(fn, n: int) -> dict:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    for k in acc:
+        acc[k] = 0
+    v0, t0, c0 = _voluntary_switches(), time.perf_counter(), time.thread_time()
+    for _ in range(n):
+        fn()
+    cpu = time.thread_time() - c0
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / n * 1e6
+    per = {k: v / n / 1e3 for k, v in acc.items()}
+    return dict(wall=wall, cpu=cpu / n * 1e6, **per, outside=wall - per["jit"], switches=(_voluntary_switches() - v0) / n)
+
+
+def _no_drain_work():
+    def no_write(self, chunk, host_buf, rows=None):
+        return None
+
+    def give_unzeroed(self, buf):
+        with self._cond:
+            self._put((buf.capacity, ), buf)
+            self._in_use -= buf.capacity
+            self._cond.notify_all()
+    return [(drain.Drain, "_write", no_write), (buffers.PinnedPool, "give", give_unzeroed)]
+
+
+def _blocking_events():
+    cu = cuda_api.cu
+    flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING | cu.CUevent_flags.CU_EVENT_BLOCKING_SYNC
+    return [(cuda_api, "event_create", lambda: cuda_api.check(cu.cuEventCreate(flags), "cuEventCreate"))]
+
+
+def _timed_hooks_block(s, fn, n: int) -> dict:
+    """``block`` with the session's allocator and exit hook timed (a wrapper of ~0.3 µs each)."""
+    alloc = compat.get_profile_allocator()
+    hooks = compat.get_knob("runtime", "launch_exit_hook")
+    exit_hook = s._hooks._hooks[1]
+
+    def timed_alloc(size, align, stream):
+        t = pc()
+        r = alloc(size, align, stream)
+        acc["alloc"] += pc() - t
+        return r
+
+    def timed_exit(metadata):
+        t = pc()
+        r = exit_hook(metadata)
+        acc["exit"] += pc() - t
+        return r
+    compat.set_profile_allocator(timed_alloc)
+    hooks.remove(exit_hook)
+    hooks.add(timed_exit)
+    try:
+        return block(fn, n)
+    finally:
+        hooks.remove(timed_exit)
+        hooks.add(exit_hook)
+        compat.set_profile_allocator(alloc)
+
+
+def session_block(fn, n: int, patches=()) -> dict:
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    for obj, name, value in patches:
+        setattr(obj, name, value)
+    try:
+        with proton_lite.start("/tmp/launch_where", quiet=True, decode=False, calibrate=False) as s:
+            r = _timed_hooks_block(s, fn, n)
+        os.remove(s.result.raw_path)
+        return r
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=12)
+    ap.add_argument("--probe", action="store_true")
+    a = ap.parse_args()
+    J.JITFunction.run = _timed_run
+    variants = {"session": ()}
+    if a.probe:
+        variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events()})
+    work = dict(workloads(liger=True))
+    cases = {label: call for label, _, call, _ in liger_cases()}
+    if cases:
+        work["liger rms_norm fwd, autograd"] = (lambda: cases["liger rms_norm 4096x4096 fwd, no sync"](1), 300)
+    for name, (fn, n) in work.items():
+        n = min(n, 600)
+        session_block(fn, 50)  # compiles the instrumented binaries
+        plains, runs = [], {v: [] for v in variants}
+        for k in range(a.pairs):
+            order = ["plain", *variants] if k % 2 == 0 else [*reversed(variants), "plain"]
+            for v in order:
+                if v == "plain":
+                    plains.append(block(fn, n))
+                else:
+                    runs[v].append(session_block(fn, n, variants[v]))
+
+        def med(rows, key):
+            return statistics.median(r[key] for r in rows)
+        for v, rows in runs.items():
+            def added(key):
+                return statistics.median(s[key] - p[key] for p, s in zip(plains, rows))
+            hooks = med(rows, "alloc") + med(rows, "exit")
+            print(f"{name:30s} {v:20s} plain {med(plains, 'wall'):6.1f} session {med(rows, 'wall'):6.1f} us/call; "
+                  f"added (median of {a.pairs} pairs): wall {added('wall'):5.1f}, launching thread's CPU {added('cpu'):5.1f}; "
+                  f"our hooks {hooks:4.1f} (allocator {med(rows, 'alloc'):.1f}, exit {med(rows, 'exit'):.1f}), rest of the "
+                  f"launcher {added('launch') - hooks:4.1f}, rest of Triton's run {added('jit') - added('launch'):4.1f}, "
+                  f"outside Triton {added('outside'):5.1f}; waits for the GIL per call {med(rows, 'switches'):.2f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

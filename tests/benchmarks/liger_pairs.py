@@ -1,0 +1,113 @@
+"""liger-kernel's rms_norm per call, plain vs in a session, as paired blocks (issue 22; GPU).
+
+On the GPU hosts a plain block of these calls moves by up to 2x between blocks of one
+process (other tenants, clocks), so medians of separate plain and session blocks say little
+about a 10% target.  Here each pair is a plain block and a session block run back to back,
+in alternating order (plain first, then session first), and the number is the median of the
+pairs' ratios with its quartiles.  Also per block: the time Python's garbage collector ran
+(``gc.callbacks``) and its collections, to see whether a session's objects make it run more.
+
+Cases (``host_scale.py``'s): rms_norm forward, forward + backward, synchronized per call or
+not, on 4,096 x 4,096.  A session here is raw only (``decode=False``), started per block,
+its first ``--warm`` calls not timed.
+
+Usage: python tests/benchmarks/liger_pairs.py [--pairs 12] [--calls 200] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+import proton_lite  # noqa: E402
+from host_scale import liger_cases  # noqa: E402
+
+_gc = {"ns": 0, "runs": 0, "t0": 0}
+
+
+def _gc_timer(phase, info):
+    if phase == "start":
+        _gc["t0"] = time.perf_counter_ns()
+    else:
+        _gc["ns"] += time.perf_counter_ns() - _gc["t0"]
+        _gc["runs"] += 1
+
+
+def timed(call, calls: int) -> tuple[float, float, int]:
+    """(µs per call, GC ms, GC runs) of ``calls`` calls between two synchronizes."""
+    torch.cuda.synchronize()
+    _gc.update(ns=0, runs=0)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call(1)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6, _gc["ns"] / 1e6, _gc["runs"]
+
+
+def session_block(call, calls: int, warm: int, path: str):
+    with proton_lite.start(path, quiet=True, decode=False, calibrate=False) as s:
+        for _ in range(warm):
+            call(1)
+        out = timed(call, calls)
+    os.remove(s.result.raw_path)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=12)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--warm", type=int, default=20)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    gc.callbacks.append(_gc_timer)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, _, call, _ in liger_cases():
+            for _ in range(a.warm):
+                call(1)
+            session_block(call, a.warm, a.warm, os.path.join(tmp, "w"))  # compiles the instrumented binaries
+            pairs = []
+            for k in range(a.pairs):
+                first_plain = k % 2 == 0
+                plain = session = None
+                for which in ((0, 1) if first_plain else (1, 0)):
+                    if which == 0:
+                        for _ in range(a.warm):
+                            call(1)
+                        plain = timed(call, a.calls)
+                    else:
+                        session = session_block(call, a.calls, a.warm, os.path.join(tmp, f"s{k}"))
+                pairs.append((plain, session))
+            ratios = sorted(s[0] / p[0] for p, s in pairs)
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+            row = {"case": label, "pairs": a.pairs, "calls": a.calls,
+                   "plain_us": statistics.median(p[0] for p, _ in pairs),
+                   "session_us": statistics.median(s[0] for _, s in pairs),
+                   "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
+                   "gc_ms_plain": statistics.median(p[1] for p, _ in pairs),
+                   "gc_ms_session": statistics.median(s[1] for _, s in pairs),
+                   "gc_runs_plain": statistics.median(p[2] for p, _ in pairs),
+                   "gc_runs_session": statistics.median(s[2] for _, s in pairs),
+                   "all": [[p[0], s[0]] for p, s in pairs]}
+            rows.append(row)
+            print(f"{label:44s} plain {row['plain_us']:7.1f} session {row['session_us']:7.1f} us/call  "
+                  f"ratio median {row['ratio_median']:.3f} (quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f})  "
+                  f"GC per block {row['gc_ms_plain']:.1f} / {row['gc_ms_session']:.1f} ms, "
+                  f"{row['gc_runs_plain']:.0f} / {row['gc_runs_session']:.0f} runs", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
