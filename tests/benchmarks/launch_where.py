@@ -8,8 +8,11 @@ and torch).  The GPU hosts' plain speed moves by up to 2x between blocks, so blo
 pairs, plain and session back to back in alternating order, and each number is the median
 of the pairs' differences.  ``--probe`` adds session variants that test two explanations:
 the drain's host work skipped (no checksum, file write or zeroing of the pinned buffers:
-records are lost, a measurement aid only), and the drain's events made with
-``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core).
+records are lost, a measurement aid only), the drain's events made with
+``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core), and *Triton's
+path only*: the instrumented binaries launched with a profile allocator that returns one
+fixed device buffer and no exit hook (what any allocator-based profiler pays through
+Triton's launcher before doing anything; records are not kept).
 
 Workloads: ``launch_loops.py``'s (a 4,096-CTA scope-less add, liger's rms_norm forward) and
 ``host_scale.py``'s rms_norm forward with autograd on.
@@ -129,13 +132,35 @@ def _timed_hooks_block(s, fn, n: int) -> dict:
         compat.set_profile_allocator(alloc)
 
 
+TRITON_ONLY = "triton-only"  # a variant, not patches: see _triton_path_block
+
+
+def _triton_path_block(s, fn, n: int) -> dict:
+    """``block`` with the session's hooks replaced by a fixed buffer and no exit hook."""
+    scratch = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # any launch here fits
+    ptr = scratch.data_ptr()
+    alloc = compat.get_profile_allocator()
+    hooks = compat.get_knob("runtime", "launch_exit_hook")
+    exit_hook = s._hooks._hooks[1]
+    compat.set_profile_allocator(lambda size, align, stream: ptr)
+    hooks.remove(exit_hook)
+    try:
+        return block(fn, n)
+    finally:
+        torch.cuda.synchronize()
+        hooks.add(exit_hook)
+        compat.set_profile_allocator(alloc)
+
+
 def session_block(fn, n: int, patches=()) -> dict:
+    triton_only = patches == TRITON_ONLY
+    patches = () if triton_only else patches
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     for obj, name, value in patches:
         setattr(obj, name, value)
     try:
         with proton_lite.start("/tmp/launch_where", quiet=True, decode=False, calibrate=False) as s:
-            r = _timed_hooks_block(s, fn, n)
+            r = (_triton_path_block if triton_only else _timed_hooks_block)(s, fn, n)
         os.remove(s.result.raw_path)
         return r
     finally:
@@ -151,7 +176,8 @@ def main() -> None:
     J.JITFunction.run = _timed_run
     variants = {"session": ()}
     if a.probe:
-        variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events()})
+        variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events(),
+                         "Triton's path only": TRITON_ONLY})
     work = dict(workloads(liger=True))
     cases = {label: call for label, _, call, _ in liger_cases()}
     if cases:
