@@ -135,21 +135,21 @@ def test_auto_granularity_records_ctas_only_in_a_kernel_without_scopes(cache_dir
     assert _entry(scoped)["layout"]["granularity"] == "warp" and _entry(scoped)["scopes"] == ["load", "store"]
 
 
-def test_the_cache_key_contribution_follows_a_previous_hooks_key():
+def test_the_cache_key_contribution_follows_a_previous_hooks_key(monkeypatch):
     """Triton 3.9 asks the stages hook for a key at every launch: ours is cached, but it
     must still change with the key of a hook that was installed before ours."""
     keys = iter([("a", "ha"), ("a", "ha"), ("b", "hb")])
     previous = lambda *args: next(keys) if not args else None  # noqa: E731
-    knobs.runtime.add_stages_inspection_hook = previous
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", previous)
     stage_hook.install()
     try:
         first, again, changed = stage_hook._hook(), stage_hook._hook(), stage_hook._hook()
     finally:
         stage_hook.uninstall()
     assert knobs.runtime.add_stages_inspection_hook is previous
-    knobs.runtime.add_stages_inspection_hook = None
     assert first == again and first[0].endswith("a") and len(first[1]) == 64
     assert changed[0].endswith("b") and changed[1] != first[1]
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
     stage_hook.install()
     try:
         alone = stage_hook._hook()

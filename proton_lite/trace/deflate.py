@@ -7,13 +7,13 @@ step of the 21 M-record capture stayed at 1.0 s of a 2.4 s stop with every core 
 This encoder does the least that still compresses these packets well: greedy LZ77 matches
 found through one 4-byte hash table (no chains, no lazy matching), then one Huffman block
 per batch, built from the batch's own symbol counts (length-limited to 15 bits by halving
-counts), or the fixed code when that comes out smaller.  On the packets of a 5.3 M-record
-trace it ran 3x faster than zlib level 1 (the numbers: ``tests/benchmarks/deflate_speed.py``
-and docs/design.md §6).
+counts), or the fixed code when that comes out smaller.  On trace packets it runs at 2.2-2.9x
+zlib level 1's speed for a 1-2% smaller output (``tests/benchmarks/deflate_speed.py``;
+docs/design.md §6, "Our own deflate").
 
 The output is a zlib stream (RFC 1950 header, RFC 1951 blocks, Adler-32 of the input) that
-any inflater reads: Perfetto's trace processor, Python's ``zlib.decompress``.  Not byte for
-byte what zlib writes: the tests inflate both and compare packets.
+any inflater reads: Perfetto's trace processor, Python's ``zlib.decompress``; not byte for
+byte what zlib writes (``tests/test_deflate.py`` inflates it with zlib).
 
 Work buffers (the hash table, the symbols) come from the caller: ``native_events`` passes
 the thread's own (``work_buf``); ``PY_C``, the Python-callable ``deflate``, is placed after

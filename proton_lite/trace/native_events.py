@@ -5,7 +5,7 @@ per batch of events, and many of them hold the GIL; on the 16-core H100/H200 hos
 writer threads ran only ~3.5x faster than one (21 M records: 16.2 s -> 4.5 s), far from the
 cores' worth.  Here one call per batch lays out the same packets byte for byte (the same
 fields in the same order, see ``event_rows``), cuts them into the same ``compressed_packets``
-batches and deflates them with ``trace/deflate.py``'s encoder (3x zlib level 1's speed), with
+batches and deflates them with ``trace/deflate.py``'s encoder (2-3x zlib level 1's speed), with
 the GIL released throughout.  ``deflate`` gives the same encoder to the Python paths.
 
 Built at first use (``proton_lite.native_build``); without a compiler, ``module()`` is None and
@@ -14,9 +14,9 @@ the numpy encoder writes the same packets (deflated by zlib: other bytes, the sa
 """
 from __future__ import annotations
 
-import numpy as np
-
 import zlib
+
+import numpy as np
 
 from proton_lite.native_build import BUFFERS_C, ZlibExtension
 from proton_lite.trace.deflate import C_SOURCE as DEFLATE_C, PY_C as DEFLATE_PY_C
