@@ -9,15 +9,16 @@ pairs, plain and session back to back in alternating order, and each number is t
 of the pairs' differences.  ``--probe`` adds session variants that test two explanations:
 the drain's host work skipped (no checksum, file write or zeroing of the pinned buffers:
 records are lost, a measurement aid only), the drain's events made with
-``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core), and *Triton's
-path only*: the instrumented binaries launched with a profile allocator that returns one
+``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core), *one chunk per
+block* (256 MiB chunks, 1 GiB of pinned memory: no chunk switch and no drain work while the
+block runs, our hooks unchanged), and *Triton's path only*: the instrumented binaries launched with a profile allocator that returns one
 fixed device buffer and no exit hook (what any allocator-based profiler pays through
 Triton's launcher before doing anything; records are not kept).
 
 Workloads: ``launch_loops.py``'s (a 4,096-CTA scope-less add, liger's rms_norm forward) and
 ``host_scale.py``'s rms_norm forward with autograd on.
 
-Usage (from the repository root): python tests/benchmarks/launch_where.py [--pairs 12] [--probe]
+Usage (from the repository root): python tests/benchmarks/launch_where.py [--pairs 12] [--probe [--variants A,B]]
 """
 import argparse
 import os
@@ -152,14 +153,28 @@ def _triton_path_block(s, fn, n: int) -> dict:
         compat.set_profile_allocator(alloc)
 
 
+def _chunks(mib: int, copy_every: int | None = None):
+    """Chunks of ``mib`` MiB (pinned memory for four), and ``copy_every`` launches at most."""
+    from proton_lite.runtime import chunks, collector
+    extra = [("options", "copy_every", copy_every)] if copy_every else []
+    return [(chunks, "CHUNK_BYTES", mib << 20), (collector, "CHUNK_BYTES", mib << 20),
+            ("options", "host_buffer_mb", 4 * mib)] + extra
+
+
+def _one_chunk():
+    return _chunks(256, 1 << 20)
+
+
 def session_block(fn, n: int, patches=()) -> dict:
     triton_only = patches == TRITON_ONLY
     patches = () if triton_only else patches
+    options = {name: value for obj, name, value in patches if obj == "options"}
+    patches = [p for p in patches if p[0] != "options"]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     for obj, name, value in patches:
         setattr(obj, name, value)
     try:
-        with proton_lite.start("/tmp/launch_where", quiet=True, decode=False, calibrate=False) as s:
+        with proton_lite.start("/tmp/launch_where", quiet=True, decode=False, calibrate=False, **options) as s:
             r = (_triton_path_block if triton_only else _timed_hooks_block)(s, fn, n)
         os.remove(s.result.raw_path)
         return r
@@ -172,12 +187,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=12)
     ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--variants", help="with --probe: a comma-separated subset of the probe variants")
     a = ap.parse_args()
     J.JITFunction.run = _timed_run
     variants = {"session": ()}
     if a.probe:
         variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events(),
-                         "Triton's path only": TRITON_ONLY})
+                         "one chunk per block": _one_chunk(), "Triton's path only": TRITON_ONLY,
+                         "64 MiB chunks": _chunks(64)})
+        if a.variants:
+            keep = {v.strip() for v in a.variants.split(",")} | {"session"}
+            variants = {k: v for k, v in variants.items() if k in keep}
     work = dict(workloads(liger=True))
     cases = {label: call for label, _, call, _ in liger_cases()}
     if cases:
