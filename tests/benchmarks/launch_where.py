@@ -11,7 +11,8 @@ the drain's host work skipped (no checksum, file write or zeroing of the pinned 
 records are lost, a measurement aid only), the drain's events made with
 ``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core), *one chunk per
 block* (256 MiB chunks, 1 GiB of pinned memory: no chunk switch and no drain work while the
-block runs, our hooks unchanged), and *Triton's path only*: the instrumented binaries launched with a profile allocator that returns one
+block runs, our hooks unchanged), *64 MiB chunks*, *drain held* (chunks switch, but sealed
+chunks reach the drain threads only after the block), and *Triton's path only*: the instrumented binaries launched with a profile allocator that returns one
 fixed device buffer and no exit hook (what any allocator-based profiler pays through
 Triton's launcher before doing anything; records are not kept).
 
@@ -165,22 +166,51 @@ def _one_chunk():
     return _chunks(256, 1 << 20)
 
 
+_held: list = []  # sealed chunks kept from the drain while a "drain held" block runs
+
+
+def _drain_held():
+    """Chunks switch as usual, but the drain threads get nothing until the block ends (its
+    chunks wait on the device, new ones are allocated): the launching thread's own switch
+    cost without the drain threads' turns at the GIL."""
+    def held_submit(self, item):
+        _held.append((self, item))
+    return [(drain.Drain, "submit", held_submit)]
+
+
+def _release_held(submit) -> None:
+    while _held:
+        owner, item = _held.pop(0)
+        submit(owner, item)
+
+
 def session_block(fn, n: int, patches=()) -> dict:
+    """One session: started with the variant's options, its patches in place while the block
+    runs (and taken away before the session stops)."""
     triton_only = patches == TRITON_ONLY
     patches = () if triton_only else patches
     options = {name: value for obj, name, value in patches if obj == "options"}
     patches = [p for p in patches if p[0] != "options"]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    submit = drain.Drain.submit
+
+    def restore():
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+        _release_held(submit)  # before stop, which drains what was submitted
+
     for obj, name, value in patches:
         setattr(obj, name, value)
     try:
         with proton_lite.start("/tmp/launch_where", quiet=True, decode=False, calibrate=False, **options) as s:
-            r = (_triton_path_block if triton_only else _timed_hooks_block)(s, fn, n)
+            try:
+                r = (_triton_path_block if triton_only else _timed_hooks_block)(s, fn, n)
+            finally:
+                restore()
         os.remove(s.result.raw_path)
         return r
     finally:
-        for obj, name, value in saved:
-            setattr(obj, name, value)
+        restore()
 
 
 def main() -> None:
@@ -194,7 +224,7 @@ def main() -> None:
     if a.probe:
         variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events(),
                          "one chunk per block": _one_chunk(), "Triton's path only": TRITON_ONLY,
-                         "64 MiB chunks": _chunks(64)})
+                         "64 MiB chunks": _chunks(64), "drain held": _drain_held()})
         if a.variants:
             keep = {v.strip() for v in a.variants.split(",")} | {"session"}
             variants = {k: v for k, v in variants.items() if k in keep}
