@@ -12,7 +12,9 @@ records are lost, a measurement aid only), the drain's events made with
 ``CU_EVENT_BLOCKING_SYNC`` (its waits sleep instead of spinning on a core), *one chunk per
 block* (256 MiB chunks, 1 GiB of pinned memory: no chunk switch and no drain work while the
 block runs, our hooks unchanged), *64 MiB chunks*, *drain held* (chunks switch, but sealed
-chunks reach the drain threads only after the block), and *Triton's path only*: the instrumented binaries launched with a profile allocator that returns one
+chunks reach the drain threads only after the block), *GIL-holding enqueue calls* (copies,
+memsets, event records and waits through ``ctypes.PyDLL``: fewer turns at the GIL per chunk
+for the drain threads), and *Triton's path only*: the instrumented binaries launched with a profile allocator that returns one
 fixed device buffer and no exit hook (what any allocator-based profiler pays through
 Triton's launcher before doing anything; records are not kept).
 
@@ -166,6 +168,35 @@ def _one_chunk():
     return _chunks(256, 1 << 20)
 
 
+def _gil_held_driver():
+    """The calls that only enqueue work (copies, memsets, event records and waits) made through
+    ``ctypes.PyDLL``, which keeps the GIL, instead of cuda-python, which lets it go in every
+    call: a drain thread then takes the GIL about half as often per chunk."""
+    import ctypes
+    lib = ctypes.PyDLL("libcuda.so.1")
+    vp, sz, u32, u8 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_ubyte
+
+    def fn(name, *types):
+        f = getattr(lib, name)
+        f.argtypes, f.restype = list(types), ctypes.c_int
+
+        def call(*args):
+            err = f(*args)
+            if err:
+                raise cuda_api.CudaError(f"{name} failed: error {err}")
+        return call
+    memcpy = fn("cuMemcpyDtoHAsync_v2", vp, ctypes.c_uint64, sz, vp)
+    memset8 = fn("cuMemsetD8Async", ctypes.c_uint64, u8, sz, vp)
+    memset32 = fn("cuMemsetD32Async", ctypes.c_uint64, u32, sz, vp)
+    record = fn("cuEventRecord", vp, vp)
+    wait = fn("cuStreamWaitEvent", vp, vp, u32)
+    return [(cuda_api, "memcpy_dtoh_async", lambda dst, src, size, stream: memcpy(dst, src, size, stream or None)),
+            (cuda_api, "memset_d8_async", lambda ptr, value, size, stream: memset8(ptr, value, size, stream or None)),
+            (cuda_api, "memset_d32_async", lambda ptr, value, n, stream: memset32(ptr, value, n, stream or None)),
+            (cuda_api, "event_record", lambda event, stream: record(int(event), stream or None)),
+            (cuda_api, "stream_wait_event", lambda stream, event: wait(stream or None, int(event), 0))]
+
+
 _held: list = []  # sealed chunks kept from the drain while a "drain held" block runs
 
 
@@ -224,7 +255,8 @@ def main() -> None:
     if a.probe:
         variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events(),
                          "one chunk per block": _one_chunk(), "Triton's path only": TRITON_ONLY,
-                         "64 MiB chunks": _chunks(64), "drain held": _drain_held()})
+                         "64 MiB chunks": _chunks(64), "drain held": _drain_held(),
+                         "GIL-holding enqueue calls": _gil_held_driver()})
         if a.variants:
             keep = {v.strip() for v in a.variants.split(",")} | {"session"}
             variants = {k: v for k, v in variants.items() if k in keep}
