@@ -82,3 +82,11 @@ def test_without_the_extension_zlib_deflates(monkeypatch):
     data = _packets(10_000, 3)
     monkeypatch.setattr(native_events, "module", lambda: None)
     assert native_events.deflate(data) == zlib.compress(data, 1)
+
+
+def test_an_input_larger_than_the_kept_buffers_deflates_on_buffers_of_its_own(mod):
+    """Inputs over 4 MiB (the metadata's CTA columns of a large trace) do not go through the
+    thread's kept buffers; before and after one, batch-sized inputs still come out right."""
+    small, big = _packets(200_000, 4), _packets(6 << 20, 5)
+    outs = [mod.deflate(small), mod.deflate(big), mod.deflate(small)]
+    assert [zlib.decompress(z) for z in outs] == [small, big, small] and outs[0] == outs[2]

@@ -277,12 +277,18 @@ static size_t fd_deflate(unsigned char *dst, const unsigned char *src, size_t n,
 """
 
 PY_C = r"""
+#define FD_KEEP_MAX ((size_t)4 << 20)  /* larger inputs (the metadata's CTA columns): buffers of their own */
+
 static PyObject *py_deflate(PyObject *self, PyObject *arg) {  /* bytes-like -> zlib stream (trace/deflate.py) */
     Py_buffer v;
     if (PyObject_GetBuffer(arg, &v, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     size_t n = (size_t)v.len, m = 0;
-    unsigned char *out = work_buf(2, fd_bound(n));
-    uint32_t *table = work_buf(4, FD_TABLE_BYTES), *syms = work_buf(5, 4 * n + 4);
+    /* the thread's kept buffers for batch-sized inputs (the writer's threads call this per
+       batch); a large one-off input is not left holding ~5x its size until the thread ends */
+    int own = n > FD_KEEP_MAX;
+    unsigned char *out = own ? malloc(fd_bound(n)) : work_buf(2, fd_bound(n));
+    uint32_t *table = own ? malloc(FD_TABLE_BYTES) : work_buf(4, FD_TABLE_BYTES);
+    uint32_t *syms = own ? malloc(4 * n + 4) : work_buf(5, 4 * n + 4);
     PyObject *r = NULL;
     if (!out || !table || !syms) PyErr_NoMemory();
     else {
@@ -291,6 +297,7 @@ static PyObject *py_deflate(PyObject *self, PyObject *arg) {  /* bytes-like -> z
         Py_END_ALLOW_THREADS
         r = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)m);
     }
+    if (own) { free(out); free(table); free(syms); }
     PyBuffer_Release(&v);
     return r;
 }
