@@ -27,11 +27,11 @@ from dataclasses import replace
 import numpy as np
 
 from proton_lite.clock_axis import align_devices
-from proton_lite.decode_assemble import assemble
+from proton_lite.decode_assemble import assemble, interval_bounds, write_intervals
 from proton_lite.decode_batch import _decode_batch, cta_block_dtype  # noqa: F401  (cta_block_dtype: public)
 from proton_lite.decode_pool import PoolState, read_prefix
 from proton_lite.layout import CTA_MAGIC, LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
-from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.profile_data import INTERVAL_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
 
 
@@ -132,10 +132,19 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
     batches = _batches(launches_in, launch_layouts)
 
+    # the intervals' one array, each launch's room in it from its units' counts: every batch
+    # writes its rows there as it is decoded, so no batch's pairs wait for the others
+    bounds = interval_bounds(launches_in, launch_layouts, pools)
+    first = np.cumsum(bounds) - bounds
+    out = np.empty(int(bounds.sum()), INTERVAL_DTYPE)
+    launch_ids = np.array([launch.launch_index for launch in launches_in], np.uint32)
+
     def decode_one(idx):
         kid = launches_in[idx[0]].kernel_id
-        return _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
-                             max_rate, pools[idx[0]])
+        r = _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
+                          max_rate, pools[idx[0]])
+        write_intervals(r, idx, out, first, bounds, launch_ids)
+        return r
 
     # batches are independent and numpy releases the GIL in their large array work: several at
     # once on several cores; results are taken in batch order, so the arrays do not depend on it
@@ -143,7 +152,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:
         return align_devices(assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick,
-                                      decode_one, pool, progress))
+                                      decode_one, pool, progress, out, first))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

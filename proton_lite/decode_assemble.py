@@ -15,9 +15,91 @@ from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 
 
+def interval_bounds(launches, layouts, pools) -> np.ndarray:
+    """Per launch, the most intervals it can hold: a unit's intervals pair two of its kept
+    records, and it keeps at most what it counted, at most its capacity (its count without a
+    pool).  Read from the unit headers before anything is decoded, so that the output is
+    allocated once and each batch writes its rows straight to their place (memory: the
+    intervals once, plus the batches in flight)."""
+    from proton_lite.decode_batch import cta_block_dtype
+    bounds = np.zeros(len(launches), np.int64)
+    for i, (launch, layout) in enumerate(zip(launches, layouts)):
+        if layout.capacity == 0 and pools[i] is None:
+            continue  # no record area: CTA lifetimes only
+        counts = np.frombuffer(launch.buffer, cta_block_dtype(layout), launch.num_ctas)["unit"]["count"]
+        counts = counts.astype(np.int64)
+        if pools[i] is None:
+            counts = np.minimum(counts, layout.capacity)
+        bounds[i] = int((counts // 2).sum())
+    return bounds
+
+
+def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, bounds: np.ndarray,
+                    launch_ids: np.ndarray) -> None:
+    """A decoded batch's pairs written as rows at their launches' places in ``out``, with their
+    times left as float64 ns after each launch's reference (``_settle`` finishes them once
+    every launch's offset is known); the pairs are dropped, their counts kept (``iv_rows``)."""
+    p, c = r.pop("pairs"), r["ctas"]
+    cta_row = p["cta_row"]
+    lrow = c["launch"][cta_row]  # each pair's launch within the batch: non-decreasing
+    if len(lrow) > 1 and np.any(lrow[1:] < lrow[:-1]):
+        order = np.argsort(lrow, kind="stable")
+        p = {name: a[order] for name, a in p.items()}
+        cta_row, lrow = p["cta_row"], lrow[order]
+    m = np.bincount(lrow, minlength=len(idx)).astype(np.int64)
+    r["iv_rows"] = m
+    idx = np.asarray(idx, np.int64)
+    over = m > bounds[idx]
+    if over.any():
+        j = int(np.flatnonzero(over)[0])
+        raise RuntimeError(f"proton_lite: launch {int(launch_ids[idx[j]])} decoded {int(m[j])} intervals, more "
+                           f"than its units' counts allow ({int(bounds[idx[j]])}); please report this capture")
+    lpos = idx[lrow]
+    native = native_decode.module() is not None and native_decode.fits(out)
+    zero = np.zeros(len(launch_ids))
+    at = 0
+    for j in np.flatnonzero(m).tolist():
+        sl, dest = slice(at, at + m[j]), out[first[idx[j]]:first[idx[j]] + m[j]]
+        at += m[j]
+        if native:  # one pass in C, no GIL
+            native_decode.interval_rows(dest, lpos[sl], cta_row[sl], c["cta"], launch_ids, zero, p["unit"][sl],
+                                        p["scope"][sl], p["depth"][sl], p["start"][sl], p["end"][sl],
+                                        p["cycles"][sl], raw=True)
+            continue
+        dest["launch"] = launch_ids[idx[j]]
+        dest["cta"] = c["cta"][cta_row[sl]]
+        dest["unit"] = p["unit"][sl]
+        dest["scope"] = p["scope"][sl]
+        dest["depth"] = p["depth"][sl]
+        dest["lane"] = 0
+        dest["start_ns"].view(np.float64)[:] = p["start"][sl]
+        dest["end_ns"].view(np.float64)[:] = p["end"][sl]
+        dest["cycles"] = p["cycles"][sl]
+
+
+def _settle(out: np.ndarray, first, rows, offset, keep) -> int:
+    """``native_decode.settle``, or the same in numpy: the kept launches' rows moved together
+    in launch order, their times ``rint(t + offset)`` (an end never before its start)."""
+    if native_decode.module() is not None and native_decode.fits(out):
+        return native_decode.settle(out, first, rows, offset, keep)
+    dst = 0
+    for i in np.flatnonzero(np.asarray(keep, bool) & (np.asarray(rows) > 0)).tolist():
+        src, n = int(first[i]), int(rows[i])
+        if src != dst:
+            out[dst:dst + n] = out[src:src + n]  # numpy copies overlapping parts safely
+        block = out[dst:dst + n]
+        start = np.rint(block["start_ns"].view(np.float64) + offset[i]).astype(np.int64)
+        end = np.rint(block["end_ns"].view(np.float64) + offset[i]).astype(np.int64)
+        block["start_ns"] = start
+        block["end_ns"] = np.maximum(end, start)
+        dst += n
+    return dst
+
+
 def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one, pool,
-             progress) -> Profile:
-    """The batches decoded (on ``pool``'s threads where there is one) and assembled in launch order."""
+             progress, out: np.ndarray, first: np.ndarray) -> Profile:
+    """The batches decoded (on ``pool``'s threads where there is one) and assembled in launch order;
+    ``decode_one`` writes each batch's intervals into ``out`` at ``first`` (``write_intervals``)."""
     n_launch = len(launches_in)
     run = pool.map if pool is not None else map
     results = []
@@ -102,41 +184,20 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         ctas["start_ns"] -= shift
         ctas["end_ns"] -= shift
 
-    iv_lpos = list(run(lambda ir: np.asarray(ir[0])[ir[1]["ctas"]["launch"][ir[1]["pairs"]["cta_row"]]],
-                       zip(batches, results)))  # each batch's gathers on its own thread
-    native = native_decode.module() is not None
-
-    def interval_rows(k: int, rows, a) -> np.ndarray:
-        p, c = results[k]["pairs"], results[k]["ctas"]
-        sel = (lambda a: a) if rows is None else (lambda a: a[rows])
-        lpos = sel(iv_lpos[k])
-        if native and a is not None and (rows is None or isinstance(rows, slice)) and native_decode.fits(a):
-            native_decode.interval_rows(a, lpos, sel(p["cta_row"]), c["cta"], launches["launch"], offset,
-                                        sel(p["unit"]), sel(p["scope"]), sel(p["depth"]), sel(p["start"]),
-                                        sel(p["end"]), sel(p["cycles"]))  # one pass in C, no GIL
-            return a
-        if a is None:
-            a = np.zeros(len(lpos), dtype=INTERVAL_DTYPE)
-        else:  # its place in the output: every field is set
-            a["lane"] = 0
-        a["launch"] = launches["launch"][lpos]
-        a["cta"] = c["cta"][sel(p["cta_row"])]
-        a["unit"] = sel(p["unit"])
-        a["scope"] = sel(p["scope"])
-        a["depth"] = sel(p["depth"])
-        off = offset[lpos]
-        a["start_ns"] = rel(sel(p["start"]), off)
-        a["end_ns"] = np.maximum(rel(sel(p["end"]), off), a["start_ns"])
-        a["cycles"] = sel(p["cycles"])
-        return a
-
-    def free_pairs(k: int) -> None:  # the batch's pairs are not needed again: memory back as the output grows
-        results[k]["pairs"] = None
-
-    # the calibration launches' intervals first (few): the user's then free the pairs batch by batch
-    cal_intervals = _in_launch_order(iv_lpos, drop, INTERVAL_DTYPE, interval_rows, run, batches) \
-        if cal is not None else None
-    intervals = _in_launch_order(iv_lpos, ~drop, INTERVAL_DTYPE, interval_rows, run, batches, done=free_pairs)
+    # intervals: each batch wrote its launches' rows at their places in ``out`` (write_intervals);
+    # the calibration launches' are copied out first, then the rest move together, in place
+    iv_rows = np.zeros(n_launch, np.int64)
+    for idx, r in zip(batches, results):
+        iv_rows[np.asarray(idx, np.int64)] = r["iv_rows"]
+    cal_intervals = None
+    if cal is not None:
+        picked = np.flatnonzero(drop & (iv_rows > 0))
+        cal_intervals = np.concatenate([out[first[i]:first[i] + iv_rows[i]] for i in picked.tolist()]) \
+            if len(picked) else np.zeros(0, INTERVAL_DTYPE)
+        own_first = np.zeros(n_launch, np.int64)
+        own_first[picked] = np.cumsum(iv_rows[picked]) - iv_rows[picked]
+        _settle(cal_intervals, own_first, np.where(drop, iv_rows, 0), offset, drop)
+    intervals = out[:_settle(out, first, iv_rows, offset, ~drop)]
     session = dict(capture.session)
     session["timer_tick_ns"] = tick
     session["truncated"] = capture.end is None

@@ -1,0 +1,47 @@
+"""Memory of a decode (CPU only): how much a fresh process grows while ``decode`` turns a raw
+capture into a profile, against the capture's size (issue 22: about twice the raw size).
+
+Each worker count runs in a process of its own: the peak resident size after the capture is
+read (memory-mapped, checksummed) and after the decode; the growth is the decode's memory,
+next to what the profile keeps (its intervals and CTAs).
+
+Usage: python tests/benchmarks/decode_memory.py CAPTURE.plraw [--workers 2,16]
+       (e.g. the 21 M-record capture that ``decode_speed.py --repeat 16 --keep DIR`` leaves)
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+_CHILD = r"""
+import os, resource, sys, time
+sys.path.insert(0, sys.argv[3])
+import proton_lite.decode as D
+from proton_lite.raw_format import read_raw
+D.DECODE_WORKERS = int(sys.argv[2])
+cap = read_raw(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+profile = D.decode(cap)
+seconds = time.perf_counter() - t
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+kept = (profile.intervals.nbytes + profile.ctas.nbytes) / 2**20
+raw = os.path.getsize(sys.argv[1]) / 2**20
+print(f"{sys.argv[2]:>3s} threads: decode {seconds:5.2f} s, +{after - before:6.0f} MiB over the read capture "
+      f"({(after - before) / raw:.2f}x its {raw:.0f} MiB); the profile keeps {kept:.0f} MiB ({kept / raw:.2f}x)")
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("capture")
+    ap.add_argument("--workers", default="2,16")
+    a = ap.parse_args()
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    for w in a.workers.split(","):
+        r = subprocess.run([sys.executable, "-c", _CHILD, a.capture, w.strip(), root], capture_output=True, text=True)
+        print(r.stdout.strip() or r.stderr.strip()[-500:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The decoder writes each batch's intervals straight to their place in the profile's one
+array (``decode_assemble.write_intervals``), so that a decode holds the intervals once plus
+the batches in flight; each launch's room comes from its units' counts
+(``interval_bounds``) and ``_settle`` moves the launches together and finishes their times."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import proton_lite.decode as D
+import proton_lite.decode_assemble as A
+from proton_lite import native_decode
+from proton_lite.layout import BufferLayout, encode_tag
+from proton_lite.profile_data import INTERVAL_DTYPE
+from proton_lite.raw_format import RawWriter, read_raw
+from synth import kernel_meta, launch_buffer
+
+
+def _many_launches(path, kernels=4, launches=6, ctas=64, units=4, pairs=8, lose_exit_every=0):
+    """Launches of several kernels (so several batches), each unit ``pairs`` sequential scopes;
+    ``lose_exit_every``: every n-th unit loses its last exit (an unmatched enter)."""
+    w = RawWriter(path, {"name": "many"})
+    index = 0
+    for kid in range(kernels):
+        layout = BufferLayout("warp", units, 2 * pairs, "shared")
+        w.kernel(kernel_meta(kid, f"k{kid}", ["a", "b"], layout))
+    for li in range(launches):
+        for kid in range(kernels):
+            layout = BufferLayout("warp", units, 2 * pairs, "shared")
+            blocks = []
+            for c in range(ctas):
+                clk, gt = 10_000_000 * (c % 7 + 1) + 90_000 * index, 1_000_000_000 + 45_000 * index + 33 * c
+                us = []
+                for u in range(units):
+                    recs = []
+                    for k in range(pairs):
+                        recs += [(encode_tag(k % 2, False), clk + 100 + 300 * k + u),
+                                 (encode_tag(k % 2, True), clk + 250 + 300 * k + 7 * c)]
+                    if lose_exit_every and (c * units + u) % lose_exit_every == 0:
+                        recs = recs[:-1]
+                    us.append((len(recs), gt + 300 * pairs // 2 + 200, clk + 300 * pairs + 400, recs))
+                blocks.append({"smid": c % 7, "start_gt": gt, "start_clk": clk, "units": us})
+            w.launch(kid, 0, index, (ctas, 1, 1), ctas, 0, 0, launch_buffer(layout, blocks))
+            index += 1
+    w.end({"launches": index})
+    w.close()
+    return read_raw(path)
+
+
+def test_a_decode_holds_the_intervals_once_not_every_batchs_pairs_as_well(tmp_path, monkeypatch):
+    capture = _many_launches(tmp_path / "m.plraw")
+    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
+    monkeypatch.setattr(D, "BATCH_BYTES", 64 << 10)  # a batch per launch or two: many batches
+    tracemalloc.start()
+    try:
+        profile = D.decode(capture)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    intervals = profile.intervals.nbytes
+    assert len(profile.intervals) == 4 * 6 * 64 * 4 * 8
+    # every batch's pairs (56 bytes an interval) held until all were decoded, as before, would
+    # add more than the intervals themselves again; now: one small batch at a time
+    assert peak - held < intervals / 4, (peak - held, intervals)
+
+
+def test_units_that_lose_records_leave_no_gap_and_the_same_bytes_either_way(tmp_path, monkeypatch):
+    """Launches whose units lost an exit hold fewer intervals than their room: the launches are
+    moved together, in launch order, by the C code and by numpy alike."""
+    capture = _many_launches(tmp_path / "g.plraw", kernels=3, launches=4, ctas=16, units=2, pairs=3,
+                             lose_exit_every=3)
+    monkeypatch.setattr(D, "BATCH_BYTES", 16 << 10)
+    native = D.decode(capture)
+    monkeypatch.setattr(native_decode, "module", lambda: None)
+    plain = D.decode(capture)
+    assert native.intervals.tobytes() == plain.intervals.tobytes()
+    iv = native.intervals
+    assert (np.diff(iv["launch"].astype(np.int64)) >= 0).all()  # launch order, no gap rows between
+    lost = sum(1 for c in range(16) for u in range(2) if (c * 2 + u) % 3 == 0)
+    assert len(iv) == 12 * (16 * 2 * 3 - lost)
+    assert int(native.launches["unmatched"].sum()) == 12 * lost
+
+
+def test_settle_moves_rows_and_rounds_times_as_numpy_does():
+    """``native_decode.settle`` against ``_settle``'s numpy path on raw rows with gaps, a launch
+    left out, exact halves (round half to even) with odd offsets, and ends before starts."""
+    if native_decode.module() is None:
+        pytest.skip(f"C extension not built here: {native_decode.error()}")
+    rng = np.random.default_rng(3)
+    rows = np.array([5, 0, 7, 3, 9], np.int64)
+    room = rows + np.array([2, 1, 0, 4, 3])
+    first = np.cumsum(room) - room
+    raw = np.zeros(int(room.sum()), INTERVAL_DTYPE)
+    raw["launch"] = np.repeat(np.arange(5), room)
+    raw["cycles"] = rng.integers(0, 1 << 40, len(raw))
+    start = np.round(rng.normal(1e5, 1e5, len(raw)) * 2) / 2
+    raw["start_ns"].view(np.float64)[:] = start
+    raw["end_ns"].view(np.float64)[:] = start + rng.normal(50, 100, len(raw))
+    offset = np.array([0.0, 3.0, 1e9 + 1, 7.0, -5.0])
+    keep = np.array([True, True, False, True, True])
+    c_out, np_out = raw.copy(), raw.copy()
+    n_c = native_decode.settle(c_out, first, rows, offset, keep)
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(native_decode, "module", lambda: None)
+    try:
+        n_np = A._settle(np_out, first, rows, offset, keep)
+    finally:
+        monkeypatch.undo()
+    assert n_c == n_np == 5 + 3 + 9
+    assert c_out[:n_c].tobytes() == np_out[:n_np].tobytes()
+    got = c_out[:n_c]
+    assert list(np.unique(got["launch"])) == [0, 3, 4] and (got["end_ns"] >= got["start_ns"]).all()
+    expect = np.rint(raw["start_ns"].view(np.float64)[first[3]:first[3] + 3] + 7.0).astype(np.int64)
+    assert (got["start_ns"][5:8] == expect).all()
+
+
+def test_a_launch_with_more_intervals_than_its_room_is_an_error_not_an_overwrite(tmp_path, monkeypatch):
+    capture = _many_launches(tmp_path / "e.plraw", kernels=1, launches=2, ctas=4, units=1, pairs=2)
+    monkeypatch.setattr(D, "interval_bounds", lambda *a: A.interval_bounds(*a) - 1)
+    with pytest.raises(RuntimeError, match="more than its units' counts allow"):
+        D.decode(capture)
