@@ -30,7 +30,9 @@ def interval_bounds(launches, layouts, pools) -> np.ndarray:
         counts = counts.astype(np.int64)
         if pools[i] is None:
             counts = np.minimum(counts, layout.capacity)
-        bounds[i] = int((counts // 2).sum())
+        # and never more than the buffer holds (two 8-byte records an interval), whatever a
+        # header that the kernel never wrote says
+        bounds[i] = min(int((counts // 2).sum()), len(launch.buffer) // 16)
     return bounds
 
 
