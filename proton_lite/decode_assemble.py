@@ -1,8 +1,10 @@
 """The decoded batches assembled into one Profile, in launch order (``decode`` calls this).
 
 Per launch: its row in ``launches`` (counts of records, drops, unmatched, missing CTAs), its
-times on the session's one axis (ns after ``t0``, the earliest user CTA); CTAs and intervals
-written straight to their place in launch order (``_in_launch_order``). The record-cost
+times on the session's one axis (ns after ``t0``, the earliest user CTA); CTAs written
+straight to their place in launch order (``_in_launch_order``); intervals written by each
+batch at its launches' room in one array as it is decoded (``write_intervals``), then moved
+together and their times finished (``_settle``). The record-cost
 launches (``runtime/calibrate.py``) leave the profile: their cycles per record go into the
 session metadata.
 """

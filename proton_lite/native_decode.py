@@ -7,7 +7,10 @@ part of a decode (1.1 of 2.3 s on the 2-core dev VM, 2026-11-26).  Here one pass
 writes each row whole, with the same arithmetic: times are ``rint(t + offset)`` in double
 precision (``nearbyint`` in the default round-half-even mode is numpy's ``rint``), an end
 never before its start, integer fields cast as numpy's assignment casts them.  The rows
-are byte for byte those of the numpy path (``tests/test_decode_native.py``).
+are byte for byte those of the numpy path (``tests/test_decode_native.py``).  Since the
+batches write their rows before the session's time 0 is known, ``rows`` can leave the times
+raw and ``settle`` finishes them with the same arithmetic, moving each launch's rows into
+place (``decode_assemble.write_intervals``, ``tests/test_decode_memory.py``).
 
 Built at first use (``proton_lite.native_build``); without a compiler ``module()`` is None
 and the numpy path does the work.  ``PROTON_LITE_NATIVE_DECODE=0`` turns it off.
