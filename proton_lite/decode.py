@@ -141,9 +141,10 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     def decode_one(idx):
         kid = launches_in[idx[0]].kernel_id
+        at = np.asarray(idx, np.int64)
         r = _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
-                          max_rate, pools[idx[0]])
-        write_intervals(r, idx, out, first, bounds, launch_ids)
+                          max_rate, pools[idx[0]], sink=(out, first[at], bounds[at], launch_ids[at]))
+        write_intervals(r, idx, out, first, bounds, launch_ids)  # where the C steps did not write them
         return r
 
     # batches are independent and numpy releases the GIL in their large array work: several at

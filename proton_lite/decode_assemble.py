@@ -44,6 +44,8 @@ def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, boun
     times left as float64 ns after each launch's reference (``_settle`` finishes them once
     every launch's offset is known); the pairs are dropped, their counts kept (``iv_rows``)."""
     p, c = r.pop("pairs"), r["ctas"]
+    if p is None:  # written by the C steps already (decode_batch's sink)
+        return
     cta_row = p["cta_row"]
     lrow = c["launch"][cta_row]  # each pair's launch within the batch: non-decreasing
     if len(lrow) > 1 and np.any(lrow[1:] < lrow[:-1]):
@@ -55,9 +57,9 @@ def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, boun
     idx = np.asarray(idx, np.int64)
     over = m > bounds[idx]
     if over.any():
+        from proton_lite.decode_batch import room_error
         j = int(np.flatnonzero(over)[0])
-        raise RuntimeError(f"proton_lite: launch {int(launch_ids[idx[j]])} decoded {int(m[j])} intervals, more "
-                           f"than its units' counts allow ({int(bounds[idx[j]])}); please report this capture")
+        raise room_error(int(launch_ids[idx[j]]), int(m[j]), int(bounds[idx[j]]))
     lpos = idx[lrow]
     native = native_decode.module() is not None and native_decode.fits(out)
     zero = np.zeros(len(launch_ids))

@@ -214,8 +214,14 @@ def _near_launch_median(start_gt: np.ndarray, valid: np.ndarray, n_ctas: np.ndar
     return ((start_gt - med) < limit) | ((med - start_gt) < limit)  # |start - median| < limit, in uint64
 
 
+def room_error(launch_id: int, rows: int, room: int) -> RuntimeError:
+    """A launch that decoded more intervals than its units' counts allow (never written past)."""
+    return RuntimeError(f"proton_lite: launch {launch_id} decoded {rows} intervals, more than its units' counts "
+                        f"allow ({room}); please report this capture")
+
+
 def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf,
-                  pool: PoolState | None = None) -> dict:
+                  pool: PoolState | None = None, sink=None) -> dict:
     """Decode launches of one kernel at once (rows of all of them in one set of arrays).
 
     Every step is per CTA, per (launch, SM) or per launch, exactly as if each launch were
@@ -226,6 +232,9 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     per-pair arrays (``pairs``, ``cta_row`` indexing the CTA rows).  The callers have checked
     each buffer's size (``_check_size``).  A launch with a pool (``pool``: its prefix) is
     decoded alone; its chunks follow its CTA blocks in its buffer (``decode_pool``).
+    ``sink``: (out, dest, room, launch_id) per launch of the batch; with the C steps, each
+    pair's row goes straight to ``out`` (``native_decode.pair_rows``, times raw) and the
+    result has ``iv_rows`` instead of ``pairs`` (``decode_assemble.write_intervals`` otherwise).
     """
     n_l = len(batch)
     n_ctas = np.array([la.num_ctas for la in batch], np.int64)
@@ -361,7 +370,17 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     kept_row = kept.sum(1)
     records = _segment_sums(kept_row, row_start, m_l)
     dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
-    if native_decode.module() is not None:  # the pairs' columns in one pass in C, without the GIL
+    iv_rows = None
+    if native_decode.module() is not None and sink is not None and native_decode.fits(sink[0]):
+        # the pairs' rows straight into the profile's array, in one pass in C, without the GIL
+        per_row, iv_rows, unplaceable, over = native_decode.pair_rows(
+            words, group, level, e_idx, x_idx, layout.units, _BEFORE_START, start_clk, base_gt, ns_per_cycle, lrow,
+            cta_ids, *sink)
+        if over >= 0:
+            raise room_error(int(sink[3][over]), int(iv_rows[over]) + 1, int(sink[2][over]))
+        unmatched = records - 2 * _segment_sums(per_row, row_start, m_l) + 2 * unplaceable
+        pairs = None
+    elif native_decode.module() is not None:  # the pairs' columns in one pass in C, without the GIL
         pairs, per_row = native_decode.pair_columns(words, group, level, e_idx, x_idx, layout.units, _BEFORE_START,
                                                     start_clk, base_gt, ns_per_cycle)
         unmatched = records - 2 * _segment_sums(per_row, row_start, m_l)
@@ -387,4 +406,4 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     return {"ref_gt": [int(r) for r in ref.tolist()], "records": records, "dropped": dropped,
             "unmatched": unmatched, "missing_ctas": n_ctas - m_l, "unfinished_units": unfinished,
             "unit_records_max": most, "torn_chunks": np.array([torn] * n_l, np.int64),
-            "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs}
+            "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs, "iv_rows": iv_rows}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.native_build import BUFFERS_C, CExtension
+from proton_lite.native_rows_c import ROWS_C
 from proton_lite.profile_data import INTERVAL_DTYPE
 
 _SOURCE = r"""
@@ -30,100 +31,7 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 """ + BUFFERS_C + r"""
-#define N_IN 11
-
-/* rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles, raw):
-   out[i] = INTERVAL_DTYPE row of pair i (44 bytes: launch u4, cta u4, unit u4, scope u4,
-   depth u2, lane u2, start_ns i8, end_ns i8, cycles i8); raw: start and end stay the
-   doubles they are (their bits in the i8 fields, no offset), for settle() to finish */
-static PyObject *rows(PyObject *self, PyObject *args) {
-    PyObject *objs[N_IN + 1];
-    int raw = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO|p", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
-                          &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11], &raw)) return NULL;
-    Py_buffer v[N_IN + 1];
-    if (take_buffers(objs, v, N_IN + 1, 0, 1) < 0) return NULL;
-    Py_ssize_t n = v[1].len / 8;
-    int bad = v[0].len != n * 44 || v[2].len != n * 8 || v[6].len != n * 8 || v[7].len != n * 8 ||
-              v[8].len != n * 8 || v[9].len != n * 8 || v[10].len != n * 8 || v[11].len != n * 8;
-    Py_ssize_t n_rows = v[3].len / 4, n_launch = v[4].len / 4 < v[5].len / 8 ? v[4].len / 4 : v[5].len / 8;
-    if (!bad) {
-        unsigned char *out = (unsigned char *)v[0].buf;
-        const int64_t *lpos = v[1].buf, *cta_row = v[2].buf, *unit = v[6].buf, *scope = v[7].buf, *depth = v[8].buf,
-                      *cycles = v[11].buf;
-        const uint32_t *row_cta = v[3].buf, *launch_id = v[4].buf;
-        const double *offset = v[5].buf, *start = v[9].buf, *end = v[10].buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t lp = lpos[i], r = cta_row[i];
-            if (lp < 0 || lp >= n_launch || r < 0 || r >= n_rows) { bad = 2; break; }
-            unsigned char *o = out + 44 * i;
-            uint32_t u32[4] = {launch_id[lp], row_cta[r], (uint32_t)unit[i], (uint32_t)scope[i]};
-            uint16_t u16[2] = {(uint16_t)depth[i], 0};
-            memcpy(o, u32, 16);
-            memcpy(o + 16, u16, 4);
-            if (raw) {
-                memcpy(o + 20, &start[i], 8);
-                memcpy(o + 28, &end[i], 8);
-                memcpy(o + 36, &cycles[i], 8);
-                continue;
-            }
-            int64_t s = (int64_t)nearbyint(start[i] + offset[lp]);
-            int64_t e = (int64_t)nearbyint(end[i] + offset[lp]);
-            int64_t i64[3] = {s, e > s ? e : s, cycles[i]};
-            memcpy(o + 20, i64, 24);
-        }
-        Py_END_ALLOW_THREADS
-    }
-    give_buffers(v, N_IN + 1);
-    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "rows: column lengths differ"); return NULL; }
-    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "rows: a launch or CTA row index is out of range"); return NULL; }
-    Py_RETURN_NONE;
-}
-
-/* settle(out, first, rows, offset, keep) -> rows kept.  out: INTERVAL_DTYPE rows written by
-   rows(..., raw) at each launch's place first[i] (room for at least rows[i]); in launch
-   order, the rows of each kept launch move down to follow the previous kept launch's and
-   their times become rint(t + offset[i]), an end never before its start */
-static PyObject *settle(PyObject *self, PyObject *args) {
-    PyObject *o[5];
-    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
-    Py_buffer v[5];
-    if (take_buffers(o, v, 5, 0, 1) < 0) return NULL;
-    Py_ssize_t n_out = v[0].len / 44, n_l = v[1].len / 8;
-    int bad = v[0].len % 44 || v[2].len != n_l * 8 || v[3].len != n_l * 8 || v[4].len != n_l;
-    int64_t dst = 0;
-    if (!bad) {
-        unsigned char *out = v[0].buf;
-        const int64_t *first = v[1].buf, *rows = v[2].buf;
-        const double *offset = v[3].buf;
-        const uint8_t *keep = v[4].buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n_l; i++) {
-            if (!keep[i] || !rows[i]) continue;
-            int64_t src = first[i], n = rows[i];
-            if (src < dst || n < 0 || src + n > n_out) { bad = 2; break; }
-            if (src != dst) memmove(out + 44 * dst, out + 44 * src, 44 * (size_t)n);
-            double off = offset[i];
-            for (int64_t r = dst; r < dst + n; r++) {
-                unsigned char *row = out + 44 * r;
-                double ts, te;
-                memcpy(&ts, row + 20, 8);
-                memcpy(&te, row + 28, 8);
-                int64_t s = (int64_t)nearbyint(ts + off), e = (int64_t)nearbyint(te + off);
-                if (e < s) e = s;
-                memcpy(row + 20, &s, 8);
-                memcpy(row + 28, &e, 8);
-            }
-            dst += n;
-        }
-        Py_END_ALLOW_THREADS
-    }
-    give_buffers(v, 5);
-    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "settle: array sizes differ"); return NULL; }
-    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "settle: a launch's rows lie outside the output"); return NULL; }
-    return PyLong_FromLongLong(dst);
-}
+""" + ROWS_C + r"""
 
 /* pair(words, group, n_scopes, e_out, x_out, level_out) -> number of pairs.  words: the
    records (tag in the low 32 bits), group: each record's (CTA, unit), non-decreasing.  As
@@ -301,6 +209,7 @@ static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "the kept records of every (CTA, unit), without the GIL"},
     {"columns", columns, METH_VARARGS, "the columns of each enter/exit pair, without the GIL"},
     {"rows", rows, METH_VARARGS, "a batch's intervals as INTERVAL_DTYPE rows, without the GIL"},
+    {"pair_rows", pair_rows, METH_VARARGS, "columns() and rows(raw) in one pass, straight into the output"},
     {"settle", settle, METH_VARARGS, "launches' raw rows moved together and their times finished, without the GIL"},
     {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
     {NULL, NULL, 0, NULL}};
@@ -343,6 +252,23 @@ def interval_rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, d
                              c(launch_id, np.uint32), c(offset, np.float64), c(unit, np.int64), c(scope, np.int64),
                              c(depth, np.int64), c(start, np.float64), c(end, np.float64), c(cycles, np.int64),
                              bool(raw))
+
+
+def pair_rows(words, group, level, e_idx, x_idx, units: int, before: int, start_clk, base_gt, ns_per_cycle, lrow,
+              row_cta, out, dest, room, launch_id):
+    """``pair_columns`` and ``interval_rows(..., raw=True)`` in one pass: each pair's row written
+    straight to ``out`` at its batch launch's ``dest`` (at most ``room`` rows each).  Returns
+    (pairs per CTA row, rows written per launch, unplaceable pairs per launch, the first launch
+    whose pairs did not fit its room or -1) (``module()`` must not be None)."""
+    c = np.ascontiguousarray
+    m, n_l = len(start_clk), len(dest)
+    per_row, written, unplaceable = np.empty(m, np.int64), np.empty(n_l, np.int64), np.empty(n_l, np.int64)
+    over = _EXTENSION.module().pair_rows(
+        c(words, np.uint64), c(group, np.int64), c(level, np.int64), c(e_idx, np.int64), c(x_idx, np.int64),
+        int(units), int(before), c(start_clk, np.uint64), c(base_gt, np.float64), c(ns_per_cycle, np.float64),
+        c(lrow, np.int64), c(row_cta, np.uint32), out, c(dest, np.int64), c(room, np.int64), c(launch_id, np.uint32),
+        per_row, written, unplaceable)
+    return per_row, written, unplaceable, over
 
 
 def settle(out, first, rows, offset, keep) -> int:

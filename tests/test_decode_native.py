@@ -149,6 +149,48 @@ def test_pair_columns_are_the_numpy_columns():
     assert records[0] - 2 * per_row.sum() == unmatched[0]
 
 
+def test_pair_rows_are_the_columns_written_as_raw_rows():
+    """``pair_rows`` (columns and rows in one pass, straight to each launch's room) gives the
+    rows ``pair_columns`` + ``interval_rows(raw=True)`` give, skips the pairs of CTAs without a
+    finite rate (counted per launch), and reports a launch whose pairs overflow its room."""
+    from proton_lite.decode_batch import _BEFORE_START
+    rng = np.random.default_rng(5)
+    words, group = _records(rng, 240, 5, 0.02)
+    e, x, level = native_decode.pair(words, group, 5)
+    units = 4
+    m = int(group.max()) // units + 1
+    start_clk = rng.integers(0, 1 << 40, m).astype(np.uint64)
+    base, rate = rng.normal(1e6, 1e5, m), rng.uniform(0.4, 0.6, m)
+    rate[::17] = np.nan  # CTAs whose times cannot be placed
+    lrow = np.minimum(np.arange(m) * 3 // m, 2)  # three launches, CTA rows in order
+    row_cta = rng.integers(0, 1 << 20, m).astype(np.uint32)
+    launch_id = np.array([7, 8, 40], np.uint32)
+    cols, per_row = native_decode.pair_columns(words, group, level, e, x, units, _BEFORE_START, start_clk, base, rate)
+    ok = np.isfinite(rate)[cols["row"]]
+    pl = lrow[cols["row"]][ok]
+    counts = np.bincount(pl, minlength=3)
+    room = counts + np.array([3, 0, 5])
+    dest = np.cumsum(room) - room
+    expected = np.zeros(int(room.sum()), INTERVAL_DTYPE)
+    for l in range(3):
+        sel = np.flatnonzero(ok)[pl == l]
+        native_decode.interval_rows(expected[dest[l]:dest[l] + counts[l]], lrow[cols["row"][sel]],
+                                    cols["row"][sel], row_cta, launch_id, np.zeros(3), cols["unit"][sel],
+                                    cols["scope"][sel], cols["depth"][sel], cols["start"][sel], cols["end"][sel],
+                                    cols["cycles"][sel], raw=True)
+    out = np.zeros(int(room.sum()), INTERVAL_DTYPE)
+    per_row2, written, unplaceable, over = native_decode.pair_rows(
+        words, group, level, e, x, units, _BEFORE_START, start_clk, base, rate, lrow, row_cta, out, dest, room,
+        launch_id)
+    assert over == -1 and (written == counts).all() and (per_row2 == per_row).all()
+    assert (unplaceable == np.bincount(lrow[cols["row"]][~ok], minlength=3)).all() and unplaceable.sum() > 0
+    assert out.tobytes() == expected.tobytes()
+    small = room.copy()
+    small[1] = counts[1] - 1
+    assert native_decode.pair_rows(words, group, level, e, x, units, _BEFORE_START, start_clk, base, rate, lrow,
+                                   row_cta, np.zeros(int(room.sum()), INTERVAL_DTYPE), dest, small, launch_id)[3] == 1
+
+
 @pytest.mark.parametrize("mode", ["clamp", "circular"])
 def test_records_are_the_numpy_records(mode):
     """Every (CTA row, unit) block's kept records, in age order (a circular block that wrapped
