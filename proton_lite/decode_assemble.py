@@ -42,7 +42,8 @@ def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, boun
                     launch_ids: np.ndarray) -> None:
     """A decoded batch's pairs written as rows at their launches' places in ``out``, with their
     times left as float64 ns after each launch's reference (``_settle`` finishes them once
-    every launch's offset is known); the pairs are dropped, their counts kept (``iv_rows``)."""
+    every launch's offset is known); the pairs are dropped, their counts kept (``iv_rows``).
+    The numpy path: with the C steps, ``native_decode.pair_rows`` wrote them already."""
     p, c = r.pop("pairs"), r["ctas"]
     if p is None:  # written by the C steps already (decode_batch's sink)
         return
@@ -60,18 +61,10 @@ def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, boun
         from proton_lite.decode_batch import room_error
         j = int(np.flatnonzero(over)[0])
         raise room_error(int(launch_ids[idx[j]]), int(m[j]), int(bounds[idx[j]]))
-    lpos = idx[lrow]
-    native = native_decode.module() is not None and native_decode.fits(out)
-    zero = np.zeros(len(launch_ids))
     at = 0
     for j in np.flatnonzero(m).tolist():
         sl, dest = slice(at, at + m[j]), out[first[idx[j]]:first[idx[j]] + m[j]]
         at += m[j]
-        if native:  # one pass in C, no GIL
-            native_decode.interval_rows(dest, lpos[sl], cta_row[sl], c["cta"], launch_ids, zero, p["unit"][sl],
-                                        p["scope"][sl], p["depth"][sl], p["start"][sl], p["end"][sl],
-                                        p["cycles"][sl], raw=True)
-            continue
         dest["launch"] = launch_ids[idx[j]]
         dest["cta"] = c["cta"][cta_row[sl]]
         dest["unit"] = p["unit"][sl]
@@ -235,16 +228,15 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
 BLOCK_ROWS = 4096  # below this many rows per block on average, one scatter beats a build per block
 
 
-def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run, batch_launches: list, done=None) -> np.ndarray:
+def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run, batch_launches: list) -> np.ndarray:
     """The rows of every batch, in launch order, in one array allocated once.
 
     ``lpos[k]``: the launch (position in the capture) of each row of batch ``k``, whose
     launches are ``batch_launches[k]``; ``keep``: which launches to take; ``build(k, rows,
     dest)`` makes batch ``k``'s structured rows (``rows``: None for all, a slice or a mask)
     in ``dest`` (their place in the output, every field to be set) or, where ``dest`` is
-    None, in a new array it returns; ``done(k)`` follows batch ``k``'s last build.  A
-    launch's rows all come from one batch and keep its order, so each batch writes its
-    launches at their final place, in parallel (``run`` is a map over the batches, on
+    None, in a new array it returns.  A launch's rows all come from one batch and keep its
+    order, so each batch writes its launches at their final place, in parallel (``run`` is a map over the batches, on
     threads).  Where the batch's launches come in order (the usual case, found per run of
     one launch, not per row), each block of launches that sit together in the output is
     built in place; otherwise the batch is built once and scattered.
@@ -292,8 +284,6 @@ def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run, batch_laun
                 run_start = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
                 pos = first[lp] + np.arange(len(lp)) - np.repeat(run_start, np.diff(np.r_[run_start, len(lp)]))
                 out[pos] = build(k, rows, None)[order]
-        if done is not None:
-            done(k)
     for _ in run(place, range(len(lpos))):
         pass
     return out

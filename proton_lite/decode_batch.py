@@ -150,8 +150,8 @@ def _pair(tags: np.ndarray, group: np.ndarray, first: np.ndarray, n_scopes: int)
 def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start_clk, base_gt, ns_per_cycle, lrow,
                   records, n_l: int):
     """The columns of each pair (its CTA row, unit, scope, depth, times after the launch's
-    reference, cycles) and each launch's unmatched records, in numpy; ``native_decode``
-    computes the same in C."""
+    reference, cycles) and each launch's unmatched records, in numpy; ``native_decode.pair_rows``
+    computes the same in C and writes the rows as well."""
     rec = words.view("<u4")
     tags, clo = rec[0::2], rec[1::2]
     g = group[e_idx]
@@ -380,17 +380,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
             raise room_error(int(sink[3][over]), int(iv_rows[over]) + 1, int(sink[2][over]))
         unmatched = records - 2 * _segment_sums(per_row, row_start, m_l) + 2 * unplaceable
         pairs = None
-    elif native_decode.module() is not None:  # the pairs' columns in one pass in C, without the GIL
-        pairs, per_row = native_decode.pair_columns(words, group, level, e_idx, x_idx, layout.units, _BEFORE_START,
-                                                    start_clk, base_gt, ns_per_cycle)
-        unmatched = records - 2 * _segment_sums(per_row, row_start, m_l)
-        placeable = np.isfinite(base_gt) & np.isfinite(ns_per_cycle)
-        if not placeable.all():  # a pair whose times cannot be placed (corrupt anchors) is unmatched
-            ok_t = placeable[pairs["row"]]
-            unmatched += 2 * np.bincount(lrow[pairs["row"][~ok_t]], minlength=n_l)
-            pairs = {name: a[ok_t] for name, a in pairs.items()}
-        pairs["cta_row"] = pairs.pop("row")
-    else:
+    else:  # numpy; the rows follow in write_intervals
         pairs, unmatched = _pair_columns(words, group, level, e_idx, x_idx, layout, start_clk, base_gt, ns_per_cycle,
                                          lrow, records, n_l)
     ctas = {

@@ -1,16 +1,17 @@
-"""A batch's scope intervals written into the profile's rows by C code that does not hold the GIL.
+"""The decoder's steps that run per record in C, without the GIL: records, pairing, rows.
 
-Why: the decoder's last step fills one 44-byte row per interval (``INTERVAL_DTYPE``) from the
-batch's columns, field by field in numpy: ten strided passes, temporaries for the rounded
-times, and several of those calls hold the GIL.  For 10.6 M intervals it was the largest
-part of a decode (1.1 of 2.3 s on the 2-core dev VM, 2026-11-26).  Here one pass per batch
-writes each row whole, with the same arithmetic: times are ``rint(t + offset)`` in double
-precision (``nearbyint`` in the default round-half-even mode is numpy's ``rint``), an end
-never before its start, integer fields cast as numpy's assignment casts them.  The rows
-are byte for byte those of the numpy path (``tests/test_decode_native.py``).  Since the
-batches write their rows before the session's time 0 is known, ``rows`` can leave the times
-raw and ``settle`` finishes them with the same arithmetic, moving each launch's rows into
-place (``decode_assemble.write_intervals``, ``tests/test_decode_memory.py``).
+Why: numpy made a pass per nesting level to pair records and ten strided passes (several
+holding the GIL) to fill the 44-byte interval rows (``INTERVAL_DTYPE``): for 10.6 M intervals
+the rows alone were the largest part of a decode (1.1 of 2.3 s on the 2-core dev VM,
+2026-11-26).  Here ``records`` gathers the kept records, ``pair`` pairs them in one pass,
+``pair_rows`` computes each pair's columns and writes its row straight to its launch's room
+in the profile's array with the times raw (the session's time 0 is not known yet), and
+``settle`` moves the launches together and finishes the times with the same arithmetic as
+numpy: ``rint(t + offset)`` in double precision (``nearbyint`` in the default round-half-even
+mode is numpy's ``rint``), an end never before its start, integer fields cast as numpy's
+assignment casts them.  The rows are byte for byte those of the numpy path
+(``tests/test_decode_native.py``, ``tests/test_decode_memory.py``); the rows' C source is in
+``native_rows_c.py``.
 
 Built at first use (``proton_lite.native_build``); without a compiler ``module()`` is None
 and the numpy path does the work.  ``PROTON_LITE_NATIVE_DECODE=0`` turns it off.
@@ -102,62 +103,6 @@ static PyObject *pair(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(found);
 }
 
-/* columns(words, group, level, e_idx, x_idx, units, start_clk, base_gt, ns_per_cycle,
-           row, unit, scope, depth, start, end, cycles, per_row) -> None: the columns of each
-   pair as decode_batch computes them (cycles since the CTA's start from the low 32 bits of
-   the clock, unwrapped, a little before the start allowed; times = base + cycles * rate),
-   and the pairs of each CTA row counted in per_row. */
-static PyObject *columns(PyObject *self, PyObject *args) {
-    PyObject *o[17];
-    long long units, before;
-    if (!PyArg_ParseTuple(args, "OOOOOLLOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &units, &before, &o[5],
-                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15])) return NULL;
-    Py_buffer v[16];
-    if (take_buffers(o, v, 16, 8, 16) < 0) return NULL;
-    Py_ssize_t n_rec = v[0].len / 8, k = v[3].len / 8, m = v[5].len / 8;
-    int bad = units <= 0 || v[1].len != n_rec * 8 || v[2].len != n_rec * 8 || v[4].len != k * 8 ||
-              v[6].len != m * 8 || v[7].len != m * 8 || v[15].len != m * 8;
-    for (int i = 8; i < 15; i++) bad |= v[i].len != k * 8;
-    if (!bad) {
-        const uint64_t *words = v[0].buf, *start_clk = v[5].buf;
-        const int64_t *group = v[1].buf, *level = v[2].buf, *e_idx = v[3].buf, *x_idx = v[4].buf;
-        const double *base = v[6].buf, *rate = v[7].buf;
-        int64_t *row = v[8].buf, *unit = v[9].buf, *scope = v[10].buf, *depth = v[11].buf, *cycles = v[14].buf;
-        int64_t *per_row = v[15].buf;
-        double *start = v[12].buf, *end = v[13].buf;
-        Py_BEGIN_ALLOW_THREADS
-        memset(per_row, 0, m * 8);
-        for (Py_ssize_t i = 0; i < k; i++) {
-            int64_t e = e_idx[i], x = x_idx[i];
-            if (e < 0 || e >= n_rec || x < 0 || x >= n_rec) { bad = 2; break; }
-            int64_t g = group[e], r = g / units;
-            if (g < 0 || r >= m) { bad = 2; break; }
-            uint64_t s_lo = start_clk[r] & 0xFFFFFFFFull;
-            int64_t ed = (int64_t)(((words[e] >> 32) - s_lo) & 0xFFFFFFFFull);
-            int64_t xd = (int64_t)(((words[x] >> 32) - s_lo) & 0xFFFFFFFFull);
-            if (ed >= (1LL << 32) - before) ed -= 1LL << 32;
-            if (xd >= (1LL << 32) - before) xd -= 1LL << 32;
-            int64_t lv = level[e] - 1;
-            row[i] = r;
-            unit[i] = g % units;
-            scope[i] = (int64_t)((words[e] & 0xFFFFFFFFull) >> 1);
-            depth[i] = lv > 0 ? lv : 0;
-            start[i] = base[r] + (double)ed * rate[r];
-            end[i] = base[r] + (double)xd * rate[r];
-            cycles[i] = xd - ed;
-            per_row[r]++;
-        }
-        Py_END_ALLOW_THREADS
-    }
-    give_buffers(v, 16);
-    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "columns: array lengths differ"); return NULL; }
-    if (bad == 2) {
-        PyErr_SetString(PyExc_IndexError, "columns: a record or CTA row index is out of range");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
 /* records(buf, rows_at, counts, kept, words_out, group_out, first_out, stride_w, head_w, unit_w,
            unit_head_w, cap, circular) -> number of non-empty groups: the kept records of every
    (CTA row, unit) in (CTA, unit, age) order, as decode_batch._records. */
@@ -207,9 +152,7 @@ static PyObject *records(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "the kept records of every (CTA, unit), without the GIL"},
-    {"columns", columns, METH_VARARGS, "the columns of each enter/exit pair, without the GIL"},
-    {"rows", rows, METH_VARARGS, "a batch's intervals as INTERVAL_DTYPE rows, without the GIL"},
-    {"pair_rows", pair_rows, METH_VARARGS, "columns() and rows(raw) in one pass, straight into the output"},
+    {"pair_rows", pair_rows, METH_VARARGS, "each pair's row straight into the output, without the GIL"},
     {"settle", settle, METH_VARARGS, "launches' raw rows moved together and their times finished, without the GIL"},
     {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
     {NULL, NULL, 0, NULL}};
@@ -241,23 +184,11 @@ def fits(out: np.ndarray) -> bool:
             all(dt.fields[name][1] == off for name, off in _LAYOUT))
 
 
-def interval_rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles,
-                  raw: bool = False) -> None:
-    """Fill ``out`` (``fits``) with one row per pair: ``launch_id[lpos]``, ``row_cta[cta_row]``,
-    unit, scope, depth, lane 0, ``rint(start + offset[lpos])``, the same for end (never
-    before the start), cycles (``module()`` must not be None).  ``raw``: start and end are
-    stored as the float64 they are, bit for bit, for ``settle`` to finish."""
-    c = np.ascontiguousarray
-    _EXTENSION.module().rows(out, c(lpos, np.int64), c(cta_row, np.int64), c(row_cta, np.uint32),
-                             c(launch_id, np.uint32), c(offset, np.float64), c(unit, np.int64), c(scope, np.int64),
-                             c(depth, np.int64), c(start, np.float64), c(end, np.float64), c(cycles, np.int64),
-                             bool(raw))
-
-
 def pair_rows(words, group, level, e_idx, x_idx, units: int, before: int, start_clk, base_gt, ns_per_cycle, lrow,
               row_cta, out, dest, room, launch_id):
-    """``pair_columns`` and ``interval_rows(..., raw=True)`` in one pass: each pair's row written
-    straight to ``out`` at its batch launch's ``dest`` (at most ``room`` rows each).  Returns
+    """``decode_batch._pair_columns`` and ``decode_assemble.write_intervals`` in one pass: each
+    pair's row written straight to ``out`` at its batch launch's ``dest`` (at most ``room`` rows
+    each), its times raw.  Returns
     (pairs per CTA row, rows written per launch, unplaceable pairs per launch, the first launch
     whose pairs did not fit its room or -1) (``module()`` must not be None)."""
     c = np.ascontiguousarray
@@ -290,22 +221,6 @@ def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
     e_idx, x_idx, level = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     k = _EXTENSION.module().pair(words, group, int(n_scopes), e_idx, x_idx, level)
     return e_idx[:k].copy(), x_idx[:k].copy(), level
-
-
-def pair_columns(words, group, level, e_idx, x_idx, units: int, before: int, start_clk, base_gt, ns_per_cycle):
-    """The pair columns of ``decode_batch._decode_batch`` (``row``, ``unit``, ``scope``, ``depth``,
-    ``start``, ``end``, ``cycles``) and the pairs of each CTA row, from one pass in C
-    (``module()`` must not be None)."""
-    c = np.ascontiguousarray
-    k, m = len(e_idx), len(start_clk)
-    out = {name: np.empty(k, np.float64 if name in ("start", "end") else np.int64)
-           for name in ("row", "unit", "scope", "depth", "start", "end", "cycles")}
-    per_row = np.empty(m, np.int64)
-    _EXTENSION.module().columns(c(words, np.uint64), c(group, np.int64), c(level, np.int64), c(e_idx, np.int64),
-                                c(x_idx, np.int64), int(units), int(before), c(start_clk, np.uint64),
-                                c(base_gt, np.float64), c(ns_per_cycle, np.float64), out["row"], out["unit"],
-                                out["scope"], out["depth"], out["start"], out["end"], out["cycles"], per_row)
-    return out, per_row
 
 
 def records(buf, layout, rows_at, counts, kept):

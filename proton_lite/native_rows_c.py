@@ -1,71 +1,22 @@
 """C source of the decoder's interval rows, compiled into ``native_decode``'s extension.
 
-Three functions that write the profile's 44-byte ``INTERVAL_DTYPE`` rows: ``rows`` (a batch's
-pair columns as rows; with ``raw`` the times stay the doubles they are), ``pair_rows``
-(``columns`` and ``rows(raw)`` in one pass, each pair's row straight to its launch's room in
-the profile's array) and ``settle`` (each launch's rows moved after the previous one's and
-their times finished: ``rint(t + offset)``, an end never before its start).  Kept apart from
-``native_decode.py`` (the records, the pairing, the columns and the Python wrappers) so that
-each file stays one job; ``native_decode`` places this source after its shared helpers.
+Two functions that write the profile's 44-byte ``INTERVAL_DTYPE`` rows: ``pair_rows`` (each
+enter/exit pair's columns and its row in one pass, straight to its launch's room in the
+profile's array, the times left raw: the doubles they are) and ``settle`` (each launch's rows
+moved after the previous one's and their times finished: ``rint(t + offset)``, an end never
+before its start).  Kept apart from ``native_decode.py`` (the records, the pairing and the
+Python wrappers) so that each file stays one job; ``native_decode`` places this source after
+its shared helpers.
 """
 
 ROWS_C = r"""
-#define N_IN 11
-
-/* rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles, raw):
-   out[i] = INTERVAL_DTYPE row of pair i (44 bytes: launch u4, cta u4, unit u4, scope u4,
-   depth u2, lane u2, start_ns i8, end_ns i8, cycles i8); raw: start and end stay the
-   doubles they are (their bits in the i8 fields, no offset), for settle() to finish */
-static PyObject *rows(PyObject *self, PyObject *args) {
-    PyObject *objs[N_IN + 1];
-    int raw = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO|p", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
-                          &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11], &raw)) return NULL;
-    Py_buffer v[N_IN + 1];
-    if (take_buffers(objs, v, N_IN + 1, 0, 1) < 0) return NULL;
-    Py_ssize_t n = v[1].len / 8;
-    int bad = v[0].len != n * 44 || v[2].len != n * 8 || v[6].len != n * 8 || v[7].len != n * 8 ||
-              v[8].len != n * 8 || v[9].len != n * 8 || v[10].len != n * 8 || v[11].len != n * 8;
-    Py_ssize_t n_rows = v[3].len / 4, n_launch = v[4].len / 4 < v[5].len / 8 ? v[4].len / 4 : v[5].len / 8;
-    if (!bad) {
-        unsigned char *out = (unsigned char *)v[0].buf;
-        const int64_t *lpos = v[1].buf, *cta_row = v[2].buf, *unit = v[6].buf, *scope = v[7].buf, *depth = v[8].buf,
-                      *cycles = v[11].buf;
-        const uint32_t *row_cta = v[3].buf, *launch_id = v[4].buf;
-        const double *offset = v[5].buf, *start = v[9].buf, *end = v[10].buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t lp = lpos[i], r = cta_row[i];
-            if (lp < 0 || lp >= n_launch || r < 0 || r >= n_rows) { bad = 2; break; }
-            unsigned char *o = out + 44 * i;
-            uint32_t u32[4] = {launch_id[lp], row_cta[r], (uint32_t)unit[i], (uint32_t)scope[i]};
-            uint16_t u16[2] = {(uint16_t)depth[i], 0};
-            memcpy(o, u32, 16);
-            memcpy(o + 16, u16, 4);
-            if (raw) {
-                memcpy(o + 20, &start[i], 8);
-                memcpy(o + 28, &end[i], 8);
-                memcpy(o + 36, &cycles[i], 8);
-                continue;
-            }
-            int64_t s = (int64_t)nearbyint(start[i] + offset[lp]);
-            int64_t e = (int64_t)nearbyint(end[i] + offset[lp]);
-            int64_t i64[3] = {s, e > s ? e : s, cycles[i]};
-            memcpy(o + 20, i64, 24);
-        }
-        Py_END_ALLOW_THREADS
-    }
-    give_buffers(v, N_IN + 1);
-    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "rows: column lengths differ"); return NULL; }
-    if (bad == 2) { PyErr_SetString(PyExc_IndexError, "rows: a launch or CTA row index is out of range"); return NULL; }
-    Py_RETURN_NONE;
-}
-
 /* pair_rows(words, group, level, e_idx, x_idx, units, before, start_clk, base, rate, lrow, row_cta,
    out, dest, room, launch_id, per_row, written, unplaceable) -> -1, or the batch launch that
-   has more pairs than its room.  columns() and rows(raw) in one pass: each pair's row goes
-   straight to out[dest[l] + written[l]++] (l = lrow[its CTA row]) with its times raw; a pair
-   whose CTA has no finite base or rate is counted in unplaceable[l] instead */
+   has more pairs than its room.  As decode_batch._pair_columns and write_intervals, in one
+   pass: each pair's row goes straight to out[dest[l] + written[l]++] (l = lrow[its CTA row];
+   44 bytes: launch u4, cta u4, unit u4, scope u4, depth u2, lane u2, start f8, end f8, cycles
+   i8) with its times raw; a pair whose CTA has no finite base or rate is counted in
+   unplaceable[l] instead */
 static PyObject *pair_rows(PyObject *self, PyObject *args) {
     PyObject *o[17];
     long long units, before;
@@ -132,7 +83,7 @@ static PyObject *pair_rows(PyObject *self, PyObject *args) {
 }
 
 /* settle(out, first, rows, offset, keep) -> rows kept.  out: INTERVAL_DTYPE rows written by
-   rows(..., raw) at each launch's place first[i] (room for at least rows[i]); in launch
+   pair_rows (or their numpy twin) at each launch's place first[i] (room for at least rows[i]); in launch
    order, the rows of each kept launch move down to follow the previous kept launch's and
    their times become rint(t + offset[i]), an end never before its start */
 static PyObject *settle(PyObject *self, PyObject *args) {

@@ -56,46 +56,6 @@ def test_no_records():
     assert len(e) == len(x) == len(level) == 0
 
 
-def _numpy_rows(lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles):
-    a = np.zeros(len(lpos), INTERVAL_DTYPE)
-    a["launch"] = launch_id[lpos]
-    a["cta"] = row_cta[cta_row]
-    a["unit"], a["scope"], a["depth"] = unit, scope, depth
-    a["start_ns"] = np.rint(start + offset[lpos]).astype(np.int64)
-    a["end_ns"] = np.maximum(np.rint(end + offset[lpos]).astype(np.int64), a["start_ns"])
-    a["cycles"] = cycles
-    return a
-
-
-def test_rows_are_the_numpy_rows_byte_for_byte():
-    rng = np.random.default_rng(7)
-    n = 5000
-    lpos = np.sort(rng.integers(0, 4, n))
-    cta_row = rng.integers(0, 50, n)
-    row_cta = rng.integers(0, 1 << 31, 50).astype(np.uint32)
-    launch_id = np.array([3, 9, 10, 4000000000], np.uint32)
-    offset = np.array([0.0, -12.5, 1e9 + 0.5, 7.25])
-    start = np.round(rng.normal(1e6, 1e6, n) * 2) / 2  # many exact halves: round half to even
-    end = start + rng.normal(100, 300, n)  # some ends before their start: clamped to it
-    unit, scope, depth = rng.integers(0, 32, n), rng.integers(0, 1 << 20, n), rng.integers(0, 100, n)
-    cycles = rng.integers(-5, 1 << 40, n)
-    out = np.empty(n, INTERVAL_DTYPE)
-    assert native_decode.fits(out) and not native_decode.fits(out[::2])
-    native_decode.interval_rows(out, lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end,
-                                cycles)
-    expected = _numpy_rows(lpos, cta_row, row_cta, launch_id, offset, unit, scope, depth, start, end, cycles)
-    assert out.tobytes() == expected.tobytes()
-    assert (out["end_ns"] >= out["start_ns"]).all() and (end < start).any()
-
-
-def test_rows_refuse_an_index_out_of_range():
-    out = np.empty(2, INTERVAL_DTYPE)
-    args = [np.array([0, 1]), np.array([0, 5]), np.zeros(2, np.uint32), np.zeros(2, np.uint32), np.zeros(2)]
-    rest = [np.zeros(2, np.int64)] * 3 + [np.zeros(2)] * 2 + [np.zeros(2, np.int64)]
-    with pytest.raises(IndexError, match="out of range"):
-        native_decode.interval_rows(out, *args, *rest)
-
-
 _DIGEST = """
 import hashlib, sys, numpy as np
 from proton_lite.raw_format import read_raw
@@ -122,73 +82,77 @@ def test_real_captures_decode_the_same_with_and_without_the_c_steps(name):
     assert out["1"][1] == out["0"][1]
 
 
-def test_pair_columns_are_the_numpy_columns():
-    """Clocks that wrap past 2^32 and clocks a little before the CTA's start included."""
-    from proton_lite.decode_batch import _BEFORE_START, _pair_columns
-    from proton_lite.layout import BufferLayout
-    rng = np.random.default_rng(11)
+def _pair_inputs(seed: int, units: int = 4):
+    """Paired records of CTA rows in three launches: clocks that wrap past 2^32 and clocks a
+    little before the CTA's start, and every 17th CTA without a finite rate."""
+    rng = np.random.default_rng(seed)
     words, group = _records(rng, 300, 6, 0.02)
     e, x, level = native_decode.pair(words, group, 6)
-    layout = BufferLayout("warp", 4, 16, "global", "clamp")
-    m = int(group.max()) // layout.units + 1
-    start_clk = rng.integers(0, 1 << 40, m).astype(np.uint64)
-    lo = (start_clk[group // layout.units] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    clocks = (lo + rng.integers(-(1 << 20), 1 << 31, len(words))) % (1 << 32)  # some before the start, some wrap
-    words = (words & np.uint64(0xFFFFFFFF)) | (clocks.astype(np.uint64) << np.uint64(32))
-    base, rate = rng.normal(1e6, 1e5, m), rng.uniform(0.4, 0.6, m)
-    lrow = np.zeros(m, np.int64)
-    records = np.array([len(words)])
-    expected, unmatched = _pair_columns(words, group, level, e, x, layout, start_clk, base, rate, lrow, records, 1)
-    got, per_row = native_decode.pair_columns(words, group, level, e, x, layout.units, _BEFORE_START, start_clk, base,
-                                              rate)
-    got["cta_row"] = got.pop("row")
-    assert set(got) == set(expected)
-    for name, a in expected.items():
-        assert got[name].dtype == a.dtype and got[name].tobytes() == a.tobytes(), name
-    assert (got["cycles"] < 0).any() or (expected["start"] < base[got["cta_row"]]).any()
-    assert records[0] - 2 * per_row.sum() == unmatched[0]
-
-
-def test_pair_rows_are_the_columns_written_as_raw_rows():
-    """``pair_rows`` (columns and rows in one pass, straight to each launch's room) gives the
-    rows ``pair_columns`` + ``interval_rows(raw=True)`` give, skips the pairs of CTAs without a
-    finite rate (counted per launch), and reports a launch whose pairs overflow its room."""
-    from proton_lite.decode_batch import _BEFORE_START
-    rng = np.random.default_rng(5)
-    words, group = _records(rng, 240, 5, 0.02)
-    e, x, level = native_decode.pair(words, group, 5)
-    units = 4
     m = int(group.max()) // units + 1
     start_clk = rng.integers(0, 1 << 40, m).astype(np.uint64)
+    lo = (start_clk[group // units] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    clocks = (lo + rng.integers(-(1 << 20), 1 << 31, len(words))) % (1 << 32)  # some before the start, some wrap
+    words = (words & np.uint64(0xFFFFFFFF)) | (clocks.astype(np.uint64) << np.uint64(32))
     base, rate = rng.normal(1e6, 1e5, m), rng.uniform(0.4, 0.6, m)
     rate[::17] = np.nan  # CTAs whose times cannot be placed
     lrow = np.minimum(np.arange(m) * 3 // m, 2)  # three launches, CTA rows in order
     row_cta = rng.integers(0, 1 << 20, m).astype(np.uint32)
-    launch_id = np.array([7, 8, 40], np.uint32)
-    cols, per_row = native_decode.pair_columns(words, group, level, e, x, units, _BEFORE_START, start_clk, base, rate)
-    ok = np.isfinite(rate)[cols["row"]]
-    pl = lrow[cols["row"]][ok]
-    counts = np.bincount(pl, minlength=3)
+    return words, group, level, e, x, start_clk, base, rate, lrow, row_cta
+
+
+def test_pair_rows_write_the_numpy_rows(monkeypatch):
+    """``pair_rows`` (each pair's columns and raw row in one pass in C, straight to its launch's
+    room) and then ``settle`` give the numpy path's rows byte for byte (``_pair_columns``,
+    ``write_intervals``, ``_settle``): the same unmatched counts, the pairs of CTAs without a
+    finite rate skipped and counted, pairs whose end lies before their start (negative cycles)
+    included; a launch whose pairs overflow its room is reported, not written past.  Exact
+    halves and odd offsets in ``settle``: ``test_decode_memory.py``."""
+    from proton_lite.decode_assemble import _settle, write_intervals
+    from proton_lite.decode_batch import _BEFORE_START, _pair_columns
+    from proton_lite.layout import BufferLayout
+    words, group, level, e, x, start_clk, base, rate, lrow, row_cta = _pair_inputs(11)
+    layout = BufferLayout("warp", 4, 16, "global", "clamp")
+    launch_id = np.array([7, 8, 4000000000], np.uint32)
+    records = np.bincount(lrow[group // layout.units], minlength=3)
+    pairs, unmatched = _pair_columns(words, group, level, e, x, layout, start_clk, base, rate, lrow, records, 3)
+    counts = np.bincount(lrow[pairs["cta_row"]], minlength=3)
     room = counts + np.array([3, 0, 5])
     dest = np.cumsum(room) - room
     expected = np.zeros(int(room.sum()), INTERVAL_DTYPE)
-    for l in range(3):
-        sel = np.flatnonzero(ok)[pl == l]
-        native_decode.interval_rows(expected[dest[l]:dest[l] + counts[l]], lrow[cols["row"][sel]],
-                                    cols["row"][sel], row_cta, launch_id, np.zeros(3), cols["unit"][sel],
-                                    cols["scope"][sel], cols["depth"][sel], cols["start"][sel], cols["end"][sel],
-                                    cols["cycles"][sel], raw=True)
-    out = np.zeros(int(room.sum()), INTERVAL_DTYPE)
-    per_row2, written, unplaceable, over = native_decode.pair_rows(
-        words, group, level, e, x, units, _BEFORE_START, start_clk, base, rate, lrow, row_cta, out, dest, room,
+    write_intervals({"pairs": pairs, "ctas": {"launch": lrow, "cta": row_cta}}, [0, 1, 2], expected, dest, room,
+                    launch_id)
+    got = np.zeros(int(room.sum()), INTERVAL_DTYPE)
+    assert native_decode.fits(got) and not native_decode.fits(got[::2])
+    per_row, written, unplaceable, over = native_decode.pair_rows(
+        words, group, level, e, x, layout.units, _BEFORE_START, start_clk, base, rate, lrow, row_cta, got, dest, room,
         launch_id)
-    assert over == -1 and (written == counts).all() and (per_row2 == per_row).all()
-    assert (unplaceable == np.bincount(lrow[cols["row"]][~ok], minlength=3)).all() and unplaceable.sum() > 0
-    assert out.tobytes() == expected.tobytes()
+    assert over == -1 and (written == counts).all() and unplaceable.sum() > 0
+    assert (records - 2 * np.bincount(lrow, weights=per_row, minlength=3).astype(np.int64) + 2 * unplaceable
+            == unmatched).all()
+    assert got.tobytes() == expected.tobytes()
+    assert (pairs["cycles"] < 0).any()  # clocks before the start and past a wrap were in the mix
+    offset = np.array([0.0, 0.5, 1e9 + 1])  # exact halves, an odd offset
+    keep = np.ones(3, bool)
+    n_c = native_decode.settle(got, dest, counts, offset, keep)
+    monkeypatch.setattr(native_decode, "module", lambda: None)
+    n_np = _settle(expected, dest, counts, offset, keep)
+    assert n_c == n_np == counts.sum() and got[:n_c].tobytes() == expected[:n_np].tobytes()
+    assert (got["end_ns"][:n_c] >= got["start_ns"][:n_c]).all()
+    monkeypatch.undo()
     small = room.copy()
     small[1] = counts[1] - 1
-    assert native_decode.pair_rows(words, group, level, e, x, units, _BEFORE_START, start_clk, base, rate, lrow,
+    assert native_decode.pair_rows(words, group, level, e, x, layout.units, _BEFORE_START, start_clk, base, rate, lrow,
                                    row_cta, np.zeros(int(room.sum()), INTERVAL_DTYPE), dest, small, launch_id)[3] == 1
+
+
+def test_pair_rows_refuse_an_index_out_of_range():
+    words, group, level, e, x, start_clk, base, rate, lrow, row_cta = _pair_inputs(12)
+    bad = e.copy()
+    bad[3] = len(words) + 5
+    out = np.zeros(len(e), INTERVAL_DTYPE)
+    with pytest.raises(IndexError, match="out of range"):
+        native_decode.pair_rows(words, group, level, bad, x, 4, 1 << 24, start_clk, base, rate, lrow, row_cta, out,
+                                np.zeros(3, np.int64), np.full(3, len(e)), np.zeros(3, np.uint32))
 
 
 @pytest.mark.parametrize("mode", ["clamp", "circular"])
