@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.getcwd(), "tests", "benchmarks"))
 import torch
 import proton_lite
 from proton_lite.runtime import drain as D
-from launch_loops import block, workloads
+from launch_loops import block, voluntary_switches, workloads
 
 orig_write, orig_enqueue = D.Drain._write, D.Drain._enqueue_copy
 
@@ -43,24 +43,19 @@ VARIANTS = {"session": (orig_write, orig_enqueue), "+300us py/chunk": (busy_writ
             "+30 handoffs writer": (handoff_write, orig_enqueue), "+30 handoffs copier": (orig_write, handoff_copy)}
 
 
-def vol():
-    with open("/proc/thread-self/status") as f:
-        return int([l for l in f if l.startswith("voluntary_ctxt_switches")][0].split()[1])
-
-
 work = workloads(liger=True)
 for name, (fn, n) in work.items():
     for _ in range(2):
         block(fn, 100)
     res = {}
     for rnd in range(int(os.environ.get("ROUNDS", 3))):
-        v0 = vol(); w, c = block(fn, n); res.setdefault("plain", []).append((w, c, (vol() - v0) / n, 0))
+        v0 = voluntary_switches(); w, c = block(fn, n); res.setdefault("plain", []).append((w, c, (voluntary_switches() - v0) / n, 0))
         for var, (wr, en) in VARIANTS.items():
             D.Drain._write, D.Drain._enqueue_copy = wr, en
             with proton_lite.start("/tmp/dp", quiet=True, formats=(), calibrate=False) as s:
                 block(fn, 50)
                 c0 = s._collector.copies
-                v0 = vol(); w, c = block(fn, n); sw = (vol() - v0) / n
+                v0 = voluntary_switches(); w, c = block(fn, n); sw = (voluntary_switches() - v0) / n
                 chunks = s._collector.copies - c0
             D.Drain._write, D.Drain._enqueue_copy = orig_write, orig_enqueue
             res.setdefault(var, []).append((w, c, sw, chunks))

@@ -35,3 +35,9 @@ def block(fn, calls: int) -> tuple[float, float]:
     cpu = time.thread_time() - c0
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / calls * 1e6, cpu / calls * 1e6
+
+
+def voluntary_switches() -> int:
+    """The calling thread's voluntary context switches so far (it waited: for the GIL, a lock)."""
+    with open("/proc/thread-self/status") as f:
+        return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])

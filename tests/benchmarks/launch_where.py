@@ -37,7 +37,7 @@ from triton.runtime import jit as J  # noqa: E402
 
 import proton_lite  # noqa: E402
 from host_scale import liger_cases  # noqa: E402
-from launch_loops import workloads  # noqa: E402
+from launch_loops import voluntary_switches, workloads  # noqa: E402
 from proton_lite import compat  # noqa: E402
 from proton_lite.runtime import buffers, cuda_api, drain  # noqa: E402
 
@@ -69,25 +69,20 @@ def _timed_run(self, *a, **k):
         acc["jit"] += pc() - t
 
 
-def _voluntary_switches() -> int:
-    with open("/proc/thread-self/status") as f:
-        return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
-
-
 def block(fn, n: int) -> dict:
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
     for k in acc:
         acc[k] = 0
-    v0, t0, c0 = _voluntary_switches(), time.perf_counter(), time.thread_time()
+    v0, t0, c0 = voluntary_switches(), time.perf_counter(), time.thread_time()
     for _ in range(n):
         fn()
     cpu = time.thread_time() - c0
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / n * 1e6
     per = {k: v / n / 1e3 for k, v in acc.items()}
-    return dict(wall=wall, cpu=cpu / n * 1e6, **per, outside=wall - per["jit"], switches=(_voluntary_switches() - v0) / n)
+    return dict(wall=wall, cpu=cpu / n * 1e6, **per, outside=wall - per["jit"], switches=(voluntary_switches() - v0) / n)
 
 
 def _no_drain_work():
