@@ -19,7 +19,7 @@ import os
 
 from proton_lite.native_build import ZlibExtension
 
-_SOURCE = r"""
+CHUNK_WRITE_C = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
@@ -37,6 +37,7 @@ static combine_fn z_combine;
 
 #define MAX_PARTS 8
 #define MAX_THREADS 16
+#define IOV_GROUP 64
 
 static unsigned long crc_serial(unsigned long crc, const unsigned char *p, size_t n) {
     while (n) {
@@ -81,8 +82,60 @@ static unsigned long crc_parallel(unsigned long crc, const unsigned char *p, siz
     return crc;
 }
 
-/* write_chunk(fd, kind, parts, threads, min_block) -> crc: a raw-file chunk (header
-   "<IIQ": kind, crc32 of the payload, payload bytes; then the parts), GIL released */
+/* a raw-file chunk: header "<IIQ" (kind, crc32 of the payload, payload bytes), then the n
+   parts (any number), with writev; 0 or an errno.  Needs no GIL. */
+static int write_parts(int fd, unsigned int kind, const unsigned char *const *p, const size_t *len, int n,
+                       int threads, size_t min_block, unsigned long *crc_out) {
+    unsigned long crc = z_crc32(0, NULL, 0);
+    uint64_t size = 0;
+    for (int i = 0; i < n; i++) {
+        crc = crc_parallel(crc, p[i], len[i], threads, min_block);
+        size += (uint64_t)len[i];
+    }
+    unsigned char header[16];
+    uint32_t k32 = kind, c32 = (uint32_t)crc;
+    for (int b = 0; b < 4; b++) { header[b] = (k32 >> (8 * b)) & 0xFF; header[4 + b] = (c32 >> (8 * b)) & 0xFF; }
+    for (int b = 0; b < 8; b++) header[8 + b] = (size >> (8 * b)) & 0xFF;
+    struct iovec iov[IOV_GROUP];
+    int i = -1;  /* -1: the header */
+    while (i < n) {  /* any number of parts, IOV_GROUP to a writev */
+        int n_iov = 0;
+        for (; i < n && n_iov < IOV_GROUP; i++) {
+            size_t l = i < 0 ? 16 : len[i];
+            if (!l) continue;
+            iov[n_iov].iov_base = i < 0 ? (void *)header : (void *)p[i];
+            iov[n_iov++].iov_len = l;
+        }
+        struct iovec *v = iov;
+        while (n_iov > 0) {
+            ssize_t w = writev(fd, v, n_iov);
+            if (w < 0) { if (errno == EINTR) continue; return errno; }
+            while (n_iov > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n_iov--; }
+            if (n_iov > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }
+        }
+    }
+    if (crc_out) *crc_out = crc;
+    return 0;
+}
+"""
+
+# init_zlib(path): the crc32 and crc32_combine of the libz at path (ZlibExtension calls it)
+INIT_ZLIB_C = r"""
+static PyObject *init_zlib(PyObject *self, PyObject *arg) {
+    const char *path = PyUnicode_AsUTF8(arg);
+    if (!path) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { PyErr_SetString(PyExc_OSError, dlerror()); return NULL; }
+    z_crc32 = (crc_fn)dlsym(h, "crc32");
+    z_combine = (combine_fn)dlsym(h, "crc32_combine");
+    if (!z_crc32 || !z_combine) { PyErr_SetString(PyExc_OSError, "crc32 or crc32_combine missing"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+"""
+
+_MODULE_C = r"""
+/* write_chunk(fd, kind, parts, threads, min_block) -> crc: write_parts, GIL released */
 static PyObject *write_chunk(PyObject *self, PyObject *args) {
     int fd, threads;
     unsigned int kind;
@@ -96,32 +149,13 @@ static PyObject *write_chunk(PyObject *self, PyObject *args) {
     for (; got < np; got++)
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts, got), &views[got], PyBUF_SIMPLE) < 0) break;
     if (got < np) { for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]); return NULL; }
-    unsigned long crc = z_crc32(0, NULL, 0);
-    uint64_t size = 0;
-    int err = 0;
+    const unsigned char *p[MAX_PARTS];
+    size_t len[MAX_PARTS];
+    for (Py_ssize_t i = 0; i < np; i++) { p[i] = (const unsigned char *)views[i].buf; len[i] = (size_t)views[i].len; }
+    unsigned long crc = 0;
+    int err;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < np; i++) {
-        crc = crc_parallel(crc, (const unsigned char *)views[i].buf, (size_t)views[i].len, threads, (size_t)min_block);
-        size += (uint64_t)views[i].len;
-    }
-    unsigned char header[16];
-    uint32_t k32 = kind, c32 = (uint32_t)crc;
-    for (int b = 0; b < 4; b++) { header[b] = (k32 >> (8 * b)) & 0xFF; header[4 + b] = (c32 >> (8 * b)) & 0xFF; }
-    for (int b = 0; b < 8; b++) header[8 + b] = (size >> (8 * b)) & 0xFF;
-    struct iovec iov[MAX_PARTS + 1];
-    int n_iov = 0;
-    iov[n_iov].iov_base = header; iov[n_iov++].iov_len = 16;
-    for (Py_ssize_t i = 0; i < np; i++) {
-        if (!views[i].len) continue;
-        iov[n_iov].iov_base = views[i].buf; iov[n_iov++].iov_len = (size_t)views[i].len;
-    }
-    struct iovec *v = iov;
-    while (n_iov > 0) {
-        ssize_t w = writev(fd, v, n_iov);
-        if (w < 0) { if (errno == EINTR) continue; err = errno; break; }
-        while (n_iov > 0 && (size_t)w >= v->iov_len) { w -= (ssize_t)v->iov_len; v++; n_iov--; }
-        if (n_iov > 0) { v->iov_base = (char *)v->iov_base + w; v->iov_len -= (size_t)w; }
-    }
+    err = write_parts(fd, kind, p, len, (int)np, threads, (size_t)min_block, &crc);
     Py_END_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < np; i++) PyBuffer_Release(&views[i]);
     if (err) { errno = err; return PyErr_SetFromErrno(PyExc_OSError); }
@@ -142,17 +176,6 @@ static PyObject *crc32_of(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(crc & 0xFFFFFFFFul);
 }
 
-static PyObject *init_zlib(PyObject *self, PyObject *arg) {
-    const char *path = PyUnicode_AsUTF8(arg);
-    if (!path) return NULL;
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) { PyErr_SetString(PyExc_OSError, dlerror()); return NULL; }
-    z_crc32 = (crc_fn)dlsym(h, "crc32");
-    z_combine = (combine_fn)dlsym(h, "crc32_combine");
-    if (!z_crc32 || !z_combine) { PyErr_SetString(PyExc_OSError, "crc32 or crc32_combine missing"); return NULL; }
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
     {"init_zlib", init_zlib, METH_O, "load crc32 and crc32_combine from this zlib"},
     {"write_chunk", write_chunk, METH_VARARGS, "write a raw-file chunk without the GIL"},
@@ -167,7 +190,7 @@ PyMODINIT_FUNC PyInit_proton_lite_native_write(void) { return PyModule_Create(&m
 BLOCK = 256 << 10  # bytes per thread at least (smaller payloads: one thread is as fast)
 THREADS = max(1, min(8, os.cpu_count() or 1))
 
-_EXTENSION = ZlibExtension(_SOURCE, "proton_lite_native_write", "PROTON_LITE_NATIVE_WRITE")
+_EXTENSION = ZlibExtension(CHUNK_WRITE_C + INIT_ZLIB_C + _MODULE_C, "proton_lite_native_write", "PROTON_LITE_NATIVE_WRITE")
 
 
 def module():

@@ -85,6 +85,11 @@ class RawCapture:
     truncated_bytes: int  # bytes after the last whole chunk (0 for a clean file)
 
 
+def json_payload(data: dict) -> bytes:
+    """A metadata chunk's payload (SESSION, KERNEL, END): compact JSON, keys sorted."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
 class RawWriter:
     """Appends chunks to a raw file; each chunk is written whole with one write call."""
 
@@ -119,7 +124,11 @@ class RawWriter:
             self._write_all(part)
 
     def _json_chunk(self, kind: int, data: dict) -> None:
-        self._chunk(kind, [json.dumps(data, sort_keys=True, separators=(",", ":")).encode()])
+        self._chunk(kind, [json_payload(data)])
+
+    def fileno(self) -> int:
+        """The file's descriptor: the C drain (``native_drain``) writes chunks to it too."""
+        return self._file.fileno()
 
     def kernel(self, data: dict) -> None:
         self._json_chunk(KERNEL, data)

@@ -27,7 +27,8 @@ _FUNCTIONS = ("mem_alloc", "mem_free", "mem_get_info", "host_alloc", "host_free"
               "memcpy_dtoh_async", "event_create", "event_record", "stream_wait_event", "event_synchronize", "event_destroy",
               "stream_is_capturing", "stream_synchronize", "stream_create", "stream_destroy", "memcpy_dtoh",
               "current_device", "mem_alloc_zeroed_while_capturing",
-              "current_context", "set_context", "capture_query", "device_getter")
+              "current_context", "set_context", "capture_query", "device_getter", "driver_table", "handle",
+              "error_name")
 
 
 class KernelRun:
@@ -64,6 +65,10 @@ class SimDriver:
         self.mem_ctx: dict[int, str] = {}  # device allocation -> its context
         self.contexts_set: list = []
         self.capturing: set[int] = set()
+        self._handles: dict[int, object] = {}
+        self.native_ctx = "ctx0"  # the C drain thread's current context
+        self.native_errors: list[str] = []
+        self.drain_gate: threading.Event | None = None
 
     # -- install ---------------------------------------------------------------------------------
     def install(self, monkeypatch) -> "SimDriver":
@@ -265,6 +270,54 @@ class SimDriver:
 
     def current_device(self) -> int:
         return self.device
+
+    # -- the C drain's driver (proton_lite/native_drain.py), as addresses --------------------------
+    def handle(self, obj) -> int:
+        """Contexts and events are Python objects here: the C code gets a number for each."""
+        if obj is None or isinstance(obj, int):
+            return obj or 0
+        with self._lock:
+            self._handles[id(obj)] = obj
+        return id(obj)
+
+    def error_name(self, code: int) -> str:
+        return {700: "CUDA_ERROR_ILLEGAL_ADDRESS"}.get(code, f"CUDA error {code}")
+
+    def driver_table(self) -> tuple[int, ...]:
+        """ctypes callbacks into this simulation, for the C drain's thread.  Each callback gets a
+        fresh Python thread state (ctypes, from a thread Python did not start), so the C
+        thread's current context is kept here, not in ``_tls``."""
+        u64, st, i32 = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int
+
+        def entry(fn):
+            def call(*args):
+                self._tls.ctx = self.native_ctx
+                try:
+                    fn(*args)
+                    return 0
+                except cuda_api.CudaError as e:
+                    self.native_errors.append(str(e))
+                    return 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+            return call
+
+        def ctx_set(h):
+            self.native_ctx = self._handles[h]
+            self.contexts_set.append(("proton_lite-drain (C)", self.native_ctx))
+
+        def event_sync(h):
+            if self.drain_gate is not None:
+                self.drain_gate.wait(10)  # a disk that is behind (the Python drain's tests gate its writer)
+            self.calls["event_synchronize (C)"] = self.calls.get("event_synchronize (C)", 0) + 1
+            self.event_synchronize(self._handles[h])
+
+        self._callbacks = [
+            ctypes.CFUNCTYPE(i32, u64)(entry(ctx_set)),
+            ctypes.CFUNCTYPE(i32, u64)(entry(event_sync)),
+            ctypes.CFUNCTYPE(i32, u64, u64, st, u64)(entry(self.memcpy_dtoh_async)),
+            ctypes.CFUNCTYPE(i32, u64, ctypes.c_ubyte, st, u64)(entry(self.memset_d8_async)),
+            ctypes.CFUNCTYPE(i32, u64)(entry(self.stream_synchronize)),
+            ctypes.CFUNCTYPE(i32, ctypes.c_void_p)(lambda mode: 0)]
+        return tuple(ctypes.cast(cb, ctypes.c_void_p).value for cb in self._callbacks)
 
     def run_all(self) -> None:
         """Let the 'GPU' finish everything queued so far (what time does on a real one)."""

@@ -20,7 +20,8 @@ from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_PREFIX_BYTES, LAUNCH_SI
                                 BufferLayout, read_capacity_word)
 from proton_lite.raw_format import RawWriter, read_raw
 from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
-from proton_lite.runtime import cuda_api, fastpath
+from proton_lite import native_drain
+from proton_lite.runtime import cuda_api, drain_native, fastpath
 from proton_lite.runtime.collector import Collector, LaunchInfo
 from sim_driver import SimDriver
 
@@ -67,9 +68,14 @@ _DEFAULT_META: dict = {}
 
 
 @pytest.fixture(autouse=True, params=["python", "c"])
-def hook_mode(request):
+def hook_mode(request, monkeypatch):
+    """The Python hooks with the Python drain threads, or the C hooks with the C drain thread
+    (runtime/drain_native.py): each pair is what a session uses where C can (not) be built."""
     if request.param == "c" and fastpath.module() is None:
         pytest.skip(f"the C hooks could not be built here: {fastpath.build_error()}")
+    if request.param == "c" and native_drain.module() is None:
+        pytest.skip(f"the C drain could not be built here: {native_drain.error()}")
+    monkeypatch.setattr(drain_native, "ENABLED", request.param == "c")
     HOOKS["mode"] = request.param
     yield request.param
     HOOKS["mode"] = "python"
@@ -228,6 +234,7 @@ def test_copies_that_finished_before_a_fault_are_kept_though_no_event_can_say_so
     gate = threading.Event()
     write_kernel = col.writer.kernel
     col.writer.kernel = lambda data: (gate.wait(5), write_kernel(data))  # the drain thread waits here
+    sim.drain_gate = gate  # (the C drain's thread, here)
     sim.fault_after_kernels = 5
     for i in range(6):
         launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
@@ -350,11 +357,12 @@ def test_pinned_memory_in_flight_stays_within_its_limit(tmp_path, sim):
 
 
 class _GatedWriter(RawWriter):
-    """A raw writer whose batch writes wait until ``gate`` is set: a disk that is behind."""
+    """A raw writer whose batch writes wait until ``gate`` is set: a disk that is behind (the
+    C drain, which writes without this class, waits at the same gate in the simulated driver)."""
 
-    def __init__(self, path) -> None:
+    def __init__(self, path, sim) -> None:
         super().__init__(path, {})
-        self.gate = threading.Event()
+        self.gate = sim.drain_gate = threading.Event()
         self.batches = 0
 
     def batch(self, entries, data) -> None:
@@ -380,7 +388,7 @@ def test_a_disk_that_is_behind_does_not_hold_up_launches_while_device_memory_las
     the disk catches up."""
     streams, copy = _copy_streams(sim)
     monkeypatch.setattr(cuda_api, "memcpy_dtoh_async", copy)
-    writer = _GatedWriter(tmp_path / "c.plraw")
+    writer = _GatedWriter(tmp_path / "c.plraw", sim)
     per_launch = SCRATCH * 64
     col = Collector(writer, host_limit_bytes=2 * size_class(per_launch), copy_every=1 << 20, idle_ns=10**12,
                     device_limit_bytes=64 << 20)
@@ -409,7 +417,7 @@ def test_a_disk_that_is_behind_does_not_hold_up_launches_while_device_memory_las
 def test_device_memory_held_by_chunks_waiting_for_the_disk_stays_within_its_limit(tmp_path, sim):
     """Past the device limit the launching thread waits for the drain, and goes on once the
     disk catches up; nothing is lost."""
-    writer = _GatedWriter(tmp_path / "c.plraw")
+    writer = _GatedWriter(tmp_path / "c.plraw", sim)
     per_launch = SCRATCH * 64
     limit = 6 * per_launch
     col = Collector(writer, host_limit_bytes=1 << 20, copy_every=1 << 20, idle_ns=10**12, device_limit_bytes=limit)
@@ -438,7 +446,7 @@ def test_device_memory_held_by_chunks_waiting_for_the_disk_stays_within_its_limi
 
 def test_running_out_of_device_memory_while_chunks_wait_for_the_disk_waits_instead_of_failing(tmp_path, monkeypatch):
     sim = SimDriver(device_bytes=10 * size_class(SCRATCH * 64)).install(monkeypatch)
-    writer = _GatedWriter(tmp_path / "c.plraw")
+    writer = _GatedWriter(tmp_path / "c.plraw", sim)
     col = Collector(writer, host_limit_bytes=1 << 20, copy_every=1 << 20, idle_ns=10**12,
                     device_limit_bytes=1 << 30)  # the limit is never reached: memory runs out first
     col.chunk_bytes = SCRATCH * 64
@@ -474,7 +482,7 @@ def test_the_drain_thread_follows_device_changes(collector, sim, tmp_path):
     assert collector.errors == [] and collector.lost == 0 and collector.unattributed == 0
     assert [ln.device for ln in cap.launches] == [0, 1, 1, 0]
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [b"\x04"] * 4
-    drain = [ctx for thread, ctx in sim.contexts_set if thread == "proton_lite-write"]
+    drain = [ctx for thread, ctx in sim.contexts_set if thread in ("proton_lite-write", "proton_lite-drain (C)")]
     assert drain == ["ctx0", "ctx1", "ctx0"]
     # events, memory and streams stayed in their own contexts (the simulated driver refuses
     # anything else), everything was freed, and the launching thread is back in its context
@@ -1033,6 +1041,7 @@ def test_the_copiers_pinned_working_set_is_pinned_at_the_first_launch_not_while_
     sim.run_all()
     deadline = time.time() + 10
     while col.pinned_pool._in_use and time.time() < deadline:  # the writer gives its buffer back
+        col._drain.collect()  # (the C drain's buffers come back when collected)
         time.sleep(0.01)
     # every reserved buffer in flight: the launching thread's try_take gives up instead of pinning
     held = [col.pinned_pool.try_take(1024) for _ in range(4)]

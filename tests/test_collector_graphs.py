@@ -19,14 +19,23 @@ import pytest
 
 from proton_lite.coverage import graph_lines
 from proton_lite.raw_format import RawWriter
-from proton_lite.runtime import cuda_api, cuda_graph, graph_copy, graph_earlier, graphs
+from proton_lite import native_drain
+from proton_lite.runtime import cuda_api, cuda_graph, drain_native, graph_copy, graph_earlier, graphs
 from proton_lite.runtime.collector import Collector
 from sim_driver import SimDriver
 from test_collector import SCRATCH, _launch_metadata, _Meta, finish
 
 
-@pytest.fixture
-def sim(monkeypatch):
+@pytest.fixture(params=["C drain", "Python drain"])
+def sim(monkeypatch, request):
+    """The simulated driver, with the C drain thread or the Python drain threads behind it."""
+    if request.param == "C drain" and native_drain.module() is None:
+        pytest.skip(f"the C drain could not be built here: {native_drain.error()}")
+    monkeypatch.setattr(drain_native, "ENABLED", request.param == "C drain")
+    return _sim(monkeypatch)
+
+
+def _sim(monkeypatch):
     sim = SimDriver().install(monkeypatch)
     sim.nodes = []
 

@@ -229,9 +229,20 @@ class PinnedPool(_SlabPool):
         buf.size = size
         return buf
 
-    def give(self, buf: HostBuffer) -> None:
-        """Take a buffer back, zeroing the ``size`` bytes it was taken for."""
-        buf.view()[:] = 0  # holds the GIL: no hand-over to the launching thread mid-way
+    def take_within(self, size: int, at_least: int = 0) -> HostBuffer | None:
+        """``take`` that never waits: None while ``limit`` bytes are in flight (the C drain's
+        copies, enqueued by launching threads, wait for buffers to come back instead)."""
+        cls = size_class(max(size, at_least))
+        with self._cond:
+            if self._in_use and self._in_use + cls > self.limit:
+                return None
+        return self.take(size, wait=False, at_least=at_least)
+
+    def give(self, buf: HostBuffer, zeroed: bool = False) -> None:
+        """Take a buffer back, zeroing the ``size`` bytes it was taken for (unless ``zeroed``:
+        the C drain zeroes them without the GIL)."""
+        if not zeroed:
+            buf.view()[:] = 0  # holds the GIL: no hand-over to the launching thread mid-way
         with self._cond:
             self._put((buf.capacity, ), buf)
             self._in_use -= buf.capacity

@@ -143,7 +143,7 @@ class ChunkBook:
             if getattr(self._tls, "device", None) is None:  # a thread whose launches all took the C path
                 self._thread_context(chunk.device)
             if copy and self.copy_every == 1:  # chasing a fault: every launch copied right after it
-                host_buf = self.pinned_pool.take(copy, at_least=chunk.buf.capacity)
+                host_buf = self._drain.take_pinned(copy, at_least=chunk.buf.capacity)
             elif copy and chunk.eager:
                 host_buf = self.pinned_pool.try_take(copy)  # None: the disk is behind; the copier copies it
             if host_buf is not None:

@@ -46,7 +46,7 @@ from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DevicePool, PinnedPool
 from proton_lite.runtime.chunks import CHUNK_BYTES, SLICE_ALIGN, ChunkBook, _Chunk
 from proton_lite.runtime.collector_stop import CollectorStop
-from proton_lite.runtime.drain import Drain
+from proton_lite.runtime.drain_native import make_drain
 from proton_lite.runtime.graphs import CapturedLaunch, GraphRecorder
 from proton_lite.runtime.launch_info import ATTACHER, LaunchInfo, _Chained, _launch_info, launch_metadata_fn
 from proton_lite.runtime.launch_sizing import LAUNCH_SIZED_MAX_BYTES, LaunchSizing
@@ -101,7 +101,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._kernel_names: dict[int, str] = {}  # id in the raw file -> kernel name
         self._launch_index = 0
         self.device_limit = device_limit_bytes  # None: set at the first launch (default_device_limit)
-        self._drain = Drain(self)
+        self._drain = make_drain(self)
         self.launches = 0
         self.copies = 0  # chunks sealed with launches to copy
         self.eager_copies = 0  # ... of which the launching thread copied on their stream (Drain: the rest)

@@ -268,6 +268,30 @@ def event_destroy(event) -> None:
     check(cu.cuEventDestroy(event), "cuEventDestroy")
 
 
+_DRAIN_FUNCTIONS = ("cuCtxSetCurrent", "cuEventSynchronize", "cuMemcpyDtoHAsync_v2", "cuMemsetD8Async",
+                    "cuStreamSynchronize", "cuThreadExchangeStreamCaptureMode")
+
+
+def driver_table() -> tuple[int, ...]:
+    """The addresses of the driver functions the C drain calls (``native_drain.open``'s
+    order), from the libcuda this process uses; OSError where there is none."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _DRAIN_FUNCTIONS)
+
+
+def handle(obj) -> int:
+    """A driver object (context, event, stream) as the address C code passes to the driver."""
+    return int(obj or 0)
+
+
+def error_name(code: int) -> str:
+    try:
+        _, name = cu.cuGetErrorName(cu.CUresult(code))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # not a code this cuda-python knows
+        return f"CUDA error {code}"
+
+
 def _triton_capture_query():
     """Newer Triton (3.9 has it, 3.6 not) ships a C query for stream capture: one C call,
     where cuda-python takes 0.7-1.5 µs on the H100 machines (host_overhead.py --calls)."""

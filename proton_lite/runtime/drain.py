@@ -65,10 +65,20 @@ class Drain:
         self.copied_bytes = 0
         self.copy_ns = 0  # writer's waits for copies plus copier's enqueue time: see ``stats``
         self.write_ns = 0
+        self._start()
+
+    def _start(self) -> None:
         self._threads = [threading.Thread(target=self._copier, name="proton_lite-copy", daemon=True),
                          threading.Thread(target=self._writer, name="proton_lite-write", daemon=True)]
         for t in self._threads:
             t.start()
+
+    def collect(self) -> None:
+        """Take back what the drain finished (the C drain's done list; here the threads do it)."""
+
+    def take_pinned(self, size: int, at_least: int = 0):
+        """A pinned buffer for a launching thread's own copy, waiting while the limit is in flight."""
+        return self.owner.pinned_pool.take(size, at_least=at_least)
 
     # -- launching threads -----------------------------------------------------------------
     def kernel(self, entry: dict) -> None:

@@ -169,6 +169,7 @@ class GraphRecorder:
     def poll(self, final: bool = False) -> bool:
         """Drain the published slots (at most ``POLL_BYTES`` of them, all of them when
         ``final``); True when some ring was at least half full or more is waiting."""
+        self.owner._drain.collect()  # the C drain's finished batches (nothing else takes them while no chunk is sealed)
         if not final and self.owner._drain.graph_backlog > BACKLOG_BYTES:  # the disk is behind: host memory
             return True  # stays bounded, and replays that find a full ring are counted
         with self._lock:

@@ -14,9 +14,11 @@ block* (256 MiB chunks, 1 GiB of pinned memory: no chunk switch and no drain wor
 block runs, our hooks unchanged), *64 MiB chunks*, *drain held* (chunks switch, but sealed
 chunks reach the drain threads only after the block), *GIL-holding enqueue calls* (copies,
 memsets, event records and waits through ``ctypes.PyDLL``: fewer turns at the GIL per chunk
-for the drain threads), and *Triton's path only*: the instrumented binaries launched with a profile allocator that returns one
-fixed device buffer and no exit hook (what any allocator-based profiler pays through
-Triton's launcher before doing anything; records are not kept).
+for the drain threads), *Python drain threads* (the copier and writer threads a session used
+before the C drain, ``runtime/drain_native.py``; the variants that patch those threads use
+them too), and *Triton's path only*: the instrumented binaries launched with a profile
+allocator that returns one fixed device buffer and no exit hook (what any allocator-based
+profiler pays through Triton's launcher before doing anything; records are not kept).
 
 Workloads: ``launch_loops.py``'s (a 4,096-CTA scope-less add, liger's rms_norm forward) and
 ``host_scale.py``'s rms_norm forward with autograd on.
@@ -39,7 +41,7 @@ import proton_lite  # noqa: E402
 from host_scale import liger_cases  # noqa: E402
 from launch_loops import voluntary_switches, workloads  # noqa: E402
 from proton_lite import compat  # noqa: E402
-from proton_lite.runtime import buffers, cuda_api, drain  # noqa: E402
+from proton_lite.runtime import buffers, cuda_api, drain, drain_native  # noqa: E402
 
 pc = time.perf_counter_ns
 acc = dict(jit=0, launch=0, alloc=0, exit=0)
@@ -85,6 +87,9 @@ def block(fn, n: int) -> dict:
     return dict(wall=wall, cpu=cpu / n * 1e6, **per, outside=wall - per["jit"], switches=(voluntary_switches() - v0) / n)
 
 
+_PYTHON_DRAIN = (drain_native, "ENABLED", False)  # the variants that patch the Python drain threads use them
+
+
 def _no_drain_work():
     def no_write(self, chunk, host_buf, rows=None):
         return None
@@ -94,7 +99,7 @@ def _no_drain_work():
             self._put((buf.capacity, ), buf)
             self._in_use -= buf.capacity
             self._cond.notify_all()
-    return [(drain.Drain, "_write", no_write), (buffers.PinnedPool, "give", give_unzeroed)]
+    return [(drain.Drain, "_write", no_write), (buffers.PinnedPool, "give", give_unzeroed), _PYTHON_DRAIN]
 
 
 def _blocking_events():
@@ -189,7 +194,7 @@ def _gil_held_driver():
             (cuda_api, "memset_d8_async", lambda ptr, value, size, stream: memset8(ptr, value, size, stream or None)),
             (cuda_api, "memset_d32_async", lambda ptr, value, n, stream: memset32(ptr, value, n, stream or None)),
             (cuda_api, "event_record", lambda event, stream: record(int(event), stream or None)),
-            (cuda_api, "stream_wait_event", lambda stream, event: wait(stream or None, int(event), 0))]
+            (cuda_api, "stream_wait_event", lambda stream, event: wait(stream or None, int(event), 0)), _PYTHON_DRAIN]
 
 
 _held: list = []  # sealed chunks kept from the drain while a "drain held" block runs
@@ -201,7 +206,7 @@ def _drain_held():
     cost without the drain threads' turns at the GIL."""
     def held_submit(self, item):
         _held.append((self, item))
-    return [(drain.Drain, "submit", held_submit)]
+    return [(drain.Drain, "submit", held_submit), _PYTHON_DRAIN]
 
 
 def _release_held(submit) -> None:
@@ -251,7 +256,8 @@ def main() -> None:
         variants.update({"drain work skipped": _no_drain_work(), "blocking-sync events": _blocking_events(),
                          "one chunk per block": _one_chunk(), "Triton's path only": TRITON_ONLY,
                          "64 MiB chunks": _chunks(64), "drain held": _drain_held(),
-                         "GIL-holding enqueue calls": _gil_held_driver()})
+                         "GIL-holding enqueue calls": _gil_held_driver(),
+                         "Python drain threads": [_PYTHON_DRAIN]})
         if a.variants:
             keep = {v.strip() for v in a.variants.split(",")} | {"session"}
             variants = {k: v for k, v in variants.items() if k in keep}
