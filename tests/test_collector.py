@@ -820,6 +820,7 @@ def test_a_launch_pool_is_copied_back_as_far_as_its_units_took_it(tmp_path, sim)
         _pool_launch(col, sim, meta, taken, seen=seen)
         deadline = time.time() + 5  # the drain thread returns the buffer before the next launch takes one
         while not any(col.device_pool._free.values()) and time.time() < deadline:
+            col._drain.collect()  # (the C drain's come back when collected)
             time.sleep(0.001)
     cap = finish(col, tmp_path)
     assert [len(ln.buffer) for ln in cap.launches] == [blocks + 3 * chunk, blocks, blocks + per_launch * chunk]
@@ -833,6 +834,25 @@ def test_a_launch_pool_is_copied_back_as_far_as_its_units_took_it(tmp_path, sim)
     # the buffer was reused, and every chunk a launch found was zero: the drain cleared what it copied
     assert len(seen) == 3 and not any(any(s) for s in seen)
     assert sim.calls["stream_create"] == 1  # the drain thread's own stream, once per device
+
+
+def test_a_pooled_launch_is_sized_from_what_the_one_before_took(tmp_path, sim):
+    """What a pool's units took reaches the sizer through the drain (the C drain reports it
+    when its job is collected: sizing a pooled launch collects first)."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    meta = _PoolMeta()
+    _pool_launch(col, sim, meta, 2)
+    sim.run_all()
+    if hasattr(col._drain, "_cap"):  # the C thread has written it; nothing collected yet
+        assert col._drain._mod.wait(col._drain._cap, 5.0)
+    else:
+        deadline = time.time() + 5
+        while col._drain.queued_bytes and time.time() < deadline:
+            time.sleep(0.001)
+    _pool_launch(col, sim, meta, 2)
+    cap = finish(col, tmp_path)
+    first, second = (int(np.frombuffer(ln.buffer, "<u4", 4)[1]) for ln in cap.launches)
+    assert 2 <= second < first  # learned: fewer chunks than the first guess, still enough
 
 
 def test_pool_sizes_learn_from_earlier_launches(sim):

@@ -39,6 +39,7 @@ class LaunchSizing:
         num_ctas = size // kernel[2]
         if layout.pool:
             entry = int(metadata.proton_lite.get("pool_entry_records") or 0)
+            self._drain.collect()  # what earlier launches' pools took (the C drain reports it when collected)
             capacity, chunks, total = self.pool_sizer.plan(kernel[0], layout, num_ctas, entry)
             with self._lock:
                 self._pool_epoch += 1
