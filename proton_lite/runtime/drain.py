@@ -1,5 +1,9 @@
 """Sealed chunks on their way from the device to the raw file, off the launching threads.
 
+Where C can be built the drain is ``runtime/drain_native.py``'s (one C thread, no GIL: it
+costs a program that launches thousands of CTAs per call much less); this is the Python
+drain it falls back to, and the base class whose salvage and write it reuses after a fault.
+
 Why two threads and a backlog on the device: the bytes a session records leave the GPU at
 PCIe speed (about 25 GB/s) but reach the raw file at the speed of the disk and the
 checksum (about 1 GB/s on the H100 machine, ``docs/design.md`` section 4).  When the
