@@ -307,16 +307,19 @@ class SimDriver:
         def event_sync(h):
             if self.drain_gate is not None:
                 self.drain_gate.wait(10)  # a disk that is behind (the Python drain's tests gate its writer)
-            self.calls["event_synchronize (C)"] = self.calls.get("event_synchronize (C)", 0) + 1
-            self.event_synchronize(self._handles[h])
+            cuda_api.event_synchronize(self._handles[h])
 
+        # through cuda_api: the calls are counted, and a test's own stand-in sees them too
         self._callbacks = [
             ctypes.CFUNCTYPE(i32, u64)(entry(ctx_set)),
             ctypes.CFUNCTYPE(i32, u64)(entry(event_sync)),
-            ctypes.CFUNCTYPE(i32, u64, u64, st, u64)(entry(self.memcpy_dtoh_async)),
-            ctypes.CFUNCTYPE(i32, u64, ctypes.c_ubyte, st, u64)(entry(self.memset_d8_async)),
-            ctypes.CFUNCTYPE(i32, u64)(entry(self.stream_synchronize)),
-            ctypes.CFUNCTYPE(i32, ctypes.c_void_p)(lambda mode: 0)]
+            ctypes.CFUNCTYPE(i32, u64, u64, st, u64)(entry(lambda *a: cuda_api.memcpy_dtoh_async(*a))),
+            ctypes.CFUNCTYPE(i32, u64, ctypes.c_ubyte, st, u64)(entry(lambda *a: cuda_api.memset_d8_async(*a))),
+            ctypes.CFUNCTYPE(i32, u64)(entry(lambda s: cuda_api.stream_synchronize(s))),
+            ctypes.CFUNCTYPE(i32, ctypes.c_void_p)(lambda mode: 0),
+            ctypes.CFUNCTYPE(i32, u64, u64, ctypes.c_uint)(
+                entry(lambda s, e, flags: cuda_api.stream_wait_event(s, self._handles[e]))),
+            ctypes.CFUNCTYPE(i32, u64, u64)(entry(lambda e, s: cuda_api.event_record(self._handles[e], s)))]
         return tuple(ctypes.cast(cb, ctypes.c_void_p).value for cb in self._callbacks)
 
     def run_all(self) -> None:

@@ -269,7 +269,7 @@ def event_destroy(event) -> None:
 
 
 _DRAIN_FUNCTIONS = ("cuCtxSetCurrent", "cuEventSynchronize", "cuMemcpyDtoHAsync_v2", "cuMemsetD8Async",
-                    "cuStreamSynchronize", "cuThreadExchangeStreamCaptureMode")
+                    "cuStreamSynchronize", "cuThreadExchangeStreamCaptureMode", "cuStreamWaitEvent", "cuEventRecord")
 
 
 def driver_table() -> tuple[int, ...]:
