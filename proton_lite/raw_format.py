@@ -85,6 +85,17 @@ class RawCapture:
     truncated_bytes: int  # bytes after the last whole chunk (0 for a clean file)
 
 
+_ENTRY = struct.Struct("<IIQIIIIQQQQ")  # BATCH_ENTRY's bytes
+assert _ENTRY.size == BATCH_ENTRY.itemsize
+
+
+def pack_entry(row: tuple) -> bytes:
+    """One BATCH_ENTRY from a launch's row (kernel_id, device, launch_index, grid, num_ctas,
+    stream, host_time_ns, buffer_offset, buffer_bytes), a few times faster than numpy."""
+    k, d, i, g, n, s, t, o, b = row
+    return _ENTRY.pack(k, d, i, g[0], g[1], g[2], n, s, t, o, b)
+
+
 def json_payload(data: dict) -> bytes:
     """A metadata chunk's payload (SESSION, KERNEL, END): compact JSON, keys sorted."""
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

@@ -18,7 +18,7 @@ import pytest
 
 from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_PREFIX_BYTES, LAUNCH_SIZED_ALIGN, UNIT_HEADER_BYTES,
                                 BufferLayout, read_capacity_word)
-from proton_lite.raw_format import RawWriter, read_raw
+from proton_lite.raw_format import BATCH_ENTRY, RawWriter, read_raw
 from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
 from proton_lite import native_drain
 from proton_lite.runtime import cuda_api, drain_native, fastpath
@@ -143,6 +143,24 @@ def finish(col, tmp_path):
 
 def chunks_allocated(col) -> int:
     return col.device_pool.bytes_allocated // size_class(col.chunk_bytes)
+
+
+def test_each_launch_s_entry_is_packed_as_the_raw_format_lays_it_out_when_it_ends(collector, sim, tmp_path):
+    """The hooks (Python and C) pack each launch's BATCH entry as it ends, so sealing a chunk
+    builds none; numpy's BATCH_ENTRY conversion of the rows is the independent reference."""
+    sealed, seal = [], collector._seal
+
+    def checked_seal(chunk):
+        sealed.append((bytes(chunk.entries), np.array(chunk.launches, dtype=BATCH_ENTRY).tobytes()))
+        return seal(chunk)
+    collector._seal = checked_seal
+    grids = [(4, 1, 1), (3, 2, 1), (2, 2, 2), (4, 1, 1), (1, 2, 3)]
+    for i, grid in enumerate(grids):
+        launch(collector, sim, stream=1, grid=grid, payload=bytes([i + 1]) * 8)
+    cap = finish(collector, tmp_path)
+    assert [ln.grid for ln in cap.launches] == grids
+    assert sum(len(packed) for packed, _ in sealed) == 64 * len(grids)
+    assert all(packed == reference for packed, reference in sealed)
 
 
 def test_every_launch_is_saved_once_in_order_with_only_its_own_bytes(collector, sim, tmp_path):

@@ -34,7 +34,7 @@ class _Chunk:
     """A device buffer that the launches of one (device, stream) fill in order."""
 
     __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed",
-                 "skipped_bytes", "pool", "eager", "returned")
+                 "skipped_bytes", "pool", "eager", "returned", "entries")
 
     def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, pool=None) -> None:
         self.buf, self.device, self.stream = buf, device, stream
@@ -44,6 +44,7 @@ class _Chunk:
         self.limit = limit  # bytes of slices it takes (its copy-back must fit the pinned limit)
         self.used = 0
         self.launches: list[tuple] = []  # BATCH_ENTRY rows, buffer_offset within this chunk
+        self.entries = bytearray()  # the same rows packed as BATCH_ENTRY bytes (raw_format.pack_entry)
         self.inflight = 0  # slices handed out whose launch has not reached its exit hook
         self.closed = False  # takes no more slices; sealed once ``inflight`` is 0
         self.sealed = False

@@ -46,6 +46,7 @@ from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DevicePool, PinnedPool
 from proton_lite.runtime.chunks import CHUNK_BYTES, SLICE_ALIGN, ChunkBook, _Chunk
 from proton_lite.runtime.collector_stop import CollectorStop
+from proton_lite.raw_format import pack_entry
 from proton_lite.runtime.drain_native import make_drain
 from proton_lite.runtime.graphs import CapturedLaunch, GraphRecorder
 from proton_lite.runtime.launch_info import ATTACHER, LaunchInfo, _Chained, _launch_info, launch_metadata_fn
@@ -285,8 +286,10 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
                     self._failed(e)
         with self._lock:
             if kernel is not None and not trial and rerun is None:
-                chunk.launches.append((kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas,
-                                       chunk.stream, now_ns, offset, nbytes))
+                row = (kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas, chunk.stream, now_ns,
+                       offset, nbytes)
+                chunk.launches.append(row)
+                chunk.entries += pack_entry(row)
                 self._launch_index += 1
                 self.launches += 1
             else:  # its slice is cleared and reused with the chunk; never copied

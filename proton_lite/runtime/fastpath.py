@@ -48,7 +48,7 @@ typedef struct {
 
 static PyObject *s_item, *s_used, *s_limit, *s_inflight, *s_buf, *s_ptr, *s_locked, *s_extras, *s_jit_fn,
                 *s_launches, *s_closed, *s_sealed, *s_device, *s_stream, *s_launch_index, *s_n_launches,
-                *s_close, *s_waiting, *s_discard, *s_seal;
+                *s_close, *s_waiting, *s_discard, *s_seal, *s_entries;
 
 static int intern_all(void) {
 #define I(v, s) if (!(v = PyUnicode_InternFromString(s))) return -1;
@@ -56,8 +56,35 @@ static int intern_all(void) {
     I(s_ptr, "ptr") I(s_locked, "locked") I(s_extras, "extras") I(s_jit_fn, "jit_fn") I(s_launches, "launches")
     I(s_closed, "closed") I(s_sealed, "sealed") I(s_device, "device") I(s_stream, "stream")
     I(s_launch_index, "_launch_index") I(s_n_launches, "launches") I(s_close, "_close") I(s_waiting, "_waiting")
-    I(s_discard, "discard") I(s_seal, "_seal")
+    I(s_discard, "discard") I(s_seal, "_seal") I(s_entries, "entries")
 #undef I
+    return 0;
+}
+
+/* the launch's BATCH entry (raw_format.BATCH_ENTRY, "<IIQIIIIQQQQ", 64 bytes) appended to
+   chunk.entries, as the Python hook does with struct: the drain writes them without
+   building an entry per row when the chunk is sealed */
+static int append_entry(PyObject *chunk, PyObject *row) {
+    unsigned long long v[11];
+    PyObject *grid = PyTuple_GET_ITEM(row, 3);
+    PyObject *items[11] = {PyTuple_GET_ITEM(row, 0), PyTuple_GET_ITEM(row, 1), PyTuple_GET_ITEM(row, 2),
+                           PyTuple_GET_ITEM(grid, 0), PyTuple_GET_ITEM(grid, 1), PyTuple_GET_ITEM(grid, 2),
+                           PyTuple_GET_ITEM(row, 4), PyTuple_GET_ITEM(row, 5), PyTuple_GET_ITEM(row, 6),
+                           PyTuple_GET_ITEM(row, 7), PyTuple_GET_ITEM(row, 8)};
+    static const int width[11] = {4, 4, 8, 4, 4, 4, 4, 8, 8, 8, 8};
+    for (int i = 0; i < 11; i++) {
+        v[i] = PyLong_AsUnsignedLongLongMask(items[i]);
+        if (PyErr_Occurred()) return -1;
+    }
+    PyObject *entries = PyObject_GetAttr(chunk, s_entries);
+    if (!entries) return -1;
+    if (!PyByteArray_Check(entries)) { Py_DECREF(entries); PyErr_SetString(PyExc_TypeError, "entries"); return -1; }
+    Py_ssize_t at = PyByteArray_GET_SIZE(entries);
+    if (PyByteArray_Resize(entries, at + 64) < 0) { Py_DECREF(entries); return -1; }
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(entries) + at;
+    for (int i = 0; i < 11; i++)
+        for (int b = 0; b < width[i]; b++) *out++ = (unsigned char)((v[i] >> (8 * b)) & 0xFF);
+    Py_DECREF(entries);
     return 0;
 }
 
@@ -237,6 +264,7 @@ static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
     if (!row) goto error;
     launches = PyObject_GetAttr(chunk, s_launches);
     if (!launches || PyList_Append(launches, row) < 0) goto error;
+    if (append_entry(chunk, row) < 0) goto error;
     if (set_ll(self->col, s_launch_index, index + 1) < 0 || set_ll(self->col, s_n_launches, n + 1) < 0) goto error;
     if (PyObject_SetAttr(self->tls, s_item, Py_None) < 0) goto error;
     /* what the Python hook does next, through its own methods: copy the chunk when due */
