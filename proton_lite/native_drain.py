@@ -61,6 +61,8 @@ typedef struct job {
     int n;  /* parts; room for one more (a pooled launch's chunks) */
     const unsigned char **p;
     size_t *len;
+    Py_buffer *views;  /* parts given as Python objects: released in collect, with the GIL */
+    int n_views;
     /* the chunk's copy, enqueued by this thread (``enqueue``): on ``stream``, after
        ``wait_event``, copy_bytes from src to dst, then clear_bytes at src cleared, then
        ``event`` recorded; else ``event`` follows a copy a launching thread enqueued */
@@ -225,7 +227,10 @@ static void stop_thread(drain_t *d) {
     d->running = 0;
 }
 
+/* with the GIL held, unless the job holds no views (the stop job) */
 static void free_job(job *j) {
+    for (int i = 0; i < j->n_views; i++) PyBuffer_Release(&j->views[i]);
+    free(j->views);
     free(j->p);
     free(j->len);
     free(j);
@@ -278,9 +283,10 @@ static PyObject *drain_open(PyObject *self, PyObject *args) {
     return cap;
 }
 
-/* push(handle, id, kind, ctx, event, parts, pooled, zero, copy): parts a tuple of (address,
-   length); pooled None or (head part, device address, blocks, chunks, chunk bytes, stream,
-   patch address); zero None or (address, length); copy None or (stream, event to wait for,
+/* push(handle, id, kind, ctx, event, parts, pooled, zero, copy): parts a tuple, each an
+   object with the buffer protocol (held until the job is collected) or (address, length);
+   pooled None or (head part, device address, blocks, chunks, chunk bytes, stream, patch part,
+   offset of buffer_bytes in it; that part must be writable); zero None or (address, length); copy None or (stream, event to wait for,
    host address, device address, bytes to copy, bytes to clear): enqueued here, then ``event``
    recorded after it.  The caller keeps every address valid until the job comes back from
    collect. */
@@ -297,26 +303,50 @@ static PyObject *drain_push(PyObject *self, PyObject *args) {
     Py_ssize_t n = PyTuple_GET_SIZE(parts);
     if (kind == 0) { PyErr_SetString(PyExc_ValueError, "kind 0 is reserved"); return NULL; }
     job *j = (job *)calloc(1, sizeof(job));
-    if (j) { j->p = (const unsigned char **)calloc(n + 1, sizeof(*j->p)); j->len = (size_t *)calloc(n + 1, sizeof(size_t)); }
-    if (!j || !j->p || !j->len) { if (j) free_job(j); return PyErr_NoMemory(); }
-    j->id = id; j->kind = kind; j->ctx = ctx; j->event = event; j->n = (int)n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long long ptr, len;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(parts, i), "KK", &ptr, &len)) { free_job(j); return NULL; }
-        j->p[i] = (const unsigned char *)(uintptr_t)ptr;
-        j->len[i] = (size_t)len;
+    if (j) {
+        j->p = (const unsigned char **)calloc(n + 1, sizeof(*j->p));
+        j->len = (size_t *)calloc(n + 1, sizeof(size_t));
+        j->views = (Py_buffer *)calloc(n + 1, sizeof(Py_buffer));
     }
+    if (!j || !j->p || !j->len || !j->views) { if (j) free_job(j); return PyErr_NoMemory(); }
+    j->id = id; j->kind = kind; j->ctx = ctx; j->event = event; j->n = (int)n;
+    int patch_part = -1;
+    unsigned long long patch_at = 0;
     if (pooled != Py_None) {
-        unsigned long long dev, blocks, chunk_bytes, stream, patch;
+        unsigned long long dev, blocks, chunk_bytes, stream;
         unsigned int chunks;
-        if (!PyArg_ParseTuple(pooled, "iKKIKKK", &j->head, &dev, &blocks, &chunks, &chunk_bytes, &stream, &patch)) {
+        if (!PyArg_ParseTuple(pooled, "iKKIKKiK", &j->head, &dev, &blocks, &chunks, &chunk_bytes, &stream,
+                              &patch_part, &patch_at)) {
             free_job(j); return NULL;
         }
+        j->pooled = 1; j->dev = dev; j->blocks = blocks; j->chunks = chunks; j->chunk_bytes = chunk_bytes;
+        j->stream = stream;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        if (PyTuple_Check(part)) {
+            unsigned long long ptr, len;
+            if (!PyArg_ParseTuple(part, "KK", &ptr, &len)) { free_job(j); return NULL; }
+            j->p[i] = (const unsigned char *)(uintptr_t)ptr;
+            j->len[i] = (size_t)len;
+            continue;
+        }
+        Py_buffer *v = &j->views[j->n_views];
+        int flags = i == patch_part ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
+        if (PyObject_GetBuffer(part, v, flags) < 0) { free_job(j); return NULL; }
+        j->n_views++;
+        j->p[i] = (const unsigned char *)v->buf;
+        j->len[i] = (size_t)v->len;
+    }
+    if (j->pooled) {
         if (j->head < 0 || j->head >= j->n || j->len[j->head] < 16) {
             free_job(j); PyErr_SetString(PyExc_ValueError, "pooled: the head part must hold at least 16 bytes"); return NULL;
         }
-        j->pooled = 1; j->dev = dev; j->blocks = blocks; j->chunks = chunks; j->chunk_bytes = chunk_bytes;
-        j->stream = stream; j->patch = (unsigned char *)(uintptr_t)patch;
+        if (patch_part < 0 || patch_part >= j->n || PyTuple_Check(PyTuple_GET_ITEM(parts, patch_part)) ||
+            patch_at + 8 > j->len[patch_part]) {
+            free_job(j); PyErr_SetString(PyExc_ValueError, "pooled: the patch must lie in a writable object part"); return NULL;
+        }
+        j->patch = (unsigned char *)j->p[patch_part] + patch_at;
     }
     if (zero != Py_None) {
         unsigned long long ptr, len;

@@ -91,8 +91,7 @@ def _entry(kernel_id: int, index: int, nbytes: int, offset: int = 0) -> tuple:
 def test_jobs_are_written_in_order_as_raw_chunks_that_read_raw_reads(tmp_path):
     driver = FakeDriver()
     writer, cap = _drain(tmp_path, driver)
-    kernel = np.frombuffer(json_payload({"id": 3, "name": "k"}), dtype=np.uint8)
-    mod.push(cap, 0, KERNEL, 11, 0, (_part(kernel), ), None, None, None)
+    mod.push(cap, 0, KERNEL, 11, 0, (json_payload({"id": 3, "name": "k"}), ), None, None, None)  # an object part
     host = np.arange(96, dtype=np.uint8)  # "pinned" memory holding two launches' slices
     entries = np.array([_entry(3, 0, 32), _entry(3, 1, 64, 32)], dtype=BATCH_ENTRY)
     head = np.frombuffer(BATCH_HEADER.pack(2, 0), dtype=np.uint8)
@@ -130,20 +129,23 @@ def test_a_pooled_launch_copies_the_chunks_its_units_took_and_clears_them(tmp_pa
     driver = FakeDriver(bytes(device))
     writer, cap = _drain(tmp_path, driver)
     host = np.frombuffer(bytes(device[:blocks]), dtype=np.uint8).copy()  # the prefix the launching thread copied
-    entries = np.array([_entry(1, 0, blocks)], dtype=BATCH_ENTRY)
-    head = np.frombuffer(BATCH_HEADER.pack(1, 0), dtype=np.uint8)
-    patch = entries.ctypes.data + BATCH_ENTRY.fields["buffer_bytes"][1]
-    pooled = (2, FakeDriver.BASE, blocks, chunks, chunk_bytes, 5, patch)
-    mod.push(cap, 0, BATCH, 0, 0, (_part(head), _part(entries), _part(host)), pooled, None, None)
+    entries = bytearray(np.array([_entry(1, 0, blocks)], dtype=BATCH_ENTRY).tobytes())  # an object part: held
+    head = BATCH_HEADER.pack(1, 0)
+    pooled = (2, FakeDriver.BASE, blocks, chunks, chunk_bytes, 5, 1, BATCH_ENTRY.fields["buffer_bytes"][1])
+    mod.push(cap, 0, BATCH, 0, 0, (head, entries, _part(host)), pooled, None, None)
+    with pytest.raises(BufferError):
+        entries.append(0)  # the C thread may still write into it: it cannot be resized until collected
     (job, ) = _done(cap)
     assert job[:4] == (0, 0, 3, 3 * chunk_bytes)  # id, status, chunks taken, bytes copied beyond the prefix
-    assert entries["buffer_bytes"][0] == blocks + 3 * chunk_bytes
+    assert np.frombuffer(entries, BATCH_ENTRY)["buffer_bytes"][0] == blocks + 3 * chunk_bytes
+    entries.append(0)  # collected: released
+    del entries[-1]
     assert driver.mem[blocks:blocks + 3 * chunk_bytes] == bytes(3 * chunk_bytes)  # cleared for reuse
     assert driver.mem[blocks + 3 * chunk_bytes:] == device[blocks + 3 * chunk_bytes:]  # the 4th untouched
     assert ("stream_sync", 5) in driver.log
     writer.close()
     raw = (tmp_path / "d.plraw").read_bytes()
-    payload = bytes(head) + bytes(entries) + bytes(device[:blocks + 3 * chunk_bytes])
+    payload = head + bytes(entries) + bytes(device[:blocks + 3 * chunk_bytes])
     assert raw.endswith(payload) and struct.unpack_from("<IIQ", raw, len(raw) - len(payload) - 16) == (
         BATCH, zlib.crc32(payload), len(payload))
 
@@ -209,3 +211,13 @@ def test_the_thread_enqueues_each_copy_and_those_queued_behind_before_it_writes(
                         + struct.pack("<IIQ", BATCH, zlib.crc32(device[100:150]), 50) + device[100:150])
     assert not hosts[0].any() and not hosts[1].any()  # zeroed after their writes
     assert driver.mem[:60] == bytes(60) and driver.mem[100:160] == bytes(60)  # cleared on the device
+
+
+def test_a_pooled_job_must_patch_a_writable_object_part(tmp_path):
+    writer, cap = _drain(tmp_path, FakeDriver())
+    head = np.zeros(16, dtype=np.uint8)
+    with pytest.raises(ValueError, match="patch"):  # an (address, length) part: nothing holds it writable
+        mod.push(cap, 0, BATCH, 0, 0, (_part(head), _part(head)), (0, 0, 16, 1, 8, 0, 1, 0), None, None)
+    with pytest.raises(BufferError):  # bytes are read-only
+        mod.push(cap, 0, BATCH, 0, 0, (_part(head), bytes(64)), (0, 0, 16, 1, 8, 0, 1, 0), None, None)
+    mod.close(cap)

@@ -54,16 +54,12 @@ def make_drain(owner) -> Drain:
 class _Job:
     """One push to the C thread: what it writes, and what must stay alive until it is done."""
 
-    __slots__ = ("kind", "item", "keep", "parts", "pooled", "zero", "copy", "event", "ctx", "bytes", "sealed_event")
+    __slots__ = ("kind", "item", "parts", "pooled", "zero", "copy", "event", "ctx", "bytes", "sealed_event")
 
-    def __init__(self, kind: str, item=None, keep=(), parts=(), bytes_=0) -> None:
-        self.kind, self.item, self.keep, self.parts, self.bytes = kind, item, keep, parts, bytes_
+    def __init__(self, kind: str, item=None, parts=(), bytes_=0) -> None:
+        self.kind, self.item, self.parts, self.bytes = kind, item, parts, bytes_
         self.pooled = self.zero = self.copy = self.sealed_event = None
         self.event = self.ctx = 0
-
-
-def _array_part(a: np.ndarray) -> tuple[int, int]:
-    return a.ctypes.data, a.nbytes
 
 
 class NativeDrain(Drain):
@@ -85,21 +81,18 @@ class NativeDrain(Drain):
 
     # -- launching threads -----------------------------------------------------------------
     def kernel(self, entry: dict) -> None:
-        payload = np.frombuffer(json_payload(entry), dtype=np.uint8)
-        self._add(_Job("kernel", entry, (payload, ), (_array_part(payload), )))
+        self._add(_Job("kernel", entry, parts=(json_payload(entry), )))
 
     def graph_batch(self, entries: np.ndarray, data: np.ndarray, replays: list) -> None:
         with self._backlog:
             self.graph_backlog += len(data)
         entries = np.ascontiguousarray(entries, dtype=BATCH_ENTRY)
         data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        head = np.frombuffer(BATCH_HEADER.pack(len(entries), 0), dtype=np.uint8)
         table = np.array(replays, dtype=REPLAY_ROW)
-        rhead = np.frombuffer(BATCH_HEADER.pack(len(table), 0), dtype=np.uint8)
         with self._lock:  # the two chunks one after the other
-            self._add(_Job("graph", (entries, data), (head, entries, data),
-                           (_array_part(head), _array_part(entries), _array_part(data)), len(data)))
-            self._add(_Job("replays", replays, (rhead, table), (_array_part(rhead), _array_part(table))))
+            self._add(_Job("graph", (entries, data), parts=(BATCH_HEADER.pack(len(entries), 0), entries, data),
+                           bytes_=len(data)))
+            self._add(_Job("replays", replays, parts=(BATCH_HEADER.pack(len(table), 0), table)))
 
     def submit(self, item: Sealed) -> None:
         with self._backlog:
@@ -232,12 +225,10 @@ class NativeDrain(Drain):
         if chunk.pool is not None:
             chunks, _, blocks, chunk_bytes = chunk.pool
             row = chunk.launches[0]
-            entries = np.frombuffer(bytearray(_pack_entries([row[:7] + (0, blocks)])), dtype=np.uint8)
-            head = np.frombuffer(BATCH_HEADER.pack(1, 0), dtype=np.uint8)
-            job.keep = (entries, head)
-            job.parts = (_array_part(head), _array_part(entries), (host_buf.ptr, blocks))
+            entry = bytearray(pack_entry(row[:7] + (0, blocks)))  # buffer_bytes: the C thread adds the chunks taken
+            job.parts = (BATCH_HEADER.pack(1, 0), entry, (host_buf.ptr, blocks))
             stream = self._stream(self._write_streams, chunk.device)
-            job.pooled = (2, chunk.buf.ptr, blocks, chunks, chunk_bytes, stream, entries.ctypes.data + _BUFFER_BYTES_AT)
+            job.pooled = (2, chunk.buf.ptr, blocks, chunks, chunk_bytes, stream, 1, _BUFFER_BYTES_AT)
             return
         rows = chunk.launches
         slices = [(host_buf.ptr, host_buf.size)]
@@ -245,12 +236,9 @@ class NativeDrain(Drain):
             slices = [(host_buf.ptr + row[7], row[8]) for row in rows]
             offsets = np.concatenate(([0], np.cumsum([row[8] for row in rows])[:-1])).tolist()
             rows = [row[:7] + (offset, row[8]) for row, offset in zip(rows, offsets)]
-        packed = bytes(chunk.entries) if rows is chunk.launches and len(chunk.entries) == 64 * len(rows) \
-            else _pack_entries(rows)  # (packed by the hooks as each launch ended)
-        entries = np.frombuffer(packed, dtype=np.uint8)
-        head = np.frombuffer(BATCH_HEADER.pack(len(rows), 0), dtype=np.uint8)
-        job.keep = (entries, head)
-        job.parts = (_array_part(head), _array_part(entries), *slices)
+        entries = chunk.entries if rows is chunk.launches and len(chunk.entries) == 64 * len(rows) \
+            else _pack_entries(rows)  # (packed by the hooks as each launch ended; held, so never resized)
+        job.parts = (BATCH_HEADER.pack(len(rows), 0), entries, *slices)
 
     # -- finished jobs ---------------------------------------------------------------------
     def _done(self, job: _Job, status: int, taken: int, extra: int) -> None:
