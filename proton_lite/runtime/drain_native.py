@@ -3,8 +3,9 @@
 ``native_drain`` says why (the Python copier and writer cost launching threads their turns at
 the GIL).  The work splits as follows:
 
-- the **launching thread**, when it seals a chunk, takes a pinned buffer and an event,
-  packs the chunk's launch entries and pushes a job;
+- the **launching thread**, when it seals a chunk, takes a pinned buffer and an event and
+  pushes a job: the chunk's parts (its launch entries, packed by the hooks as each launch
+  ended, and the pinned slices), held as Python objects until the job is collected;
 - the **C thread** enqueues the chunk's copy into pinned memory, its clearing and the event
   on the drain's own stream after the chunk's event, waits for it, copies a pooled launch's
   chunks, writes the chunk (checksummed on several threads) and zeroes the pinned buffer;
@@ -19,6 +20,7 @@ done here in order, as the Python drain does it (``Drain._salvage``).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -133,7 +135,8 @@ class NativeDrain(Drain):
             self._mod.wait(self._cap, 0.5)
             self.collect()
         if self.owner.failed:
-            self._finish_in_python()
+            with self._lock:
+                self._finish_in_python()
         self.waits += 1
         self.wait_ns += time.perf_counter_ns() - t0
 
@@ -315,4 +318,4 @@ def _error(status: int) -> Exception:
         return cuda_api.CudaError(f"the drain's driver call failed: {cuda_api.error_name(status)}")
     if status == native_drain.NOT_LOADED:
         return cuda_api.CudaError("the drain's driver call failed: the function was not loaded")
-    return OSError(-status, f"writing the raw file failed: {__import__('os').strerror(-status)}")
+    return OSError(-status, f"writing the raw file failed: {os.strerror(-status)}")
