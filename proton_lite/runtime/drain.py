@@ -118,6 +118,10 @@ class Drain:
         self._copy_q.put(None)
         for t in self._threads:
             t.join()
+        self._destroy_streams()
+
+    def _destroy_streams(self) -> None:
+        """The drain's own streams, each in its device's context (none after a fault)."""
         for streams in (self._copy_streams, self._write_streams):
             for device, stream in streams.items():
                 if self.owner.failed:

@@ -150,16 +150,7 @@ class NativeDrain(Drain):
             self._mod.close(self._cap)  # runs what was pushed, then ends the thread
             self.collect()
             self._finish_in_python()
-        for device, stream in list(self._copy_streams.items()) + list(self._write_streams.items()):
-            if self.owner.failed:
-                break
-            self.owner._use_device(device)
-            try:
-                cuda_api.stream_destroy(stream)
-            except cuda_api.CudaError:
-                pass
-        self._copy_streams.clear()
-        self._write_streams.clear()
+        self._destroy_streams()
 
     # -- pushing ---------------------------------------------------------------------------
     def _pump(self) -> None:
