@@ -158,6 +158,7 @@ def test_each_launch_s_entry_is_packed_as_the_raw_format_lays_it_out_when_it_end
     for i, grid in enumerate(grids):
         launch(collector, sim, stream=1, grid=grid, payload=bytes([i + 1]) * 8)
     cap = finish(collector, tmp_path)
+    assert collector.drain_stats()["thread"] == HOOKS["mode"]  # (each hook mode runs with its drain)
     assert [ln.grid for ln in cap.launches] == grids
     assert sum(len(packed) for packed, _ in sealed) == 64 * len(grids)
     assert all(packed == reference for packed, reference in sealed)
