@@ -187,7 +187,8 @@ static void *drain_main(void *arg) {
         if (j->kind == 0) { free_job(j); return NULL; }
         if (!failed) {
             /* the copies of the jobs queued behind this one first: they run on the GPU while
-               this one is written (jobs are freed only by this thread: safe to keep) */
+               this one is written (a queued job is freed only after this thread ran it: the
+               pointers stay valid) */
             job *ahead[AHEAD];
             int n_ahead = 0;
             pthread_mutex_lock(&d->mu);
