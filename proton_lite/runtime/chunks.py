@@ -13,10 +13,11 @@ from proton_lite.runtime.buffers import DeviceBuffer, ProfileBufferOOM
 from proton_lite.runtime.drain import Sealed
 
 # device bytes per chunk; a launch that needs more gets a chunk of its own.  Each chunk costs
-# the copier and writer threads a wake-up and some Python that competes with the launching
-# thread for the GIL: 16 MiB (the most the default 64 MiB of pinned memory allows, a quarter)
-# took 1,024-4,096-CTA loops from +8-27 to +4-17 us per launch on the H200 host (2026-11-27,
-# tests/benchmarks/host_scale_chunks.py beside 4 MiB in one run, docs/gpu-runs.md)
+# the launching thread a seal (62-170 us with the C drain, tests/benchmarks/seal_cost.py) and,
+# with the Python drain, its threads' turns at the GIL: 16 MiB (the most the default 64 MiB of
+# pinned memory allows, a quarter) took 1,024-4,096-CTA loops from +8-27 to +4-17 us per launch
+# on the H200 host with the Python drain (2026-11-27, tests/benchmarks/host_scale_chunks.py
+# beside 4 MiB in one run, docs/gpu-runs.md)
 CHUNK_BYTES = 16 << 20
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 PINNED_RESERVE_CHUNKS = 4  # pinned buffers of a chunk's size made at the first launch (the copier's working set)
