@@ -230,8 +230,8 @@ class PinnedPool(_SlabPool):
         return buf
 
     def take_within(self, size: int, at_least: int = 0) -> HostBuffer | None:
-        """``take`` that never waits: None while ``limit`` bytes are in flight (the C drain's
-        copies, enqueued by launching threads, wait for buffers to come back instead)."""
+        """``take`` that never waits: None while ``limit`` bytes are in flight (a launching
+        thread sealing a chunk for the C drain leaves the chunk waiting for a buffer instead)."""
         cls = size_class(max(size, at_least))
         with self._cond:
             if self._in_use and self._in_use + cls > self.limit:
