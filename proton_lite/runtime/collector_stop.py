@@ -20,8 +20,8 @@ class CollectorStop:
         """How the records travelled (the END chunk's ``drain``): what was copied, how much waited
         on the device for the disk, and how long launching threads and stop waited for it."""
         d = self._drain
-        return {"thread": "c" if hasattr(d, "_cap") else "python", "chunks": self.copies, "eager_chunks": self.eager_copies, "copied_bytes": d.copied_bytes,
-                "copy_wait_ms": round(d.copy_ns / 1e6, 3),
+        return {"thread": d.thread, "chunks": self.copies, "eager_chunks": self.eager_copies,
+                "copied_bytes": d.copied_bytes, "copy_wait_ms": round(d.copy_ns / 1e6, 3),
                 "write_ms": round(d.write_ns / 1e6, 3), "device_limit_bytes": self.device_limit,
                 "peak_device_backlog_bytes": d.peak_queued_bytes, "launch_waits": d.waits,
                 "launch_wait_ms": round(d.wait_ns / 1e6, 3), "stop_ms": round(stop_ns / 1e6, 3)}

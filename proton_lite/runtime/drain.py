@@ -54,6 +54,8 @@ class Sealed:
 class Drain:
     """The copier and writer threads of one collector (see the module docstring)."""
 
+    thread = "python"  # which drain ran (the END chunk's drain.thread)
+
     def __init__(self, owner) -> None:
         self.owner = owner  # the Collector: pools, raw writer, contexts, events, fault state
         self._copy_q: queue.Queue = queue.Queue()

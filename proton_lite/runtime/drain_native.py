@@ -35,6 +35,7 @@ from proton_lite.runtime.drain import Drain, Sealed
 
 ENABLED = True  # False: the Python threads drain (the tests run both)
 _BUFFER_BYTES_AT = BATCH_ENTRY.fields["buffer_bytes"][1]
+_CHUNK_KINDS = {"kernel": KERNEL, "graph": BATCH, "replays": REPLAYS, "chunk": BATCH}  # job kind -> raw chunk kind
 
 
 def _pack_entries(rows: list[tuple]) -> bytes:
@@ -66,6 +67,8 @@ class _Job:
 
 class NativeDrain(Drain):
     """``Drain``'s interface over the C thread (module docstring)."""
+
+    thread = "c"
 
     def __init__(self, owner, table: tuple[int, ...]) -> None:
         self._table = table
@@ -104,9 +107,8 @@ class NativeDrain(Drain):
 
     def _add(self, job: _Job) -> None:
         with self._lock:
-            self.collect()
             self._waiting.append(job)
-            self._pump()
+            self.collect()  # finished jobs first (their pinned buffers come back), then pushes what waits
 
     def collect(self) -> None:
         with self._lock:
@@ -171,9 +173,7 @@ class NativeDrain(Drain):
     def _push(self, job: _Job) -> None:
         job_id = self._next_id
         self._next_id += 1
-        kind = {"kernel": KERNEL, "graph": BATCH, "replays": REPLAYS}.get(job.kind, BATCH)
-        if job.kind == "chunk" and not job.parts:
-            kind = native_drain.NO_WRITE
+        kind = _CHUNK_KINDS[job.kind] if job.parts else native_drain.NO_WRITE
         self._pushed[job_id] = job
         self._mod.push(self._cap, job_id, kind, job.ctx, job.event, tuple(job.parts), job.pooled, job.zero, job.copy)
 
