@@ -72,9 +72,11 @@ def lost_scopes(ttir_scopes: list[str] | None, ttgir_scopes: list[str] | None, w
     fix = "move them where the compiler keeps them, or report this kernel to proton-lite"
     if ttgir_scopes is not None and any(s not in ttgir_scopes for s in lost):
         if warp_specialized:
-            reason = ("Triton's warp specialization (tl.range(..., warp_specialize=True)) removed their markers "
-                      "when it split the loop into partitions")
-            fix = "move them outside the warp-specialized loop, or compile it without warp_specialize, to time them"
+            reason = ("Triton's warp specialization (tl.range(..., warp_specialize=True)) split their loop into "
+                      "partitions, and no partition holds work of theirs to place them around (only index "
+                      "arithmetic, which every partition repeats)")
+            fix = ("put the loads, dots or stores they should time inside them, or move them outside the "
+                   "warp-specialized loop")
         else:
             reason = "a Triton pass between TTIR and TTGIR removed their markers"
     else:

@@ -25,6 +25,7 @@ import threading
 from dataclasses import replace
 
 from proton_lite import compat
+from proton_lite.markers import MARKER_TAG
 from proton_lite.layout import DEFAULT_ALIGN, DEFAULT_CHUNK_SLOTS, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig, resolve_granularity
 from proton_lite.passes.pipelining import notes as pipelining_notes
@@ -33,6 +34,7 @@ from proton_lite.passes.partitions import find as find_partitions
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.unpipeline import HINT as UNPIPELINE_HINT
 from proton_lite.passes.unpipeline import reparse, unpipeline
+from proton_lite.passes import ws_scopes
 from proton_lite.passes.register_cap import keep_occupancy
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
@@ -43,7 +45,8 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
 # occupancy (a register cap where the instrumentation cost resident CTAs: register_cap.py)
-PASS_VERSION = "proton_lite-ptx-pass-13"
+# 14: scopes of loops Triton warp-specializes are placed in the partitions doing their work (ws_scopes.py)
+PASS_VERSION = "proton_lite-ptx-pass-14"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -173,6 +176,15 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     return new_ptx
 
 
+def _advisory(fn, *args):
+    """``fn(*args)``, or None where it fails: a rewrite that does not understand an IR must
+    never stop a kernel from compiling."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 @functools.lru_cache(maxsize=8)
 def _cache_key(key: str) -> tuple[str, str]:
     """(key, its hash): hashed once, not at every launch (0.6 µs a launch on the CPU host)."""
@@ -205,6 +217,8 @@ def _hook(*args):
                 mod = reparse(mod, text)
                 facts.setdefault(id(metadata), {})["unpipelined"] = done
             facts.setdefault(id(metadata), {})["ttir_scopes"] = marker_scopes(text)
+            if WARP_SPECIALIZE_OP not in text and MARKER_TAG in text:  # (Gluon writes its partitions itself)
+                facts[id(metadata)]["ws_plan"] = _advisory(ws_scopes.plan, text)
             try:
                 bounds[id(metadata)] = record_bound_expr(text)
             except Exception:  # an IR this reader does not follow: size as before (loop_capacity)
@@ -220,10 +234,20 @@ def _hook(*args):
             mod = make_ttgir(src, metadata)
             text = str(mod)
             mine = facts.setdefault(id(metadata), {})
-            mine["ttgir_scopes"] = marker_scopes(text)
             mine["warp_specialized"] = WARP_SPECIALIZE_OP in text
+            if mine["warp_specialized"] and mine.get("ws_plan"):
+                # scopes of a loop Triton split into partitions: placed again where their work went
+                # (if that fails, the kernel compiles as Triton left it and the scopes are reported lost)
+                new_text, placed = _advisory(ws_scopes.rederive, text, mine["ws_plan"]) or (text, [])
+                new_mod = _advisory(reparse, mod, new_text) if placed else None
+                if new_mod is not None:
+                    mod, text, mine["ws_scopes"] = new_mod, new_text, placed
+            mine["ttgir_scopes"] = marker_scopes(text)
             if mine["warp_specialized"]:  # which warps run which partition (passes/partitions.py)
                 mine["partitions"] = find_partitions(mod, text)
+                held = ws_scopes.region_scopes(text)
+                for entry in mine["partitions"] or ():  # and which scopes each records
+                    entry["scopes"] = held.get(entry["name"], [])
             return mod
 
         stages["ttgir"] = ttgir_stage

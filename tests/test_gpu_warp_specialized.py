@@ -4,6 +4,8 @@ Triton runs ``tl.range(..., warp_specialize=True)`` loops with more warps than r
 (4 asked, 12 run on the H100). ``tests/run_gpu.sh`` also runs these under
 compute-sanitizer's memcheck with exact-size buffers (``PROTON_LITE_EXACT_BUFFERS=1``).
 """
+import warnings
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ import triton  # noqa: E402
 
 import proton_lite  # noqa: E402
 from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
-from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout  # noqa: E402
+from proton_lite.layout import CTA_MAGIC, LAUNCH_PREFIX_BYTES, UNIT_MAGIC, BufferLayout, read_capacity_word  # noqa: E402
 from proton_lite.passes.config import CALIBRATION_KERNEL  # noqa: E402
 from proton_lite.passes.kernel_facts import ProtonLiteWarning  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
@@ -50,11 +52,31 @@ def run_ws(case, scopes=True):
     return o, ref.half(), grid
 
 
+# where each scope's work lies (tests/ws_kernels.py): the loads' scopes must land on the partition
+# that issues the TMA loads, the dots' and the softmax's on the partitions that run the MMAs
+LOAD_SCOPES = {"ws_matmul": ["load"], "ws_attention": ["qk", "pv"]}
+MMA_SCOPES = {"ws_matmul": ["mma"], "ws_attention": ["qk", "softmax", "pv"]}
+AFTER_LOOP = {"ws_matmul": ["epilogue"], "ws_attention": []}
+TRIPS = 16  # K / BK = 1024 / 64 for the matmul, n_ctx / BN = 1024 / 64 for the attention loop
+
+
+def expected_records_per_warp(entry, case):
+    """Records of a warp that runs every scope of the loop: 2 per scope per iteration, 2 per
+    scope after it (the bound proton-lite reads from the TTIR, before Triton's split)."""
+    loop = [s for s in entry["scopes"] if s not in AFTER_LOOP[case]]
+    return 2 * TRIPS * len(loop) + 2 * len(AFTER_LOOP[case])
+
+
 @pytest.mark.parametrize("case", ["ws_matmul", "ws_attention"])
-def test_warp_specialized_kernels_write_inside_their_buffer(case, tmp_path):
+def test_warp_specialized_loops_keep_their_scopes_on_the_partition_that_ran_them(case, tmp_path):
+    """Triton splits the loop into a TMA-load partition and MMA partitions; every scope of the
+    loop is recorded by exactly the warps of the partitions that do its work, once per
+    iteration, every warp inside its buffer (this test also runs under compute-sanitizer
+    with exact-size buffers), the output unchanged."""
     plain, ref, grid = run_ws(case)
     torch.cuda.synchronize()
-    with pytest.warns(ProtonLiteWarning, match=case):  # at its first launch: the loop's scopes were lost
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProtonLiteWarning)  # no scope may be reported lost
         with proton_lite.start(str(tmp_path / case), quiet=True, formats=()) as session:
             out, _, _ = run_ws(case)
     torch.cuda.synchronize()
@@ -70,29 +92,50 @@ def test_warp_specialized_kernels_write_inside_their_buffer(case, tmp_path):
             finite = o.isfinite().all(1)
             torch.testing.assert_close(o[finite].float(), ref[finite].float(), atol=0.05, rtol=0.05)
     result = session.result
-    assert result.launches == 1 and result.dropped == 0 and result.unmatched == 0
-    assert f"warning: kernel {case}: scope(s)" in result.summary_line
+    assert result.launches == 1 and result.dropped == 0 and result.unmatched == 0, result.summary_line
+    assert "warning" not in result.summary_line
     cap = read_raw(result.raw_path)
     (kid, kmeta), = [(k, m) for k, m in cap.kernels.items() if m["name"] != CALIBRATION_KERNEL]
-    layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
+    entry = kmeta["proton_lite"]
+    assert entry["lost_scopes"] is None
+    layout = BufferLayout.from_json(entry["layout"])
     assert kmeta["num_warps"] > 4 and layout.num_warps == kmeta["num_warps"]  # sized for the warps that run
     (launch, ) = [la for la in cap.launches if la.kernel_id == kid]
     n_ctas = int(np.prod(grid))
-    assert len(launch.buffer) == n_ctas * layout.stride
-    blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=n_ctas)
+    assert layout.sized_at_launch  # the loop's trip count comes from K / n_ctx: sized per launch
+    capacity = read_capacity_word(int(np.frombuffer(launch.buffer, "<u4", 1)[0]))
+    assert capacity == expected_records_per_warp(entry, case)  # the TTIR's bound: exactly what the busiest warp writes
+    layout = layout.with_capacity(capacity)
+    blocks = np.frombuffer(launch.buffer[LAUNCH_PREFIX_BYTES:], dtype=cta_block_dtype(layout), count=n_ctas)
+    assert len(launch.buffer) == LAUNCH_PREFIX_BYTES + n_ctas * layout.stride
     assert (blocks["magic"] == CTA_MAGIC).all()
-    # every warp, partition warps included, reached the end and wrote its header in its own slot
-    assert (blocks["unit"]["magic"] == UNIT_MAGIC).all()
-    kept = kmeta["proton_lite"]["scopes"]
-    counts = blocks["unit"]["count"]
-    if kept:  # ws_matmul's epilogue runs in the default partition: warps 0-3, one enter and one exit
-        assert kept == ["epilogue"]
-        assert (counts[:, :4] == 2).all() and (counts[:, 4:] == 0).all(), np.unique(counts)
-    else:
-        assert (counts == 0).all()
-    prof = decode(cap)  # the calibration launch is left out: only this kernel's CTAs
-    assert len(prof.ctas) == n_ctas and len(np.unique(prof.ctas["cta"])) == n_ctas
-    assert (prof.ctas["finished_units"] == layout.units).all()
+    assert (blocks["unit"]["magic"] == UNIT_MAGIC).all()  # every warp reached the end, in its own slot
+
+    table = entry["partitions"]
+    loaders = [p for p in table if "TMA loads" in (p["role"] or "")]
+    mmas = [p for p in table if "MMA" in (p["role"] or "")]
+    assert loaders and mmas
+    for p in loaders:
+        assert set(LOAD_SCOPES[case]) <= set(p["scopes"]), table
+    for p in mmas:
+        assert set(MMA_SCOPES[case] + AFTER_LOOP[case]) <= set(p["scopes"]), table
+    # what every warp should have recorded, from the table: TRIPS intervals of each loop scope
+    # placed in its partition, one of each scope after the loop, nothing else
+    expected = np.zeros((layout.num_warps, len(entry["scopes"])), np.int64)
+    for p in table:
+        for name in p["scopes"]:
+            expected[p["first_warp"]:p["first_warp"] + p["warps"], entry["scopes"].index(name)] = (
+                1 if name in AFTER_LOOP[case] else TRIPS)
+    assert (blocks["unit"]["count"] == 2 * expected.sum(1)).all(), np.unique(blocks["unit"]["count"])
+    prof = decode(cap)
+    assert len(prof.ctas) == n_ctas and (prof.ctas["finished_units"] == layout.units).all()
+    iv = prof.intervals
+    scopes = prof.kernels[0].scopes
+    got = np.zeros((n_ctas, layout.num_warps, len(scopes)), np.int64)
+    np.add.at(got, (iv["cta"], iv["unit"], iv["scope"]), 1)
+    order = [scopes.index(name) for name in entry["scopes"]]
+    assert (got[:, :, order] == expected[None]).all()
+    assert (iv["end_ns"] >= iv["start_ns"]).all()
 
 
 def test_gluon_warp_specialized_partitions_record_on_their_own_warps(tmp_path):

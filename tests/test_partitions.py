@@ -103,9 +103,11 @@ def test_the_compile_report_lists_the_partitions(capsys):
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "partition 0: warps 4-5" in out and "partition 1: warps 6-7 (idle: padding" in " ".join(out.split())
+    assert "scopes: shift" in out  # where the author wrote each scope
     assert cli.main(args + ["--json"]) == 0
-    assert [p["name"] for p in json.loads(capsys.readouterr().out)["partitions"]] == \
-        ["default", "partition 0", "partition 1"]
+    table = json.loads(capsys.readouterr().out)["partitions"]
+    assert [(p["name"], p["scopes"]) for p in table] == [("default", ["scale"]), ("partition 0", ["shift"]),
+                                                          ("partition 1", [])]
 
 
 def test_warp_tracks_carry_their_partition(tmp_path):

@@ -83,3 +83,50 @@ WS_MATMUL_SIG = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32
 WS_MATMUL_CONST = dict(BM=128, BN=128, BK=64)
 WS_ATTENTION_SIG = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "N_CTX": "i32"}
 WS_ATTENTION_CONST = dict(BM=64, BN=64, D=64)  # BM=128: Triton 3.6 computes NaNs when it warp-specializes this loop (H100, also without proton-lite)
+
+
+@triton.jit
+def ws_index_scope(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """A warp-specialized loop with a scope around index arithmetic only ("offsets": no
+    partition does work of it, so it cannot be placed and is reported) beside one around the
+    loads ("load": placed in the partition that issues them)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BN)
+    off_m = (pid // tiles_n) * BM
+    off_n = (pid % tiles_n) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(tl.cdiv(K, BK), warp_specialize=True, num_stages=3):
+        with pl.scope("offsets"):
+            off_k = k * BK
+        with pl.scope("load"):
+            a = a_desc.load((off_m, off_k))
+            b = b_desc.load((off_n, off_k))
+        acc = tl.dot(a, b.T, acc)
+    c_desc.store((off_m, off_n), acc.to(tl.float16))
+
+
+@triton.jit
+def ws_persistent(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  NUM_SMS: tl.constexpr):
+    """A persistent matmul whose tile loop is warp-specialized and flattened with its K loop
+    (Blackwell's pattern: sm_100 only; Triton 3.6 and 3.9 leave it unspecialized on sm_90)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    tiles_n = tl.cdiv(N, BN)
+    num_tiles = tl.cdiv(M, BM) * tiles_n
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True, warp_specialize=True):
+        off_m = (tile // tiles_n) * BM
+        off_n = (tile % tiles_n) * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(tl.cdiv(K, BK)):
+            with pl.scope("load"):
+                a = a_desc.load((off_m, k * BK))
+                b = b_desc.load((off_n, k * BK))
+            with pl.scope("mma"):
+                acc = tl.dot(a, b.T, acc)
+        with pl.scope("store"):
+            c_desc.store((off_m, off_n), acc.to(tl.float16))

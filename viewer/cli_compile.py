@@ -191,7 +191,8 @@ def render_compile_report(r: dict, console) -> None:
     for p in r.get("partitions") or ():  # a warp-specialized kernel: which warps run what
         first, n = p.get("first_warp"), p.get("warps") or 0
         warps = "warps unknown" if first is None else f"warp {first}" if n == 1 else f"warps {first}-{first + n - 1}"
-        console.print(Text(f"{p['name']}: {warps}" + (f" ({p['role']})" if p.get("role") else "")))
+        scopes = f", scopes: {', '.join(p['scopes'])}" if p.get("scopes") else ""
+        console.print(Text(f"{p['name']}: {warps}" + (f" ({p['role']})" if p.get("role") else "") + scopes))
     if not r["scopes"] and not r.get("lost_scopes"):
         console.print(Text("no scopes: the kernel has no pl.scope / pl.enter_scope markers", style="yellow"))
     else:
