@@ -4,7 +4,8 @@ Triton splits these loops into a TMA-load partition and MMA partitions; proton-l
 each scope in the partitions that do its work (passes/ws_scopes.py), so every producer warp
 records its loads' scope and every consumer warp its dot's, every iteration. Kernels:
 tests/ws_kernels.py's TMA matmul (4096^3, 128x128x64 tiles: 1,024 CTAs, 64 iterations) and
-attention-like loop (8,192 keys, 64-wide blocks: 128 CTAs, 128 iterations), plain (outside a
+attention-like loop (8,192 keys, 64-wide blocks: 128 CTAs, 128 iterations; also without warp
+specialization, to tell what the records cost from what their placement costs), plain (outside a
 session: the plain binary) vs recorded (in a session), by CUPTI kernel durations
 (torch.profiler) in interleaved rounds, one process. Proton's instrumentation mode does not
 see proton-lite's scopes; where it has none to record it runs the plain binary, so it is
@@ -45,6 +46,9 @@ def workloads():
                                                                         **W.WS_MATMUL_CONST),
         "ws_attention": lambda: W.ws_attention[(n_ctx // W.WS_ATTENTION_CONST["BM"], )](
             q, k, v, o, n_ctx, SCOPES=True, num_warps=4, **W.WS_ATTENTION_CONST),
+        # the same loop and scopes without warp specialization: what the records cost there
+        "ws_attention (WS=False)": lambda: W.ws_attention[(n_ctx // W.WS_ATTENTION_CONST["BM"], )](
+            q, k, v, o, n_ctx, SCOPES=True, WS=False, num_warps=4, **W.WS_ATTENTION_CONST),
     }
 
 
@@ -57,19 +61,20 @@ def main():
     tmp = tempfile.mkdtemp()
     rows = []
     for name, call in workloads().items():
-        keep = (lambda n, name=name: n == name)
+        kernel = name.split(" ")[0]
+        keep = (lambda n, kernel=kernel: n == kernel)
         plain, pl, dropped = [], [], 0
         for r in range(args.rounds):
-            plain += kernel_times(call, args.reps, keep).get(name, [])
+            plain += kernel_times(call, args.reps, keep).get(kernel, [])
             with proton_lite.start(os.path.join(tmp, f"{name}_{r}"), quiet=True, formats=(),
                                    calibrate=False) as s:
-                pl += kernel_times(call, args.reps, keep).get(name, [])
+                pl += kernel_times(call, args.reps, keep).get(kernel, [])
             dropped += s.result.dropped
         row = {"kernel": name, "plain_us": statistics.median(plain), "pl_us": statistics.median(pl),
                "records_per_launch": s.result.records // max(1, s.result.launches), "dropped": dropped}
         row["overhead_pct"] = 100 * (row["pl_us"] / row["plain_us"] - 1)
         rows.append(row)
-        print(f"{name:14s} plain {row['plain_us']:8.1f} us  recorded {row['pl_us']:8.1f} us  "
+        print(f"{name:24s} plain {row['plain_us']:8.1f} us  recorded {row['pl_us']:8.1f} us  "
               f"{row['overhead_pct']:+6.2f}%  {row['records_per_launch']:,} records per launch, dropped {dropped}")
     if args.json:
         with open(args.json, "w") as f:
