@@ -13,8 +13,9 @@ import proton_lite.language as pl
 
 @triton.jit
 def ws_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              SCOPES: tl.constexpr):
-    """C = A @ B.T with TMA loads; one output tile per program, the K loop warp-specialized."""
+              SCOPES: tl.constexpr, WS: tl.constexpr = True):
+    """C = A @ B.T with TMA loads; one output tile per program, the K loop warp-specialized
+    (``WS=False``: the same loop, not specialized)."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
@@ -23,7 +24,7 @@ def ws_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, 
     off_m = (pid // tiles_n) * BM
     off_n = (pid % tiles_n) * BN
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in tl.range(tl.cdiv(K, BK), warp_specialize=True, num_stages=3):
+    for k in tl.range(tl.cdiv(K, BK), warp_specialize=WS, num_stages=3):
         if SCOPES:
             pl.enter_scope("load")
         a = a_desc.load((off_m, k * BK))
