@@ -245,7 +245,7 @@ def _hook(*args):
             mine["ttgir_scopes"] = marker_scopes(text)
             if mine["warp_specialized"]:  # which warps run which partition (passes/partitions.py)
                 mine["partitions"] = find_partitions(mod, text)
-                held = ws_scopes.region_scopes(text)
+                held = _advisory(ws_scopes.region_scopes, text) or {}
                 for entry in mine["partitions"] or ():  # and which scopes each records
                     entry["scopes"] = held.get(entry["name"], [])
             return mod

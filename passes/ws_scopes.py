@@ -291,12 +291,19 @@ def _marker_line(template: str, name: str, indent: str, loc_line: str) -> str:
     return f"{indent}{name} = {body}" + (" " + loc.group(0).strip() if loc else "")
 
 
+def _region_label(header: str, n: int, count: int) -> str:
+    """A region's name as the partition table (passes/partitions.py) gives it: "default",
+    "partition 0", and "1.partition 0" where a kernel has several warp_specialize ops."""
+    return (f"{n}." if count > 1 else "") + _HEADER_RE.match(header).group(1).replace("partition", "partition ")
+
+
 def rederive(ttgir: str, instances: list[Instance]) -> tuple[str, list[dict]]:
     """Place ``instances`` in the partitions of every ``ttg.warp_specialize`` of ``ttgir``.
 
-    Returns the new text and what was placed (``{"scope", "region", "in_loop"}`` per pair),
-    or ``ttgir`` unchanged and ``[]`` when it has no warp specialization or none of the
-    instances' work went into a partition."""
+    Returns the new text and what was placed (per pair: ``scope``, ``region`` as the partition
+    table names it, ``loops`` it sits in inside the region and ``source_loops`` the source had
+    there: fewer where Triton flattened a loop nest), or ``ttgir`` unchanged and ``[]`` when
+    it has no warp specialization or none of the instances' work went into a partition."""
     if _WS not in ttgir or not instances:
         return ttgir, []
     lines = ttgir.split("\n")
@@ -310,9 +317,7 @@ def rederive(ttgir: str, instances: list[Instance]) -> tuple[str, list[dict]]:
     for n, ws in enumerate(ws_ops):
         around = tuple(_line_key(lines[tree.end[op]], table) for op in tree.enclosing_ops(ws) if _is_loop(tree, op))
         for opener in tree.regions(ws):
-            # named as in the partition table (passes/partitions.py): "default", "partition 0", "1.partition 0"
-            label = (f"{n}." if len(ws_ops) > 1 else "") + _HEADER_RE.match(lines[opener]).group(1).replace(
-                "partition", "partition ")
+            label = _region_label(lines[opener], n, len(ws_ops))
             for inst in instances:
                 if inst.loops[:len(around)] == around:
                     targets.append((inst, opener, label, inst.loops[len(around):]))
@@ -353,7 +358,6 @@ def rederive(ttgir: str, instances: list[Instance]) -> tuple[str, list[dict]]:
     return "\n".join(out), placed
 
 
-
 def region_scopes(ttgir: str) -> dict[str, list[str]]:
     """The scope names whose markers lie in each partition of a TTGIR (named as in the
     partition table), placed by ``rederive`` or written there (Gluon)."""
@@ -363,8 +367,7 @@ def region_scopes(ttgir: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for n, ws in enumerate(ws_ops):
         for opener in tree.regions(ws):
-            label = (f"{n}." if len(ws_ops) > 1 else "") + _HEADER_RE.match(lines[opener]).group(1).replace(
-                "partition", "partition ")
+            label = _region_label(lines[opener], n, len(ws_ops))
             end = min((r for r in tree.regions(ws) if r > opener), default=tree.end[ws])
             names = out.setdefault(label, [])
             for line in lines[opener:end]:
