@@ -28,6 +28,18 @@ _ROLES = (("TMA loads", re.compile(r"async_tma_copy_global_to_local|descriptor_l
           ("stores", re.compile(r"async_tma_copy_local_to_global|descriptor_store|\btt\.store\b")))
 
 
+def region_name(header: str, n: int, count: int) -> str | None:
+    """The name of the region a ``default {`` / ``partitionN(...) num_warps(W) {`` line opens:
+    "default", "partition 0", prefixed "1." where a kernel has several warp_specialize ops
+    (``n`` of ``count``); None for any other line. ``ws_scopes.py`` names regions with it too,
+    so that its scopes find their row of this table."""
+    prefix = f"{n}." if count > 1 else ""
+    if _DEFAULT_RE.match(header):
+        return prefix + "default"
+    m = _PARTITION_RE.match(header)
+    return prefix + f"partition {m.group(1)}" if m else None
+
+
 def _role(lines: list[str]) -> str | None:
     found = [name for name, pattern in _ROLES if any(pattern.search(line) for line in lines)]
     if "TMA loads" in found and "loads" in found:
@@ -52,18 +64,16 @@ def partition_table(allocated_ttgir: str) -> list[dict] | None:
         first = [int(v) for v in starts.group(1).replace(" ", "").split(",") if v] if starts else []
         regions = []  # (name, line, warps, worker index: None for the default partition)
         for i in range(at, end):
-            if _DEFAULT_RE.match(lines[i]):
-                regions.append(("default", i, default_warps, None))
+            name = region_name(lines[i], n, len(ops))
             m = _PARTITION_RE.match(lines[i])
-            if m:
-                regions.append((f"partition {m.group(1)}", i, int(m.group(2)), int(m.group(1))))
-        prefix = f"{n}." if len(ops) > 1 else ""
+            if name is not None:
+                regions.append((name, i, int(m.group(2)) if m else default_warps, int(m.group(1)) if m else None))
         op_end = next((i for i in range(at, end) if lines[i].strip().startswith("} :")), end)  # "} : (types)"
         for r, (name, line, warps, worker) in enumerate(regions):
             stop = regions[r + 1][1] if r + 1 < len(regions) else op_end
             body = [x for x in lines[line + 1:stop] if x.strip() and not x.strip().startswith("}")]
             idle = worker is not None and all("ttg.warp_return" in x for x in body)
-            table.append({"name": prefix + name, "first_warp": 0 if worker is None else
+            table.append({"name": name, "first_warp": 0 if worker is None else
                           (first[worker] if worker < len(first) else None),
                           "warps": warps, "role": "idle: padding to a full warp group" if idle else _role(body)})
     return table

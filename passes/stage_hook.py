@@ -241,7 +241,7 @@ def _hook(*args):
                 new_text, placed = _advisory(ws_scopes.rederive, text, mine["ws_plan"]) or (text, [])
                 new_mod = _advisory(reparse, mod, new_text) if placed else None
                 if new_mod is not None:
-                    mod, text, mine["ws_scopes"] = new_mod, new_text, placed
+                    mod, text = new_mod, new_text
             mine["ttgir_scopes"] = marker_scopes(text)
             if mine["warp_specialized"]:  # which warps run which partition (passes/partitions.py)
                 mine["partitions"] = find_partitions(mod, text)

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 
 from proton_lite.markers import MARKER_TAG
+from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP
+from proton_lite.passes.partitions import region_name
 
 _STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MARKER_RE = re.compile(r'^(\s*)(%[\w#:.$-]+) = tt\.elementwise_inline_asm "[^"]*' + re.escape(MARKER_TAG)
@@ -38,7 +40,7 @@ _LOC_DEF_RE = re.compile(r"^(#loc\d*) = loc\((.*)\)\s*$")
 _TRAILING_LOC_RE = re.compile(r"loc\(([^()]*(?:\([^()]*(?:\([^()]*\)[^()]*)*\)[^()]*)*)\)\s*$")
 _OP_NAME_RE = re.compile(r"^\s*(?:%[^=]*=\s*)?([a-z_]+\.[\w.]+)")
 _HEADER_RE = re.compile(r"^\s*(default|partition\d+)\b")
-_WS = "ttg.warp_specialize("
+_WS = WARP_SPECIALIZE_OP + "("
 _LOOPS = ("scf.for", "scf.while")
 _TERMINATORS = {"scf.yield", "scf.condition", "tt.return", "ttg.warp_yield", "ttg.warp_return",
                 "tt.reduce.return", "tt.scan.return"}
@@ -291,12 +293,6 @@ def _marker_line(template: str, name: str, indent: str, loc_line: str) -> str:
     return f"{indent}{name} = {body}" + (" " + loc.group(0).strip() if loc else "")
 
 
-def _region_label(header: str, n: int, count: int) -> str:
-    """A region's name as the partition table (passes/partitions.py) gives it: "default",
-    "partition 0", and "1.partition 0" where a kernel has several warp_specialize ops."""
-    return (f"{n}." if count > 1 else "") + _HEADER_RE.match(header).group(1).replace("partition", "partition ")
-
-
 def rederive(ttgir: str, instances: list[Instance]) -> tuple[str, list[dict]]:
     """Place ``instances`` in the partitions of every ``ttg.warp_specialize`` of ``ttgir``.
 
@@ -317,7 +313,7 @@ def rederive(ttgir: str, instances: list[Instance]) -> tuple[str, list[dict]]:
     for n, ws in enumerate(ws_ops):
         around = tuple(_line_key(lines[tree.end[op]], table) for op in tree.enclosing_ops(ws) if _is_loop(tree, op))
         for opener in tree.regions(ws):
-            label = _region_label(lines[opener], n, len(ws_ops))
+            label = region_name(lines[opener], n, len(ws_ops))
             for inst in instances:
                 if inst.loops[:len(around)] == around:
                     targets.append((inst, opener, label, inst.loops[len(around):]))
@@ -367,7 +363,7 @@ def region_scopes(ttgir: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for n, ws in enumerate(ws_ops):
         for opener in tree.regions(ws):
-            label = _region_label(lines[opener], n, len(ws_ops))
+            label = region_name(lines[opener], n, len(ws_ops))
             end = min((r for r in tree.regions(ws) if r > opener), default=tree.end[ws])
             names = out.setdefault(label, [])
             for line in lines[opener:end]:
