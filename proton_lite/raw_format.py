@@ -96,6 +96,11 @@ def pack_entry(row: tuple) -> bytes:
     return _ENTRY.pack(k, d, i, g[0], g[1], g[2], n, s, t, o, b)
 
 
+def unpack_entries(entries) -> list[tuple]:
+    """The rows that ``pack_entry`` packed, back from their bytes (any multiple of 64)."""
+    return [(k, d, i, (gx, gy, gz), n, s, t, o, b) for k, d, i, gx, gy, gz, n, s, t, o, b in _ENTRY.iter_unpack(entries)]
+
+
 def json_payload(data: dict) -> bytes:
     """A metadata chunk's payload (SESSION, KERNEL, END): compact JSON, keys sorted."""
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

@@ -147,21 +147,91 @@ def chunks_allocated(col) -> int:
 
 def test_each_launch_s_entry_is_packed_as_the_raw_format_lays_it_out_when_it_ends(collector, sim, tmp_path):
     """The hooks (Python and C) pack each launch's BATCH entry as it ends, so sealing a chunk
-    builds none; numpy's BATCH_ENTRY conversion of the rows is the independent reference."""
+    builds none.  Read back here field by field with the byte layout of format.md 2.5a
+    (struct "<IIQIIIIQQQQ"), against what each launch was."""
+    import struct
     sealed, seal = [], collector._seal
 
     def checked_seal(chunk):
-        sealed.append((bytes(chunk.entries), np.array(chunk.launches, dtype=BATCH_ENTRY).tobytes()))
+        sealed.append(bytes(chunk.entries))
         return seal(chunk)
     collector._seal = checked_seal
     grids = [(4, 1, 1), (3, 2, 1), (2, 2, 2), (4, 1, 1), (1, 2, 3)]
+    t0 = time.time_ns()
     for i, grid in enumerate(grids):
         launch(collector, sim, stream=1, grid=grid, payload=bytes([i + 1]) * 8)
+    t1 = time.time_ns()
     cap = finish(collector, tmp_path)
     assert collector.drain_stats()["thread"] == HOOKS["mode"]  # (each hook mode runs with its drain)
     assert [ln.grid for ln in cap.launches] == grids
-    assert sum(len(packed) for packed, _ in sealed) == 64 * len(grids)
-    assert all(packed == reference for packed, reference in sealed)
+    fields = [f for packed in sealed for f in struct.iter_unpack("<IIQIIIIQQQQ", packed)]
+    assert len(fields) == len(grids)
+    offset_in_chunk = 0
+    for i, (grid, f) in enumerate(zip(grids, fields)):
+        ctas = grid[0] * grid[1] * grid[2]
+        kernel, device, index, gx, gy, gz, num_ctas, stream, host_ns, offset, nbytes = f
+        assert (kernel, device, index, (gx, gy, gz), num_ctas, stream) == (0, 0, i, grid, ctas, 1)
+        assert t0 <= host_ns <= t1 and nbytes == ctas * SCRATCH
+        if i and offset == 0:  # a new chunk (the first launch came after idle time: copied alone)
+            offset_in_chunk = 0
+        assert offset == offset_in_chunk
+        offset_in_chunk = -(-(offset + nbytes) // 256) * 256
+
+
+def test_the_counters_and_chunk_state_the_c_hooks_hold_are_seen_from_python(tmp_path, sim):
+    """The C hooks keep the open chunk's fill level, its launches in flight and the launch
+    counters in C while they serve launches; whatever reads them from Python (the launch
+    count, a Python hook on another thread) must see the true values."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=100, idle_ns=10**12)
+    for i in range(10):
+        launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
+    assert col.launches == 10
+    with col._lock:
+        col._sync()
+        chunk = col._open[(0, 1)]
+        assert chunk.inflight == 0 and chunk.count == 9  # the first launch came after idle time: alone
+        assert chunk.used == 8 * SCRATCH * 4 + SCRATCH * 4  # nine 1 KiB slices, 256-aligned
+    # a Python hook on another thread takes the next slice: right after the last C one
+    got = []
+    t = threading.Thread(target=lambda: got.append(col.allocate(SCRATCH * 4, 16, 1)))
+    t.start()
+    t.join(5)
+    assert got[0] == chunk.buf.ptr + 9 * SCRATCH * 4
+    launch(col, sim, stream=1, payload=b"\x0b" * 8)  # and the C hooks go on after it
+    cap = finish(col, tmp_path)
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(11)]
+    assert [ln.launch_index for ln in cap.launches] == list(range(11))
+
+
+def test_launches_on_more_streams_and_threads_than_the_c_hooks_keep_apart_are_all_saved(tmp_path, sim):
+    """The C hooks hold the open chunks of 8 streams and the launches in flight of 16 threads;
+    more go through Python.  12 streams in turn, and 20 threads each between allocator and
+    exit hook at once: every launch saved once, with its own bytes."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=100, idle_ns=10**12)
+    for i in range(48):
+        launch(col, sim, stream=1 + i % 12, payload=i.to_bytes(8, "little"))
+    allocate, on_launch_exit = hooks(col)
+    meta = _DEFAULT_META[id(col)][0]
+    ready, go = threading.Barrier(20), threading.Event()
+
+    def one(k):
+        ptr = allocate(SCRATCH * 4, 16, 100)
+        ready.wait(5)  # all 20 hold a slice before any exit hook runs
+        go.wait(5)
+        sim.kernel(100, ptr, (1000 + k).to_bytes(8, "little"))
+        on_launch_exit(_launch_metadata((4, 1, 1), meta, stream=100))
+    threads = [threading.Thread(target=one, args=(k, )) for k in range(20)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    go.set()
+    for t in threads:
+        t.join(5)
+    cap = finish(col, tmp_path)
+    values = [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches]
+    assert values[:48] == list(range(48))
+    assert sorted(values[48:]) == [1000 + k for k in range(20)]
+    assert col.launches == 68 and sorted(ln.launch_index for ln in cap.launches) == list(range(68))
 
 
 def test_every_launch_is_saved_once_in_order_with_only_its_own_bytes(collector, sim, tmp_path):
@@ -203,9 +273,10 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
     assert sim.calls["event_record"] == 1 + 2 * (sim.calls["memcpy_dtoh_async"] - 1)
     assert sim.calls["stream_wait_event"] == sim.calls["memcpy_dtoh_async"] - 1
     assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(n))
-    if HOOKS["mode"] == "c":  # the C hooks served the burst; the first launch into each chunk went to Python
+    if HOOKS["mode"] == "c":  # the C hooks served the burst; Python opened each chunk and closed each full one
         allocs, exits = _C_HOOKS[id(col)][0].counts()
-        assert allocs == n - copies_before_stop - 1 and exits == n - 1  # first launches of chunks: Python
+        assert allocs == n - copies_before_stop - 1  # the first launch into each chunk: Python
+        assert exits == n - copies_before_stop  # the very first launch and the 12 that filled a chunk: Python
 
 
 def test_a_launch_after_idle_time_is_copied_at_once(collector, sim, tmp_path):
@@ -293,7 +364,7 @@ def test_a_chunk_is_not_copied_while_another_thread_still_has_to_launch_into_it(
 
 def test_a_launch_that_never_reached_its_exit_hook_does_not_hold_its_chunk(tmp_path, sim):
     col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=2, idle_ns=10**12)
-    col.allocate(SCRATCH * 4, 16, 1)  # its cuLaunchKernel failed: Triton never calls the exit hook
+    hooks(col)[0](SCRATCH * 4, 16, 1)  # its cuLaunchKernel failed: Triton never calls the exit hook
     for i in range(4):
         launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
     copies = col.copies  # chunks sealed (and handed to the copier) so far
@@ -323,7 +394,7 @@ def test_a_failed_launch_on_one_gpu_is_settled_in_that_gpu_s_context_when_its_th
     copies GPU 0's chunk, which must happen in GPU 0's context (the simulated driver refuses
     anything else), and A's thread must be back in GPU 1's context for its own launch."""
     col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=3, idle_ns=10**12)
-    col.allocate(SCRATCH * 4, 16, 1)  # thread A (this one), GPU 0: its launch failed
+    hooks(col)[0](SCRATCH * 4, 16, 1)  # thread A (this one), GPU 0: its launch failed
 
     def thread_b():
         for i in range(2):  # with A's slice the chunk holds three

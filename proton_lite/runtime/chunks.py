@@ -8,6 +8,7 @@ event methods take their own locks, as the drain thread calls them too.
 """
 from __future__ import annotations
 
+from proton_lite.raw_format import unpack_entries
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DeviceBuffer, ProfileBufferOOM
 from proton_lite.runtime.drain import Sealed
@@ -34,7 +35,7 @@ def default_device_limit(free_bytes: int) -> int:
 class _Chunk:
     """A device buffer that the launches of one (device, stream) fill in order."""
 
-    __slots__ = ("buf", "limit", "device", "stream", "used", "launches", "inflight", "closed", "sealed",
+    __slots__ = ("buf", "limit", "device", "stream", "used", "inflight", "closed", "sealed",
                  "skipped_bytes", "pool", "eager", "returned", "entries")
 
     def __init__(self, buf: DeviceBuffer, limit: int, device: int, stream: int, pool=None) -> None:
@@ -44,14 +45,26 @@ class _Chunk:
         self.pool = pool
         self.limit = limit  # bytes of slices it takes (its copy-back must fit the pinned limit)
         self.used = 0
-        self.launches: list[tuple] = []  # BATCH_ENTRY rows, buffer_offset within this chunk
-        self.entries = bytearray()  # the same rows packed as BATCH_ENTRY bytes (raw_format.pack_entry)
+        # the saved launches as BATCH_ENTRY bytes (raw_format.pack_entry), buffer_offset within
+        # this chunk: packed by the hooks as each launch ends, so a seal builds nothing
+        self.entries = bytearray()
         self.inflight = 0  # slices handed out whose launch has not reached its exit hook
         self.closed = False  # takes no more slices; sealed once ``inflight`` is 0
         self.sealed = False
         self.skipped_bytes = 0  # bytes of slices whose launches are not saved
         self.eager = False  # copied on its own stream when sealed (it precedes or is an isolated launch)
         self.returned = False  # given back to the device pool
+
+    @property
+    def count(self) -> int:
+        """Launches saved in this chunk."""
+        return len(self.entries) // 64
+
+    @property
+    def launches(self) -> list[tuple]:
+        """The saved launches' rows (kernel_id, device, launch_index, grid, num_ctas, stream,
+        host_time_ns, buffer_offset, buffer_bytes), unpacked from ``entries``."""
+        return unpack_entries(self.entries)
 
 
 class ChunkBook:
@@ -139,8 +152,8 @@ class ChunkBook:
             return
         # a launch with a pool: its prefix and CTA blocks now, the chunks it took once the drain
         # knows how many (Drain._write_pooled); not copied: cleared whole
-        copy = (chunk.pool[2] if chunk.pool is not None else chunk.used) if chunk.launches else 0
-        clear = chunk.pool[2] if chunk.pool is not None and chunk.launches else chunk.used
+        copy = (chunk.pool[2] if chunk.pool is not None else chunk.used) if chunk.entries else 0
+        clear = chunk.pool[2] if chunk.pool is not None and chunk.entries else chunk.used
         try:
             if getattr(self._tls, "device", None) is None:  # a thread whose launches all took the C path
                 self._thread_context(chunk.device)

@@ -101,9 +101,10 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._kernel_ids: dict[str, int] = {}  # kernel hash -> id in the raw file
         self._kernel_names: dict[int, str] = {}  # id in the raw file -> kernel name
         self._launch_index = 0
+        self._launches = 0  # instrumented launches saved (``launches``)
+        self._fast = None  # runtime/fastpath.FastPath when the C hooks run: it holds hot state (_sync)
         self.device_limit = device_limit_bytes  # None: set at the first launch (default_device_limit)
         self._drain = make_drain(self)
-        self.launches = 0
         self.copies = 0  # chunks sealed with launches to copy
         self.eager_copies = 0  # ... of which the launching thread copied on their stream (Drain: the rest)
         self.unattributed = 0
@@ -120,6 +121,26 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self.capped = 0  # ... and those whose records would need more than LAUNCH_SIZED_MAX_BYTES
         self._bounds: dict[int, tuple] = {}  # id(metadata) -> (expr, its arguments, reads the grid, memo)
         self.lost_scopes: list[str] = []  # one line per launched kernel whose scope markers a Triton pass removed
+
+    @property
+    def launches(self) -> int:
+        """Instrumented launches saved so far (graph replays included)."""
+        self._sync()
+        return self._launches
+
+    @launches.setter
+    def launches(self, value: int) -> None:
+        self._sync()
+        self._launches = value
+
+    def _sync(self) -> None:
+        """The C hooks hold the open chunks' fill level, their launches in flight, each stream's
+        last launch time and the launch counters in C while they serve launches; this writes
+        them back here.  Called right after taking ``_lock`` (the C hooks hold nothing while
+        it is taken) by every method that reads or changes that state."""
+        fast = self._fast
+        if fast is not None:
+            fast.flush()
 
     # -- called by Triton ----------------------------------------------------------------------
     def allocate(self, size: int, alignment: int, stream) -> int:
@@ -145,6 +166,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             if isinstance(stale, CapturedLaunch):  # a captured launch: nothing to settle
                 stale = None
         with self._lock:
+            self._sync()
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
                 if len(self._contexts) == 1:  # the session's first launch: the copier's working set
@@ -194,6 +216,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             tls.item = None
             if not isinstance(stale, CapturedLaunch):
                 with self._lock:
+                    self._sync()
                     self._settle(stale[0], device)
         capacity = pool = None
         if alignment == LAUNCH_SIZED_ALIGN:
@@ -285,13 +308,13 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
                 except cuda_api.CudaError as e:  # the kernel faulted: the user sees it from their next call
                     self._failed(e)
         with self._lock:
+            self._sync()
             if kernel is not None and not trial and rerun is None:
                 row = (kernel_id, chunk.device, self._launch_index, (gx, gy, gz), num_ctas, chunk.stream, now_ns,
                        offset, nbytes)
-                chunk.launches.append(row)
                 chunk.entries += pack_entry(row)
                 self._launch_index += 1
-                self.launches += 1
+                self._launches += 1
             else:  # its slice is cleared and reused with the chunk; never copied
                 chunk.skipped_bytes += size
                 if rerun is not None:
@@ -300,7 +323,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
                     self.unattributed += 1
                 elif trial:
                     self.skipped_autotune += 1
-            if not chunk.closed and (idle or chunk.pool is not None or len(chunk.launches) >= self.copy_every):
+            if not chunk.closed and (idle or chunk.pool is not None or chunk.count >= self.copy_every):
                 self._close(chunk)
             self._slice_done(chunk)
         if rerun is not None:

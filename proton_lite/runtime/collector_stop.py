@@ -35,6 +35,7 @@ class CollectorStop:
             except cuda_api.CudaError:
                 here = None
         with self._lock:
+            self._sync()
             # open chunks, and closed ones still waiting for a launch that never reached its
             # exit hook (it failed, and its thread launched nothing after it)
             pending = list(self._open.values()) + [c for c in self._waiting if not c.sealed]

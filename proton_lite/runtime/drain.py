@@ -280,10 +280,10 @@ class Drain:
 
     def _write(self, chunk, host_buf: HostBuffer, rows: list | None = None) -> None:
         """The chunk's saved launches as one BATCH chunk of the raw file."""
-        rows = chunk.launches if rows is None else rows
-        entries = np.array(rows, dtype=BATCH_ENTRY)
+        every = rows is None
+        entries = np.frombuffer(chunk.entries, dtype=BATCH_ENTRY).copy() if every else np.array(rows, dtype=BATCH_ENTRY)
         data = host_buf.view()
-        if chunk.skipped_bytes or len(rows) < len(chunk.launches):  # only the slices of saved launches
+        if chunk.skipped_bytes or not every:  # only the slices of saved launches
             parts = [data[o:o + n] for o, n in zip(entries["buffer_offset"].tolist(), entries["buffer_bytes"].tolist())]
             entries["buffer_offset"] = np.concatenate(([0], np.cumsum(entries["buffer_bytes"])[:-1]))
             data = np.concatenate(parts)

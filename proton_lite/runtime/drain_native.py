@@ -224,15 +224,14 @@ class NativeDrain(Drain):
             stream = self._stream(self._write_streams, chunk.device)
             job.pooled = (2, chunk.buf.ptr, blocks, chunks, chunk_bytes, stream, 1, _BUFFER_BYTES_AT)
             return
-        rows = chunk.launches
+        entries = chunk.entries  # packed by the hooks as each launch ended (held by the job: never resized)
         slices = [(host_buf.ptr, host_buf.size)]
         if chunk.skipped_bytes:  # only the slices of saved launches, one after the other
+            rows = chunk.launches
             slices = [(host_buf.ptr + row[7], row[8]) for row in rows]
             offsets = np.concatenate(([0], np.cumsum([row[8] for row in rows])[:-1])).tolist()
-            rows = [row[:7] + (offset, row[8]) for row, offset in zip(rows, offsets)]
-        entries = chunk.entries if rows is chunk.launches and len(chunk.entries) == 64 * len(rows) \
-            else _pack_entries(rows)  # (packed by the hooks as each launch ended; held, so never resized)
-        job.parts = (BATCH_HEADER.pack(len(rows), 0), entries, *slices)
+            entries = _pack_entries([row[:7] + (offset, row[8]) for row, offset in zip(rows, offsets)])
+        job.parts = (BATCH_HEADER.pack(len(entries) // 64, 0), entries, *slices)
 
     # -- finished jobs ---------------------------------------------------------------------
     def _done(self, job: _Job, status: int, taken: int, extra: int) -> None:

@@ -4,18 +4,28 @@ Profiled on the H100 machine, the Python of our two hooks (the profile allocator
 launch-exit hook) was 8 to 11 µs per launch, most of the host time a session adds.  This
 module compiles, with Triton's own ``compile_module_from_src`` (what Triton builds its
 launchers with, so a C compiler and Python's headers are there wherever Triton runs), a
-small extension whose ``allocate`` and ``on_launch_exit`` do exactly what
-``Collector.allocate`` / ``Collector.on_launch_exit`` do when nothing special happens: the
-launch's stream has an open chunk with room, the stream was not idle, the kernel is known,
-no sizing at launch, no autotuner, no exact sizing, nobody else in the collector's lock.
-In every other case they call the Python methods, which stay the reference: the C code
-only reads and writes the same Python objects (chunks, dicts, counters), so the two paths
-mix freely, launch by launch.
+small extension whose ``allocate`` and ``on_launch_exit`` do what ``Collector.allocate`` /
+``Collector.on_launch_exit`` do when nothing special happens: the launch's stream has an
+open chunk with room, the stream was not idle, the kernel is known, no sizing at launch, no
+autotuner trial, no exact sizing, the chunk is not filled by this launch, nobody else in the
+collector's lock.  In every other case they call the Python methods, which stay the
+reference.
+
+The state they change lives in C while they serve launches: each stream's open chunk (its
+fill level, launches in flight, last launch time), the launch counters, each thread's launch
+between allocator and exit hook, and the kernels already seen.  A first version read and
+wrote the same Python objects instead (attributes, dicts, a thread-local); in a real program,
+whose own Python pushes those objects out of the core's caches between launches, that took
+2-5 µs per hook (``tests/benchmarks/fastpath_cpu.py --between 16``: 2.3 and 2.6 µs, now 0.4
+and 0.7).  ``flush`` writes it all back; ``Collector._sync`` calls it right after taking the
+collector's lock, which every Python method that reads or changes that state holds, and the
+C hooks hold nothing new while another thread has the lock.  Each launch's BATCH entry is
+packed into its chunk's ``entries`` as it ends, the only record of it until the chunk is
+sealed.
 
 The driver queries (capture status, device) are called through function pointers:
 ``libcuda``'s own in a session, stand-ins in the CPU tests.  The fast path never releases
-the GIL and touches only plain Python objects, so while it runs no other Python thread can;
-it goes the slow way whenever another thread holds the collector's lock.
+the GIL, so while it runs no other Python thread can.
 
 ``PROTON_LITE_FASTPATH=0`` turns it off; if the extension cannot be built, sessions run the
 Python hooks (the session records which in its metadata).
@@ -30,61 +40,61 @@ from proton_lite import compat
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pythread.h>
 #include <time.h>
 #include <stdint.h>
 
 typedef int (*cap_fn)(void *stream, int *status);  /* cuStreamIsCapturing */
 typedef int (*dev_fn)(int *device);                 /* cuCtxGetDevice */
 
+#define SLOTS 8     /* (device, stream) pairs whose open chunk is held here */
+#define THREADS 16  /* launching threads with a launch between allocator and exit hook */
+#define KERNELS 16  /* compiled kernels remembered by their metadata object */
+
+typedef struct {  /* the open chunk of one (device, stream), its hot fields held here */
+    PyObject *chunk, *entries;  /* NULL: nothing held */
+    int device;
+    unsigned long long stream;
+    long long base, used, limit, inflight, last_ns;
+} Slot;
+
+typedef struct {  /* one thread's launch between the allocator and its exit hook */
+    unsigned long thread;
+    PyObject *chunk;  /* NULL: none */
+    long long offset, size, now;
+    int python_item;  /* the Python allocator left the thread's launch in the collector's thread-local */
+} Pending;
+
+typedef struct {
+    PyObject *metadata;  /* held: its address stays unique */
+    long long kernel_id, per_block, scratch;
+} Known;
+
 typedef struct {
     PyObject_HEAD
-    PyObject *col, *tls, *lock, *open, *last, *kernels, *autotuned, *launch_info_type;
+    PyObject *col, *tls, *locked, *open, *last, *kernels, *autotuned, *launch_info_type;
     PyObject *slow_alloc, *slow_exit;
     cap_fn cap; dev_fn dev;
     long long idle_ns, copy_every;
     int skip_autotune;
     long long fast_allocs, fast_exits;  /* launches served here, without the Python hooks */
+    Slot slots[SLOTS];
+    Pending pending[THREADS];
+    Known known[KERNELS];
+    int known_next;
+    int counters_held;
+    long long launch_index, launches;
 } FastPath;
 
-static PyObject *s_item, *s_used, *s_limit, *s_inflight, *s_buf, *s_ptr, *s_locked, *s_extras, *s_jit_fn,
-                *s_launches, *s_closed, *s_sealed, *s_device, *s_stream, *s_launch_index, *s_n_launches,
-                *s_close, *s_waiting, *s_discard, *s_seal, *s_entries;
+static PyObject *s_item, *s_used, *s_limit, *s_inflight, *s_buf, *s_ptr, *s_extras, *s_jit_fn, *s_closed,
+                *s_launch_index, *s_launches, *s_entries;
 
 static int intern_all(void) {
 #define I(v, s) if (!(v = PyUnicode_InternFromString(s))) return -1;
     I(s_item, "item") I(s_used, "used") I(s_limit, "limit") I(s_inflight, "inflight") I(s_buf, "buf")
-    I(s_ptr, "ptr") I(s_locked, "locked") I(s_extras, "extras") I(s_jit_fn, "jit_fn") I(s_launches, "launches")
-    I(s_closed, "closed") I(s_sealed, "sealed") I(s_device, "device") I(s_stream, "stream")
-    I(s_launch_index, "_launch_index") I(s_n_launches, "launches") I(s_close, "_close") I(s_waiting, "_waiting")
-    I(s_discard, "discard") I(s_seal, "_seal") I(s_entries, "entries")
+    I(s_ptr, "ptr") I(s_extras, "extras") I(s_jit_fn, "jit_fn") I(s_closed, "closed")
+    I(s_launch_index, "_launch_index") I(s_launches, "_launches") I(s_entries, "entries")
 #undef I
-    return 0;
-}
-
-/* the launch's BATCH entry (raw_format.BATCH_ENTRY, "<IIQIIIIQQQQ", 64 bytes) appended to
-   chunk.entries, as the Python hook does with struct: the drain writes them without
-   building an entry per row when the chunk is sealed */
-static int append_entry(PyObject *chunk, PyObject *row) {
-    unsigned long long v[11];
-    PyObject *grid = PyTuple_GET_ITEM(row, 3);
-    PyObject *items[11] = {PyTuple_GET_ITEM(row, 0), PyTuple_GET_ITEM(row, 1), PyTuple_GET_ITEM(row, 2),
-                           PyTuple_GET_ITEM(grid, 0), PyTuple_GET_ITEM(grid, 1), PyTuple_GET_ITEM(grid, 2),
-                           PyTuple_GET_ITEM(row, 4), PyTuple_GET_ITEM(row, 5), PyTuple_GET_ITEM(row, 6),
-                           PyTuple_GET_ITEM(row, 7), PyTuple_GET_ITEM(row, 8)};
-    static const int width[11] = {4, 4, 8, 4, 4, 4, 4, 8, 8, 8, 8};
-    for (int i = 0; i < 11; i++) {
-        v[i] = PyLong_AsUnsignedLongLongMask(items[i]);
-        if (PyErr_Occurred()) return -1;
-    }
-    PyObject *entries = PyObject_GetAttr(chunk, s_entries);
-    if (!entries) return -1;
-    if (!PyByteArray_Check(entries)) { Py_DECREF(entries); PyErr_SetString(PyExc_TypeError, "entries"); return -1; }
-    Py_ssize_t at = PyByteArray_GET_SIZE(entries);
-    if (PyByteArray_Resize(entries, at + 64) < 0) { Py_DECREF(entries); return -1; }
-    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(entries) + at;
-    for (int i = 0; i < 11; i++)
-        for (int b = 0; b < width[i]; b++) *out++ = (unsigned char)((v[i] >> (8 * b)) & 0xFF);
-    Py_DECREF(entries);
     return 0;
 }
 
@@ -105,109 +115,239 @@ static int set_ll(PyObject *obj, PyObject *name, long long value) {
     return r;
 }
 
-/* 1 when another thread holds the collector's lock (then: the slow path), -1 on error */
+/* 1 when a thread holds the collector's lock (Python is changing what is held here), -1 on error */
 static int lock_taken(FastPath *self) {
-    PyObject *r = PyObject_CallMethodNoArgs(self->lock, s_locked);
+    PyObject *r = PyObject_CallNoArgs(self->locked);
     if (!r) return -1;
     int t = PyObject_IsTrue(r);
     Py_DECREF(r);
     return t;
 }
 
-static PyObject *tls_item(FastPath *self) {  /* new reference, Py_None when unset */
-    PyObject *v = PyObject_GetAttr(self->tls, s_item);
-    if (!v) { PyErr_Clear(); Py_RETURN_NONE; }
-    return v;
-}
-
-static PyObject *slow_alloc(FastPath *self, PyObject *const *args) {
-    return PyObject_Vectorcall(self->slow_alloc, args, 3, NULL);
-}
-
-static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "allocate(size, alignment, stream)"); return NULL; }
-    long long size = PyLong_AsLongLong(args[0]);
-    long long align = PyLong_AsLongLong(args[1]);
-    if (PyErr_Occurred()) { PyErr_Clear(); return slow_alloc(self, args); }
-    unsigned long long stream = 0;
-    if (args[2] != Py_None) {
-        stream = PyLong_AsUnsignedLongLong(args[2]);
-        if (PyErr_Occurred()) { PyErr_Clear(); return slow_alloc(self, args); }
+/* -- what is held here goes back to the Python objects --------------------------------- */
+static int release_slot(FastPath *self, Slot *s) {
+    if (!s->chunk) return 0;
+    int r = set_ll(s->chunk, s_used, s->used);
+    if (r == 0) r = set_ll(s->chunk, s_inflight, s->inflight);
+    if (r == 0) {
+        PyObject *key = Py_BuildValue("(iK)", s->device, s->stream), *now = PyLong_FromLongLong(s->last_ns);
+        r = key && now ? PyDict_SetItem(self->last, key, now) : -1;
+        Py_XDECREF(key); Py_XDECREF(now);
     }
-    int status = 0, device = 0;
-    if (align != 16 || self->cap((void *)(uintptr_t)stream, &status) != 0 || status != 0 ||
-        self->dev(&device) != 0)
-        return slow_alloc(self, args);  /* sized at launch, capturing (refused there), driver errors */
-    PyObject *stale = tls_item(self);
-    int has_stale = stale != Py_None;
-    Py_DECREF(stale);
-    int taken = lock_taken(self);
-    if (taken < 0) return NULL;
-    if (has_stale || taken) return slow_alloc(self, args);
+    Py_CLEAR(s->chunk); Py_CLEAR(s->entries);
+    return r;
+}
 
+static int flush(FastPath *self) {
+    int r = 0;
+    for (int i = 0; i < SLOTS; i++) if (release_slot(self, &self->slots[i]) < 0) r = -1;
+    if (self->counters_held) {
+        self->counters_held = 0;
+        if (set_ll(self->col, s_launch_index, self->launch_index) < 0 ||
+            set_ll(self->col, s_launches, self->launches) < 0) r = -1;
+    }
+    return r;
+}
+
+/* the open chunk of (device, stream), held from now on; NULL with no error: none to hold */
+static Slot *hold_slot(FastPath *self, int device, unsigned long long stream) {
+    Slot *s = NULL;
+    for (int i = 0; i < SLOTS; i++) {
+        Slot *t = &self->slots[i];
+        if (t->chunk && t->device == device && t->stream == stream) return t;
+        if (!t->chunk && !s) s = t;
+    }
+    if (!s) {  /* all taken: the first goes back */
+        s = &self->slots[0];
+        if (release_slot(self, s) < 0) return NULL;
+    }
     PyObject *key = Py_BuildValue("(iK)", device, stream);
     if (!key) return NULL;
     PyObject *chunk = PyDict_GetItemWithError(self->open, key);  /* borrowed */
     PyObject *last = chunk ? PyDict_GetItemWithError(self->last, key) : NULL;
-    if (!chunk || !last) {
-        Py_DECREF(key);
-        if (PyErr_Occurred()) return NULL;
-        return slow_alloc(self, args);
+    Py_DECREF(key);
+    if (!chunk || !last) return NULL;
+    int ok = 1;
+    long long last_ns = PyLong_AsLongLong(last);
+    if (last_ns == -1 && PyErr_Occurred()) return NULL;
+    PyObject *closed = PyObject_GetAttr(chunk, s_closed);
+    if (!closed) return NULL;
+    int is_closed = PyObject_IsTrue(closed);
+    Py_DECREF(closed);
+    if (is_closed) return NULL;
+    long long used = get_ll(chunk, s_used, &ok), limit = get_ll(chunk, s_limit, &ok);
+    long long inflight = get_ll(chunk, s_inflight, &ok);
+    PyObject *buf = ok ? PyObject_GetAttr(chunk, s_buf) : NULL;
+    long long base = buf ? get_ll(buf, s_ptr, &ok) : 0;
+    Py_XDECREF(buf);
+    PyObject *entries = ok && buf ? PyObject_GetAttr(chunk, s_entries) : NULL;
+    if (!entries) return NULL;
+    if (!PyByteArray_Check(entries)) { Py_DECREF(entries); PyErr_SetString(PyExc_TypeError, "entries"); return NULL; }
+    Py_INCREF(chunk);
+    s->chunk = chunk; s->entries = entries; s->device = device; s->stream = stream;
+    s->base = base; s->used = used; s->limit = limit; s->inflight = inflight; s->last_ns = last_ns;
+    return s;
+}
+
+static Pending *pending_of(FastPath *self, int create) {
+    unsigned long me = PyThread_get_thread_ident();
+    Pending *free_one = NULL;
+    for (int i = 0; i < THREADS; i++) {
+        Pending *p = &self->pending[i];
+        if (p->thread == me) return p;
+        if (!p->chunk && !p->python_item && !free_one) free_one = p;
     }
-    Py_INCREF(chunk);  /* held while we allocate (an allocation may run the garbage collector) */
-    PyObject *result = NULL;
+    if (create && free_one) { free_one->thread = me; return free_one; }
+    return NULL;
+}
+
+/* the thread's launch handed back to the Python hooks, as the item their allocator leaves */
+static int to_python(FastPath *self, Pending *p) {
+    if (!p || !p->chunk) return 0;
+    PyObject *item = Py_BuildValue("(OLLOOL)", p->chunk, p->offset, p->size, Py_False, Py_None, p->now);
+    Py_CLEAR(p->chunk);
+    if (!item) return -1;
+    int r = PyObject_SetAttr(self->tls, s_item, item);
+    Py_DECREF(item);
+    return r;
+}
+
+/* -- the profile allocator ------------------------------------------------------------- */
+static PyObject *slow_alloc(FastPath *self, PyObject *const *args, Pending *p, int device, unsigned long long stream,
+                            int known_device) {
+    if (to_python(self, p) < 0) return NULL;
+    PyObject *r = PyObject_Vectorcall(self->slow_alloc, args, 3, NULL);
+    Pending *mine = pending_of(self, 1);
+    if (mine) mine->python_item = 1;  /* until the C hooks take the launch over, below */
+    if (!r || !known_device) return r;
+    /* the launch the Python allocator placed in the open chunk is held here again, so that
+       its exit hook and the next launches take the C path */
+    PyObject *item = PyObject_GetAttr(self->tls, s_item);
+    if (!item) { PyErr_Clear(); return r; }
+    if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 6 && PyTuple_GET_ITEM(item, 3) == Py_False &&
+        PyTuple_GET_ITEM(item, 4) == Py_None) {
+        int taken = lock_taken(self);
+        Slot *s = taken == 0 ? hold_slot(self, device, stream) : NULL;
+        if (mine && s && s->chunk == PyTuple_GET_ITEM(item, 0)) {
+            mine->offset = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+            mine->size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 2));
+            mine->now = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 5));
+            if (!PyErr_Occurred() && PyObject_SetAttr(self->tls, s_item, Py_None) == 0) {
+                Py_INCREF(s->chunk);
+                mine->chunk = s->chunk;
+                mine->python_item = 0;
+            }
+        }
+        if (PyErr_Occurred()) { Py_DECREF(item); Py_DECREF(r); return NULL; }
+    }
+    Py_DECREF(item);
+    return r;
+}
+
+static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "allocate(size, alignment, stream)"); return NULL; }
+    Pending *p = pending_of(self, 1);
+    long long size = PyLong_AsLongLong(args[0]);
+    long long align = PyLong_AsLongLong(args[1]);
+    unsigned long long stream = 0;
+    if (!PyErr_Occurred() && args[2] != Py_None) stream = PyLong_AsUnsignedLongLong(args[2]);
+    if (PyErr_Occurred()) { PyErr_Clear(); return slow_alloc(self, args, p, 0, 0, 0); }
+    int status = 0, device = 0;
+    if (align != 16 || self->cap((void *)(uintptr_t)stream, &status) != 0 || status != 0 ||
+        self->dev(&device) != 0)
+        return slow_alloc(self, args, p, 0, 0, 0);  /* sized at launch, capturing, no context, driver errors */
+    if (!p || p->chunk || p->python_item)  /* the last launch's exit hook never ran */
+        return slow_alloc(self, args, p, device, stream, 1);
+    int taken = lock_taken(self);
+    if (taken < 0) return NULL;
+    if (taken) return slow_alloc(self, args, p, device, stream, 1);
+    Slot *s = hold_slot(self, device, stream);
+    if (!s) {
+        if (PyErr_Occurred()) return NULL;
+        return slow_alloc(self, args, p, device, stream, 1);  /* no open chunk: Python opens one */
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    long long last_ns = PyLong_AsLongLong(last);
-    int ok = 1;
-    long long used = get_ll(chunk, s_used, &ok), limit = get_ll(chunk, s_limit, &ok);
-    long long inflight = get_ll(chunk, s_inflight, &ok);
-    if (!ok || PyErr_Occurred()) goto done;
-    long long offset = (used + 255) / 256 * 256;
-    if (now - last_ns > self->idle_ns || offset + size > limit) {
-        result = slow_alloc(self, args);  /* the chunk is copied first: the Python path does that */
-        goto done;
-    }
-    PyObject *buf = PyObject_GetAttr(chunk, s_buf);
-    if (!buf) goto done;
-    long long base = get_ll(buf, s_ptr, &ok);
-    Py_DECREF(buf);
-    if (!ok) goto done;
-    PyObject *now_obj = PyLong_FromLongLong(now);
-    if (!now_obj) goto done;
-    if (PyDict_SetItem(self->last, key, now_obj) < 0 || set_ll(chunk, s_used, offset + size) < 0 ||
-        set_ll(chunk, s_inflight, inflight + 1) < 0) {
-        Py_DECREF(now_obj);
-        goto done;
-    }
-    /* the same item the Python allocator leaves: (chunk, offset, size, idle, capacity, now) */
-    PyObject *item = Py_BuildValue("(OLLOON)", chunk, offset, size, Py_False, Py_None, now_obj);
-    if (!item) goto done;
-    int r = PyObject_SetAttr(self->tls, s_item, item);
-    Py_DECREF(item);
-    if (r < 0) goto done;
+    long long offset = (s->used + 255) / 256 * 256;
+    if (now - s->last_ns > self->idle_ns || offset + size > s->limit)
+        return slow_alloc(self, args, p, device, stream, 1);  /* the chunk is sealed first: Python does that */
+    PyObject *ptr = PyLong_FromLongLong(s->base + offset);
+    if (!ptr) return NULL;
+    s->used = offset + size;
+    s->inflight++;
+    s->last_ns = now;
+    Py_INCREF(s->chunk);
+    p->chunk = s->chunk; p->offset = offset; p->size = size; p->now = now;
     self->fast_allocs++;
-    result = PyLong_FromLongLong(base + offset);
-done:
-    Py_DECREF(key);
-    Py_DECREF(chunk);
-    return result;
+    return ptr;
 }
 
-static PyObject *slow_exit(FastPath *self, PyObject *lm) {
+/* -- the launch-exit hook -------------------------------------------------------------- */
+static Known *known_kernel(FastPath *self, PyObject *metadata) {  /* NULL with no error: not ours */
+    for (int i = 0; i < KERNELS; i++) if (self->known[i].metadata == metadata) return &self->known[i];
+    PyObject *mid = PyLong_FromVoidPtr(metadata);
+    if (!mid) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(self->kernels, mid);  /* borrowed: (metadata, kernel) */
+    Py_DECREF(mid);
+    if (!entry || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || PyTuple_GET_ITEM(entry, 0) != metadata)
+        return NULL;
+    PyObject *kernel = PyTuple_GET_ITEM(entry, 1);
+    if (kernel == Py_None || !PyTuple_Check(kernel) || PyTuple_GET_SIZE(kernel) != 5) return NULL;
+    long long kid = PyLong_AsLongLong(PyTuple_GET_ITEM(kernel, 0));
+    long long per_block = PyLong_AsLongLong(PyTuple_GET_ITEM(kernel, 1));
+    long long scratch = PyLong_AsLongLong(PyTuple_GET_ITEM(kernel, 2));
+    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    Known *k = &self->known[self->known_next];
+    self->known_next = (self->known_next + 1) % KERNELS;
+    Py_INCREF(metadata);
+    Py_XSETREF(k->metadata, metadata);
+    k->kernel_id = kid; k->per_block = per_block; k->scratch = scratch;
+    return k;
+}
+
+/* 1 when the launch may be an autotuner's trial (the Python hook checks), -1 on error */
+static int maybe_trial(FastPath *self, PyObject *launch_info) {
+    if (!self->skip_autotune || PySet_GET_SIZE(self->autotuned) == 0) return 0;
+    PyObject *jit = PyObject_GetAttr(launch_info, s_jit_fn);
+    if (!jit) return -1;
+    int maybe = 0;
+    if (jit != Py_None) {
+        PyObject *jid = PyLong_FromVoidPtr(jit);
+        maybe = jid ? PySet_Contains(self->autotuned, jid) : -1;
+        Py_XDECREF(jid);
+    }
+    Py_DECREF(jit);
+    return maybe;
+}
+
+/* the launch's BATCH entry (raw_format.BATCH_ENTRY, "<IIQIIIIQQQQ", 64 bytes) appended to
+   the chunk's entries, as the Python hook packs it */
+static int append_entry(PyObject *entries, const unsigned long long v[11]) {
+    static const int width[11] = {4, 4, 8, 4, 4, 4, 4, 8, 8, 8, 8};
+    Py_ssize_t at = PyByteArray_GET_SIZE(entries);
+    if (PyByteArray_Resize(entries, at + 64) < 0) return -1;
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(entries) + at;
+    for (int i = 0; i < 11; i++)
+        for (int b = 0; b < width[i]; b++) *out++ = (unsigned char)((v[i] >> (8 * b)) & 0xFF);
+    return 0;
+}
+
+static PyObject *slow_exit(FastPath *self, Pending *p, PyObject *lm) {
+    if (to_python(self, p) < 0) return NULL;
     return PyObject_CallOneArg(self->slow_exit, lm);
 }
 
 static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
-    PyObject *item = tls_item(self);
-    if (item == Py_None) { Py_DECREF(item); return slow_exit(self, lm); }  /* plain: counted by name in Python */
-    PyObject *res = NULL, *extras = NULL, *grid = NULL, *row = NULL, *launches = NULL;
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6 || PyTuple_GET_ITEM(item, 4) != Py_None)
-        goto slow;  /* sized at launch */
-    PyObject *chunk = PyTuple_GET_ITEM(item, 0), *idle = PyTuple_GET_ITEM(item, 3);
-    extras = PyObject_GetAttr(lm, s_extras);
-    if (!extras) { PyErr_Clear(); goto slow; }
+    Pending *p = pending_of(self, 0);
+    if (p) p->python_item = 0;  /* the Python hook reads (and clears) the thread-local, if set */
+    if (!p || !p->chunk) return slow_exit(self, NULL, lm);  /* a plain launch, or one Python placed */
+    Slot *s = NULL;
+    for (int i = 0; i < SLOTS; i++) if (self->slots[i].chunk == p->chunk) s = &self->slots[i];
+    if (!s) return slow_exit(self, p, lm);  /* its chunk went back to Python meanwhile */
+    PyObject *extras = PyObject_GetAttr(lm, s_extras);
+    if (!extras) { PyErr_Clear(); return slow_exit(self, p, lm); }
+    PyObject *grid = NULL;
     if (!PyList_Check(extras) || PyList_GET_SIZE(extras) < 1) goto slow;
     PyObject *entry = PyList_GET_ITEM(extras, 0);
     if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
@@ -216,28 +356,11 @@ static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
     if (!PyTuple_Check(fargs) || PyTuple_GET_SIZE(fargs) != 3) goto slow;
     grid = PySequence_Tuple(PyTuple_GET_ITEM(fargs, 0));
     if (!grid) { PyErr_Clear(); goto slow; }
-    PyObject *metadata = PyTuple_GET_ITEM(fargs, 1);
-    PyObject *mid = PyLong_FromVoidPtr(metadata);
-    if (!mid) goto error;
-    PyObject *known = PyDict_GetItemWithError(self->kernels, mid);  /* borrowed: (metadata, kernel) */
-    Py_DECREF(mid);
-    if (!known) { if (PyErr_Occurred()) goto error; goto slow; }
-    if (!PyTuple_Check(known) || PyTuple_GET_ITEM(known, 0) != metadata) goto slow;
-    PyObject *kernel = PyTuple_GET_ITEM(known, 1);
-    if (kernel == Py_None || !PyTuple_Check(kernel) || PyTuple_GET_SIZE(kernel) != 5) goto slow;
-    if (self->skip_autotune) {  /* a function that may have trial launches: the Python check */
-        PyObject *jit = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), s_jit_fn);
-        if (!jit) goto error;
-        int maybe = 0;
-        if (jit != Py_None) {
-            PyObject *jid = PyLong_FromVoidPtr(jit);
-            maybe = jid ? PySet_Contains(self->autotuned, jid) : -1;
-            Py_XDECREF(jid);
-        }
-        Py_DECREF(jit);
-        if (maybe < 0) goto error;
-        if (maybe) goto slow;
-    }
+    Known *k = known_kernel(self, PyTuple_GET_ITEM(fargs, 1));
+    if (!k) { if (PyErr_Occurred()) goto error; goto slow; }
+    int trial = maybe_trial(self, PyTuple_GET_ITEM(entry, 0));
+    if (trial < 0) goto error;
+    if (trial) goto slow;
     Py_ssize_t gn = PyTuple_GET_SIZE(grid);
     if (gn < 1 || gn > 3) goto slow;
     long long g[3] = {1, 1, 1};
@@ -245,72 +368,48 @@ static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
         g[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(grid, i));
         if (g[i] == -1 && PyErr_Occurred()) { PyErr_Clear(); goto slow; }
     }
-    long long per_block = PyLong_AsLongLong(PyTuple_GET_ITEM(kernel, 1));
-    long long scratch = PyLong_AsLongLong(PyTuple_GET_ITEM(kernel, 2));
-    if (PyErr_Occurred()) { PyErr_Clear(); goto slow; }
-    long long num_ctas = g[0] * g[1] * g[2] * per_block;
+    /* the launch that fills the chunk goes to Python, which closes it */
+    if (PyByteArray_GET_SIZE(s->entries) / 64 + 1 >= self->copy_every) goto slow;
     int taken = lock_taken(self);
     if (taken < 0) goto error;
     if (taken) goto slow;
-
-    int ok = 1;
-    long long index = get_ll(self->col, s_launch_index, &ok), n = get_ll(self->col, s_n_launches, &ok);
-    long long inflight = get_ll(chunk, s_inflight, &ok);
-    PyObject *cdev = PyObject_GetAttr(chunk, s_device), *cstream = cdev ? PyObject_GetAttr(chunk, s_stream) : NULL;
-    if (!ok || !cstream) { Py_XDECREF(cdev); Py_XDECREF(cstream); goto error; }
-    row = Py_BuildValue("(ONL(LLL)LNOLL)", PyTuple_GET_ITEM(kernel, 0), cdev, index, g[0], g[1], g[2], num_ctas,
-                        cstream, PyTuple_GET_ITEM(item, 5), PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1)),
-                        num_ctas * scratch);
-    if (!row) goto error;
-    launches = PyObject_GetAttr(chunk, s_launches);
-    if (!launches || PyList_Append(launches, row) < 0) goto error;
-    if (append_entry(chunk, row) < 0) goto error;
-    if (set_ll(self->col, s_launch_index, index + 1) < 0 || set_ll(self->col, s_n_launches, n + 1) < 0) goto error;
-    if (PyObject_SetAttr(self->tls, s_item, Py_None) < 0) goto error;
-    /* what the Python hook does next, through its own methods: copy the chunk when due */
-    PyObject *closed = PyObject_GetAttr(chunk, s_closed);
-    if (!closed) goto error;
-    int is_closed = PyObject_IsTrue(closed);
-    Py_DECREF(closed);
-    if (!is_closed && (idle == Py_True || PyList_GET_SIZE(launches) >= self->copy_every)) {
-        PyObject *r = PyObject_CallMethodOneArg(self->col, s_close, chunk);
-        if (!r) goto error;
-        Py_DECREF(r);
-        inflight = get_ll(chunk, s_inflight, &ok);
+    if (!self->counters_held) {
+        int ok = 1;
+        self->launch_index = get_ll(self->col, s_launch_index, &ok);
+        self->launches = get_ll(self->col, s_launches, &ok);
         if (!ok) goto error;
+        self->counters_held = 1;
     }
-    if (set_ll(chunk, s_inflight, inflight - 1) < 0) goto error;
-    closed = PyObject_GetAttr(chunk, s_closed);
-    PyObject *sealed = closed ? PyObject_GetAttr(chunk, s_sealed) : NULL;
-    if (!sealed) { Py_XDECREF(closed); goto error; }
-    int now_due = PyObject_IsTrue(closed) && inflight - 1 == 0 && !PyObject_IsTrue(sealed);
-    Py_DECREF(closed); Py_DECREF(sealed);
-    if (now_due) {
-        PyObject *waiting = PyObject_GetAttr(self->col, s_waiting);
-        PyObject *r = waiting ? PyObject_CallMethodOneArg(waiting, s_discard, chunk) : NULL;
-        Py_XDECREF(waiting);
-        if (!r) goto error;
-        Py_DECREF(r);
-        r = PyObject_CallMethodOneArg(self->col, s_seal, chunk);
-        if (!r) goto error;
-        Py_DECREF(r);
-    }
+    long long num_ctas = g[0] * g[1] * g[2] * k->per_block;
+    unsigned long long v[11] = {(unsigned long long)k->kernel_id, (unsigned long long)s->device,
+                                (unsigned long long)self->launch_index, g[0], g[1], g[2], num_ctas, s->stream,
+                                p->now, p->offset, num_ctas * k->scratch};
+    if (append_entry(s->entries, v) < 0) goto error;
+    self->launch_index++;
+    self->launches++;
+    s->inflight--;
+    Py_CLEAR(p->chunk);
     self->fast_exits++;
-    res = Py_None; Py_INCREF(res);
-    goto done;
+    Py_DECREF(extras); Py_DECREF(grid);
+    Py_RETURN_NONE;
 slow:
-    res = slow_exit(self, lm);
-    goto done;
+    Py_DECREF(extras); Py_XDECREF(grid);
+    return slow_exit(self, p, lm);
 error:
-    res = NULL;
-done:
-    Py_XDECREF(extras); Py_XDECREF(grid); Py_XDECREF(row); Py_XDECREF(launches);
-    Py_DECREF(item);
-    return res;
+    Py_DECREF(extras); Py_XDECREF(grid);
+    return NULL;
+}
+
+/* -- the object ------------------------------------------------------------------------ */
+static void fp_clear_held(FastPath *self) {
+    for (int i = 0; i < SLOTS; i++) { Py_CLEAR(self->slots[i].chunk); Py_CLEAR(self->slots[i].entries); }
+    for (int i = 0; i < THREADS; i++) Py_CLEAR(self->pending[i].chunk);
+    for (int i = 0; i < KERNELS; i++) Py_CLEAR(self->known[i].metadata);
 }
 
 static void fp_dealloc(FastPath *self) {
-    Py_XDECREF(self->col); Py_XDECREF(self->tls); Py_XDECREF(self->lock); Py_XDECREF(self->open);
+    fp_clear_held(self);
+    Py_XDECREF(self->col); Py_XDECREF(self->tls); Py_XDECREF(self->locked); Py_XDECREF(self->open);
     Py_XDECREF(self->last); Py_XDECREF(self->kernels); Py_XDECREF(self->autotuned);
     Py_XDECREF(self->launch_info_type); Py_XDECREF(self->slow_alloc); Py_XDECREF(self->slow_exit);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -325,12 +424,17 @@ static int fp_init(FastPath *self, PyObject *args, PyObject *kw) {
                           &PyDict_Type, &kernels, &PySet_Type, &autotuned, &lit, &sa, &se, &cap, &dev, &idle_ns,
                           &copy_every, &skip))
         return -1;
+    PyObject *locked = PyObject_GetAttrString(lock, "locked");
+    if (!locked) return -1;
+    fp_clear_held(self);
 #define KEEP(f, v) Py_INCREF(v); Py_XSETREF(self->f, v);
-    KEEP(col, col) KEEP(tls, tls) KEEP(lock, lock) KEEP(open, open) KEEP(last, last) KEEP(kernels, kernels)
+    KEEP(col, col) KEEP(tls, tls) KEEP(open, open) KEEP(last, last) KEEP(kernels, kernels)
     KEEP(autotuned, autotuned) KEEP(launch_info_type, lit) KEEP(slow_alloc, sa) KEEP(slow_exit, se)
 #undef KEEP
+    Py_XSETREF(self->locked, locked);
     self->cap = (cap_fn)(uintptr_t)cap; self->dev = (dev_fn)(uintptr_t)dev;
     self->idle_ns = idle_ns; self->copy_every = copy_every; self->skip_autotune = skip;
+    self->counters_held = 0;
     return 0;
 }
 
@@ -338,8 +442,14 @@ static PyObject *fp_counts(FastPath *self, PyObject *unused) {
     return Py_BuildValue("(LL)", self->fast_allocs, self->fast_exits);
 }
 
+static PyObject *fp_flush(FastPath *self, PyObject *unused) {
+    if (flush(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef fp_methods[] = {
     {"counts", (PyCFunction)fp_counts, METH_NOARGS, "(allocations, exit hooks) served without the Python hooks"},
+    {"flush", (PyCFunction)fp_flush, METH_NOARGS, "what is held here written back to the Python objects"},
     {"allocate", (PyCFunction)(void (*)(void))fp_allocate, METH_FASTCALL, "the profile allocator"},
     {"on_launch_exit", (PyCFunction)fp_on_launch_exit, METH_O, "the launch-exit hook"},
     {NULL, NULL, 0, NULL}};
@@ -398,10 +508,12 @@ def hooks_for(collector, queries=None):
     queries = queries or driver_queries()
     if mod is None or queries is None:
         return None
-    return mod.FastPath(collector, collector._tls, collector._lock, collector._open, collector._last_slice_ns,
+    fast = mod.FastPath(collector, collector._tls, collector._lock, collector._open, collector._last_slice_ns,
                         collector._kernels, collector_module._AUTOTUNED, collector_module.LaunchInfo,
                         collector.allocate, collector.on_launch_exit, queries[0], queries[1], collector.idle_ns,
                         collector.copy_every, bool(collector.skip_autotune))
+    collector._fast = fast  # Collector._sync writes back what it holds whenever Python takes the lock
+    return fast
 
 
 def enabled() -> bool:

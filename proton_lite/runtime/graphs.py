@@ -263,9 +263,10 @@ class GraphRecorder:
         now = time.time_ns()
         owner = self.owner
         with owner._lock:
+            owner._sync()
             first = owner._launch_index
             owner._launch_index += len(found)
-            owner.launches += len(found)
+            owner._launches += len(found)
             self.recorded += len(found)
         rows, replays, parts, offset = [], [], [], 0
         for i, (_, n, replay, body) in enumerate(found):

@@ -40,7 +40,7 @@ from triton.runtime import jit as J  # noqa: E402
 import proton_lite  # noqa: E402
 from host_scale import liger_cases  # noqa: E402
 from launch_loops import voluntary_switches, workloads  # noqa: E402
-from proton_lite import compat  # noqa: E402
+from proton_lite import compat, native_drain  # noqa: E402
 from proton_lite.runtime import buffers, cuda_api, drain, drain_native  # noqa: E402
 
 pc = time.perf_counter_ns
@@ -209,10 +209,34 @@ def _drain_held():
     return [(drain.Drain, "submit", held_submit), _PYTHON_DRAIN]
 
 
-def _release_held(submit) -> None:
-    while _held:
+def _c_drain_held():
+    """``_drain_held`` for the C drain: sealed chunks reach its thread only after the block."""
+    def held_submit(self, item):
+        _held.append((self, item))
+    return [(drain_native.NativeDrain, "submit", held_submit)]
+
+
+def _c_drain_crc_threads(n: int):
+    """The C drain checksumming each chunk on ``n`` threads instead of ``WRITE_THREADS``."""
+    return [(native_drain, "WRITE_THREADS", n)]
+
+
+def _c_drain_no_host_work():
+    """The C drain copying each chunk back but writing nothing and leaving its pinned buffer
+    unzeroed (records are lost: a measurement aid only)."""
+    push = drain_native.NativeDrain._push
+
+    def push_without_host_work(self, job):
+        if job.kind == "chunk":
+            job.parts, job.zero = (), None
+        return push(self, job)
+    return [(drain_native.NativeDrain, "_push", push_without_host_work)]
+
+
+def _release_held() -> None:
+    while _held:  # after the patches are taken away: the class's own submit
         owner, item = _held.pop(0)
-        submit(owner, item)
+        type(owner).submit(owner, item)
 
 
 def session_block(fn, n: int, patches=()) -> dict:
@@ -223,12 +247,11 @@ def session_block(fn, n: int, patches=()) -> dict:
     options = {name: value for obj, name, value in patches if obj == "options"}
     patches = [p for p in patches if p[0] != "options"]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
-    submit = drain.Drain.submit
 
     def restore():
         for obj, name, value in saved:
             setattr(obj, name, value)
-        _release_held(submit)  # before stop, which drains what was submitted
+        _release_held()  # before stop, which drains what was submitted
 
     for obj, name, value in patches:
         setattr(obj, name, value)
@@ -257,7 +280,10 @@ def main() -> None:
                          "one chunk per block": _one_chunk(), "Triton's path only": TRITON_ONLY,
                          "64 MiB chunks": _chunks(64), "drain held": _drain_held(),
                          "GIL-holding enqueue calls": _gil_held_driver(),
-                         "Python drain threads": [_PYTHON_DRAIN]})
+                         "Python drain threads": [_PYTHON_DRAIN],
+                         "C drain held": _c_drain_held(), "C drain 1 CRC thread": _c_drain_crc_threads(1),
+                         "C drain 2 CRC threads": _c_drain_crc_threads(2),
+                         "C drain no host work": _c_drain_no_host_work()})
         if a.variants:
             keep = {v.strip() for v in a.variants.split(",")} | {"session"}
             variants = {k: v for k, v in variants.items() if k in keep}
