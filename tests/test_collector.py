@@ -279,6 +279,20 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
         assert exits == n - copies_before_stop  # the very first launch and the 12 that filled a chunk: Python
 
 
+def test_the_first_launch_on_a_device_makes_the_chunks_a_loop_keeps_in_flight(tmp_path, sim):
+    """A loop's first chunk switches take chunks made at its first launch, in one driver call,
+    instead of growing the pool one allocation at a time while the loop runs."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=4, idle_ns=10**12)
+    launch(col, sim, stream=1, payload=b"\x01" * 8)
+    allocations = sim.calls["mem_alloc"]
+    assert col.device_pool.bytes_allocated == 4 * size_class(SCRATCH * 4 * 4)  # four chunks of 4 launches
+    for i in range(11):  # three chunk switches while earlier chunks wait for the drain
+        launch(col, sim, stream=1, payload=bytes([i + 2]) * 8)
+    assert sim.calls["mem_alloc"] == allocations
+    cap = finish(col, tmp_path)
+    assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(12)]
+
+
 def test_a_launch_after_idle_time_is_copied_at_once(collector, sim, tmp_path):
     for i in range(3):
         launch(collector, sim, stream=1, payload=b"\x07" * 8)
@@ -908,8 +922,9 @@ def test_a_launch_pool_is_copied_back_as_far_as_its_units_took_it(tmp_path, sim)
     seen: list[bytes] = []
     for taken in (3, 0, per_launch + 40):  # some, none, more than the pool holds (asks past the end count)
         _pool_launch(col, sim, meta, taken, seen=seen)
+        free_now = sum(len(v) for v in col.device_pool._free.values())  # (the chunks reserved at the first launch)
         deadline = time.time() + 5  # the drain thread returns the buffer before the next launch takes one
-        while not any(col.device_pool._free.values()) and time.time() < deadline:
+        while sum(len(v) for v in col.device_pool._free.values()) == free_now and time.time() < deadline:
             col._drain.collect()  # (the C drain's come back when collected)
             time.sleep(0.001)
     cap = finish(col, tmp_path)

@@ -145,6 +145,24 @@ class DevicePool(_SlabPool):
                 cuda_api.memset_d8_async(buf.ptr, 0, buf.capacity, stream)
         return buf
 
+    def reserve(self, size: int, count: int, device: int) -> None:
+        """Make ``count`` buffers of ``size``'s class on ``device`` in one slab now (each is
+        cleared at its first take), unless the class has buffers already: a loop's first chunk
+        switches then take them instead of growing the pool one driver call at a time."""
+        if self.exact:
+            return
+        cls = size_class(size)
+        key = (device, cls)
+        with self._lock:
+            if self._count.get(key):
+                return
+            base = self._alloc(count * cls)
+            self._slabs.append((key, base))
+            self._count[key] = count
+            self.bytes_allocated += count * cls
+            for i in range(count):
+                self._put(key, DeviceBuffer(base + i * cls, cls, device))
+
     def give(self, buf: DeviceBuffer) -> None:
         """Return a buffer that is zero again (the collector clears a chunk after its copy)."""
         if self.exact:

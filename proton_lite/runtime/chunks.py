@@ -22,6 +22,7 @@ from proton_lite.runtime.drain import Sealed
 CHUNK_BYTES = 16 << 20
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 PINNED_RESERVE_CHUNKS = 4  # pinned buffers of a chunk's size made at the first launch (the copier's working set)
+DEVICE_RESERVE_CHUNKS = 4  # device chunks made at the first launch on a device (a loop's chunks in flight)
 DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
 DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
 
@@ -72,8 +73,7 @@ class ChunkBook:
 
     def _new_chunk(self, key: tuple[int, int], size: int, stream: int) -> _Chunk:
         device = key[0]
-        # room for copy_every launches like this one (small launches: small chunks), at most chunk_bytes
-        limit = max(size, min(self.chunk_bytes, -(-size // SLICE_ALIGN) * SLICE_ALIGN * self.copy_every))
+        limit = self._chunk_limit(size)
         try:
             buf = self._take_device(limit, device, stream)  # zeroed
         except ProfileBufferOOM:
@@ -90,6 +90,20 @@ class ChunkBook:
         the pool grows later, as it would without this."""
         try:
             self.pinned_pool.reserve(self.chunk_bytes, PINNED_RESERVE_CHUNKS)
+        except cuda_api.CudaError:
+            pass
+
+    def _chunk_limit(self, size: int) -> int:
+        """Bytes of slices a chunk opened for a launch of ``size`` takes: room for copy_every
+        launches like it (small launches: small chunks), at most chunk_bytes."""
+        return max(size, min(self.chunk_bytes, -(-size // SLICE_ALIGN) * SLICE_ALIGN * self.copy_every))
+
+    def _reserve_device(self, device: int, size: int) -> None:
+        """Chunks for a loop's first chunk switches on ``device``, of the size the first launch
+        (``size`` bytes) opens, made in one driver call (``DevicePool.reserve``); a failure only
+        means the pool grows later, as it would without this."""
+        try:
+            self.device_pool.reserve(self._chunk_limit(size), DEVICE_RESERVE_CHUNKS, device)
         except cuda_api.CudaError:
             pass
 

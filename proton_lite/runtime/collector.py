@@ -171,6 +171,8 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
                 self._contexts[device] = cuda_api.current_context()
                 if len(self._contexts) == 1:  # the session's first launch: the copier's working set
                     self._reserve_pinned()
+                if pool is None:  # and the chunks a loop keeps in flight on this device
+                    self._reserve_device(device, size)
             if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
                 self._settle(stale[0], device)
             last = self._last_slice_ns.get(key)

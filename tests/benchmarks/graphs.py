@@ -32,6 +32,7 @@ import graph_kernels as G  # noqa: E402
 
 import proton_lite  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
+from proton_lite.runtime import graph_copy  # noqa: E402
 
 
 def step(t, n, rows, cols, block, ctas):
@@ -69,6 +70,9 @@ def main() -> None:
     ap.add_argument("--ctas", type=int, default=528)
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--copy-ctas", default="",
+                    help="comma-separated: also a recorded graph whose copy nodes use at most this many CTAs "
+                         f"(default {graph_copy.MAX_CTAS}), timed in the same rounds")
     ap.add_argument("--json")
     a = ap.parse_args()
     args = (a.n, a.rows, a.cols, a.block, a.ctas)
@@ -85,15 +89,24 @@ def main() -> None:
         bare = capture(t, args)
         del os.environ["PROTON_LITE_GRAPH_NO_COPY"]
         recorded = capture(t, args)
+        variants = {}
+        for ctas in [int(c) for c in a.copy_ctas.split(",") if c]:
+            default, graph_copy.MAX_CTAS = graph_copy.MAX_CTAS, ctas
+            variants[ctas] = capture(t, args)
+            graph_copy.MAX_CTAS = default
         timed(recorded, 20)
         timed(bare, 20)
+        extra = {ctas: [] for ctas in variants}
         for r in range(a.rounds):
             p = timed(plain, a.replays)
             b = timed(bare, a.replays)
             q = timed(recorded, a.replays)
             rows.append((p, q, b))
+            for ctas, g in variants.items():
+                extra[ctas].append(timed(g, a.replays) / p)
             print(f"round {r}: plain {p:8.1f} us/replay  session {q:8.1f}  ratio {q / p:.3f}  (instrumented "
-                  f"kernels without copy nodes {b / p:.3f})", flush=True)
+                  f"kernels without copy nodes {b / p:.3f})" +
+                  "".join(f"; copy nodes of <= {c} CTAs {v[-1]:.3f}" for c, v in extra.items()), flush=True)
     end = read_raw(s.result.raw_path).end
     g = end["graphs"]
     g["nodes"] = [n for n in g["nodes"] if n["replays"]]  # the bare graph's launches have no copy node
@@ -105,9 +118,12 @@ def main() -> None:
           f"{statistics.median(p for p, _, _ in rows):.1f} us/replay; "
           f"replay launches kept {g['recorded']:,} of {replays:,}, overruns {g['overruns']:,}; "
           f"slot MiB per node {', '.join(f'{m:.2f}' for m in slot_mb)}; slots {[n['slots'] for n in g['nodes']]}")
+    for ctas, v in extra.items():
+        print(f"copy nodes of <= {ctas} CTAs: median ratio {statistics.median(v):.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"args": vars(a), "rounds": rows, "median_ratio": ratio, "kernels_alone_ratio": bare_ratio, "graphs": g,
+            json.dump({"args": vars(a), "rounds": rows, "median_ratio": ratio, "kernels_alone_ratio": bare_ratio,
+                       "copy_ctas_ratios": {str(c): v for c, v in extra.items()}, "graphs": g,
                        "device": torch.cuda.get_device_name()}, f, indent=1)
 
 

@@ -71,8 +71,11 @@ def _timed_run(self, *a, **k):
         acc["jit"] += pc() - t
 
 
+WARM = {"calls": 20}  # calls before a block is timed ("warm pools" variants raise it for their session)
+
+
 def block(fn, n: int) -> dict:
-    for _ in range(20):
+    for _ in range(WARM["calls"]):
         fn()
     torch.cuda.synchronize()
     for k in acc:
@@ -168,6 +171,12 @@ def _one_chunk():
     return _chunks(256, 1 << 20)
 
 
+def _warm_pools(mib: int = 16):
+    """Chunks of ``mib`` MiB, timed after 1,000 calls in the session: its device pool has
+    grown to what the loop keeps in flight (a long session's steady state)."""
+    return _chunks(mib) + [(WARM, "calls", 1000)] if mib != 16 else [(WARM, "calls", 1000)]
+
+
 def _gil_held_driver():
     """The calls that only enqueue work (copies, memsets, event records and waits) made through
     ``ctypes.PyDLL``, which keeps the GIL, instead of cuda-python, which lets it go in every
@@ -246,15 +255,21 @@ def session_block(fn, n: int, patches=()) -> dict:
     patches = () if triton_only else patches
     options = {name: value for obj, name, value in patches if obj == "options"}
     patches = [p for p in patches if p[0] != "options"]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    saved = [(obj, name, obj[name] if isinstance(obj, dict) else getattr(obj, name)) for obj, name, _ in patches]
 
     def restore():
         for obj, name, value in saved:
-            setattr(obj, name, value)
+            if isinstance(obj, dict):
+                obj[name] = value
+            else:
+                setattr(obj, name, value)
         _release_held()  # before stop, which drains what was submitted
 
     for obj, name, value in patches:
-        setattr(obj, name, value)
+        if isinstance(obj, dict):
+            obj[name] = value
+        else:
+            setattr(obj, name, value)
     try:
         with proton_lite.start("/tmp/launch_where", quiet=True, decode=False, calibrate=False, **options) as s:
             try:
@@ -283,7 +298,9 @@ def main() -> None:
                          "Python drain threads": [_PYTHON_DRAIN],
                          "C drain held": _c_drain_held(), "C drain 1 CRC thread": _c_drain_crc_threads(1),
                          "C drain 2 CRC threads": _c_drain_crc_threads(2),
-                         "C drain no host work": _c_drain_no_host_work()})
+                         "C drain no host work": _c_drain_no_host_work(),
+                         "warm pools": _warm_pools(), "warm pools 32 MiB": _warm_pools(32),
+                         "warm pools 64 MiB": _warm_pools(64)})
         if a.variants:
             keep = {v.strip() for v in a.variants.split(",")} | {"session"}
             variants = {k: v for k, v in variants.items() if k in keep}

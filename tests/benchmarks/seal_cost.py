@@ -24,13 +24,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import proton_lite  # noqa: E402
 from host_scale import liger_cases  # noqa: E402
-from proton_lite.runtime import chunks, drain_native  # noqa: E402
+from proton_lite.runtime import buffers, chunks, collector, cuda_api, drain_native  # noqa: E402
 
 STEPS = [(drain_native.NativeDrain, "_add"), (drain_native.NativeDrain, "collect"),
          (drain_native.NativeDrain, "_prepare"), (drain_native.NativeDrain, "_describe_write"),
          (drain_native.NativeDrain, "_push"), (drain_native.NativeDrain, "_done"),
          (drain_native.NativeDrain, "wait_below"), (chunks.ChunkBook, "_seal"),
-         (chunks.ChunkBook, "_new_chunk"), (chunks.ChunkBook, "_take_device")]
+         (chunks.ChunkBook, "_new_chunk"), (chunks.ChunkBook, "_take_device"), (chunks.ChunkBook, "_close"),
+         (chunks.ChunkBook, "_event"), (cuda_api, "event_record"), (buffers.DevicePool, "take"),
+         (collector.Collector, "allocate"), (collector.Collector, "on_launch_exit")]
 
 
 def _timed(times: dict, label: str, fn):
@@ -53,7 +55,8 @@ def main() -> None:
         sys.exit("liger-kernel is not importable: nothing to measure")
     times: dict[str, list[int]] = {}
     for cls, name in STEPS:
-        setattr(cls, name, _timed(times, f"{cls.__name__}.{name}", getattr(cls, name)))
+        setattr(cls, name, _timed(times, f"{getattr(cls, '__name__', cls)}.{name}".replace("proton_lite.runtime.", ""),
+                                  getattr(cls, name)))
     for kind in ("C", "Python"):
         drain_native.ENABLED = kind == "C"
         with proton_lite.start("/tmp/seal_cost", quiet=True, decode=False, calibrate=False) as s:
