@@ -1176,3 +1176,21 @@ def test_the_copiers_pinned_working_set_is_pinned_at_the_first_launch_not_while_
         col.pinned_pool.give(h)
     cap = finish(col, tmp_path)
     assert len(cap.launches) == 1
+
+
+def test_a_finished_collector_and_its_c_hooks_are_freed(tmp_path, sim):
+    """The C hooks and the collector refer to each other while a session runs; at finish the
+    collector lets go, so neither outlives the session (the C hooks do not take part in
+    Python's cycle collection)."""
+    import gc
+    import weakref
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    for i in range(3):
+        launch(col, sim, stream=1, payload=bytes([i + 1]) * 8)
+    alive = weakref.ref(col)
+    finish(col, tmp_path)
+    _C_HOOKS.clear()
+    _DEFAULT_META.clear()
+    del col
+    gc.collect()
+    assert alive() is None

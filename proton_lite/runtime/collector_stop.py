@@ -36,6 +36,7 @@ class CollectorStop:
                 here = None
         with self._lock:
             self._sync()
+            self._fast = None  # the hooks are gone: nothing more is held in C (and no reference cycle with them)
             # open chunks, and closed ones still waiting for a launch that never reached its
             # exit hook (it failed, and its thread launched nothing after it)
             pending = list(self._open.values()) + [c for c in self._waiting if not c.sealed]
