@@ -100,11 +100,14 @@ class SimDriver:
             self.mem_ctx[base] = self.current_context()
             return base
 
-    def mem_alloc_zeroed_while_capturing(self, size: int) -> int:
-        """Allocated and cleared at once, outside any stream (nothing joins a graph)."""
+    def mem_alloc_zeroed_while_capturing(self, size: int, words: tuple = ()) -> int:
+        """Allocated, cleared and its first words set at once, outside any stream (nothing
+        joins a graph)."""
         ptr = self.mem_alloc(size)
         with self._lock:
             self.device_mem[ptr][:] = bytes(size)
+            for i, word in enumerate(words):
+                self.device_mem[ptr][4 * i:4 * i + 4] = (word & 0xFFFFFFFF).to_bytes(4, "little")
         return ptr
 
     def mem_free(self, ptr: int) -> None:

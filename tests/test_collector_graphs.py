@@ -154,19 +154,40 @@ def test_replays_of_two_captured_launches_are_numbered_in_time_order_and_overrun
     assert "first (2), second (2)" in line and "graph_slots=8" in line
 
 
-def test_a_kernel_sized_at_launch_gets_its_prefix_inside_the_graph(sim, tmp_path, monkeypatch):
-    """The capacity word is set by a memset captured into the graph: every replay starts with it."""
+def test_a_kernel_sized_at_launch_gets_its_prefix_once_outside_the_graph(sim, tmp_path, monkeypatch):
+    """The capacity word is written into the scratch when it is made, not by a memset captured
+    into the graph (a node before the kernel at every replay): no replay changes it."""
     col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
     monkeypatch.setattr(col, "_launch_capacity", lambda size: (size + 16, (5, False, None)))
     sim.capturing.add(9)
     ptr = col.allocate(SCRATCH * 4, 64, 9)
-    assert len(sim.streams[9]) == 1  # the prefix's memset, on the capturing stream
+    assert len(sim.streams.get(9, ())) == 0  # nothing captured before the kernel
+    mem, off = sim._resolve(ptr, 4)
+    assert struct.unpack_from("<I", mem, off)[0] == (0xA5 << 24) | 5
     col.on_launch_exit(_launch_metadata((4, 1, 1), _Meta(), stream=9))
     sim.capturing.discard(9)
     sim.run_all()
-    mem, off = sim._resolve(ptr, 4)
     assert struct.unpack_from("<I", mem, off)[0] == (0xA5 << 24) | 5
     assert col.graphs.nodes[0].nbytes == SCRATCH * 4 + 16
+    finish(col, tmp_path)
+
+
+def test_a_pooled_kernel_in_a_graph_has_its_pool_words_set_once_and_its_counter_zeroed_per_replay(sim, tmp_path,
+                                                                                                monkeypatch):
+    """A launch pool's chunks and epoch are written with the capacity when the scratch is
+    made; only the count of chunks taken, which the kernel raises, is reset by a memset
+    captured before the kernel (at every replay)."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    monkeypatch.setattr(col, "_launch_capacity", lambda size: (size + 16 + 4096, (5, False, (7, 3, size + 16, 512))))
+    sim.capturing.add(9)
+    ptr = col.allocate(SCRATCH * 4, 64, 9)
+    mem, off = sim._resolve(ptr, 16)
+    assert struct.unpack_from("<III", mem, off) == ((0xA5 << 24) | 5, 7, 3)
+    assert len(sim.streams[9]) == 1  # the counter's memset, captured
+    mem[off + 12:off + 16] = (99).to_bytes(4, "little")  # what a replay's units took
+    sim.run_all()
+    assert struct.unpack_from("<I", mem, off + 12)[0] == 0
+    sim.capturing.discard(9)
     finish(col, tmp_path)
 
 

@@ -227,18 +227,18 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         with self._lock:
             if device not in self._contexts:
                 self._contexts[device] = cuda_api.current_context()
+        # the prefix of a launch sized now (its capacity; a pool's chunks and epoch) is written
+        # once, outside the graph: a memset node before each such kernel cost every replay
+        prefix = () if capacity is None else \
+            (capacity_word(capacity[0]), ) + ((pool[0], pool[1]) if pool is not None else ())
         try:
-            launch = self.graphs.scratch(size, device, stream, pool)
+            launch = self.graphs.scratch(size, device, stream, pool, prefix)
         except cuda_api.CudaError as e:  # no memory for it: the capture goes on, these replays unrecorded
             from proton_lite.runtime.after_stop import AFTER_STOP
             self.graphs.errors.append(f"scratch for a captured launch: {e}"[:300])
             return AFTER_STOP(size, alignment, stream, count=False)  # the exit hook counts it (captured)
-        if capacity is not None:  # captured too: every replay starts with the prefix set
-            cuda_api.memset_d32_async(launch.scratch, capacity_word(capacity[0]), 1, stream)
-            if pool is not None:  # and the chunks taken: zero again at every replay
-                cuda_api.memset_d32_async(launch.scratch + 4, pool[0], 1, stream)
-                cuda_api.memset_d32_async(launch.scratch + 8, pool[1], 1, stream)
-                cuda_api.memset_d32_async(launch.scratch + 12, 0, 1, stream)
+        if pool is not None:  # the chunks its units take are counted from zero at every replay: captured
+            cuda_api.memset_d32_async(launch.scratch + 12, 0, 1, stream)
         tls.item = launch
         return launch.scratch
 

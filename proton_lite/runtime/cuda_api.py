@@ -136,15 +136,17 @@ def relaxed_capture():
         check(cu.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
 
 
-def mem_alloc_zeroed_while_capturing(size: int) -> int:
-    """Zeroed device memory, allocated while a stream of this thread captures a graph: the
-    thread's capture mode is relaxed for the allocation, and the memory is cleared on a
-    stream of its own, outside the graph."""
+def mem_alloc_zeroed_while_capturing(size: int, words: tuple = ()) -> int:
+    """Zeroed device memory, allocated while a stream of this thread captures a graph, its
+    first 32-bit words set to ``words``: the thread's capture mode is relaxed for the
+    allocation, and the memory is written on a stream of its own, outside the graph."""
     with relaxed_capture():
         ptr = mem_alloc(size)
         stream = stream_create()
         try:
             memset_d8_async(ptr, 0, size, stream)
+            for i, word in enumerate(words):
+                memset_d32_async(ptr + 4 * i, word, 1, stream)
             stream_synchronize(stream)
         finally:
             stream_destroy(stream)

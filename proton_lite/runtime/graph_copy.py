@@ -8,7 +8,8 @@ device, with no host work per replay.  The host drains published slots in the ba
 (``runtime/graphs.py``).  The node is a leaf: the graph's next kernels do not wait for it.
 The scratch is not cleared between replays: every CTA of a replay writes its header and
 every unit its header at exit, over the previous replay's, and the decoder reads no record
-past a unit's count; a launch pool's counter is reset by a memset node before the kernel.
+past a unit's count; a launch pool's counter is reset by a memset node before the kernel (the
+rest of a sized launch's prefix is written once, when its scratch is made).
 
 It is written in PTX by hand (no nvcc here, no Triton calling convention to follow) and
 loaded with ``cuModuleLoadData``, which JIT-compiles it for the GPU at hand.  Per captured

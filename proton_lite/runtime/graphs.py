@@ -104,9 +104,12 @@ class GraphRecorder:
         self.earlier_replays: dict[str, int] = {}
 
     # -- capturing thread ------------------------------------------------------------------
-    def scratch(self, nbytes: int, device: int, stream: int, pool) -> CapturedLaunch:
-        """Zeroed scratch for a launch being captured (its kernel writes there at every replay)."""
-        ptr = cuda_api.mem_alloc_zeroed_while_capturing(max(nbytes, 256))
+    def scratch(self, nbytes: int, device: int, stream: int, pool, prefix: tuple = ()) -> CapturedLaunch:
+        """Zeroed scratch for a launch being captured (its kernel writes there at every replay),
+        its first words set to ``prefix`` once, outside the graph: no replay changes them
+        (kernels read them; the copy node only reads the scratch), so the graph needs no
+        memset node before the kernel for them."""
+        ptr = cuda_api.mem_alloc_zeroed_while_capturing(max(nbytes, 256), prefix)
         return CapturedLaunch(device, stream, ptr, nbytes, pool)
 
     def add(self, launch: CapturedLaunch, kernel_id: int, grid: tuple, num_ctas: int) -> None:
