@@ -5,7 +5,8 @@ replay.  So that each replay's records are kept, the capture adds one more node 
 graph right after that kernel: this kernel, which moves the scratch into the next free
 slot of a ring, clears the scratch for the next replay and publishes the slot, all on the
 device, with no host work per replay.  The host drains published slots in the background
-(``runtime/graphs.py``).  The node is a leaf: the graph's next kernels do not wait for it.
+(``runtime/graphs.py``).  No kernel of the graph waits for it (it waits for its kernel and for
+the capture's previous copy node: the copies form one chain beside the kernels).
 The scratch is not cleared between replays: every CTA of a replay writes its header and
 every unit its header at exit, over the previous replay's, and the decoder reads no record
 past a unit's count; a launch pool's counter is reset by a memset node before the kernel (the

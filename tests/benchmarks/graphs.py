@@ -32,7 +32,7 @@ import graph_kernels as G  # noqa: E402
 
 import proton_lite  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
-from proton_lite.runtime import graph_copy  # noqa: E402
+from proton_lite.runtime import graph_copy, graphs  # noqa: E402
 
 
 def step(t, n, rows, cols, block, ctas):
@@ -73,6 +73,9 @@ def main() -> None:
     ap.add_argument("--copy-ctas", default="",
                     help="comma-separated: also a recorded graph whose copy nodes use at most this many CTAs "
                          f"(default {graph_copy.MAX_CTAS}), timed in the same rounds")
+    ap.add_argument("--leaf-copies", action="store_true",
+                    help="also a recorded graph whose copy nodes are leaves (each waits only for its kernel), "
+                         "as before they were chained")
     ap.add_argument("--json")
     a = ap.parse_args()
     args = (a.n, a.rows, a.cols, a.block, a.ctas)
@@ -94,6 +97,10 @@ def main() -> None:
             default, graph_copy.MAX_CTAS = graph_copy.MAX_CTAS, ctas
             variants[ctas] = capture(t, args)
             graph_copy.MAX_CTAS = default
+        if a.leaf_copies:
+            graphs.CHAIN_COPIES = False
+            variants["as leaves"] = capture(t, args)
+            graphs.CHAIN_COPIES = True
         timed(recorded, 20)
         timed(bare, 20)
         extra = {ctas: [] for ctas in variants}
@@ -106,7 +113,7 @@ def main() -> None:
                 extra[ctas].append(timed(g, a.replays) / p)
             print(f"round {r}: plain {p:8.1f} us/replay  session {q:8.1f}  ratio {q / p:.3f}  (instrumented "
                   f"kernels without copy nodes {b / p:.3f})" +
-                  "".join(f"; copy nodes of <= {c} CTAs {v[-1]:.3f}" for c, v in extra.items()), flush=True)
+                  "".join(f"; copy nodes {c} {v[-1]:.3f}" for c, v in extra.items()), flush=True)
     end = read_raw(s.result.raw_path).end
     g = end["graphs"]
     g["nodes"] = [n for n in g["nodes"] if n["replays"]]  # the bare graph's launches have no copy node
@@ -119,7 +126,7 @@ def main() -> None:
           f"replay launches kept {g['recorded']:,} of {replays:,}, overruns {g['overruns']:,}; "
           f"slot MiB per node {', '.join(f'{m:.2f}' for m in slot_mb)}; slots {[n['slots'] for n in g['nodes']]}")
     for ctas, v in extra.items():
-        print(f"copy nodes of <= {ctas} CTAs: median ratio {statistics.median(v):.3f}")
+        print(f"copy nodes {ctas} (CTAs at most, or as leaves): median ratio {statistics.median(v):.3f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "rounds": rows, "median_ratio": ratio, "kernels_alone_ratio": bare_ratio,
