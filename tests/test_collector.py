@@ -293,6 +293,17 @@ def test_the_first_launch_on_a_device_makes_the_chunks_a_loop_keeps_in_flight(tm
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(12)]
 
 
+def test_a_first_launch_larger_than_a_chunk_reserves_nothing(tmp_path, sim):
+    """A launch larger than a chunk gets a chunk of its own; four more of its size made at
+    the first launch could take device memory the program needs."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=4 << 20)  # 1 MiB chunks
+    meta = _Meta(scratch=SCRATCH)
+    launch(col, sim, stream=1, grid=(8192, 1, 1), meta=meta, payload=b"\x01" * 8)  # 2 MiB
+    assert col.device_pool.bytes_allocated == size_class(8192 * SCRATCH)  # its own chunk only
+    cap = finish(col, tmp_path)
+    assert len(cap.launches) == 1 and bytes(cap.launches[0].buffer[:1]) == b"\x01"
+
+
 def test_a_launch_after_idle_time_is_copied_at_once(collector, sim, tmp_path):
     for i in range(3):
         launch(collector, sim, stream=1, payload=b"\x07" * 8)

@@ -100,10 +100,14 @@ class ChunkBook:
 
     def _reserve_device(self, device: int, size: int) -> None:
         """Chunks for a loop's first chunk switches on ``device``, of the size the first launch
-        (``size`` bytes) opens, made in one driver call (``DevicePool.reserve``); a failure only
-        means the pool grows later, as it would without this."""
+        (``size`` bytes) opens, made in one driver call (``DevicePool.reserve``); none for a
+        launch larger than a chunk (it gets a chunk of its own: four of those could take memory
+        the program needs).  A failure only means the pool grows later, as without this."""
+        limit = self._chunk_limit(size)
+        if limit > self.chunk_bytes:
+            return
         try:
-            self.device_pool.reserve(self._chunk_limit(size), DEVICE_RESERVE_CHUNKS, device)
+            self.device_pool.reserve(limit, DEVICE_RESERVE_CHUNKS, device)
         except cuda_api.CudaError:
             pass
 
