@@ -19,6 +19,10 @@ before the C drain, ``runtime/drain_native.py``; the variants that patch those t
 them too), and *Triton's path only*: the instrumented binaries launched with a profile
 allocator that returns one fixed device buffer and no exit hook (what any allocator-based
 profiler pays through Triton's launcher before doing anything; records are not kept).
+For the C drain: *C drain held* (sealed chunks reach its thread only after the block), *C drain
+1 (2) CRC thread(s)*, *C drain no host work* (copied back, not written or zeroed: records are
+lost), and *warm pools* (timed after 1,000 calls in the session, its pools grown; also with
+32 and 64 MiB chunks).
 
 Workloads: ``launch_loops.py``'s (a 4,096-CTA scope-less add, liger's rms_norm forward) and
 ``host_scale.py``'s rms_norm forward with autograd on.
