@@ -30,6 +30,7 @@ typedef struct {  /* one thread's launch between the allocator and its exit hook
     PyObject *chunk;  /* NULL: none */
     long long offset, size, now;
     int python_item;  /* the Python allocator left the thread's launch in the collector's thread-local */
+    int busy;  /* its thread is inside a hook: no other thread may take the entry over */
 } Pending;
 
 typedef struct {
@@ -92,16 +93,20 @@ static int lock_taken(FastPath *self) {
 }
 
 /* -- what is held here goes back to the Python objects --------------------------------- */
+/* The slot is emptied before anything is written back: building the key tuple may run the
+   garbage collector, and with it Python code and other threads, which must find it empty. */
 static int release_slot(FastPath *self, Slot *s) {
     if (!s->chunk) return 0;
-    int r = set_ll(s->chunk, s_used, s->used);
-    if (r == 0) r = set_ll(s->chunk, s_inflight, s->inflight);
+    Slot was = *s;
+    s->chunk = NULL; s->entries = NULL;
+    int r = set_ll(was.chunk, s_used, was.used);
+    if (r == 0) r = set_ll(was.chunk, s_inflight, was.inflight);
     if (r == 0) {
-        PyObject *key = Py_BuildValue("(iK)", s->device, s->stream), *now = PyLong_FromLongLong(s->last_ns);
+        PyObject *key = Py_BuildValue("(iK)", was.device, was.stream), *now = PyLong_FromLongLong(was.last_ns);
         r = key && now ? PyDict_SetItem(self->last, key, now) : -1;
         Py_XDECREF(key); Py_XDECREF(now);
     }
-    Py_CLEAR(s->chunk); Py_CLEAR(s->entries);
+    Py_DECREF(was.chunk); Py_XDECREF(was.entries);
     return r;
 }
 
@@ -109,30 +114,40 @@ static int flush(FastPath *self) {
     int r = 0;
     for (int i = 0; i < SLOTS; i++) if (release_slot(self, &self->slots[i]) < 0) r = -1;
     if (self->counters_held) {
-        self->counters_held = 0;
+        self->counters_held = 0;  /* (first: see release_slot) */
         if (set_ll(self->col, s_launch_index, self->launch_index) < 0 ||
             set_ll(self->col, s_launches, self->launches) < 0) r = -1;
     }
     return r;
 }
 
-/* the open chunk of (device, stream), held from now on; NULL with no error: none to hold */
-static Slot *hold_slot(FastPath *self, int device, unsigned long long stream) {
-    Slot *s = NULL;
+/* Other threads can run whenever a call may run Python code: a call into Python, and, through
+   the garbage collector, any allocation of a tuple or other container.  So the hooks do such
+   calls first, then check the collector's lock, and from there on read and change what they
+   hold with calls that cannot (dict lookups with int keys, slot attributes, ints). */
+
+static Slot *held(FastPath *self, int device, unsigned long long stream) {  /* no Python code */
     for (int i = 0; i < SLOTS; i++) {
         Slot *t = &self->slots[i];
         if (t->chunk && t->device == device && t->stream == stream) return t;
-        if (!t->chunk && !s) s = t;
     }
-    if (!s) {  /* all taken: the first goes back */
-        s = &self->slots[0];
-        if (release_slot(self, s) < 0) return NULL;
-    }
-    PyObject *key = Py_BuildValue("(iK)", device, stream);
-    if (!key) return NULL;
+    return NULL;
+}
+
+static int make_room(FastPath *self) {  /* a free slot, the first one written back if none; may run Python code */
+    for (int i = 0; i < SLOTS; i++) if (!self->slots[i].chunk) return 0;
+    return release_slot(self, &self->slots[0]);
+}
+
+/* the open chunk of (device, stream) (``key``), held from now on; NULL with no error: none to
+   hold.  Runs no Python code; only while the collector's lock is free. */
+static Slot *hold_slot(FastPath *self, PyObject *key, int device, unsigned long long stream) {
+    Slot *s = held(self, device, stream);
+    if (s) return s;
+    for (int i = 0; i < SLOTS && !s; i++) if (!self->slots[i].chunk) s = &self->slots[i];
+    if (!s) return NULL;
     PyObject *chunk = PyDict_GetItemWithError(self->open, key);  /* borrowed */
     PyObject *last = chunk ? PyDict_GetItemWithError(self->last, key) : NULL;
-    Py_DECREF(key);
     if (!chunk || !last) return NULL;
     int ok = 1;
     long long last_ns = PyLong_AsLongLong(last);
@@ -146,8 +161,9 @@ static Slot *hold_slot(FastPath *self, int device, unsigned long long stream) {
     long long inflight = get_ll(chunk, s_inflight, &ok);
     PyObject *buf = ok ? PyObject_GetAttr(chunk, s_buf) : NULL;
     long long base = buf ? get_ll(buf, s_ptr, &ok) : 0;
+    int have_buf = buf != NULL;
     Py_XDECREF(buf);
-    PyObject *entries = ok && buf ? PyObject_GetAttr(chunk, s_entries) : NULL;
+    PyObject *entries = ok && have_buf ? PyObject_GetAttr(chunk, s_entries) : NULL;
     if (!entries) return NULL;
     if (!PyByteArray_Check(entries)) { Py_DECREF(entries); PyErr_SetString(PyExc_TypeError, "entries"); return NULL; }
     Py_INCREF(chunk);
@@ -156,13 +172,20 @@ static Slot *hold_slot(FastPath *self, int device, unsigned long long stream) {
     return s;
 }
 
+/* what hold_slot needs that may run Python code, done before the lock is checked: a free
+   slot and the key (new reference, or NULL with an error) */
+static PyObject *slot_key(FastPath *self, int device, unsigned long long stream) {
+    if (make_room(self) < 0) return NULL;
+    return Py_BuildValue("(iK)", device, stream);
+}
+
 static Pending *pending_of(FastPath *self, int create) {
     unsigned long me = PyThread_get_thread_ident();
     Pending *free_one = NULL;
     for (int i = 0; i < THREADS; i++) {
         Pending *p = &self->pending[i];
         if (p->thread == me) return p;
-        if (!p->chunk && !p->python_item && !free_one) free_one = p;
+        if (!p->chunk && !p->python_item && !p->busy && !free_one) free_one = p;
     }
     if (create && free_one) { free_one->thread = me; return free_one; }
     return NULL;
@@ -193,8 +216,10 @@ static PyObject *slow_alloc(FastPath *self, PyObject *const *args, Pending *p, i
     if (!item) { PyErr_Clear(); return r; }
     if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 6 && PyTuple_GET_ITEM(item, 3) == Py_False &&
         PyTuple_GET_ITEM(item, 4) == Py_None) {
-        int taken = lock_taken(self);
-        Slot *s = taken == 0 ? hold_slot(self, device, stream) : NULL;
+        PyObject *key = held(self, device, stream) ? NULL : slot_key(self, device, stream);
+        int taken = PyErr_Occurred() ? -1 : lock_taken(self);  /* from here: no Python code */
+        Slot *s = taken == 0 ? (key ? hold_slot(self, key, device, stream) : held(self, device, stream)) : NULL;
+        Py_XDECREF(key);
         if (mine && s && s->chunk == PyTuple_GET_ITEM(item, 0)) {
             mine->offset = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
             mine->size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 2));
@@ -211,9 +236,7 @@ static PyObject *slow_alloc(FastPath *self, PyObject *const *args, Pending *p, i
     return r;
 }
 
-static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "allocate(size, alignment, stream)"); return NULL; }
-    Pending *p = pending_of(self, 1);
+static PyObject *allocate(FastPath *self, PyObject *const *args, Pending *p) {
     long long size = PyLong_AsLongLong(args[0]);
     long long align = PyLong_AsLongLong(args[1]);
     unsigned long long stream = 0;
@@ -225,14 +248,15 @@ static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t n
         return slow_alloc(self, args, p, 0, 0, 0);  /* sized at launch, capturing, no context, driver errors */
     if (!p || p->chunk || p->python_item)  /* the last launch's exit hook never ran */
         return slow_alloc(self, args, p, device, stream, 1);
-    int taken = lock_taken(self);
-    if (taken < 0) return NULL;
-    if (taken) return slow_alloc(self, args, p, device, stream, 1);
-    Slot *s = hold_slot(self, device, stream);
-    if (!s) {
-        if (PyErr_Occurred()) return NULL;
-        return slow_alloc(self, args, p, device, stream, 1);  /* no open chunk: Python opens one */
-    }
+    Slot *s = held(self, device, stream);
+    PyObject *key = s ? NULL : slot_key(self, device, stream);
+    if (!s && !key) return NULL;
+    int taken = lock_taken(self);  /* from here on: no call that may run Python code */
+    if (taken <= 0 && !s) s = taken == 0 ? hold_slot(self, key, device, stream) : NULL;
+    Py_XDECREF(key);
+    if (taken < 0 || (!s && PyErr_Occurred())) return NULL;
+    if (taken || !s)  /* another thread is changing the collector's state; or no open chunk: Python opens one */
+        return slow_alloc(self, args, p, device, stream, 1);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -248,6 +272,15 @@ static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t n
     p->chunk = s->chunk; p->offset = offset; p->size = size; p->now = now;
     self->fast_allocs++;
     return ptr;
+}
+
+static PyObject *fp_allocate(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "allocate(size, alignment, stream)"); return NULL; }
+    Pending *p = pending_of(self, 1);
+    if (p) p->busy = 1;
+    PyObject *r = allocate(self, args, p);
+    if (p) p->busy = 0;
+    return r;
 }
 
 /* -- the launch-exit hook -------------------------------------------------------------- */
@@ -305,9 +338,7 @@ static PyObject *slow_exit(FastPath *self, Pending *p, PyObject *lm) {
     return PyObject_CallOneArg(self->slow_exit, lm);
 }
 
-static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
-    Pending *p = pending_of(self, 0);
-    if (p) p->python_item = 0;  /* the Python hook reads (and clears) the thread-local, if set */
+static PyObject *launch_exit(FastPath *self, Pending *p, PyObject *lm) {
     if (!p || !p->chunk) return slow_exit(self, NULL, lm);  /* a plain launch, or one Python placed */
     Slot *s = NULL;
     for (int i = 0; i < SLOTS; i++) if (self->slots[i].chunk == p->chunk) s = &self->slots[i];
@@ -321,18 +352,21 @@ static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
         (PyObject *)Py_TYPE(PyTuple_GET_ITEM(entry, 0)) != self->launch_info_type) goto slow;
     PyObject *fargs = PyTuple_GET_ITEM(entry, 1);
     if (!PyTuple_Check(fargs) || PyTuple_GET_SIZE(fargs) != 3) goto slow;
-    grid = PySequence_Tuple(PyTuple_GET_ITEM(fargs, 0));
-    if (!grid) { PyErr_Clear(); goto slow; }
+    grid = PyTuple_GET_ITEM(fargs, 0);  /* read in place: a new tuple could run the garbage collector */
+    if (!PyTuple_Check(grid) && !PyList_Check(grid)) goto slow;
+    Py_INCREF(grid);
     Known *k = known_kernel(self, PyTuple_GET_ITEM(fargs, 1));
     if (!k) { if (PyErr_Occurred()) goto error; goto slow; }
     int trial = maybe_trial(self, PyTuple_GET_ITEM(entry, 0));
     if (trial < 0) goto error;
     if (trial) goto slow;
-    Py_ssize_t gn = PyTuple_GET_SIZE(grid);
+    Py_ssize_t gn = PySequence_Fast_GET_SIZE(grid);
     if (gn < 1 || gn > 3) goto slow;
     long long g[3] = {1, 1, 1};
     for (Py_ssize_t i = 0; i < gn; i++) {
-        g[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(grid, i));
+        PyObject *gi = PySequence_Fast_GET_ITEM(grid, i);
+        if (!PyLong_CheckExact(gi)) goto slow;  /* (an int subclass's conversion could run Python code) */
+        g[i] = PyLong_AsLongLong(gi);
         if (g[i] == -1 && PyErr_Occurred()) { PyErr_Clear(); goto slow; }
     }
     /* the launch that fills the chunk goes to Python, which closes it */
@@ -365,6 +399,16 @@ slow:
 error:
     Py_DECREF(extras); Py_XDECREF(grid);
     return NULL;
+}
+
+static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
+    Pending *p = pending_of(self, 0);
+    if (!p) return slow_exit(self, NULL, lm);
+    p->python_item = 0;  /* the Python hook reads (and clears) the thread-local, if set */
+    p->busy = 1;
+    PyObject *r = launch_exit(self, p, lm);
+    p->busy = 0;
+    return r;
 }
 
 /* -- the object ------------------------------------------------------------------------ */
