@@ -256,6 +256,11 @@ class PinnedPool(_SlabPool):
                 return None
         return self.take(size, wait=False, at_least=at_least)
 
+    def wait_for_give(self, timeout: float) -> None:
+        """Wait until a buffer is given back, or ``timeout`` seconds."""
+        with self._cond:
+            self._cond.wait(timeout)
+
     def give(self, buf: HostBuffer, zeroed: bool = False) -> None:
         """Take a buffer back, zeroing the ``size`` bytes it was taken for (unless ``zeroed``:
         the C drain zeroes them without the GIL)."""

@@ -60,6 +60,8 @@ class Drain:
         self.owner = owner  # the Collector: pools, raw writer, contexts, events, fault state
         self._copy_q: queue.Queue = queue.Queue()
         self._write_q: queue.Queue = queue.Queue()
+        self._held_by_writer = 0  # items handed to the writer that hold a pinned buffer (under _held_lock)
+        self._held_lock = threading.Lock()
         self._copy_streams: dict[int, int] = {}  # device -> the copier's stream
         self._write_streams: dict[int, int] = {}  # device -> the writer's stream (pool chunks)
         self._backlog = threading.Condition()
@@ -152,6 +154,9 @@ class Drain:
                     self._enqueue_copy(item)
                 except cuda_api.CudaError as e:  # a kernel fault: the writer keeps what was copied
                     self.owner._failed(e)
+            if isinstance(item, Sealed) and item.host_buf is not None:
+                with self._held_lock:
+                    self._held_by_writer += 1
             self._write_q.put(item)
 
     def _stream(self, streams: dict[int, int], device: int) -> int:
@@ -167,12 +172,28 @@ class Drain:
         owner._recycle_event(chunk.device, item.event)  # the wait took the event's state: free now
         item.event = None
         if item.copy_bytes:
-            # of the chunk's class (the reserved working set); waits while the disk is behind
-            item.host_buf = owner.pinned_pool.take(item.copy_bytes, at_least=chunk.buf.capacity)
+            item.host_buf = self._take_pinned(item.copy_bytes, chunk.buf.capacity)
             cuda_api.memcpy_dtoh_async(item.host_buf.ptr, chunk.buf.ptr, item.copy_bytes, stream)
         cuda_api.memset_d8_async(chunk.buf.ptr, 0, item.clear_bytes, stream)
         item.event = owner._event(chunk.device)
         cuda_api.event_record(item.event, stream)
+
+    def _take_pinned(self, size: int, chunk_bytes: int):
+        """A pinned buffer of the chunk's class (the reserved working set), waiting while the
+        disk is behind, that is while the writer holds buffers it will give back.  When it holds
+        none, the pinned memory in use belongs to chunks queued behind this one (the launching
+        thread copied those itself), which can only move once this one has: the limit is passed
+        instead of waiting for ever (a loop of six threads with idle gaps hung so)."""
+        pool = self.owner.pinned_pool
+        while True:
+            buf = pool.take_within(size, at_least=chunk_bytes)
+            if buf is not None:
+                return buf
+            with self._held_lock:
+                writer_holds = self._held_by_writer
+            if not writer_holds:
+                return pool.take(size, wait=False, at_least=chunk_bytes)
+            pool.wait_for_give(0.05)
 
     # -- writer ----------------------------------------------------------------------------
     def _writer(self) -> None:
@@ -217,6 +238,8 @@ class Drain:
                     owner._failed(e)
                     self._salvage(item)
             if item.host_buf is not None:
+                with self._held_lock:
+                    self._held_by_writer -= 1
                 owner.pinned_pool.give(item.host_buf)  # zeroed for the next copy (see _salvage)
             if item.event is not None:
                 owner._recycle_event(chunk.device, item.event)
