@@ -1279,3 +1279,40 @@ def test_the_python_copier_passes_the_pinned_limit_rather_than_wait_for_chunks_q
     finally:
         drain.finish()
         col.writer.close()
+
+
+def test_a_fault_while_many_threads_launch_keeps_or_counts_every_launch(tmp_path, monkeypatch):
+    """Six threads launch on three streams and a kernel faults at a random point: every launch
+    whose exit hook ran is either saved (once, with its own bytes) or counted as lost."""
+    import random
+    for seed in range(3):
+        sim = SimDriver().install(monkeypatch)  # a fresh GPU for each run
+        col = Collector(RawWriter(tmp_path / f"f{seed}.plraw", {}), host_limit_bytes=64 << 20, copy_every=7,
+                        idle_ns=2_000_000)
+        allocate, on_launch_exit = hooks(col)
+        meta = _DEFAULT_META.setdefault(id(col), (_Meta(), col))[0]
+        sim.fault_after_kernels = random.Random(seed).randint(100, 1500)
+        expected, lock = set(), threading.Lock()
+
+        def worker(k):
+            rnd = random.Random(seed * 100 + k)
+            for i in range(300):
+                stream, value = rnd.choice((1, 2, 3)), (k << 20) | i
+                ptr = allocate(SCRATCH * 4, 16, stream)
+                sim.kernel(stream, ptr, value.to_bytes(8, "little"))
+                on_launch_exit(_launch_metadata((4, 1, 1), meta, stream=stream))
+                with lock:
+                    expected.add(value)
+                if rnd.random() < 0.02:
+                    time.sleep(0.003)
+        threads = [threading.Thread(target=worker, args=(k, )) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        col.finish()
+        col.writer.close()
+        cap = read_raw(tmp_path / f"f{seed}.plraw")
+        got = [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches]
+        assert col.failed and set(got) <= expected and len(got) == len(set(got))
+        assert len(got) + col.lost == len(expected) == col.launches
