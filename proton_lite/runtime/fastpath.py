@@ -16,8 +16,8 @@ fill level, launches in flight, last launch time), the launch counters, each thr
 between allocator and exit hook, and the kernels already seen.  A first version read and
 wrote the same Python objects instead (attributes, dicts, a thread-local); in a real program,
 whose own Python pushes those objects out of the core's caches between launches, that took
-2-5 µs per hook (``tests/benchmarks/fastpath_cpu.py --between 16``: 2.3 and 2.6 µs, now 0.4
-and 0.7).  ``flush`` writes it all back; ``Collector._sync`` calls it right after taking the
+2-5 µs per hook (``tests/benchmarks/fastpath_cpu.py --between 16``: 2.3 and 2.6 µs, now 0.21
+and 0.23).  ``flush`` writes it all back; ``Collector._sync`` calls it right after taking the
 collector's lock, which every Python method that reads or changes that state holds, and the
 C hooks hold nothing new while another thread has the lock.  Each launch's BATCH entry is
 packed into its chunk's ``entries`` as it ends, the only record of it until the chunk is
