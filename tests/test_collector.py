@@ -1207,38 +1207,47 @@ def test_a_finished_collector_and_its_c_hooks_are_freed(tmp_path, sim):
     assert alive() is None
 
 
+def _launch_from_six_threads(col, sim, seed: int, failed_share: float = 0.0) -> set:
+    """Six threads launch 300 times each on three streams at once through ``col``'s hooks, each
+    launch writing its own 8 bytes ((thread << 20) | i), now and then after an idle gap; a
+    ``failed_share`` of launches fail before their exit hook.  Returns the values of the
+    launches whose exit hook ran."""
+    import random
+    allocate, on_launch_exit = hooks(col)
+    meta = _DEFAULT_META.setdefault(id(col), (_Meta(), col))[0]
+    expected, lock = set(), threading.Lock()
+
+    def worker(k):
+        rnd = random.Random(seed * 100 + k)
+        for i in range(300):
+            stream, value = rnd.choice((1, 2, 3)), (k << 20) | i
+            ptr = allocate(SCRATCH * 4, 16, stream)
+            if rnd.random() < failed_share:
+                continue  # its launch failed: no exit hook
+            sim.kernel(stream, ptr, value.to_bytes(8, "little"))
+            on_launch_exit(_launch_metadata((4, 1, 1), meta, stream=stream))
+            with lock:
+                expected.add(value)
+            if rnd.random() < 0.02:
+                time.sleep(0.003)  # idle: the stream's chunk is copied
+    threads = [threading.Thread(target=worker, args=(k, )) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return expected
+
+
 def test_launches_from_many_threads_at_once_are_each_saved_once(tmp_path, sim):
     """Six threads launch on three streams at once, with chunks filling up, idle gaps and
     launches that fail before their exit hook: every launch whose exit hook ran is saved once,
     with its own bytes, and launch numbers have no gaps.  (Other threads run whenever the hooks
     call into Python, directly or through the garbage collector; a version of the C hooks that
     kept its thread's entry across such a call lost a launch in about one run of three.)"""
-    import random
     for seed in range(6):
         col = Collector(RawWriter(tmp_path / f"c{seed}.plraw", {}), host_limit_bytes=64 << 20, copy_every=7,
                         idle_ns=2_000_000)
-        allocate, on_launch_exit = hooks(col)
-        meta = _DEFAULT_META.setdefault(id(col), (_Meta(), col))[0]
-        expected, lock = set(), threading.Lock()
-
-        def worker(k):
-            rnd = random.Random(seed * 100 + k)
-            for i in range(300):
-                stream, value = rnd.choice((1, 2, 3)), (k << 20) | i
-                ptr = allocate(SCRATCH * 4, 16, stream)
-                if rnd.random() < 0.01:
-                    continue  # its launch failed: no exit hook
-                sim.kernel(stream, ptr, value.to_bytes(8, "little"))
-                on_launch_exit(_launch_metadata((4, 1, 1), meta, stream=stream))
-                with lock:
-                    expected.add(value)
-                if rnd.random() < 0.02:
-                    time.sleep(0.003)  # idle: the stream's chunk is copied
-        threads = [threading.Thread(target=worker, args=(k, )) for k in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        expected = _launch_from_six_threads(col, sim, seed, failed_share=0.01)
         col.finish()
         col.writer.close()
         cap = read_raw(tmp_path / f"c{seed}.plraw")
@@ -1289,27 +1298,8 @@ def test_a_fault_while_many_threads_launch_keeps_or_counts_every_launch(tmp_path
         sim = SimDriver().install(monkeypatch)  # a fresh GPU for each run
         col = Collector(RawWriter(tmp_path / f"f{seed}.plraw", {}), host_limit_bytes=64 << 20, copy_every=7,
                         idle_ns=2_000_000)
-        allocate, on_launch_exit = hooks(col)
-        meta = _DEFAULT_META.setdefault(id(col), (_Meta(), col))[0]
         sim.fault_after_kernels = random.Random(seed).randint(100, 1500)
-        expected, lock = set(), threading.Lock()
-
-        def worker(k):
-            rnd = random.Random(seed * 100 + k)
-            for i in range(300):
-                stream, value = rnd.choice((1, 2, 3)), (k << 20) | i
-                ptr = allocate(SCRATCH * 4, 16, stream)
-                sim.kernel(stream, ptr, value.to_bytes(8, "little"))
-                on_launch_exit(_launch_metadata((4, 1, 1), meta, stream=stream))
-                with lock:
-                    expected.add(value)
-                if rnd.random() < 0.02:
-                    time.sleep(0.003)
-        threads = [threading.Thread(target=worker, args=(k, )) for k in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        expected = _launch_from_six_threads(col, sim, seed)
         col.finish()
         col.writer.close()
         cap = read_raw(tmp_path / f"f{seed}.plraw")

@@ -128,11 +128,6 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._sync()
         return self._launches
 
-    @launches.setter
-    def launches(self, value: int) -> None:
-        self._sync()
-        self._launches = value
-
     def _sync(self) -> None:
         """The C hooks hold the open chunks' fill level, their launches in flight, each stream's
         last launch time and the launch counters in C while they serve launches; this writes

@@ -178,7 +178,7 @@ def _one_chunk():
 def _warm_pools(mib: int = 16):
     """Chunks of ``mib`` MiB, timed after 1,000 calls in the session: its device pool has
     grown to what the loop keeps in flight (a long session's steady state)."""
-    return _chunks(mib) + [(WARM, "calls", 1000)] if mib != 16 else [(WARM, "calls", 1000)]
+    return _chunks(mib) + [(WARM, "calls", 1000)]
 
 
 def _gil_held_driver():
