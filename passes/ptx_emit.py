@@ -32,8 +32,9 @@ class _Emitter(LifetimesCode):
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
                  keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
-                 unrolled_tags: list[tuple[int, int]] | None = None) -> None:
+                 unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False) -> None:
         self.layout = layout
+        self.start_at_exit = start_at_exit  # a kernel without scopes writes its CTA header at exit
         self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
         self.param = param
         self.smem = smem_symbol

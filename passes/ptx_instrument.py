@@ -48,18 +48,31 @@ from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABE
                                          MarkerSite, PtxScan, _gap, _is_instruction, scan)
 
 
+def lifetimes_only(info: PtxScan, layout: BufferLayout) -> bool:
+    """A kernel without scopes: only its CTA's and units' lifetimes are written."""
+    return not info.sites and layout.capacity == 0 and layout.staging == "global" and \
+        layout.overflow == "drop" and not layout.sized_at_launch  # (stage_hook.choose_layout)
+
+
+def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:
+    """Whether the CTA's start pair can live in registers until exit: a kernel without
+    scopes whose register count is fixed (``setmaxnreg`` lowers some warps' registers below
+    what a value kept across it needs)."""
+    return lifetimes_only(info, layout) and "setmaxnreg" not in ptx
+
+
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
-            pool_plan: PoolPlan | None = None) -> str:
+            pool_plan: PoolPlan | None = None, start_at_exit: bool = True) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
-    layout with a pool, the checks of ``pool_plan``)."""
+    layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel without
+    scopes keeps its CTA's start pair in registers and writes the CTA header at exit
+    (ptx_lifetimes.py), unless it changes its register count (``setmaxnreg``)."""
     if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
     if layout.pool != (pool_plan is not None) or (layout.pool and not layout.sized_at_launch):
         raise InstrumentationError("proton_lite: internal error: a pool needs its plan and a buffer sized at launch")
-    lifetimes_only = not info.sites and layout.capacity == 0 and layout.staging == "global" and \
-        layout.overflow == "drop" and not layout.sized_at_launch  # a kernel without scopes (stage_hook)
-    if not lifetimes_only and ((layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "sink")
-                               or layout.capacity < 1):
+    if not lifetimes_only(info, layout) and \
+            ((layout.staging == "global" and layout.mode == "clamp") != (layout.overflow == "sink") or layout.capacity < 1):
         raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
                                    "(global staging in clamp mode stores past the capacity in sink slots)")
     smem_symbol = f"__proton_lite_dyn_smem_{info.kernel}"  # aliases the dynamic shared base
@@ -85,7 +98,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     pair_tags = [tuple(tag(s) for s in info.sites if s.unrolled == n) for n in range(len(unrolled))]
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
-                    unrolled_tags=pair_tags)
+                    unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout))
     entries = {head: n for n, head in unrolled.values()}
 
     def body_line(i: int, copy: int = 0) -> list[str]:

@@ -1,10 +1,19 @@
 """The code of a kernel without scopes: its CTA's and units' lifetimes, nothing between.
 
-A mixin of ``ptx_emit._Emitter`` (its ``layout``, ``param`` and ``unit_threads``).  Such a
-kernel has capacity 0 (``stage_hook.choose_layout``); thread 0 computes its CTA block and
-writes the header at entry, each unit's leader computes its block again and writes its
-header at exit, so no register of ours lives across the kernel (design.md, "The fixed
-cost of instrumenting a kernel").
+A mixin of ``ptx_emit._Emitter`` (its ``layout``, ``param``, ``unit_threads`` and
+``start_at_exit``).  Such a kernel has capacity 0 (``stage_hook.choose_layout``).  Each
+unit's leader computes its block at exit and writes its header there.  The CTA header:
+
+- ``start_at_exit`` (the default): every thread reads the start pair (``%globaltimer``,
+  ``%clock64``) as the kernel's first two instructions and keeps it in four registers;
+  thread 0 writes the whole CTA header at its exit.  The entry costs two timer reads, with
+  nothing to wait for, so the first warp starts the kernel's own work at once.
+- otherwise (kernels with ``setmaxnreg``, or where ptxas spilled for those four registers:
+  register_cap.build_best): thread 0 computes its CTA block and writes the header at
+  entry, about 100 cycles on warp 0's path before its first instruction of the kernel,
+  and no register of ours lives across the kernel.
+
+Why: design.md, "The fixed cost of instrumenting a kernel".
 """
 from __future__ import annotations
 
@@ -28,38 +37,46 @@ class LifetimesCode:
                 "mad.lo.u32 %pl_r6, %pl_r7, %pl_r9, %pl_r6;", "mad.lo.u32 %pl_r5, %pl_r6, %pl_r8, %pl_r5;",
                 f"mul.wide.u32 %pl_d1, %pl_r5, {L.stride};", "add.s64 %pl_d0, %pl_d0, %pl_d1;"]
 
+    def _start_pair(self) -> list[str]:
+        return ["mov.u64 %pl_d4, %globaltimer;", "mov.u64 %pl_d5, %clock64;"]
+
     def _cta_header(self) -> list[str]:
-        """Thread 0's CTA header at %pl_d0 (format.md §1.2)."""
+        """Thread 0's CTA header at %pl_d0 (format.md §1.2); at exit the start pair comes from
+        entry and %smid was read with the end pair (its latency hidden by the unit's stores)."""
         L = self.layout
-        return ["mov.u32 %pl_r10, %smid;",
-                "mov.u64 %pl_d4, %globaltimer;",
-                "mov.u64 %pl_d5, %clock64;",
+        return (([] if self.start_at_exit else ["mov.u32 %pl_r10, %smid;"] + self._start_pair()) + [
                 f"mov.u32 %pl_r11, {CTA_MAGIC};",
                 "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
                 "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
                 "st.global.u64 [%pl_d0+16], %pl_d5;",
                 f"mov.u32 %pl_r11, {LAYOUT_VERSION};",
                 f"mov.u32 %pl_r12, {L.units};",
-                "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};"]
+                "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};"])
 
     def lifetimes_prologue(self) -> list[str]:
+        if self.start_at_exit:
+            return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_pair()
         return (["// proton_lite: prologue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
                  "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
                 + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])
 
     def lifetimes_epilogue(self, k: int) -> list[str]:
-        """Each unit's leader: its end pair and header, its block computed again."""
+        """Each unit's leader: its end pair and header, its block computed again; then thread 0
+        (the leader of unit 0) the CTA header, if the start pair was kept from entry."""
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
         return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
                  f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
                  f"@!%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
+                + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
                 + self._block_address()
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
                    f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
                    f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
                    f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
                    f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
-                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;",
-                   f"$pl_done_{k}:"])
+                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
+                + (["setp.ne.u32 %pl_p1, %pl_r0, 0;", f"@%pl_p1 bra $pl_done_{k};"] + self._cta_header()
+                   if self.start_at_exit else [])
+                + [f"$pl_done_{k}:"])

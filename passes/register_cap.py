@@ -10,6 +10,11 @@ plain PTX too (Triton's own ``make_cubin``, same ptxas and flags) and, if that o
 builds the instrumented PTX again under ``.maxnreg`` at the plain occupancy, keeping it
 unless ptxas then spilled more.  What was decided goes into the kernel's metadata
 (``proton_lite.registers``).
+
+A kernel may come in more than one form (``build_best``): a kernel without scopes keeps its
+CTA's start pair in four registers until exit (ptx_lifetimes.py); where ptxas spills for
+them, or cannot keep the plain occupancy, the form that writes the header at entry is built
+too and the one that spills less, then keeps more resident CTAs, is kept.
 """
 from __future__ import annotations
 
@@ -106,3 +111,25 @@ def keep_occupancy(src: str, plain_ptx: str, make_cubin, metadata, threads: int)
         return cubin, decided
     decided.update(cap=cap, registers=cubin_registers(capped))
     return capped, decided
+
+
+def _spills(cubin: bytes) -> int:
+    return cubin_attribute(cubin, FRAME_SIZE) or 0
+
+
+def build_best(sources: list[str], plain_ptx: str, make_cubin, metadata, threads: int) -> tuple[bytes, dict]:
+    """``keep_occupancy`` of the first of ``sources`` (forms of one instrumented kernel, the
+    preferred first); the next ones are built only while the kept one spills or was left
+    below the plain occupancy, and one replaces it only if it spills less, or as much with
+    more resident CTAs.  ``decided["form"]`` is the index of the form kept."""
+    best, decided = keep_occupancy(sources[0], plain_ptx, make_cubin, metadata, threads)
+    decided["form"] = 0
+    for form, src in enumerate(sources[1:], 1):
+        if not _spills(best) and "spilled_at" not in decided:
+            break
+        cubin, other = keep_occupancy(src, plain_ptx, make_cubin, metadata, threads)
+        mine = (_spills(cubin), -ctas_per_sm(other["registers"] or MAX_REGS, threads))
+        kept = (_spills(best), -ctas_per_sm(decided["registers"] or MAX_REGS, threads))
+        if mine < kept:
+            best, decided = cubin, {**other, "form": form}
+    return best, decided

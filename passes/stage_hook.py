@@ -35,18 +35,19 @@ from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.unpipeline import HINT as UNPIPELINE_HINT
 from proton_lite.passes.unpipeline import reparse, unpipeline
 from proton_lite.passes import ws_scopes
-from proton_lite.passes.register_cap import keep_occupancy
+from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
 from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, InstrumentationError,
-                                               PtxScan, fold_exit_branches, function_body, rewrite, scan, shared_bytes,
-                                               staging_offset, strip_markers)
+                                               PtxScan, fold_exit_branches, function_body, keeps_start_pair, rewrite,
+                                               scan, shared_bytes, staging_offset, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
 # occupancy (a register cap where the instrumentation cost resident CTAs: register_cap.py)
 # 14: scopes of loops Triton warp-specializes are placed in the partitions doing their work (ws_scopes.py)
-PASS_VERSION = "proton_lite-ptx-pass-14"
+# 15: kernels without scopes read their CTA's start at entry and write its header at exit (ptx_lifetimes.py)
+PASS_VERSION = "proton_lite-ptx-pass-15"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -144,12 +145,14 @@ def _pipelining(ptx: str, info: PtxScan):
 
 
 def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None,
-                   facts: dict | None = None) -> str:
+                   facts: dict | None = None, fallbacks: list | None = None) -> str:
     """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``.
 
     ``num_warps`` is the requested count; the buffer is sized for the warps the kernel really
     runs with (``launched_warps``: warp specialization adds warps).  ``facts`` holds what the
-    earlier stages saw (``ttir_scopes``, ``ttgir_scopes``, ``warp_specialized``)."""
+    earlier stages saw (``ttir_scopes``, ``ttgir_scopes``, ``warp_specialized``).  A kernel
+    without scopes writes its CTA header at exit; ``fallbacks`` gets the same kernel writing
+    it at entry, for the cubin stage to take where ptxas spilled (register_cap.build_best)."""
     ptx = fold_exit_branches(ptx)
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
@@ -166,6 +169,9 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         pool_plan = plan_pool(lines, start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
+    at_exit = keeps_start_pair(ptx, info, layout)
+    if fallbacks is not None and at_exit:
+        fallbacks.append(rewrite(ptx, info, layout, triton_shared, None, start_at_exit=False))
     if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
         metadata["shared"] = staging_offset(triton_shared) + shared_bytes(layout)
     metadata["profile_scratch_size"] = layout.stride
@@ -173,6 +179,7 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
     metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan, _pipelining(ptx, info),
                                              facts.get("unpipelined"), facts.get("partitions"))
+    metadata["proton_lite"]["cta_header"] = "exit" if at_exit else "entry"  # the cubin stage may fall back
     return new_ptx
 
 
@@ -259,23 +266,26 @@ def _hook(*args):
             return strip_markers(ptx)  # not selected: plain code, no profile buffer
         if forced and _forced_veto is not None and _forced_veto(metadata.get("name"), count=False):
             return strip_markers(ptx)  # its caller launches it without a profile buffer
-        new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen)
-        if "cubin" in stages:
-            plains[id(metadata)] = ptx  # the cubin stage may need the plain build (register_cap.py)
+        fallbacks: list[str] = []
+        new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen, fallbacks)
+        if "cubin" in stages:  # the cubin stage may need the plain build and the fallbacks (register_cap.py)
+            plains[id(metadata)] = (ptx, fallbacks)
         return new_ptx
 
     stages["ptx"] = ptx_stage
     if "cubin" in stages:
         make_cubin = stages["cubin"]
-        plains: dict[int, str] = {}  # id(metadata) -> the PTX of an instrumented kernel before the pass
+        plains: dict[int, tuple] = {}  # id(metadata) -> (the PTX before the pass, fallback PTX texts)
 
         def cubin_stage(src, metadata):
-            plain = plains.pop(id(metadata), None)
+            plain, fallbacks = plains.pop(id(metadata), (None, ()))
             if plain is None or "proton_lite" not in metadata:
                 return make_cubin(src, metadata)
             warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
-            cubin, decided = keep_occupancy(src, strip_markers(plain), make_cubin, metadata, 32 * warps)
+            cubin, decided = build_best([src, *fallbacks], strip_markers(plain), make_cubin, metadata, 32 * warps)
             metadata["proton_lite"]["registers"] = decided
+            if decided["form"] > 0:  # ptxas spilled for the start pair: the header is written at entry
+                metadata["proton_lite"]["cta_header"] = "entry"
             return cubin
 
         stages["cubin"] = cubin_stage

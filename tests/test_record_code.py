@@ -16,6 +16,7 @@ from ptx_sim import Kernel, Launch
 from test_kernel_side import _ptx
 
 CTAS = 2
+START_CLOCK = 1000  # thread 0's clock before its first instruction (ptx_sim._Thread)
 FMA = "\tfma.rn.f32 %f1, %f1, %f2, %f3;"
 COUNT_DOWN = ["\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;"]
 
@@ -28,11 +29,12 @@ def loop(body_between: list[str], label="$L_head", counter="%r2", scope="r") -> 
             f"\tsetp.ne.s32 %p1, {counter}, 0;", f"\t@%p1 bra {label};", f"{label}_out:"]
 
 
-def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int | None = None):
+def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int | None = None,
+        start_at_exit: bool = True):
     """Rewrite ``_ptx(body)`` with ``layout`` as the stage hook does, run it, return the CTA
     blocks (decoder dtype) and the layout the buffer was read with."""
     ptx = fold_exit_branches(_ptx(body))
-    out = rewrite(ptx, scan(ptx), layout)
+    out = rewrite(ptx, scan(ptx), layout, start_at_exit=start_at_exit)
     read = layout
     if layout.sized_at_launch:
         read = layout.with_capacity(launch_capacity)
@@ -146,16 +148,42 @@ def test_a_loop_left_by_a_conditional_exit_before_an_unconditional_back_edge_is_
     assert "bra.uni $L_head;" in fold_exit_branches(_ptx(other))
 
 
+@pytest.mark.parametrize("start_at_exit", [True, False])
 @pytest.mark.parametrize("granularity,num_warps", [("cta", 8), ("warp", 2), ("warpgroup", 4)])
-def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granularity, num_warps):
-    """No scope: capacity 0, no record slot, no staging (stage_hook.choose_layout); thread 0
-    writes the CTA header at entry, each unit's leader its header at exit, and every byte
-    that nobody writes stays zero."""
+def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granularity, num_warps, start_at_exit):
+    """No scope: capacity 0, no record slot, no staging (stage_hook.choose_layout); the CTA
+    header (at exit from the start pair read at entry, or at entry: ptx_lifetimes.py), each
+    unit's leader its header at exit, and every byte that nobody writes stays zero."""
     layout = BufferLayout(granularity, num_warps, 0, "global")
     assert layout.stride == 32 + layout.units * 24
-    blocks, _ = run([FMA, FMA], layout, {})
+    blocks, _ = run([FMA, FMA], layout, {}, start_at_exit=start_at_exit)
     assert (blocks["magic"] == 0x314C5043).all() and (blocks["units"] == layout.units).all()
     assert blocks["smid"].tolist() == [c % 132 for c in range(CTAS)]
     units = blocks["unit"]
     assert (units["magic"] == 0x31554C50).all() and (units["count"] == 0).all()
     assert (units["end_gt"] > blocks["start_gt"][:, None]).all() and (units["end_clk"] > 0).all()
+
+
+def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit():
+    """The form that ships: the kernel's first two instructions read the start pair, nothing
+    else of ours runs before the kernel's own code (no %tid, no address, no store), and the
+    CTA header is written at exit by thread 0 alone, with the pair read at entry (the
+    simulator's clock counts instructions: the start clock is thread 0's first ones)."""
+    from proton_lite.passes.ptx_instrument import keeps_start_pair
+    layout = BufferLayout("cta", 4, 0, "global")
+    ptx = _ptx([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA])
+    out = rewrite(ptx, scan(ptx), layout).split("\n")
+    first = out.index("\t// proton_lite: prologue (lifetimes only: the start pair, stored at exit)")
+    assert [line.strip() for line in out[first + 1:first + 3]] == ["mov.u64 %pl_d4, %globaltimer;",
+                                                                   "mov.u64 %pl_d5, %clock64;"]
+    assert out[first + 3] == FMA
+    assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
+    for early in (0, 1):  # the CTA leaves by the predicated ret or by the last one
+        blocks, _ = run([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA], layout, {"%r2": 1 - early})
+        assert (blocks["magic"] == 0x314C5043).all() and (blocks["unit"]["magic"] == 0x31554C50).all()
+        assert (blocks["start_clk"] <= START_CLOCK + 2).all() and (blocks["unit"]["end_clk"] > blocks["start_clk"][:, None]).all()
+    entry, _ = run([FMA], layout, {}, start_at_exit=False)
+    assert (entry["start_clk"] > START_CLOCK + 10).all()  # read after thread 0's address arithmetic
+    assert keeps_start_pair(ptx, scan(ptx), layout)
+    assert not keeps_start_pair(ptx.replace(FMA, "\tsetmaxnreg.dec.sync.aligned.u32 24;", 1), scan(ptx), layout)
+    assert not keeps_start_pair(ptx, scan(ptx), BufferLayout("cta", 4, 1, "global", overflow="sink"))

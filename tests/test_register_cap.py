@@ -35,7 +35,8 @@ def test_an_rms_norm_without_scopes_keeps_its_plain_registers_and_occupancy():
     plain = proton_lite.compile(*RMS, instrument=False, num_warps=8, divisible_by_16=("stride", ))
     inst = proton_lite.compile(*RMS, instrument=True, num_warps=8, granularity="cta", divisible_by_16=("stride", ))
     p, i = (register_cap.cubin_registers(k.asm["cubin"]) for k in (plain, inst))
-    assert inst.profile["layout"]["capacity"] == 0
+    assert inst.profile["layout"]["capacity"] == 0 and inst.profile["cta_header"] == "exit"
+    assert inst.profile["registers"]["form"] == 0  # no spill for the start pair kept until exit
     assert inst.profile["registers"]["plain"] == p and inst.profile["registers"]["cap"] in (None, 48)
     assert register_cap.ctas_per_sm(i, 256) == register_cap.ctas_per_sm(p, 256) == 5
 
@@ -74,3 +75,37 @@ def test_the_compile_report_shows_registers_and_resident_ctas(capsys, monkeypatc
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert re.search(r"registers\s+\d+ per thread: 5 resident CTAs per SM by registers", out), out
+
+
+def _triton_make_cubin():
+    """Triton's own cubin stage for sm_90, as the stage hook gets it."""
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    backend = CUDABackend(GPUTarget("cuda", 90, 32))
+    options = backend.parse_options({"num_warps": 8})
+    return lambda src, metadata: backend.make_cubin(src, metadata, options, 90)
+
+
+def test_the_form_that_spills_less_is_kept():
+    """build_best keeps the first form unless it spills; a later form replaces it only if it
+    spills less.  Real ptxas: the RMS norm's instrumented PTX under ``.maxnreg 24`` spills."""
+    inst = proton_lite.compile(*RMS, instrument=True, num_warps=8, divisible_by_16=("stride", ))
+    plain = proton_lite.compile(*RMS, instrument=False, num_warps=8, divisible_by_16=("stride", ))
+    ptx, squeezed = inst.asm["ptx"], register_cap.with_cap(inst.asm["ptx"], 24)
+    make_cubin, built = _triton_make_cubin(), []
+
+    def counting(src, metadata):
+        built.append(src)
+        return make_cubin(src, metadata)
+
+    def best(sources):
+        built.clear()
+        cubin, decided = register_cap.build_best(sources, plain.asm["ptx"], counting, {"name": inst.name}, 256)
+        return register_cap.cubin_attribute(cubin, register_cap.FRAME_SIZE) or 0, decided["form"], set(built)
+
+    spills, form, _ = best([squeezed, ptx])
+    assert (spills, form) == (0, 1)
+    spills, form, builds = best([ptx, squeezed])
+    assert (spills, form) == (0, 0) and squeezed not in builds  # no spill: the second form is never built
+    spills, form, _ = best([squeezed, squeezed])
+    assert spills > 0 and form == 0  # as much spilling: the first form stays
