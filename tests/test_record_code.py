@@ -187,3 +187,8 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert keeps_start_pair(ptx, scan(ptx), layout)
     assert not keeps_start_pair(ptx.replace(FMA, "\tsetmaxnreg.dec.sync.aligned.u32 24;", 1), scan(ptx), layout)
     assert not keeps_start_pair(ptx, scan(ptx), BufferLayout("cta", 4, 1, "global", overflow="sink"))
+    looped = _ptx(["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"])
+    assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: the header at entry
+    blocks, _ = run(["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"],
+                    layout, {"%r2": 3})
+    assert (blocks["start_clk"] > START_CLOCK + 10).all() and (blocks["magic"] == 0x314C5043).all()
