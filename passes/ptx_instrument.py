@@ -58,8 +58,9 @@ def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:
     """Whether the CTA's start pair lives in registers until exit: a kernel without scopes
     and without loops whose register count is fixed.  Loops: a persistent kernel (liger's
     DyT backward, 16 warps looping over rows) ran 1.25x plain with the pair kept across its
-    loop, at the same registers and occupancy, against 1.00x with the header at entry
-    (H100, 2026-11-27, design.md); its CTAs are long, so the entry costs nothing there.
+    loop against 1.00x with the header at entry (H100, 2026-11-27): to stay at 32 registers
+    ptxas issued each row's second load after the first one's math (design.md).  Such CTAs
+    are long, so the entry costs nothing there.
     ``setmaxnreg`` lowers some warps' registers below what a value kept across it needs."""
     return lifetimes_only(info, layout) and not info.back_edges and "setmaxnreg" not in ptx
 

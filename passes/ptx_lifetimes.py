@@ -4,11 +4,15 @@ A mixin of ``ptx_emit._Emitter`` (its ``layout``, ``param``, ``unit_threads`` an
 ``start_at_exit``).  Such a kernel has capacity 0 (``stage_hook.choose_layout``).  Each
 unit's leader computes its block at exit and writes its header there.  The CTA header:
 
-- ``start_at_exit`` (the default): every thread reads the start pair (``%globaltimer``,
-  ``%clock64``) as the kernel's first two instructions and keeps it in four registers;
-  thread 0 writes the whole CTA header at its exit.  The entry costs two timer reads, with
-  nothing to wait for, so the first warp starts the kernel's own work at once.
-- otherwise (kernels with ``setmaxnreg``, or where ptxas spilled for those four registers:
+- ``start_at_exit`` (straight-line kernels): every thread reads the low halves of the start
+  pair (``%globaltimer_lo``, ``%clock``) as the kernel's first two instructions and keeps
+  them in two registers; thread 0 rebuilds the 64-bit pair at exit from its end pair (the
+  end minus the low halves' difference, exact for a CTA shorter than 2^32 cycles, 2.1 s at
+  1.98 GHz, which a kernel without loops does not reach) and writes the whole CTA header
+  there.  The entry costs two reads with nothing to wait for.  Two registers, not four:
+  with the 64-bit pair kept, Triton 3.6's ptxas delayed kernels' loads to stay within its
+  register count (design.md).
+- otherwise (kernels with ``setmaxnreg``, or where ptxas spilled for those two registers:
   register_cap.build_best): thread 0 computes its CTA block and writes the header at
   entry, about 100 cycles on warp 0's path before its first instruction of the kernel,
   and no register of ours lives across the kernel.
@@ -40,11 +44,23 @@ class LifetimesCode:
     def _start_pair(self) -> list[str]:
         return ["mov.u64 %pl_d4, %globaltimer;", "mov.u64 %pl_d5, %clock64;"]
 
+    def _start_halves(self) -> list[str]:
+        """The start pair's low halves, kept until exit (%pl_r13, %pl_r14)."""
+        return ["mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]
+
+    def _start_rebuilt(self) -> list[str]:
+        """%pl_d4/%pl_d5 = the start pair, from its low halves and the end pair (%pl_d8/%pl_d9)."""
+        out = []
+        for half, end, start in (("%pl_r13", "%pl_d8", "%pl_d4"), ("%pl_r14", "%pl_d9", "%pl_d5")):
+            out += ["cvt.u32.u64 %pl_r15, " + end + ";", f"sub.u32 %pl_r15, %pl_r15, {half};",
+                    "cvt.u64.u32 %pl_d6, %pl_r15;", f"sub.u64 {start}, {end}, %pl_d6;"]
+        return out
+
     def _cta_header(self) -> list[str]:
         """Thread 0's CTA header at %pl_d0 (format.md §1.2); at exit the start pair comes from
         entry and %smid was read with the end pair (its latency hidden by the unit's stores)."""
         L = self.layout
-        return (([] if self.start_at_exit else ["mov.u32 %pl_r10, %smid;"] + self._start_pair()) + [
+        return ((self._start_rebuilt() if self.start_at_exit else ["mov.u32 %pl_r10, %smid;"] + self._start_pair()) + [
                 f"mov.u32 %pl_r11, {CTA_MAGIC};",
                 "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
                 "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
@@ -55,7 +71,7 @@ class LifetimesCode:
 
     def lifetimes_prologue(self) -> list[str]:
         if self.start_at_exit:
-            return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_pair()
+            return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_halves()
         return (["// proton_lite: prologue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
                  "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
                 + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])

@@ -12,9 +12,9 @@ unless ptxas then spilled more.  What was decided goes into the kernel's metadat
 (``proton_lite.registers``).
 
 A kernel may come in more than one form (``build_best``): a kernel without scopes keeps its
-CTA's start pair in four registers until exit (ptx_lifetimes.py); where ptxas spills for
-them, or cannot keep the plain occupancy, the form that writes the header at entry is built
-too and the one that spills less, then keeps more resident CTAs, is kept.
+CTA's start pair (its low halves) in two registers until exit (ptx_lifetimes.py); where
+ptxas spills for them, or cannot keep the plain occupancy, the form that writes the header
+at entry is built too and the one that spills less, then keeps more resident CTAs, is kept.
 """
 from __future__ import annotations
 

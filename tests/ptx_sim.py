@@ -50,6 +50,7 @@ class Launch:
     shared_bytes: int = 0
     regs: dict[str, int] = field(default_factory=dict)  # initial register values (the test's loop counters)
     max_steps: int = 2_000_000
+    clock_base: int = 1000  # thread 0's clock before its first instruction (%globaltimer = 10 x clock)
 
 
 class Kernel:
@@ -113,7 +114,7 @@ class _Thread:
         self.shuffles = shuffles if shuffles is not None else {}
         self.n_shuffles = 0
         self.regs: dict[str, int] = dict(launch.regs)
-        self.clock = 1000 + 7 * tid
+        self.clock = launch.clock_base + 7 * tid
 
     def value(self, operand: str, bits: int) -> int:
         o = operand.strip()
@@ -121,7 +122,8 @@ class _Thread:
             special = {"%tid.x": self.tid, "%ctaid.x": self.cta, "%ctaid.y": 0, "%ctaid.z": 0,
                        "%nctaid.x": self.l.grid, "%ntid.x": self.l.threads, "%nctaid.y": 1, "%nctaid.z": 1, "%smid": self.cta % 132,
                        "%laneid": self.tid % 32, "%clock": self.clock & 0xFFFFFFFF, "%clock64": self.clock,
-                       "%clock_hi": self.clock >> 32, "%globaltimer": 10 * self.clock}
+                       "%clock_hi": self.clock >> 32, "%globaltimer": 10 * self.clock,
+                       "%globaltimer_lo": (10 * self.clock) & 0xFFFFFFFF}
             if o in special:
                 return special[o] & ((1 << bits) - 1)
             return self.regs.get(o, 0) & ((1 << bits) - 1)

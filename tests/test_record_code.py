@@ -30,7 +30,7 @@ def loop(body_between: list[str], label="$L_head", counter="%r2", scope="r") -> 
 
 
 def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int | None = None,
-        start_at_exit: bool = True):
+        start_at_exit: bool = True, clock_base: int = START_CLOCK):
     """Rewrite ``_ptx(body)`` with ``layout`` as the stage hook does, run it, return the CTA
     blocks (decoder dtype) and the layout the buffer was read with."""
     ptx = fold_exit_branches(_ptx(body))
@@ -43,7 +43,7 @@ def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int 
         mem[0:4] = capacity_word(launch_capacity).to_bytes(4, "little")
     Kernel(out).run(Launch(grid=CTAS, threads=layout.num_warps * 32, params={"k_param_1": 1 << 32},
                            global_mem=mem, shared_bytes=shared_bytes(layout) if layout.staging == "shared" else 0,
-                           regs=regs))
+                           regs=regs, clock_base=clock_base))
     blocks = np.frombuffer(bytes(mem[read.prefix:]), dtype=cta_block_dtype(read), count=CTAS)
     return blocks, read
 
@@ -165,23 +165,32 @@ def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granular
 
 
 def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit():
-    """The form that ships: the kernel's first two instructions read the start pair, nothing
-    else of ours runs before the kernel's own code (no %tid, no address, no store), and the
-    CTA header is written at exit by thread 0 alone, with the pair read at entry (the
-    simulator's clock counts instructions: the start clock is thread 0's first ones)."""
+    """The form that ships: the kernel's first two instructions read the start pair's low
+    halves, nothing else of ours runs before the kernel's own code (no %tid, no address, no
+    store), and the CTA header is written at exit by thread 0 alone, with the 64-bit pair
+    rebuilt from the end pair, also where the low halves wrap in between (the simulator's
+    clock counts instructions: the start clock is thread 0's first one)."""
     from proton_lite.passes.ptx_instrument import keeps_start_pair
     layout = BufferLayout("cta", 4, 0, "global")
     ptx = _ptx([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA])
     out = rewrite(ptx, scan(ptx), layout).split("\n")
     first = out.index("\t// proton_lite: prologue (lifetimes only: the start pair, stored at exit)")
-    assert [line.strip() for line in out[first + 1:first + 3]] == ["mov.u64 %pl_d4, %globaltimer;",
-                                                                   "mov.u64 %pl_d5, %clock64;"]
+    assert [line.strip() for line in out[first + 1:first + 3]] == ["mov.u32 %pl_r13, %globaltimer_lo;",
+                                                                   "mov.u32 %pl_r14, %clock;"]
     assert out[first + 3] == FMA
     assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
     for early in (0, 1):  # the CTA leaves by the predicated ret or by the last one
         blocks, _ = run([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA], layout, {"%r2": 1 - early})
         assert (blocks["magic"] == 0x314C5043).all() and (blocks["unit"]["magic"] == 0x31554C50).all()
-        assert (blocks["start_clk"] <= START_CLOCK + 2).all() and (blocks["unit"]["end_clk"] > blocks["start_clk"][:, None]).all()
+        assert (blocks["start_clk"] == START_CLOCK + 2).all() and (blocks["unit"]["end_clk"] > blocks["start_clk"][:, None]).all()
+    # the low halves wrap between start and exit: both (clock and timer), the timer's alone
+    for base, wraps in ((START_CLOCK, (False, False)), ((1 << 32) - 5, (True, True)), ((1 << 32) // 10 - 3, (True, False))):
+        blocks, _ = run([FMA, FMA], layout, {}, clock_base=base)
+        # the simulator's clock ticks before each instruction: the two reads see base + 1, base + 2
+        assert (blocks["start_gt"] == 10 * (base + 1)).all() and (blocks["start_clk"] == base + 2).all(), base
+        end = blocks["unit"][:, 0]
+        assert ((end["end_gt"] >> 32 != blocks["start_gt"] >> 32).all(),
+                (end["end_clk"] >> 32 != blocks["start_clk"] >> 32).all()) == wraps, base
     entry, _ = run([FMA], layout, {}, start_at_exit=False)
     assert (entry["start_clk"] > START_CLOCK + 10).all()  # read after thread 0's address arithmetic
     assert keeps_start_pair(ptx, scan(ptx), layout)

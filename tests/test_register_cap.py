@@ -69,12 +69,15 @@ def test_the_compile_report_shows_registers_and_resident_ctas(capsys, monkeypatc
             "*fp32,*fp32,*fp32,*fp32,i32,i32,fp32", "--constexpr", "BLOCK=4096", "--num-warps", "8",
             "--divisible-by-16", "stride"]
     assert cli.main(args + ["--json"]) == 0
-    regs = json.loads(capsys.readouterr().out)["registers"]
+    report = json.loads(capsys.readouterr().out)
+    regs = report["registers"]
+    assert report["cta_header"] == "exit"
     assert regs["ctas_per_sm"] == 5 and regs["registers"] <= 48 and regs["plain"] in (None, regs["registers"], 48)
     monkeypatch.setenv("COLUMNS", "100")
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert re.search(r"registers\s+\d+ per thread: 5 resident CTAs per SM by registers", out), out
+    assert re.search(r"CTA header\s+at exit: the kernel starts with two timer reads", out), out
 
 
 def _triton_make_cubin():

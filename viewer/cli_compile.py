@@ -157,6 +157,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         # registers of the instrumented and (where it was built) the plain kernel, the cap that
         # kept the plain occupancy (passes/register_cap.py), resident CTAs per SM by registers
         "registers": _registers(pl.get("registers"), num_warps),
+        # where thread 0 writes the CTA header (passes/ptx_lifetimes.py; absent before pass 15)
+        "cta_header": pl.get("cta_header", "entry"),
     }
 
 
@@ -256,6 +258,8 @@ def render_compile_report(r: dict, console) -> None:
         elif regs.get("plain") is not None:
             text += f" (as the plain kernel: {regs['plain']} registers)"
         kv.add_row("registers", text)
+    if r.get("cta_header") == "exit":
+        kv.add_row("CTA header", "at exit: the kernel starts with two timer reads (the start pair's low halves, kept in registers)")
     console.print(kv)
 
 

@@ -1,0 +1,94 @@
+"""Where a scope-less kernel writes its CTA header, measured (issue 24, GPU): one liger-kernel
+op, plain vs in a session, by CUPTI kernel durations, for one form of the header per run.
+
+Forms (passes/ptx_lifetimes.py): ``pass`` what the pass chooses (at exit in straight-line
+kernels, at entry in kernels with loops), ``exit`` the start pair's low halves kept in
+registers until exit in every scope-less kernel, loops included, ``entry`` the header at
+entry everywhere, ``pred`` as ``exit`` with thread 0 alone reading the halves (a diagnosis:
+are the other warps' timer reads the cost?).  The runs of 2026-11-27 (docs/gpu-runs.md) were
+of pass 15, which kept the 64-bit pair.  Run each form in its own process with its own Triton cache (the forms other than
+``pass`` are swapped in at run time, which Triton's cache key does not see):
+
+    for f in pass exit entry; do TRITON_CACHE_DIR=/tmp/tc_$f python tests/benchmarks/header_forms.py --form $f --op dyt; done
+
+It prints per round the plain and in-session median of each kernel of the op, the autotuned
+config, and for the session's binaries the registers, spills and resident CTAs per SM the
+driver reports.  Needs torch, liger-kernel and cuda-python.
+"""
+import argparse
+import functools
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from proton_lite.passes import ptx_instrument, ptx_lifetimes, stage_hook  # noqa: E402
+
+
+
+def use_form(form: str) -> None:
+    if form == "entry":
+        stage_hook.rewrite = functools.partial(ptx_instrument.rewrite, start_at_exit=False)
+    elif form in ("exit", "pred"):  # loops too: both the rewrite and the stage hook ask
+        def keeps(ptx, info, layout):
+            return ptx_instrument.lifetimes_only(info, layout) and "setmaxnreg" not in ptx
+        stage_hook.keeps_start_pair = ptx_instrument.keeps_start_pair = keeps
+    if form == "pred":
+        halves = ptx_lifetimes.LifetimesCode._start_halves
+        ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
+            ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;"] + ["@%pl_p1 " + i for i in halves(self)])
+
+
+def session_binaries(fn):
+    """(name, registers, spills, warps, stages, resident CTAs per SM, cta_header) of every
+    instrumented binary of a JIT function."""
+    from cuda.bindings import driver as cu
+    for cache in fn.device_caches.values():
+        for k in cache[0].values():
+            md = k.metadata
+            entry = getattr(md, "proton_lite", None)
+            if not entry:
+                continue
+            k._init_handles()
+            _, ctas = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(k.function, 32 * md.num_warps, md.shared)
+            yield k.name, k.n_regs, k.n_spills, md.num_warps, md.num_stages, ctas, entry.get("cta_header")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred"), default="pass")
+    ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--liger-scale", type=int, default=32)
+    args = ap.parse_args()
+    use_form(args.form)
+    import proton_lite
+    import liger_ops
+    from bench import kernel_times
+    liger_ops.ROWS_SCALE = args.liger_scale
+    op = getattr(liger_ops, args.op)
+    keep = liger_ops.liger_kernel_names().__contains__
+    tmp = tempfile.mkdtemp()
+    for r in range(args.rounds):
+        plain = kernel_times(lambda: liger_ops.step(op), args.reps, keep)
+        with proton_lite.start(os.path.join(tmp, f"r{r}"), quiet=True, decode=False, calibrate=False):
+            inst = kernel_times(lambda: liger_ops.step(op), args.reps, keep)
+        for name in sorted(plain):
+            p, i = statistics.median(plain[name]), statistics.median(inst.get(name, [float("nan")]))
+            print(f"{args.form:5s} round {r} {name[:32]:32s} plain {p:8.1f} us  session {i:8.1f} us  {i / p:.3f}x")
+    import triton
+    seen = set()
+    for mod in sorted(m for m in sys.modules if m.startswith("liger_kernel.ops")):
+        for obj in vars(sys.modules[mod]).values():  # JIT functions and their autotuners
+            fn = getattr(obj, "fn", obj)
+            if isinstance(fn, triton.runtime.JITFunction) and id(fn) not in seen:
+                seen.add(id(fn))
+                for row in session_binaries(fn):
+                    print(args.form, "binary", *row, getattr(obj, "best_config", ""))
+
+if __name__ == "__main__":
+    main()
