@@ -182,9 +182,11 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     for early in (0, 1):  # the CTA leaves by the predicated ret or by the last one
         blocks, _ = run([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA], layout, {"%r2": 1 - early})
         assert (blocks["magic"] == 0x314C5043).all() and (blocks["unit"]["magic"] == 0x31554C50).all()
-        assert (blocks["start_clk"] == START_CLOCK + 2).all() and (blocks["unit"]["end_clk"] > blocks["start_clk"][:, None]).all()
+        assert (blocks["start_clk"] == START_CLOCK + 2).all()
+        assert (blocks["unit"]["end_clk"] > blocks["start_clk"][:, None]).all()
     # the low halves wrap between start and exit: both (clock and timer), the timer's alone
-    for base, wraps in ((START_CLOCK, (False, False)), ((1 << 32) - 5, (True, True)), ((1 << 32) // 10 - 3, (True, False))):
+    cases = ((START_CLOCK, (False, False)), ((1 << 32) - 5, (True, True)), ((1 << 32) // 10 - 3, (True, False)))
+    for base, wraps in cases:
         blocks, _ = run([FMA, FMA], layout, {}, clock_base=base)
         # the simulator's clock ticks before each instruction: the two reads see base + 1, base + 2
         assert (blocks["start_gt"] == 10 * (base + 1)).all() and (blocks["start_clk"] == base + 2).all(), base
@@ -196,8 +198,8 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert keeps_start_pair(ptx, scan(ptx), layout)
     assert not keeps_start_pair(ptx.replace(FMA, "\tsetmaxnreg.dec.sync.aligned.u32 24;", 1), scan(ptx), layout)
     assert not keeps_start_pair(ptx, scan(ptx), BufferLayout("cta", 4, 1, "global", overflow="sink"))
-    looped = _ptx(["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"])
+    body = ["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"]
+    looped = _ptx(body)
     assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: the header at entry
-    blocks, _ = run(["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"],
-                    layout, {"%r2": 3})
+    blocks, _ = run(body, layout, {"%r2": 3})
     assert (blocks["start_clk"] > START_CLOCK + 10).all() and (blocks["magic"] == 0x314C5043).all()

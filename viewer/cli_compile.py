@@ -259,7 +259,8 @@ def render_compile_report(r: dict, console) -> None:
             text += f" (as the plain kernel: {regs['plain']} registers)"
         kv.add_row("registers", text)
     if r.get("cta_header") == "exit":
-        kv.add_row("CTA header", "at exit: the kernel starts with two timer reads (the start pair's low halves, kept in registers)")
+        kv.add_row("CTA header", "at exit: the kernel starts with two timer reads "
+                                 "(the start pair's low halves, kept in registers)")
     console.print(kv)
 
 

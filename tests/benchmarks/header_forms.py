@@ -6,10 +6,13 @@ kernels, at entry in kernels with loops), ``exit`` the start pair's low halves k
 registers until exit in every scope-less kernel, loops included, ``entry`` the header at
 entry everywhere, ``pred`` as ``exit`` with thread 0 alone reading the halves (a diagnosis:
 are the other warps' timer reads the cost?).  The runs of 2026-11-27 (docs/gpu-runs.md) were
-of pass 15, which kept the 64-bit pair.  Run each form in its own process with its own Triton cache (the forms other than
-``pass`` are swapped in at run time, which Triton's cache key does not see):
+of pass 15, which kept the 64-bit pair.  Run each form in its own process with its own
+Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
+key does not see):
 
-    for f in pass exit entry; do TRITON_CACHE_DIR=/tmp/tc_$f python tests/benchmarks/header_forms.py --form $f --op dyt; done
+    for f in pass exit entry; do
+      TRITON_CACHE_DIR=/tmp/tc_$f python tests/benchmarks/header_forms.py --form $f --op dyt
+    done
 
 It prints per round the plain and in-session median of each kernel of the op, the autotuned
 config, and for the session's binaries the registers, spills and resident CTAs per SM the
