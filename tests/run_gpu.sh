@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
 # the whole list: 105 s (PART=1) + 160 s (PART=2) on the H100 (2026-11-27); an earlier 'more than 9 min' was a hang, since fixed
-PART1="tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_pipelined.py tests/test_docs.py"
+PART1="tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_pipelined.py tests/test_docs.py tests/test_gpu_lifetimes.py"
 PART2="tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_gpu_clocks.py"
 case "${PART:-}" in 1) LIST=$PART1 ;; 2) LIST=$PART2 ;; *) LIST="$PART1 $PART2" ;; esac
 PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-480} \
@@ -26,8 +26,8 @@ echo "pytest rc=${PIPESTATUS[0]}"
 [ -f "$OUT/fidelity.json" ] && cat "$OUT/fidelity.json"
 if [ -n "${SANITIZE:-}" ]; then
   PROTON_LITE_EXACT_BUFFERS=1 PROTON_LITE_TEST_UNDER_SANITIZER=1 timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool memcheck --print-limit 5 $PT tests/test_gpu.py \
-    tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py \
-    -k "${SAN_K:-graph_captured or overflow or deferred or vector_add-warp or loop_scopes or sized or matmul_per_iter-warpgroup or warp_specialized or every_record or exhausted}" 2>&1 | tail -8
+    tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_lifetimes.py \
+    -k "${SAN_K:-graph_captured or overflow or deferred or vector_add-warp or loop_scopes or sized or matmul_per_iter-warpgroup or warp_specialized or every_record or exhausted or every_cta_lifetime}" 2>&1 | tail -8
 fi
 if [ -n "${LOOPS_BENCH:-}" ]; then
   timeout ${LOOPS_TIMEOUT:-300} python3 tests/benchmarks/loops.py --out "$OUT/loops.json" 2>&1 | grep -v -i warn | tail -12

@@ -2,7 +2,8 @@
 under Proton, by CUPTI kernel durations in interleaved rounds, one process (GPU).
 
 Kernels: tests/fixed_cost_kernels.py, shaped like the production kernels the issue names
-(row-wise norms and gated activations with 8-16 warps, one row per program; a reduction
+(row-wise norms and gated activations with 8-16 warps, one row per program, the gated
+SiLU forward with rows of 2,048 and a header written at exit; a reduction
 over a persistent grid; a 2-D-grid weight gradient), and liger-kernel's ops when its wheel
 is importable (tests/liger_ops.py, rows x ``--liger-scale``: 8,192 tokens by default, kernels
 of tens of µs as in the issue).  In a session a kernel without scopes records only its
@@ -55,6 +56,9 @@ def own_workloads():
                                                                      num_warps=8), "persistent_row_sum"),
         "grad_weight_2d": (lambda: F.grad_weight_2d[(triton.cdiv(ROWS, 32), triton.cdiv(COLS, 1024))](
             x, dy, dw, ROWS, COLS, COLS, ROWS=32, BLOCK=1024, num_warps=8), "grad_weight_2d"),
+        # straight-line, one short row per program (CTAs of ~1 µs, as liger's forwards): CTA header at exit
+        "gated_silu_fwd": (lambda: F.gated_silu_fwd[(ROWS, )](x, b, y, COLS, 1.0, n_cols=COLS // 2,
+                                                               BLOCK=COLS // 2, num_warps=8), "gated_silu_fwd"),
     }
 
 

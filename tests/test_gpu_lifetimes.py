@@ -1,0 +1,69 @@
+"""Kernels without scopes on the GPU: where the CTA header is written (passes/ptx_lifetimes.py)
+and that the lifetimes it records are the same either way.
+
+A straight-line kernel reads the low halves of its CTA's start pair first and thread 0
+writes the header at exit, with the 64-bit pair rebuilt from its end pair; a kernel with a
+loop writes it at entry.  Both must give every CTA once, a start before each unit's end,
+real SM ids, a clock rate per SM that makes sense, CTAs inside the kernel's event time, and
+outputs equal to the plain run."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
+
+import proton_lite  # noqa: E402
+from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
+from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+import fixed_cost_kernels as F  # noqa: E402
+
+ROWS, COLS = 4096, 2048
+
+
+def _gated(a, b, c):
+    F.gated_silu_fwd[(ROWS, )](a, b, c, COLS, 0.5, n_cols=COLS, BLOCK=COLS, num_warps=8)
+
+
+def _row_sum(a, b, c):
+    F.persistent_row_sum[(132, )](a, c.view(-1)[:ROWS], ROWS, COLS, COLS, BLOCK=COLS, num_warps=8)
+
+
+@pytest.mark.parametrize("launch,header,ctas", [(_gated, "exit", ROWS), (_row_sum, "entry", 132)])
+def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas, tmp_path):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a, b = (torch.randn(ROWS, COLS, device="cuda", generator=g) for _ in range(2))
+    plain = torch.zeros(ROWS, COLS, device="cuda")
+    launch(a, b, plain)
+    out = torch.zeros_like(plain)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with proton_lite.start(str(tmp_path / "lt"), quiet=True, formats=()) as session:
+        start.record()
+        launch(a, b, out)
+        end.record()
+    torch.cuda.synchronize()
+    assert torch.equal(plain, out)
+    cap = read_raw(session.result.raw_path)
+    (kmeta, ) = [m for m in cap.kernels.values() if m["name"] in ("gated_silu_fwd", "persistent_row_sum")]
+    assert kmeta["proton_lite"]["cta_header"] == header
+    layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
+    (la, ) = [la for la in cap.launches if cap.kernels[la.kernel_id] is kmeta]
+    blocks = np.frombuffer(la.buffer, dtype=cta_block_dtype(layout), count=ctas)
+    assert (blocks["magic"] == CTA_MAGIC).all() and (blocks["unit"]["magic"] == UNIT_MAGIC).all()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert (blocks["smid"] < sms).all() and len(np.unique(blocks["smid"])) > 1
+    unit_end = blocks["unit"]["end_gt"].max(axis=1)
+    assert (blocks["start_gt"] <= unit_end).all() and (unit_end - blocks["start_gt"] < 10_000_000).all()
+    assert (blocks["start_clk"] < blocks["unit"]["end_clk"].max(axis=1)).all()
+    prof = decode(cap)
+    kid = next(i for i, k in enumerate(prof.kernels) if k.name == kmeta["name"])
+    (launch, ) = prof.launches["launch"][prof.launches["kernel"] == kid]
+    mine = prof.ctas[prof.ctas["launch"] == launch]
+    assert len(mine) == ctas and len(np.unique(mine["cta"])) == ctas
+    rates = mine["cycles_per_ns"]
+    assert ((rates > 0.2) & (rates < 2.5)).all(), rates
+    span_ns = mine["end_ns"].max() - mine["start_ns"].min()
+    assert span_ns <= start.elapsed_time(end) * 1e6 + 2000, span_ns
