@@ -55,6 +55,9 @@ def test_the_buffer_holds_a_unit_for_every_warp_that_runs(case, scopes):
     assert ck.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + warps * unit_block
     if layout["staging"] == "shared":
         assert ck.profile["shared_staging_bytes"] >= warps * (lay.capacity + 1) * RECORD_BYTES
+    # a warp-specialized kernel keeps the CTA header at entry (its loop; setmaxnreg): no value
+    # of ours lives across the partitions' register reallocation
+    assert ck.profile["cta_header"] == "entry"
 
 
 @pytest.mark.parametrize("granularity,per_unit", [("warpgroup", 4), ("cta", None)])
