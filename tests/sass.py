@@ -35,9 +35,7 @@ class Instr:
         return words[1] if words[0].startswith("@") else words[0]
 
 
-def cuobjdump() -> str:
-    import triton
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from proton_lite.sass_listing import cuobjdump  # noqa: E402,F401  (the triton wheel's)
 
 
 def disassemble(cubin: bytes) -> list[Instr]:

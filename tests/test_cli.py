@@ -879,7 +879,7 @@ def test_compile_named_signature_and_constexpr_parsing(capsys):
     ([f"{KERNELS_PY}:vector_add", "--signature", "*fp32,*fp32,*fp32,i32", "--constexpr", "BLOCK=64",
       "--num-warps", "3"], ["power of two"]),
     ([f"{KERNELS_PY}:vector_add", "--signature", "*fp32,*fp32,*fp32,i32", "--constexpr", "BLOCK=64",
-      "--emit", "sass", "out"], ["--emit sass"]),
+      "--emit", "hsaco", "out"], ["--emit hsaco", "unknown kind"]),
     (["/no/such/file.py:k", "--signature", "i32"], ["no such file"]),
 ])
 def test_compile_bad_input_is_one_line(args, phrases, capsys, tmp_path, monkeypatch):

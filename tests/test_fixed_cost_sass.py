@@ -31,3 +31,32 @@ def test_a_straight_line_kernel_issues_its_loads_where_the_plain_kernel_does(num
     assert len(inst) == len(plain) > 0
     moved = [i - p for i, p in zip(inst, plain)]
     assert all(0 <= m <= SHIFT for m in moved), (plain, inst)
+
+
+def test_load_shift_pairs_the_nth_load_of_each_kernel():
+    from proton_lite.sass_listing import load_shift
+    plain = ["LDG.E R2, desc[UR4][R2.64]", "FADD R0, R1, R2", "@!P0 LDG.E.128 R4, desc[UR4][R6.64]", "EXIT"]
+    inst = ["CS2R R8, SR_CLOCKLO", "LDG.E R2, desc[UR4][R2.64]", "FADD R0, R1, R2", "IMAD R3, R3, R3, RZ",
+            "@!P0 LDG.E.128 R4, desc[UR4][R6.64]", "LDS R1, [R2]", "EXIT"]
+    r = load_shift(plain, inst)
+    assert r["comparable"] and (r["first_moved"], r["median_moved"], r["max_moved"]) == (1, 1.5, 2)
+    assert (r["loads"], r["plain_loads"], r["instructions"], r["plain_instructions"]) == (2, 2, 7, 4)
+    assert not load_shift(plain, inst[:3])["comparable"]  # one load less: not paired
+
+
+def test_compile_emits_both_listings_and_reports_how_far_the_loads_moved(tmp_path, capsys):
+    import json
+    from proton_lite.viewer import cli
+    args = ["compile", "tests/fixed_cost_kernels.py:gated_silu_fwd", "--signature", "*fp32,*fp32,*fp32,i32,fp32",
+            "--constexpr", "n_cols=2048", "--constexpr", "BLOCK=2048", "--num-warps", "8",
+            "--divisible-by-16", "stride", "--emit", "sass", str(tmp_path)]
+    assert cli.main(args + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    sass = report["sass"]
+    assert sass["comparable"] and sass["loads"] == len(_loads(True, 8, 2048)) and 0 <= sass["max_moved"] <= SHIFT
+    listings = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert set(listings) == {"gated_silu_fwd.sass", "gated_silu_fwd.plain.sass"}
+    assert "SR_GLOBALTIMERLO" in listings["gated_silu_fwd.sass"]
+    assert "SR_GLOBALTIMERLO" not in listings["gated_silu_fwd.plain.sass"]
+    assert cli.main(args) == 0
+    assert "global loads: moved by" in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -14,7 +15,7 @@ from proton_lite.viewer.cli_compile_args import (_divisible, check_constexprs_co
                                                 parse_signature)
 from proton_lite.viewer.cli_io import EXIT_OK, CliError, _check_file, _console, _one_line, _print_json
 
-EMIT_KINDS = ("ptx", "ttgir", "ttir", "llir", "cubin")
+EMIT_KINDS = ("ptx", "ttgir", "ttir", "llir", "cubin", "sass")  # sass: also the plain kernel's (sass_listing.py)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +259,15 @@ def render_compile_report(r: dict, console) -> None:
         elif regs.get("plain") is not None:
             text += f" (as the plain kernel: {regs['plain']} registers)"
         kv.add_row("registers", text)
+    sass = r.get("sass")
+    if sass:
+        text = f"{sass['instructions']} instructions (plain {sass['plain_instructions']}), {sass['loads']} global loads"
+        if sass["comparable"]:
+            text += (f": moved by {sass['first_moved']:+d} (first), {sass['median_moved']:+g} (median), "
+                     f"{sass['max_moved']:+d} (most) instructions against the plain kernel's")
+        else:
+            text += f" (the plain kernel has {sass['plain_loads']}: not compared)"
+        kv.add_row("SASS", text)
     if r.get("cta_header") == "exit":
         kv.add_row("CTA header", "at exit: the kernel starts with two timer reads "
                                  "(the start pair's low halves, kept in registers)")
@@ -296,14 +306,17 @@ def cmd_compile(args) -> int:
     from proton_lite.passes.ptx_instrument import InstrumentationError
     CompilationError = compat.compilation_error_class()
     from proton_lite.passes.kernel_facts import ProtonLiteWarning
+    wants_sass = any(kind == "sass" for kind, _ in args.emit or [])
     try:
         with warnings.catch_warnings():  # the report shows them, once, in its own words
             warnings.simplefilter("ignore", ProtonLiteWarning)
-            ck = proton_lite.compile(kernel, signature, constexprs, arch=args.arch, instrument=True,
-                                     num_warps=args.num_warps, num_stages=args.num_stages,
-                                     granularity=args.granularity, capacity=args.capacity,
-                                     loop_capacity=args.loop_capacity, buffer_mode=args.buffer_mode,
-                                     divisible_by_16=_divisible(args.divisible_by_16, kernel))
+            builds = [proton_lite.compile(kernel, signature, constexprs, arch=args.arch, instrument=instrument,
+                                          num_warps=args.num_warps, num_stages=args.num_stages,
+                                          granularity=args.granularity, capacity=args.capacity,
+                                          loop_capacity=args.loop_capacity, buffer_mode=args.buffer_mode,
+                                          divisible_by_16=_divisible(args.divisible_by_16, kernel))
+                      for instrument in ((True, False) if wants_sass else (True, ))]
+            ck = builds[0]
     except InstrumentationError as e:
         raise CliError(_one_line(e)) from e
     except CompilationError as e:
@@ -318,20 +331,32 @@ def cmd_compile(args) -> int:
                        f"{_one_line(e)[:300]}); set PROTON_LITE_DEBUG=1 for the traceback") from e
 
     report = compile_report(ck, name, args.arch)
+    texts = {}
+    if wants_sass:  # the instrumented and the plain kernel's SASS, and how far the loads moved
+        from proton_lite import sass_listing
+        try:
+            texts = {f"{name}.sass": sass_listing.listing(ck.asm["cubin"]),
+                     f"{name}.plain.sass": sass_listing.listing(builds[1].asm["cubin"])}
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise CliError(f"--emit sass: cuobjdump from the triton wheel failed ({_one_line(e)[:200]})") from e
+        report["sass"] = sass_listing.load_shift(*(sass_listing.instructions(texts[f"{name}{s}.sass"])
+                                                   for s in (".plain", "")))
     written = []
     for kind, folder in args.emit or []:
-        data = ck.asm.get(kind)
+        data = texts if kind == "sass" else ck.asm.get(kind)
         if data is None:
             raise CliError(f"--emit {kind}: Triton produced no {kind} for {name}; available: "
                            f"{', '.join(k for k in EMIT_KINDS if k in ck.asm)}")
         out = Path(folder)
+        files = data if kind == "sass" else {f"{name}.{kind}": data}
         try:
             out.mkdir(parents=True, exist_ok=True)
-            target = out / f"{name}.{kind}"
-            _write_atomic(target, data if isinstance(data, bytes) else str(data).encode())
+            for file_name, content in files.items():
+                target = out / file_name
+                _write_atomic(target, content if isinstance(content, bytes) else str(content).encode())
+                written.append(str(target))
         except OSError as e:
             raise CliError(f"--emit {kind} {folder}: cannot write ({e.strerror or e})") from e
-        written.append(str(target))
     report["emitted"] = written
     if args.json:
         _print_json(report)
