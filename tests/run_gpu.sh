@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
 # Knobs: TESTS=..., PART=1|2 (half of the test list), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
-# CLOCKS=1.
+# CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -47,6 +47,14 @@ if [ -n "${GRAPH_BENCH:-}" ]; then  # issue 23: replay time of a 3-kernel graph,
 fi
 if [ -n "${CLOCKS:-}" ]; then  # issue 27: do this machine's GPUs share one timer? (anchors per GPU)
   timeout 120 python3 tests/benchmarks/clock_anchors.py --rounds 20 --json "$OUT/clock_anchors.json" 2>&1 | tail -8
+fi
+if [ -n "${FIXED_COST:-}" ]; then  # issue 24: device time of scope-less kernels, plain vs in a session vs Proton
+  timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 --out "$OUT/fixed_cost.json" 2>&1 \
+    | grep -v -i "warn\|cuda.tile" | tail -27
+  for op in swiglu dyt; do for form in pass exit entry; do  # each form with its own Triton cache (header_forms.py)
+    TRITON_CACHE_DIR=/tmp/tc_forms_$form timeout 100 python3 tests/benchmarks/header_forms.py --form $form --op $op \
+      --rounds 2 2>&1 | grep -E "round 1|binary"
+  done; done
 fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60

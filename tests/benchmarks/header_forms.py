@@ -31,7 +31,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from proton_lite.passes import ptx_instrument, ptx_lifetimes, stage_hook  # noqa: E402
 
 
-
 def use_form(form: str) -> None:
     if form == "entry":
         stage_hook.rewrite = functools.partial(ptx_instrument.rewrite, start_at_exit=False)
@@ -86,12 +85,13 @@ def main():
     import triton
     seen = set()
     for mod in sorted(m for m in sys.modules if m.startswith("liger_kernel.ops")):
-        for obj in vars(sys.modules[mod]).values():  # JIT functions and their autotuners
+        for obj in list(getattr(sys.modules.get(mod), "__dict__", {}).values()):  # JIT functions, autotuners
             fn = getattr(obj, "fn", obj)
             if isinstance(fn, triton.runtime.JITFunction) and id(fn) not in seen:
                 seen.add(id(fn))
                 for row in session_binaries(fn):
                     print(args.form, "binary", *row, getattr(obj, "best_config", ""))
+
 
 if __name__ == "__main__":
     main()
