@@ -10,11 +10,10 @@ then the mask of scoreboards the instruction waits for (6) and the operand-reuse
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 from dataclasses import dataclass
+
+from proton_lite.sass_listing import listing  # the triton wheel's cuobjdump
 
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s+/\* 0x([0-9a-f]{16}) \*/")
 _HIGH = re.compile(r"/\* 0x([0-9a-f]{16}) \*/")
@@ -35,16 +34,9 @@ class Instr:
         return words[1] if words[0].startswith("@") else words[0]
 
 
-from proton_lite.sass_listing import cuobjdump  # noqa: E402,F401  (the triton wheel's)
-
 
 def disassemble(cubin: bytes) -> list[Instr]:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        text = subprocess.run([cuobjdump(), "-sass", path], capture_output=True, text=True, check=True).stdout
-    lines = text.splitlines()
+    lines = listing(cubin).splitlines()
     out = []
     for i, line in enumerate(lines):
         m = _LINE.match(line)
