@@ -34,7 +34,7 @@ class _Emitter(LifetimesCode):
                  keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
                  unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False) -> None:
         self.layout = layout
-        self.start_at_exit = start_at_exit  # a kernel without scopes writes its CTA header at exit
+        self.start_at_exit = start_at_exit  # a straight-line kernel writes its CTA header at exit
         self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
         self.param = param
         self.smem = smem_symbol
@@ -76,7 +76,8 @@ class _Emitter(LifetimesCode):
         shift = (self.unit_threads - 1).bit_length()
         if self.lifetimes_only:
             return self.lifetimes_prologue()
-        out = [
+        out = self._start_halves() if self.start_at_exit else []  # the CTA header waits for the exit
+        out = out + [
             "// proton_lite: prologue",
             "mov.u32 %pl_r0, %tid.x;",
             f"shr.u32 %pl_r1, %pl_r0, {shift};",  # unit index
@@ -160,6 +161,8 @@ class _Emitter(LifetimesCode):
             out += ["mov.u32 %pl_acc, 0;", "mov.u64 %pl_accd, 0;"]
             for k in range(2):
                 out += [f"mov.u32 %pl_clk{k}, 0;", f"mov.u32 %pl_sa{k}, 0;", f"mov.u64 %pl_ga{k}, 0;"]
+        if self.start_at_exit:
+            return out
         out += ["setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
         return out + self._cta_header() + ["$pl_prologue_done:"]
 
@@ -388,12 +391,13 @@ class _Emitter(LifetimesCode):
                 f"bra.uni $pl_copy_{k};",
                 f"$pl_copied_{k}:",
             ]
-        out += [
-            f"@!%pl_p0 bra $pl_done_{k};",
+        out += [f"@!%pl_p0 bra $pl_done_{k};"] + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else []) + [
             f"mov.u32 %pl_r22, {UNIT_MAGIC};",
             "st.global.v2.u32 [%pl_d2], {%pl_r3, %pl_r22};",
             "st.global.u64 [%pl_d2+8], %pl_d8;",
             "st.global.u64 [%pl_d2+16], %pl_d9;",
-            f"$pl_done_{k}:",
         ]
-        return out
+        if self.start_at_exit:  # thread 0, unit 0's leader: its unit block follows the CTA header
+            out += ["mov.u32 %pl_r15, %tid.x;", "setp.ne.u32 %pl_p1, %pl_r15, 0;", f"@%pl_p1 bra $pl_done_{k};",
+                    f"sub.s64 %pl_d0, %pl_d2, {CTA_HEADER_BYTES};"] + self._cta_header()
+        return out + [f"$pl_done_{k}:"]

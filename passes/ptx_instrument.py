@@ -56,22 +56,23 @@ def lifetimes_only(info: PtxScan, layout: BufferLayout) -> bool:
 
 def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:
     """Whether the CTA's start pair (its low halves) lives in registers until exit: a kernel
-    without scopes and without loops whose register count is fixed.  Loops: a persistent
+    without loops whose register count is fixed and whose buffer is sized at compile time
+    (with or without scopes).  Loops: a persistent
     kernel (liger's DyT backward, 16 warps looping over rows) ran 1.25x plain with the 64-bit
     pair kept across its loop against 1.00x with the header at entry (H100, 2026-11-27): to
     stay at 32 registers ptxas issued each row's second load after the first one's math
     (design.md); a loop also lets a CTA live past the halves' wrap (2^32 cycles), and such
     CTAs are long, so the entry costs them nothing.  ``setmaxnreg`` lowers some warps'
     registers below what a value kept across it needs."""
-    return lifetimes_only(info, layout) and not info.back_edges and "setmaxnreg" not in ptx
+    return not layout.sized_at_launch and not info.back_edges and "setmaxnreg" not in ptx
 
 
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
             pool_plan: PoolPlan | None = None, start_at_exit: bool = True) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
-    layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel without
-    scopes keeps its CTA's start pair in registers and writes the CTA header at exit
-    (ptx_lifetimes.py), unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``)."""
+    layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel keeps
+    its CTA's start pair in registers and writes the CTA header at exit (ptx_lifetimes.py),
+    unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch)."""
     if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
     if layout.pool != (pool_plan is not None) or (layout.pool and not layout.sized_at_launch):

@@ -17,6 +17,11 @@ unit's leader computes its block at exit and writes its header there.  The CTA h
   entry, about 100 cycles on warp 0's path before its first instruction of the kernel,
   and no register of ours lives across the kernel.
 
+Kernels with scopes and without loops (``ptx_emit._Emitter.prologue``/``epilogue``) keep the
+halves the same way since pass 17: thread 0 writes the CTA header after its unit's header,
+so that only the unit's address arithmetic and the first record come before the kernel's
+first instructions, not thread 0's header and its branch as well.
+
 Why: design.md, "The fixed cost of instrumenting a kernel".
 """
 from __future__ import annotations

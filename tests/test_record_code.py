@@ -164,6 +164,39 @@ def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granular
     assert (units["end_gt"] > blocks["start_gt"][:, None]).all() and (units["end_clk"] > 0).all()
 
 
+@pytest.mark.parametrize("staging", ["global", "shared"])
+@pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
+def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(staging, granularity, num_warps):
+    """Scopes but no loop (a vector add, a one-row softmax): the start pair's low halves are
+    the kernel's first two reads and thread 0 writes the CTA header after its unit's, at
+    every exit; the header and every record are those of the entry form, the start
+    earlier (no address arithmetic before it), also where the low halves wrap before exit."""
+    from proton_lite.passes.ptx_instrument import keeps_start_pair
+    body = ["E k", FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", "E s", FMA, "X s", "X k"]
+    layout = BufferLayout(granularity, num_warps, 6, staging, overflow="sink" if staging == "global" else "drop")
+    ptx = fold_exit_branches(_ptx(body))
+    assert keeps_start_pair(ptx, scan(ptx), layout)
+    out = rewrite(ptx, scan(ptx), layout).split("\n")
+    assert [line.strip() for line in out[out.index("\t// proton_lite: prologue") - 2:][:2]] == [
+        "mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]
+    assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
+    full = scoped(0, scoped(1, []))
+    for early, tags in ((0, full), (1, [encode_tag(0, False)])):  # the early ret leaves k open
+        for base in (START_CLOCK, (1 << 32) - 20):
+            exit_form, read = run(body, layout, {"%r2": 1 - early}, clock_base=base)
+            entry_form, _ = run(body, layout, {"%r2": 1 - early}, start_at_exit=False, clock_base=base)
+            check(exit_form, read, tags)
+            check(entry_form, read, tags)
+            for field in ("magic", "smid", "version", "units"):
+                assert (exit_form[field] == entry_form[field]).all(), field
+            assert (exit_form["magic"] == 0x314C5043).all() and (exit_form["units"] == layout.units).all()
+            assert (exit_form["start_clk"] == base + 2).all() and (entry_form["start_clk"] > base + 10).all()
+            assert (exit_form["start_gt"] == 10 * (base + 1)).all()
+            first = exit_form["unit"]["rec"][:, :, 0, 1].astype(np.int64)  # the first record's clock (low half)
+            assert (((first - (exit_form["start_clk"][:, None] & 0xFFFFFFFF)) % (1 << 32)) < 1 << 20).all()  # after it
+            assert (exit_form["unit"]["end_clk"] > exit_form["start_clk"][:, None]).all()
+
+
 def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit():
     """The form that ships: the kernel's first two instructions read the start pair's low
     halves, nothing else of ours runs before the kernel's own code (no %tid, no address, no
@@ -197,7 +230,7 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert (entry["start_clk"] > START_CLOCK + 10).all()  # read after thread 0's address arithmetic
     assert keeps_start_pair(ptx, scan(ptx), layout)
     assert not keeps_start_pair(ptx.replace(FMA, "\tsetmaxnreg.dec.sync.aligned.u32 24;", 1), scan(ptx), layout)
-    assert not keeps_start_pair(ptx, scan(ptx), BufferLayout("cta", 4, 1, "global", overflow="sink"))
+    assert not keeps_start_pair(ptx, scan(ptx), global_layout(4, sized=True, granularity="cta", num_warps=4))
     body = ["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"]
     looped = _ptx(body)
     assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: the header at entry
