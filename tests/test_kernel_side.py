@@ -671,13 +671,17 @@ def test_records_far_apart_keep_one_register_set_and_no_accumulator():
 def test_a_short_run_outside_loops_and_the_calibration_kernel_keep_one_register_set():
     """vector_add's exit of "load" and enter of "store" are close, but two records outside a
     loop do not take turns (MIN_CHAIN); the calibration kernel never does, so that it
-    measures what a record adds inside a scope around real work."""
+    measures what a record adds inside a scope around real work, with its CTA header at
+    entry as in every run before pass 17."""
     from proton_lite.runtime.calibrate import proton_lite_calibrate
     assert _records(compile_case("vector_add").asm["ptx"]) == [(0, False)] * 4
     cal = proton_lite.compile(proton_lite_calibrate, {}, {"PAIRS": 4}, num_warps=4)
     assert _records(cal.asm["ptx"]) == [(0, False)] * 10
     same_shape = proton_lite.compile(_back_to_back, {"x_ptr": "*fp32"}, {"PAIRS": 4}, num_warps=4)
     assert _records(same_shape.asm["ptx"])[1:] == [(n % 2, True) for n in range(1, 8)]
+    # and its CTA header stays at entry (keeps_start_pair says why); a straight-line kernel
+    # of the same shape writes it at exit
+    assert cal.profile["cta_header"] == "entry" and same_shape.profile["cta_header"] == "exit"
 
 
 def _ptx(body: list[str]) -> str:

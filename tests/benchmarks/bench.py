@@ -282,13 +282,24 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
     ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax; mm_iter is the per-K matmul): these "
                     "rows only, without the record-cost loops (an A/B of two trees in one run)")
+    ap.add_argument("--header-form", choices=("pass", "entry"), default="pass",
+                    help="entry: every CTA header at entry, as before pass 17 (an A/B in one machine; give each "
+                    "form its own TRITON_CACHE_DIR: Triton's cache key does not see it)")
+    ap.add_argument("--granularity", default=None,
+                    help="proton-lite's granularity for every row (default: auto, one record stream per warp); "
+                    "cta: one per CTA, 1/num_warps of the record bytes")
     args = ap.parse_args()
+    if args.header_form != "pass":
+        from header_forms import use_form
+        use_form(args.header_form)
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     rows = []
     for label, kname, launch, options in cases(args.quick):
         if args.only and (kname + ("_iter" if "per K" in label else "")) not in args.only.split(","):
             continue
+        if args.granularity:
+            options = dict(options, granularity=args.granularity)
         row = {"kernel": label, "options": options}
         t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, options)
         row["n_per_variant"] = len(t["plain"])

@@ -4,7 +4,7 @@ op, plain vs in a session, by CUPTI kernel durations, for one form of the header
 Forms (passes/ptx_lifetimes.py): ``pass`` what the pass chooses (at exit in straight-line
 kernels, at entry in kernels with loops), ``exit`` the start pair's low halves kept in
 registers until exit in every scope-less kernel, loops included, ``entry`` the header at
-entry everywhere, ``pred`` as ``exit`` with thread 0 alone reading the halves (a diagnosis:
+entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``exit`` with thread 0 alone reading the halves (a diagnosis:
 are the other warps' timer reads the cost?).  The runs of 2026-11-27 (docs/gpu-runs.md) were
 of pass 15, which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
@@ -32,8 +32,9 @@ from proton_lite.passes import ptx_instrument, ptx_lifetimes, stage_hook  # noqa
 
 
 def use_form(form: str) -> None:
-    if form == "entry":
+    if form == "entry":  # the metadata says so too (cta_header "entry")
         stage_hook.rewrite = functools.partial(ptx_instrument.rewrite, start_at_exit=False)
+        stage_hook.keeps_start_pair = lambda ptx, info, layout: False
     elif form in ("exit", "pred"):  # loops too: both the rewrite and the stage hook ask
         def keeps(ptx, info, layout):
             return ptx_instrument.lifetimes_only(info, layout) and "setmaxnreg" not in ptx
