@@ -5,7 +5,9 @@ Forms (passes/ptx_lifetimes.py): ``pass`` what the pass chooses (at exit in stra
 kernels, at entry in kernels with loops), ``exit`` the start pair's low halves kept in
 registers until exit in every scope-less kernel, loops included, ``entry`` the header at
 entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``exit`` with thread 0 alone reading the halves (a diagnosis:
-are the other warps' timer reads the cost?).  The runs of 2026-11-27 (docs/gpu-runs.md) were
+are the other warps' timer reads the cost?), ``empty`` a scope-less kernel with no code of
+ours at all, launched by the session as any other (a diagnosis: is what a short kernel pays
+in its code, or around it: its buffer, its launch?).  The runs of 2026-11-27 (docs/gpu-runs.md) were
 of pass 15, which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
@@ -39,6 +41,9 @@ def use_form(form: str) -> None:
         def keeps(ptx, info, layout):
             return ptx_instrument.lifetimes_only(info, layout) and "setmaxnreg" not in ptx
         stage_hook.keeps_start_pair = ptx_instrument.keeps_start_pair = keeps
+    if form == "empty":  # a diagnosis: the session's binary, allocator and hooks, but no code of ours in it
+        ptx_lifetimes.LifetimesCode.lifetimes_prologue = lambda self: []
+        ptx_lifetimes.LifetimesCode.lifetimes_epilogue = lambda self, k: []
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -62,7 +67,7 @@ def session_binaries(fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred"), default="pass")
+    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty"), default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
