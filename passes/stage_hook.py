@@ -48,6 +48,7 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
 # 14: scopes of loops Triton warp-specializes are placed in the partitions doing their work (ws_scopes.py)
 # 15: kernels without scopes read their CTA's start at entry and write its header at exit (ptx_lifetimes.py)
 # 16: ... keeping only the start pair's low halves (two registers; the 64-bit pair delayed loads)
+# 17: straight-line kernels with scopes too (ptx_emit.py), except the session's record-cost kernel
 PASS_VERSION = "proton_lite-ptx-pass-17"
 _lock = threading.Lock()
 _users = 0

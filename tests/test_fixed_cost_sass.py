@@ -50,7 +50,8 @@ SCOPED_SHIFT = 20
 def test_a_straight_line_kernel_with_scopes_keeps_its_cta_header_off_its_loads(name):
     from proton_lite.sass_listing import load_shift
     fn, sig, constexprs, warps = SCOPED[name]
-    built = {inst: proton_lite.compile(fn, sig, constexprs, instrument=inst, num_warps=warps, divisible_by_16=tuple(sig))
+    built = {inst: proton_lite.compile(fn, sig, constexprs, instrument=inst, num_warps=warps,
+                                       divisible_by_16=tuple(sig))
              for inst in (False, True)}
     assert built[True].profile["cta_header"] == "exit" and built[True].profile["layout"]["capacity"] > 0
     listing = {inst: [i.text for i in disassemble(k.asm["cubin"])] for inst, k in built.items()}

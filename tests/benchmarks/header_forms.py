@@ -4,11 +4,12 @@ op, plain vs in a session, by CUPTI kernel durations, for one form of the header
 Forms (passes/ptx_lifetimes.py): ``pass`` what the pass chooses (at exit in straight-line
 kernels, at entry in kernels with loops), ``exit`` the start pair's low halves kept in
 registers until exit in every scope-less kernel, loops included, ``entry`` the header at
-entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``exit`` with thread 0 alone reading the halves (a diagnosis:
-are the other warps' timer reads the cost?), ``empty`` a scope-less kernel with no code of
-ours at all, launched by the session as any other (a diagnosis: is what a short kernel pays
-in its code, or around it: its buffer, its launch?).  The runs of 2026-11-27 (docs/gpu-runs.md) were
-of pass 15, which kept the 64-bit pair.  Run each form in its own process with its own
+entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``exit`` with
+thread 0 alone reading the halves (a diagnosis: are the other warps' timer reads the
+cost?), ``empty`` a scope-less kernel with no code of ours at all, launched by the session
+as any other (a diagnosis: is what a short kernel pays in its code, or around it: its
+buffer, its launch?).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
+which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
 
