@@ -8,7 +8,10 @@ entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``e
 thread 0 alone reading the halves (a diagnosis: are the other warps' timer reads the
 cost?), ``empty`` a scope-less kernel with no code of ours at all, launched by the session
 as any other (a diagnosis: is what a short kernel pays in its code, or around it: its
-buffer, its launch?).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
+buffer, its launch?), ``cs2r`` the halves taken from 64-bit reads (ptxas then issues
+fixed-latency CS2R instead of S2UR, whose variable latency may hold up the kernel's own
+uniform reads of ``%ctaid``), ``clockonly`` a diagnosis with no ``%globaltimer`` read at
+entry at all (its CTA start times are wrong).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
@@ -45,6 +48,13 @@ def use_form(form: str) -> None:
     if form == "empty":  # a diagnosis: the session's binary, allocator and hooks, but no code of ours in it
         ptx_lifetimes.LifetimesCode.lifetimes_prologue = lambda self: []
         ptx_lifetimes.LifetimesCode.lifetimes_epilogue = lambda self, k: []
+    if form == "cs2r":  # the halves taken from 64-bit reads, which ptxas issues as CS2R (fixed latency)
+        ptx_lifetimes.LifetimesCode._start_halves = lambda self: [
+            "mov.u64 %pl_d4, %globaltimer;", "cvt.u32.u64 %pl_r13, %pl_d4;",
+            "mov.u64 %pl_d5, %clock64;", "cvt.u32.u64 %pl_r14, %pl_d5;"]
+    if form == "clockonly":  # a diagnosis (start_gt is wrong): no timer read at entry, only the clock
+        ptx_lifetimes.LifetimesCode._start_halves = lambda self: [
+            "mov.u32 %pl_r14, %clock;", "mov.u32 %pl_r13, 0;"]
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -68,7 +78,7 @@ def session_binaries(fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty"), default="pass")
+    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly"), default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
