@@ -397,7 +397,6 @@ class _Emitter(LifetimesCode):
             "st.global.u64 [%pl_d2+8], %pl_d8;",
             "st.global.u64 [%pl_d2+16], %pl_d9;",
         ]
-        if self.start_at_exit:  # thread 0, unit 0's leader: its unit block follows the CTA header
-            out += ["mov.u32 %pl_r15, %tid.x;", "setp.ne.u32 %pl_p1, %pl_r15, 0;", f"@%pl_p1 bra $pl_done_{k};",
-                    f"sub.s64 %pl_d0, %pl_d2, {CTA_HEADER_BYTES};"] + self._cta_header()
+        if self.start_at_exit:
+            out += self.cta_header_after_unit(k)
         return out + [f"$pl_done_{k}:"]

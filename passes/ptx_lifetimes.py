@@ -74,6 +74,12 @@ class LifetimesCode:
                 f"mov.u32 %pl_r12, {L.units};",
                 "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};"])
 
+    def cta_header_after_unit(self, k: int) -> list[str]:
+        """In a kernel with scopes, after a unit leader's header at exit: thread 0 (unit 0's
+        leader, whose unit block %pl_d2 follows the CTA header) writes the CTA header."""
+        return (["mov.u32 %pl_r15, %tid.x;", "setp.ne.u32 %pl_p1, %pl_r15, 0;", f"@%pl_p1 bra $pl_done_{k};",
+                 f"sub.s64 %pl_d0, %pl_d2, {CTA_HEADER_BYTES};"] + self._cta_header())
+
     def lifetimes_prologue(self) -> list[str]:
         if self.start_at_exit:
             return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_halves()
