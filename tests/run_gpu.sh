@@ -58,7 +58,7 @@ if [ -n "${FIXED_COST:-}" ]; then  # issue 24: device time of scope-less kernels
   done; done
 fi
 if [ -n "${SHORT_FORMS:-}" ]; then  # issue 24: which of our instructions the short forwards pay for (header_forms.py)
-  for op in dyt softmax; do for rep in 1 2; do for form in pass empty pred cs2r clockonly; do
+  for op in dyt softmax; do for rep in 1 2; do for form in pass empty pred cs2r clockonly ublock; do
     TRITON_CACHE_DIR=/tmp/tc_short_$form timeout 80 python3 tests/benchmarks/header_forms.py --form $form --op $op \
       --rounds 2 2>&1 | grep -E "round [01] .*_(fwd|forward)"
   done; done; done

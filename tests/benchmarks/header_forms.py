@@ -11,7 +11,8 @@ as any other (a diagnosis: is what a short kernel pays in its code, or around it
 buffer, its launch?), ``cs2r`` the halves taken from 64-bit reads (ptxas then issues
 fixed-latency CS2R instead of S2UR, whose variable latency may hold up the kernel's own
 uniform reads of ``%ctaid``), ``clockonly`` a diagnosis with no ``%globaltimer`` read at
-entry at all (its CTA start times are wrong).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
+entry at all (its CTA start times are wrong), ``ublock`` the CTA block's address computed at
+entry and kept, so that the exit has no ``%ctaid`` and parameter reads to wait for.  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
@@ -55,6 +56,22 @@ def use_form(form: str) -> None:
     if form == "clockonly":  # a diagnosis (start_gt is wrong): no timer read at entry, only the clock
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: [
             "mov.u32 %pl_r14, %clock;", "mov.u32 %pl_r13, 0;"]
+    if form == "ublock":  # the CTA block's address computed at entry and kept (uniform: ptxas may hold it in URs)
+        code = ptx_lifetimes.LifetimesCode
+        prologue, epilogue, block = code.lifetimes_prologue, code.lifetimes_epilogue, code._block_address
+
+        def kept_prologue(self):
+            return prologue(self) + (block(self) if self.start_at_exit else [])
+
+        def kept_epilogue(self, k):
+            if not self.start_at_exit:
+                return epilogue(self, k)
+            code._block_address = lambda self: []  # %pl_d0 still holds it
+            try:
+                return epilogue(self, k)
+            finally:
+                code._block_address = block
+        code.lifetimes_prologue, code.lifetimes_epilogue = kept_prologue, kept_epilogue
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -78,7 +95,7 @@ def session_binaries(fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly"), default="pass")
+    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock"), default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
