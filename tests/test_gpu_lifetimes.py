@@ -1,5 +1,5 @@
-"""Kernels without scopes on the GPU: where the CTA header is written (passes/ptx_lifetimes.py)
-and that the lifetimes it records are the same either way.
+"""Where the CTA header is written (passes/ptx_lifetimes.py), on the GPU: kernels without
+scopes, and a straight-line kernel with scopes, whose records must lie inside its CTAs.
 
 A straight-line kernel reads the low halves of its CTA's start pair first and thread 0
 writes the header at exit, with the 64-bit pair rebuilt from its end pair; a kernel with a
@@ -67,3 +67,35 @@ def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas
     assert ((rates > 0.2) & (rates < 2.5)).all(), rates
     span_ns = mine["end_ns"].max() - mine["start_ns"].min()
     assert span_ns <= start.elapsed_time(end) * 1e6 + 2000, span_ns
+
+
+def test_a_straight_line_kernel_with_scopes_writes_its_header_at_exit(tmp_path):
+    """Pass 17: softmax with two scopes and no loop writes its CTA header at exit; every CTA
+    is there once, and each warp's scopes lie inside its CTA's start and end."""
+    import kernels as K
+    warps = 8
+    x = torch.randn(ROWS, COLS, device="cuda", generator=torch.Generator(device="cuda").manual_seed(5))
+    plain, out = torch.empty_like(x), torch.empty_like(x)
+    K.softmax_plain[(ROWS, )](x, plain, x.stride(0), COLS, BLOCK=COLS, num_warps=warps)
+    with proton_lite.start(str(tmp_path / "sm"), quiet=True, formats=()) as session:
+        K.softmax[(ROWS, )](x, out, x.stride(0), COLS, BLOCK=COLS, num_warps=warps)
+    torch.cuda.synchronize()
+    assert torch.allclose(plain, out)
+    cap = read_raw(session.result.raw_path)
+    (kmeta, ) = [m for m in cap.kernels.values() if m["name"] == "softmax"]
+    assert kmeta["proton_lite"]["cta_header"] == "exit"
+    prof = decode(cap)
+    kid = next(i for i, k in enumerate(prof.kernels) if k.name == "softmax")
+    (launch, ) = prof.launches["launch"][prof.launches["kernel"] == kid]
+    ctas = prof.ctas[prof.ctas["launch"] == launch]
+    assert len(ctas) == ROWS and len(np.unique(ctas["cta"])) == ROWS
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert (ctas["smid"] < sms).all() and len(np.unique(ctas["smid"])) > 1
+    iv = prof.intervals[prof.intervals["launch"] == launch]
+    assert len(iv) == ROWS * warps * 2  # two scopes per warp
+    by_cta = np.empty(ROWS, dtype=ctas.dtype)
+    by_cta[ctas["cta"]] = ctas
+    own = by_cta[iv["cta"]]
+    tick = 64  # ns: the start pair's timer reads against the record clocks, converted per CTA
+    assert (iv["start_ns"] >= own["start_ns"] - tick).all() and (iv["end_ns"] <= own["end_ns"] + tick).all()
+    assert (iv["end_ns"] >= iv["start_ns"]).all()
