@@ -15,11 +15,10 @@ import time
 import numpy as np
 import torch
 import triton
-import triton.language as tl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import proton_lite  # noqa: E402
-import proton_lite.language as pl  # noqa: E402
+import proton_lite.language as pl  # noqa: E402,F401  (loops.py takes it from here)
 from proton_lite.decode import decode  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
 
@@ -37,131 +36,7 @@ except Exception:  # pragma: no cover
 import importlib.util  # noqa: E402
 TRACE_FORMATS = ("perfetto", ) if importlib.util.find_spec("proton_lite.trace.perfetto") else ()
 
-# PROF: 0 plain, 1 proton-lite, 2 Proton; scopes compile away when PROF selects the other one
-
-
-@triton.jit
-def vadd(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr, PROF: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    if PROF == 1:
-        pl.enter_scope("load")
-    if PROF == 2:
-        ppl.enter_scope("load")
-    x = tl.load(x_ptr + offs, mask=m)
-    y = tl.load(y_ptr + offs, mask=m)
-    if PROF == 1:
-        pl.exit_scope("load")
-        pl.enter_scope("store")
-    if PROF == 2:
-        ppl.exit_scope("load")
-        ppl.enter_scope("store")
-    tl.store(o_ptr + offs, x + y, mask=m)
-    if PROF == 1:
-        pl.exit_scope("store")
-    if PROF == 2:
-        ppl.exit_scope("store")
-
-
-@triton.jit
-def mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
-       BK: tl.constexpr, PROF: tl.constexpr, PER_ITER: tl.constexpr):
-    pid = tl.program_id(0)
-    nn = tl.cdiv(N, BN)
-    pm, pn = pid // nn, pid % nn
-    om = pm * BM + tl.arange(0, BM)
-    on = pn * BN + tl.arange(0, BN)
-    ok = tl.arange(0, BK)
-    ap = a_ptr + om[:, None] * sam + ok[None, :] * sak
-    bp = b_ptr + ok[:, None] * sbk + on[None, :] * sbn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    if PROF == 1:
-        pl.enter_scope("mainloop")
-    if PROF == 2:
-        ppl.enter_scope("mainloop")
-    for k in range(0, tl.cdiv(K, BK)):
-        if PER_ITER:
-            if PROF == 1:
-                pl.enter_scope("iter")
-            if PROF == 2:
-                ppl.enter_scope("iter")
-        a = tl.load(ap)
-        b = tl.load(bp)
-        acc = tl.dot(a, b, acc)
-        ap += BK * sak
-        bp += BK * sbk
-        if PER_ITER:
-            if PROF == 1:
-                pl.exit_scope("iter")
-            if PROF == 2:
-                ppl.exit_scope("iter")
-    if PROF == 1:
-        pl.exit_scope("mainloop")
-        pl.enter_scope("epilogue")
-    if PROF == 2:
-        ppl.exit_scope("mainloop")
-        ppl.enter_scope("epilogue")
-    tl.store(c_ptr + om[:, None] * scm + on[None, :] * scn, acc.to(tl.float16))
-    if PROF == 1:
-        pl.exit_scope("epilogue")
-    if PROF == 2:
-        ppl.exit_scope("epilogue")
-
-
-@triton.jit
-def smax(x_ptr, o_ptr, stride, n, BLOCK: tl.constexpr, PROF: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    m = cols < n
-    x = tl.load(x_ptr + row * stride + cols, mask=m, other=-float("inf"))
-    if PROF == 1:
-        pl.enter_scope("reduce")
-    if PROF == 2:
-        ppl.enter_scope("reduce")
-    x = x - tl.max(x, axis=0)
-    num = tl.exp(x)
-    den = tl.sum(num, axis=0)
-    if PROF == 1:
-        pl.exit_scope("reduce")
-        pl.enter_scope("store")
-    if PROF == 2:
-        ppl.exit_scope("reduce")
-        ppl.enter_scope("store")
-    tl.store(o_ptr + row * stride + cols, num / den, mask=m)
-    if PROF == 1:
-        pl.exit_scope("store")
-    if PROF == 2:
-        ppl.exit_scope("store")
-
-
-@triton.jit
-def record_cost(x_ptr, n_iter, INNER: tl.constexpr, FMAS: tl.constexpr = 1):
-    """A loop of n_iter iterations, with (INNER) or without a scope around FMAS dependent
-    FMAs per element (2 elements per thread with 2 warps): the records' cost per iteration
-    is the difference. FMAS=1 is the tightest loop; longer bodies show what a record costs
-    when the work of the iteration can hide the store's latency."""
-    v = tl.load(x_ptr + tl.arange(0, 128))
-    pl.enter_scope("loop")
-    for i in range(n_iter):
-        if INNER:
-            pl.enter_scope("r")
-        for _ in tl.static_range(FMAS):
-            v = v * 1.000001 + 0.5
-        if INNER:
-            pl.exit_scope("r")
-    pl.exit_scope("loop")
-    tl.store(x_ptr + tl.arange(0, 128), v)
-
-
-@triton.jit
-def record_stream(PAIRS: tl.constexpr):
-    """Back-to-back records, as in the calibration kernel, but an ordinary kernel: the pass
-    gives its close records two register sets in turn (the calibration kernel keeps one)."""
-    pl.enter_scope("stream")
-    for _ in tl.static_range(PAIRS):
-        pl.enter_scope("r")
-        pl.exit_scope("r")
-    pl.exit_scope("stream")
+from bench_kernels import lnorm, mm, record_cost, record_stream, smax, vadd  # noqa: E402,F401
 
 
 def median_scope_cycles(path, scope, launch, **options):
@@ -230,6 +105,11 @@ def cases(quick):
     yield "matmul, scope per K iter", "mm", per_iter, {}
     yield "matmul, per K iter, capacity=", "mm", per_iter, {"capacity": 2 * (S // 64) + 4}
     yield "softmax 4096x4096 fp32", "smax", lambda p: smax[(4096, )](xs, os_, xs.stride(0), 4096, BLOCK=4096, PROF=p), {}
+    L = 8192 if not quick else 1024
+    xl = torch.randn(L, L, device="cuda", dtype=torch.float16)
+    yl, wl, bl = torch.empty_like(xl), torch.randn(L, device="cuda"), torch.randn(L, device="cuda")
+    yield "layernorm 8192x8192 fp16", "lnorm", lambda p: lnorm[(L, )](xl, yl, wl, bl, xl.stride(0), L, 1e-5, BLOCK=L,
+                                                                    PROF=p, num_warps=16), {}
 
 
 class ProtonRef:
@@ -280,7 +160,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=10, help="launches per timing block")
     ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
-    ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax; mm_iter is the per-K matmul): these "
+    ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax, lnorm; mm_iter is the per-K matmul): these "
                     "rows only, without the record-cost loops (an A/B of two trees in one run)")
     ap.add_argument("--header-form", choices=("pass", "entry"), default="pass",
                     help="entry: every CTA header at entry, as before pass 17 (an A/B in one machine; give each "
