@@ -12,7 +12,11 @@ chunk is sealed (what makes the collector run more often in the user's program).
 ``--between MIB`` walks that many MiB of Python objects between launches, as a program's own
 Python does, so that the hooks run on cold caches as they do in a real program.
 
-Usage: python tests/benchmarks/fastpath_cpu.py [--launches 20000] [--rounds 5] [--between 8]
+``--free-drain`` gives the C drain driver functions in C that do nothing, so that its thread
+runs as on a GPU host instead of waiting for the GIL in the simulated driver's callbacks:
+the chunk switch (the allocator's Python path) is then what it costs the launching thread.
+
+Usage: python tests/benchmarks/fastpath_cpu.py [--launches 20000] [--rounds 5] [--between 8] [--free-drain]
 """
 from __future__ import annotations
 
@@ -40,6 +44,31 @@ static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "pl_query_standins", NUL
 PyMODINIT_FUNC PyInit_pl_query_standins(void) { return PyModule_Create(&mod); }
 """
 
+# ``--free-drain``: the C drain's eight driver functions (native_drain.open's order) as C
+# functions that do nothing, so that its thread never waits for the GIL, as on a GPU host
+# (the simulated driver's ctypes callbacks take it on every call).  Nothing is copied: the
+# raw file gets the pinned buffers as they are; only the launching thread's times count.
+_DRAIN_STANDINS = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+static int one(uint64_t a) { return 0; }
+static int copy(uint64_t a, uint64_t b, size_t n, uint64_t s) { return 0; }
+static int fill(uint64_t a, unsigned char v, size_t n, uint64_t s) { return 0; }
+static int mode(void *m) { return 0; }
+static int wait_event(uint64_t s, uint64_t e, unsigned int f) { return 0; }
+static int record(uint64_t e, uint64_t s) { return 0; }
+static PyObject *addresses(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("(KKKKKKKK)", (unsigned long long)(uintptr_t)one, (unsigned long long)(uintptr_t)one,
+                         (unsigned long long)(uintptr_t)copy, (unsigned long long)(uintptr_t)fill,
+                         (unsigned long long)(uintptr_t)one, (unsigned long long)(uintptr_t)mode,
+                         (unsigned long long)(uintptr_t)wait_event, (unsigned long long)(uintptr_t)record);
+}
+static PyMethodDef m[] = {{"addresses", addresses, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "pl_drain_standins", NULL, -1, m};
+PyMODINIT_FUNC PyInit_pl_drain_standins(void) { return PyModule_Create(&mod); }
+"""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -48,6 +77,8 @@ def main() -> None:
     ap.add_argument("--per-chunk", type=int, default=200)
     ap.add_argument("--between", type=float, default=0.0,
                     help="MiB of the program's own Python objects touched between launches (0: a tight loop)")
+    ap.add_argument("--free-drain", action="store_true",
+                    help="the C drain's driver calls as C functions that do nothing (its thread never takes the GIL)")
     a = ap.parse_args()
     # a program's own work between launches: walking this many objects pushes the hooks' out
     # of the core's caches, as a real program's Python does (liger's forward: ~100 µs per call)
@@ -64,12 +95,17 @@ def main() -> None:
     from test_collector import _Meta
 
     queries = compat.compile_module_from_src()(_QUERIES, "pl_query_standins").addresses()
+    drain_table = compat.compile_module_from_src()(_DRAIN_STANDINS, "pl_drain_standins").addresses() \
+        if a.free_drain else None
     meta = _Meta()
     size = meta.profile_scratch_size * 4
     rows = []
     for _ in range(a.rounds):
         mp = MonkeyPatch()
         SimDriver().install(mp)
+        if drain_table is not None:
+            from proton_lite.runtime import cuda_api
+            mp.setattr(cuda_api, "driver_table", lambda: drain_table)
         with tempfile.TemporaryDirectory() as tmp:
             col = Collector(RawWriter(os.path.join(tmp, "c.plraw"), {}), host_limit_bytes=256 << 20,
                             copy_every=a.per_chunk, idle_ns=10**12)
