@@ -60,7 +60,7 @@ def _source_class(kernel):
 
 
 def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None = None, arch: int = 90,
-            instrument: bool = True, num_warps: int = 4, num_stages: int = 3, granularity: str = "warp",
+            instrument: bool = True, num_warps: int = 4, num_stages: int = 3, granularity: str = "auto",
             capacity: int | None = None, loop_capacity: int = 256, buffer_mode: str = "clamp",
             divisible_by_16: tuple[str, ...] | list[str] = (), **options: Any) -> CompiledKernel:
     """Compile ``kernel`` (a ``@triton.jit`` function) for ``sm_<arch>``, instrumented by default.
@@ -69,7 +69,8 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
     ``"constexpr"`` for constexprs), ``constexprs`` gives the constexpr values (a constexpr
     with a default takes it when not given).
     ``divisible_by_16`` names the arguments to specialize as multiples of 16, as Triton's
-    launcher does for an integer or pointer argument whose value is one.
+    launcher does for an integer or pointer argument whose value is one.  ``granularity``
+    "auto" builds what a session builds: a unit per warp with scopes, per CTA without.
     """
     gpu_target = compat.gpu_target_class()
 

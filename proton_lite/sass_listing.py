@@ -4,7 +4,8 @@ Why: what instrumenting a kernel costs on the device is often not the records bu
 ptxas does around them; with the CTA's 64-bit start pair kept in registers, ptxas issued
 some of a kernel's loads dozens of instructions late to stay within its register count
 (docs/design.md, "The fixed cost of instrumenting a kernel").  `proton-lite compile --emit
-sass DIR` writes both listings and reports how far the loads moved, so that a kernel
+sass DIR` writes both listings and reports how far the loads moved, and how many loads wait
+for another load's data before they issue (a second trip to memory), so that a kernel
 author or compiler developer sees it without a GPU.  The disassembler is the ``cuobjdump``
 that comes with the triton wheel.
 """
@@ -41,6 +42,47 @@ def instructions(text: str) -> list[str]:
 def _opcode(instr: str) -> str:
     words = instr.split()
     return (words[1] if words[0].startswith("@") and len(words) > 1 else words[0]).split(".")[0]
+
+
+_HIGH_WORD = re.compile(r"^\s+/\* (0x[0-9a-f]{16}) \*/\s*$")
+_ENCODED = re.compile(r"/\* (0x[0-9a-f]{16}) \*/\s*$")
+NO_BARRIER = 7
+
+
+def control(text: str) -> list[tuple[str, int, int]]:
+    """(instruction, write barrier, wait mask) per instruction of a listing, from the control
+    bits of sm_70+ encodings: the second 64-bit word's bits 46-48 name the scoreboard a
+    variable-latency instruction (a load) signals when its result is ready (7: none), bits
+    52-57 the scoreboards the instruction waits for before it issues."""
+    lines = text.splitlines()
+    out = []
+    for n, line in enumerate(lines):
+        m = _INSTR.match(line)
+        if not m or not _ENCODED.search(line) or n + 1 >= len(lines):
+            continue
+        high = _HIGH_WORD.match(lines[n + 1])
+        if not high:
+            continue
+        bits = int(high.group(1), 16) >> 41
+        out.append((m.group(2), (bits >> 5) & 7, (bits >> 11) & 0x3F))
+    return out
+
+
+def loads_behind_loads(text: str) -> list[int]:
+    """Positions of the global loads issued after an instruction that waited for an earlier
+    global load's data: each such load starts a further trip to memory, one after the other.
+    A kernel whose instrumented build has more of these than its plain build pays a memory
+    latency per extra one (liger's DyT forward on Triton 3.6: docs/design.md)."""
+    pending, waited, out = set(), False, []
+    for n, (instr, barrier, wait) in enumerate(control(text)):
+        if any(wait >> b & 1 for b in pending):
+            waited = True
+        if _opcode(instr) == "LDG":
+            if waited:
+                out.append(n)
+            if barrier != NO_BARRIER:
+                pending.add(barrier)
+    return out
 
 
 def global_loads(instrs: list[str]) -> list[int]:

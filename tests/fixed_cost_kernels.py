@@ -95,3 +95,19 @@ def gated_silu_fwd(a_ptr, b_ptr, c_ptr, stride, scale, n_cols: tl.constexpr, BLO
     a = tl.load(a_ptr + row * stride + cols, mask=mask, other=0.0) * scale
     b = tl.load(b_ptr + row * stride + cols, mask=mask, other=0.0)
     tl.store(c_ptr + row * stride + cols, a / (1.0 + tl.exp(-a)) * b, mask=mask)
+
+
+@triton.jit
+def tanh_affine_fwd(x_ptr, y_ptr, alpha_ptr, w_ptr, b_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    """w * tanh(alpha * x) + b, one row per program, the block wider than the row (a dynamic
+    tanh norm's forward): ptxas issues the bias load after the tanh; under some of our code
+    it also split the row's loads around the math (docs/design.md)."""
+    cols = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    row = tl.program_id(1).to(tl.int64)
+    alpha = tl.load(alpha_ptr).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
+    t = 2.0 / (1.0 + tl.exp(-2.0 * alpha * x)) - 1.0
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + row * N + cols, t * w + b, mask=mask)

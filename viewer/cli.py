@@ -186,8 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--divisible-by-16", metavar="NAMES",
                    help="arguments a launch passes as multiples of 16 (aligned pointers, sizes), comma separated: "
                         "Triton specializes on it, and its pipeliner needs it to make loads asynchronous")
-    p.add_argument("--granularity", choices=("warp", "warpgroup", "cta"), default="warp",
-                   help="one record stream per warp (default), warp group or CTA")
+    p.add_argument("--granularity", choices=("auto", "warp", "warpgroup", "cta"), default="auto",
+                   help="one record stream per warp, warp group or CTA; auto (default, as a session): per warp "
+                   "in kernels with scopes, per CTA in kernels without")
     p.add_argument("--capacity", type=_positive_int, help="records per unit (default: sized from the code)")
     p.add_argument("--loop-capacity", type=_positive_int, default=256,
                    help="records per unit when a scope is inside a loop (default 256)")

@@ -267,6 +267,9 @@ def render_compile_report(r: dict, console) -> None:
                      f"{sass['max_moved']:+d} (most) instructions against the plain kernel's")
         else:
             text += f" (the plain kernel has {sass['plain_loads']}: not compared)"
+        text += (f"; {sass['behind']} issued only after another load's data came back (plain "
+                 f"{sass['plain_behind']}" + ("; each one more is a further trip to memory)"
+                                              if sass["behind"] > sass["plain_behind"] else ")"))
         kv.add_row("SASS", text)
     if r.get("cta_header") == "exit":
         kv.add_row("CTA header", "at exit: the kernel starts with two timer reads "
@@ -341,6 +344,8 @@ def cmd_compile(args) -> int:
             raise CliError(f"--emit sass: cuobjdump from the triton wheel failed ({_one_line(e)[:200]})") from e
         report["sass"] = sass_listing.load_shift(*(sass_listing.instructions(texts[f"{name}{s}.sass"])
                                                    for s in (".plain", "")))
+        report["sass"].update(behind=len(sass_listing.loads_behind_loads(texts[f"{name}.sass"])),
+                              plain_behind=len(sass_listing.loads_behind_loads(texts[f"{name}.plain.sass"])))
     written = []
     for kind, folder in args.emit or []:
         data = texts if kind == "sass" else ck.asm.get(kind)
