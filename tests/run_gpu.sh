@@ -2,7 +2,7 @@
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
 # Knobs: TESTS=..., PART=1|2 (half of the test list), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
 # CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT),
-# SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~6 min).
+# SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -58,7 +58,7 @@ if [ -n "${FIXED_COST:-}" ]; then  # issue 24: device time of scope-less kernels
   done; done
 fi
 if [ -n "${SHORT_FORMS:-}" ]; then  # issue 24: which of our instructions the short forwards pay for (header_forms.py)
-  for op in dyt softmax; do for rep in 1 2; do for form in pass empty pred cs2r clockonly ublock; do
+  for op in dyt softmax; do for rep in 1 2; do for form in pass empty func ublock pred cs2r clockonly; do
     TRITON_CACHE_DIR=/tmp/tc_short_$form timeout 80 python3 tests/benchmarks/header_forms.py --form $form --op $op \
       --rounds 2 2>&1 | grep -E "round [01] .*_(fwd|forward)"
   done; done; done
