@@ -70,9 +70,10 @@ def control(text: str) -> list[tuple[str, int, int]]:
 
 def loads_behind_loads(text: str) -> list[int]:
     """Positions of the global loads issued after an instruction that waited for an earlier
-    global load's data: each such load starts a further trip to memory, one after the other.
-    A kernel whose instrumented build has more of these than its plain build pays a memory
-    latency per extra one (liger's DyT forward on Triton 3.6: docs/design.md)."""
+    global load's data: such a load starts its trip to memory only once the other one is
+    back.  A kernel whose instrumented build has more of these than its plain build may pay a
+    memory latency per extra one, unless that load's data sits in a cache (a weight every CTA
+    reads): a hint to look at, not a verdict (liger's DyT forward: docs/design.md)."""
     pending, waited, out = set(), False, []
     for n, (instr, barrier, wait) in enumerate(control(text)):
         if any(wait >> b & 1 for b in pending):

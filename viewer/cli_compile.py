@@ -268,7 +268,7 @@ def render_compile_report(r: dict, console) -> None:
         else:
             text += f" (the plain kernel has {sass['plain_loads']}: not compared)"
         text += (f"; {sass['behind']} issued only after another load's data came back (plain "
-                 f"{sass['plain_behind']}" + ("; each one more is a further trip to memory)"
+                 f"{sass['plain_behind']}" + ("; each one more may be a further trip to memory, unless its data is cached)"
                                               if sass["behind"] > sass["plain_behind"] else ")"))
         kv.add_row("SASS", text)
     if r.get("cta_header") == "exit":
