@@ -79,7 +79,9 @@ class InstrumentConfig:
 
     def to_mode(self) -> str:
         cap = "auto" if self.capacity is None else str(self.capacity)
-        mode = (f"{INSTRUMENTATION_MODE},{_VERSION}{PASS_FINGERPRINT},"
+        from proton_lite.passes import ptx_lifetimes  # its switch changes the PTX: part of the key
+        exit_form = ".exitfunc" if ptx_lifetimes.EXIT_IN_FUNCTION else ""
+        mode = (f"{INSTRUMENTATION_MODE},{_VERSION}{PASS_FINGERPRINT}{exit_form},"
                 f"{_PREFIX}{self.granularity}.{cap}.{self.loop_capacity}.{self.buffer_mode}")
         if self.kernels:
             mode += "," + _KERNELS + ".".join(k.encode().hex() for k in self.kernels)

@@ -35,6 +35,7 @@ class _Emitter(LifetimesCode):
                  unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False) -> None:
         self.layout = layout
         self.start_at_exit = start_at_exit  # a straight-line kernel writes its CTA header at exit
+        self.exit_function = None  # the name of the .func its exit calls (ptx_lifetimes.EXIT_IN_FUNCTION)
         self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
         self.param = param
         self.smem = smem_symbol

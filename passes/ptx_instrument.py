@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 
 from proton_lite.layout import BufferLayout, encode_tag
+from proton_lite.passes import ptx_lifetimes
 from proton_lite.passes.config import CALIBRATION_KERNEL
 from proton_lite.passes.pool import PoolPlan
 # the scan and the emitter live in their own modules; their names are re-exported here, where
@@ -112,6 +113,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
                     unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout))
+    if ptx_lifetimes.EXIT_IN_FUNCTION and emit.start_at_exit and lifetimes_only(info, layout):
+        emit.exit_function = f"__proton_lite_exit_{info.kernel}"
     entries = {head: n for n, head in unrolled.values()}
 
     def body_line(i: int, copy: int = 0) -> list[str]:
@@ -185,6 +188,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     if not regs_done or ret_count == 0:
         raise InstrumentationError(f"proton_lite: could not find the body or the exits of kernel {info.kernel} in "
                                    "its PTX; please report this with the kernel's PTX")
+    if emit.exit_function:  # defined before the kernel that calls it
+        at = next(n for n, line in enumerate(out) if _ENTRY_RE.search(line))
+        out.insert(at, emit.exit_function_text())
     return "\n".join(out)
 
 

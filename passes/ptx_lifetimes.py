@@ -28,6 +28,15 @@ from __future__ import annotations
 
 from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC
 
+# The exit of a straight-line kernel without scopes as a call to a ``.func`` of its own
+# (``exit_function``), which ptxas does not inline: the kernel's body is then scheduled as
+# if our exit were not there.  In Triton 3.6's SASS this keeps the loads of liger's DyT and
+# softmax forwards as the plain kernel issues them, where the inline exit made some of them
+# wait for others' data (design.md).  Off until a GPU run shows that the call pays; changes
+# the PTX, so it is part of the compile options' mode string (config.InstrumentConfig.to_mode):
+# set it before a session starts or a kernel is compiled.
+EXIT_IN_FUNCTION = False
+
 
 class LifetimesCode:
     @property
@@ -87,9 +96,32 @@ class LifetimesCode:
                  "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
                 + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])
 
+    def exit_call(self) -> list[str]:
+        """The exit as a call of ``exit_function`` with the buffer and the start halves."""
+        return ["{", ".param .b64 %pl_fa0;", ".param .b32 %pl_fa1;", ".param .b32 %pl_fa2;",
+                f"ld.param.u64 %pl_d0, [{self.param}];", "st.param.b64 [%pl_fa0], %pl_d0;",
+                "st.param.b32 [%pl_fa1], %pl_r13;", "st.param.b32 [%pl_fa2], %pl_r14;",
+                f"call.uni {self.exit_function}, (%pl_fa0, %pl_fa1, %pl_fa2);", "}"]
+
+    def exit_function_text(self) -> str:
+        """The ``.func`` that ``exit_call`` calls: the inline exit, its buffer and start
+        halves taken from its parameters."""
+        name, kernel_param = self.exit_function, self.param
+        self.exit_function, self.param = None, "pl_buf"
+        try:
+            body = self.lifetimes_epilogue(0)
+        finally:
+            self.exit_function, self.param = name, kernel_param
+        return "\n".join([f".func {name}(.param .b64 pl_buf, .param .b32 pl_gt0, .param .b32 pl_clk0)", "{"]
+                         + ["\t" + r for r in self.registers()]
+                         + ["\tld.param.u32 %pl_r13, [pl_gt0];", "\tld.param.u32 %pl_r14, [pl_clk0];"]
+                         + ["\t" + line for line in body] + ["\tret;", "}", ""])
+
     def lifetimes_epilogue(self, k: int) -> list[str]:
         """Each unit's leader: its end pair and header, its block computed again; then thread 0
         (the leader of unit 0) the CTA header, if the start pair was kept from entry."""
+        if self.exit_function:
+            return self.exit_call()
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
         return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",

@@ -53,31 +53,60 @@ class Launch:
     clock_base: int = 1000  # thread 0's clock before its first instruction (%globaltimer = 10 x clock)
 
 
+@dataclass
+class _Function:
+    """A ``.func`` the kernel calls: its parameter names, body and labels."""
+    params: list[str]
+    body: list[tuple]
+    labels: dict[str, int]
+
+
+def _parse_body(lines: list[str], at: int) -> tuple[list[tuple], dict[str, int]]:
+    """The instructions and labels of the block that opens at line ``at`` (``{``), nested
+    blocks (a call's parameter scope) flattened."""
+    body, labels, depth = [], {}, 0
+    for raw in lines[at:]:
+        line = raw.strip()
+        if line == "{":
+            depth += 1
+            continue
+        if line == "}":
+            depth -= 1
+            if depth == 0:
+                return body, labels
+            continue
+        if not line or line.startswith(("//", ".reg", ".loc", ".file", ".local", ".shared", ".pragma", ".param")):
+            continue
+        m = _LABEL_RE.match(line)
+        if m:
+            labels[m.group(1)] = len(body)
+            continue
+        m = _LINE_RE.match(line)
+        if not m:
+            raise SimError(f"cannot parse: {line}")
+        neg, pred, op, args = m.groups()
+        operands = [a.strip() for a in _split_operands(args)] if args else []
+        body.append((neg == "!", pred, op, operands, line))
+    raise SimError("a block that does not end")
+
+
 class Kernel:
     def __init__(self, ptx: str):
-        self.body: list[tuple] = []
-        self.labels: dict[str, int] = {}
         self.shared_symbols: list[str] = re.findall(r"\.extern \.shared \.align \d+ \.b8 ([$\w]+)\[\];", ptx)
-        inside = False
-        for raw in ptx.split("\n"):
-            line = raw.strip()
-            if not inside:
-                inside = line == "{"
-                continue
-            if not line or line.startswith(("//", ".reg", ".loc", ".file", ".local", ".shared", ".pragma")):
-                continue
-            if line == "}":
-                break
-            m = _LABEL_RE.match(line)
+        lines = ptx.split("\n")
+        self.funcs: dict[str, _Function] = {}
+        self.body, self.labels = None, {}
+        for n, raw in enumerate(lines):
+            m = re.match(r"^\s*\.func\s+([\w$]+)\s*\((.*)\)", raw)
             if m:
-                self.labels[m.group(1)] = len(self.body)
-                continue
-            m = _LINE_RE.match(line)
-            if not m:
-                raise SimError(f"cannot parse: {line}")
-            neg, pred, op, args = m.groups()
-            operands = [a.strip() for a in _split_operands(args)] if args else []
-            self.body.append((neg == "!", pred, op, operands, line))
+                start = next(j for j in range(n, len(lines)) if lines[j].strip() == "{")
+                self.funcs[m.group(1)] = _Function(re.findall(r"\.param\s+\.\w+\s+([\w$]+)", m.group(2)),
+                                                   *_parse_body(lines, start))
+            elif re.match(r"^\s*(\.visible\s+)?\.entry\s", raw) and self.body is None:
+                start = next(j for j in range(n, len(lines)) if lines[j].strip() == "{")
+                self.body, self.labels = _parse_body(lines, start)
+        if self.body is None:
+            raise SimError("no .entry in the PTX")
 
     def run(self, launch: Launch, cta_order=None) -> None:
         """Every CTA (in ``cta_order``, default ascending), its threads one after another.
@@ -115,6 +144,8 @@ class _Thread:
         self.n_shuffles = 0
         self.regs: dict[str, int] = dict(launch.regs)
         self.clock = launch.clock_base + 7 * tid
+        self.outgoing: dict[str, int] = {}  # st.param of a call sequence
+        self.incoming: dict[str, int] | None = None  # a called function's parameters
 
     def value(self, operand: str, bits: int) -> int:
         o = operand.strip()
@@ -157,8 +188,22 @@ class _Thread:
         self.regs[reg] = v & ((1 << bits) - 1)
 
     def run(self) -> None:
+        self._run(self.k.body, self.k.labels, "kernel")
+
+    def _call(self, ops: list[str]) -> None:
+        """``call.uni f, (a, b, ...)``: f runs with registers of its own and the values stored
+        in a, b, ... as its parameters."""
+        func = self.k.funcs[ops[0]]
+        args = [o.strip().strip("()").strip() for o in ops[1:]]
+        saved = self.regs, self.incoming
+        self.regs, self.incoming = {}, dict(zip(func.params, (self.outgoing[a] for a in args)))
+        try:
+            self._run(func.body, func.labels, ops[0])
+        finally:
+            self.regs, self.incoming = saved
+
+    def _run(self, body: list[tuple], labels: dict[str, int], where: str) -> None:
         pc, steps = 0, 0
-        body = self.k.body
         while pc < len(body):
             steps += 1
             if steps > self.l.max_steps:
@@ -174,12 +219,19 @@ class _Thread:
             if name == "ret":
                 return
             if name == "bra":
-                pc = self.k.labels[ops[0]]
+                pc = labels[ops[0]]
+                continue
+            if name == "call":
+                self._call(ops)
+                continue
+            if name == "st" and ".param" in types:
+                self.outgoing[ops[0].strip()[1:-1]] = self.value(ops[1], 64)
                 continue
             if name in ("bar", "membar"):  # threads run one after another: ordered anyway
                 continue
             if name == "ld" and ".param" in types:
-                self.set(ops[0], self.l.params[ops[1].strip()[1:-1]], 64)
+                param = ops[1].strip()[1:-1]
+                self.set(ops[0], self.incoming[param] if self.incoming is not None else self.l.params[param], 64)
                 continue
             try:
                 if name in ("st", "ld"):
@@ -194,7 +246,7 @@ class _Thread:
                 self._alu(name, types, bits, ops, line)
             except SimError as e:
                 raise SimError(f"{e} (CTA {self.cta}, thread {self.tid}: {line})") from None
-        raise SimError("fell off the end of the kernel")
+        raise SimError(f"fell off the end of the {where}")
 
     def _memory_op(self, name: str, types: list[str], ops: list[str]) -> None:
         space = "shared" if ".shared" in types else "global"

@@ -136,3 +136,16 @@ def test_the_instrumented_row_kernel_waits_for_memory_no_more_often_than_plain()
         *TANH, {"N": 1024, "BLOCK": 2048}, instrument=inst, num_warps=4,
         divisible_by_16=tuple(TANH[1])).asm["cubin"]))) for inst in (False, True)]
     assert behind[1] <= behind[0], behind
+
+
+def test_with_the_exit_in_a_function_the_row_kernel_waits_as_plain_does(monkeypatch):
+    """The candidate for the test above (ptx_lifetimes.EXIT_IN_FUNCTION, off until the GPU
+    says the call pays): ptxas schedules the body as if the exit were not there."""
+    from proton_lite.passes import ptx_lifetimes
+    from proton_lite.sass_listing import listing, loads_behind_loads
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", True)  # part of the compile's cache key (config.py)
+    built = [proton_lite.compile(*TANH, {"N": 1024, "BLOCK": 2048}, instrument=inst, num_warps=4,
+                                 divisible_by_16=tuple(TANH[1])) for inst in (False, True)]
+    text = listing(built[1].asm["cubin"])
+    assert "CALL" in text and built[1].profile["cta_header"] == "exit"
+    assert len(loads_behind_loads(text)) == len(loads_behind_loads(listing(built[0].asm["cubin"])))

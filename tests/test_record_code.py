@@ -197,6 +197,33 @@ def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(stagin
             assert (exit_form["unit"]["end_clk"] > exit_form["start_clk"][:, None]).all()
 
 
+@pytest.mark.parametrize("granularity,num_warps", [("cta", 4), ("warp", 2)])
+def test_the_exit_as_a_function_writes_what_the_inline_exit_writes(granularity, num_warps, monkeypatch):
+    """ptx_lifetimes.EXIT_IN_FUNCTION: each ret calls one .func, defined before the kernel,
+    with the buffer and the start halves; the CTA and unit headers are those of the inline
+    exit, at both exits, also where the low halves wrap before exit."""
+    from proton_lite.passes import ptx_lifetimes
+    layout = BufferLayout(granularity, num_warps, 0, "global")
+    body = [FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA]
+    inline = {(early, base): run(body, layout, {"%r2": 1 - early}, clock_base=base)[0]
+              for early in (0, 1) for base in (START_CLOCK, (1 << 32) - 20)}
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", True)
+    ptx = fold_exit_branches(_ptx(body))
+    out = rewrite(ptx, scan(ptx), layout)
+    assert out.count(".func __proton_lite_exit_k(") == 1 and out.count("call.uni __proton_lite_exit_k,") == 2
+    assert out.index(".func __proton_lite_exit_k(") < out.index(".visible .entry k(")
+    for (early, base), expected in inline.items():
+        blocks, _ = run(body, layout, {"%r2": 1 - early}, clock_base=base)
+        for field in ("magic", "smid", "start_gt", "start_clk", "version", "units"):
+            assert (blocks[field] == expected[field]).all(), (field, early, base)
+        units, want = blocks["unit"], expected["unit"]
+        assert (units["magic"] == want["magic"]).all() and (units["count"] == 0).all()
+        assert (units["end_clk"] >= want["end_clk"]).all() and (units["end_clk"] > blocks["start_clk"][:, None]).all()
+    # kernels that keep the header at entry (a loop) are not changed
+    looped = _ptx(["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"])
+    assert ".func" not in rewrite(looped, scan(looped), layout)
+
+
 def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit():
     """The form that ships: the kernel's first two instructions read the start pair's low
     halves, nothing else of ours runs before the kernel's own code (no %tid, no address, no

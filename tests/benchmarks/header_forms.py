@@ -74,62 +74,12 @@ def use_form(form: str) -> None:
             finally:
                 code._block_address = block
         code.lifetimes_prologue, code.lifetimes_epilogue = kept_prologue, kept_epilogue
-    if form == "func":
-        _exit_in_a_function()
+    if form == "func":  # the exit in a .func the kernel calls (passes/ptx_lifetimes.py says why)
+        ptx_lifetimes.EXIT_IN_FUNCTION = True
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
             ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;"] + ["@%pl_p1 " + i for i in halves(self)])
-
-
-def _exit_in_a_function() -> None:
-    """Form ``func``: a straight-line scope-less kernel of one unit per CTA calls a ``.func``
-    of its own at exit, which ptxas does not inline, so that the kernel's body is scheduled
-    as if our exit code were not there (in the SASS of liger's DyT and softmax forwards and
-    of ``tanh_affine_fwd`` its loads are then as the plain kernel's: design.md)."""
-    from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC
-    code, rewrite = ptx_lifetimes.LifetimesCode, ptx_instrument.rewrite
-    epilogue = code.lifetimes_epilogue
-
-    def calling_epilogue(self, k):
-        if not self.start_at_exit or self.layout.units != 1:
-            return epilogue(self, k)
-        return ["{", ".reg .b64 %pl_fb;", f"ld.param.u64 %pl_fb, [{self.param}];",
-                ".param .b64 %pl_a0;", ".param .b32 %pl_a1;", ".param .b32 %pl_a2;",
-                "st.param.b64 [%pl_a0], %pl_fb;", "st.param.b32 [%pl_a1], %pl_r13;", "st.param.b32 [%pl_a2], %pl_r14;",
-                "call.uni __pl_exit, (%pl_a0, %pl_a1, %pl_a2);", "}"]
-
-    def func(stride: int) -> str:
-        h = CTA_HEADER_BYTES
-        return "\n".join([
-            ".func __pl_exit(.param .b64 pl_buf, .param .b32 pl_gt0, .param .b32 pl_clk0)", "{",
-            ".reg .b32 %r<16>;", ".reg .b64 %rd<10>;", ".reg .pred %p<1>;",
-            "mov.u32 %r0, %tid.x;", "setp.ne.u32 %p0, %r0, 0;", "@%p0 bra $pl_exit_done;",
-            "mov.u64 %rd8, %globaltimer;", "mov.u64 %rd9, %clock64;", "mov.u32 %r10, %smid;",
-            "ld.param.u64 %rd0, [pl_buf];", "ld.param.u32 %r13, [pl_gt0];", "ld.param.u32 %r14, [pl_clk0];",
-            "mov.u32 %r5, %ctaid.x;", "mov.u32 %r6, %ctaid.y;", "mov.u32 %r7, %ctaid.z;",
-            "mov.u32 %r8, %nctaid.x;", "mov.u32 %r9, %nctaid.y;",
-            "mad.lo.u32 %r6, %r7, %r9, %r6;", "mad.lo.u32 %r5, %r6, %r8, %r5;",
-            f"mul.wide.u32 %rd1, %r5, {stride};", "add.s64 %rd0, %rd0, %rd1;",
-            f"mov.u32 %r1, {UNIT_MAGIC};", "mov.u32 %r2, 0;",
-            f"st.global.v2.u32 [%rd0+{h}], {{%r2, %r1}};", f"st.global.u64 [%rd0+{h + 8}], %rd8;",
-            f"st.global.u64 [%rd0+{h + 16}], %rd9;",
-            "cvt.u32.u64 %r15, %rd8;", "sub.u32 %r15, %r15, %r13;", "cvt.u64.u32 %rd6, %r15;", "sub.u64 %rd4, %rd8, %rd6;",
-            "cvt.u32.u64 %r15, %rd9;", "sub.u32 %r15, %r15, %r14;", "cvt.u64.u32 %rd6, %r15;", "sub.u64 %rd5, %rd9, %rd6;",
-            f"mov.u32 %r11, {CTA_MAGIC};", "st.global.v2.u32 [%rd0], {%r11, %r10};",
-            "st.global.u64 [%rd0+8], %rd4;", "st.global.u64 [%rd0+16], %rd5;",
-            f"mov.u32 %r11, {LAYOUT_VERSION};", "mov.u32 %r12, 1;", "st.global.v2.u32 [%rd0+24], {%r11, %r12};",
-            "$pl_exit_done:", "ret;", "}", ""])
-
-    def rewrite_with_func(ptx, info, layout, *args, **kwargs):
-        out = rewrite(ptx, info, layout, *args, **kwargs)
-        if "call.uni __pl_exit" not in out:
-            return out
-        at = out.index(".visible .entry")
-        return out[:at] + func(layout.stride) + out[at:]
-
-    code.lifetimes_epilogue = calling_epilogue
-    stage_hook.rewrite = rewrite_with_func
 
 
 def session_binaries(fn):
