@@ -32,8 +32,11 @@ def _row_sum(a, b, c):
     F.persistent_row_sum[(132, )](a, c.view(-1)[:ROWS], ROWS, COLS, COLS, BLOCK=COLS, num_warps=8)
 
 
-@pytest.mark.parametrize("launch,header,ctas", [(_gated, "exit", ROWS), (_row_sum, "entry", 132)])
-def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas, tmp_path):
+@pytest.mark.parametrize("launch,header,ctas,exit_call", [(_gated, "exit", ROWS, False), (_gated, "exit", ROWS, True),
+                                                          (_row_sum, "entry", 132, False)])
+def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas, exit_call, tmp_path, monkeypatch):
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", exit_call)  # the exit as a call (off by default)
     g = torch.Generator(device="cuda").manual_seed(3)
     a, b = (torch.randn(ROWS, COLS, device="cuda", generator=g) for _ in range(2))
     plain = torch.zeros(ROWS, COLS, device="cuda")
@@ -49,6 +52,10 @@ def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas
     cap = read_raw(session.result.raw_path)
     (kmeta, ) = [m for m in cap.kernels.values() if m["name"] in ("gated_silu_fwd", "persistent_row_sum")]
     assert kmeta["proton_lite"]["cta_header"] == header
+    if exit_call:  # a binary of this session has the call (the earlier case left the inline one)
+        ptxs = [k.asm["ptx"] for c in F.gated_silu_fwd.device_caches.values() for k in c[0].values()
+                if getattr(k.metadata, "proton_lite", None)]
+        assert any("call.uni __proton_lite_exit_gated_silu_fwd" in p for p in ptxs)
     layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
     (la, ) = [la for la in cap.launches if cap.kernels[la.kernel_id] is kmeta]
     blocks = np.frombuffer(la.buffer, dtype=cta_block_dtype(layout), count=ctas)
