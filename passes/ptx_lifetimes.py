@@ -44,12 +44,12 @@ class LifetimesCode:
         """A kernel without scopes: capacity 0, compiled (stage_hook.choose_layout)."""
         return self.layout.capacity == 0 and not self.layout.sized_at_launch
 
-    def _block_address(self) -> list[str]:
+    def _block_address(self, param: str | None = None) -> list[str]:
         """%pl_d0 = this CTA's block, %pl_d2 = its unit's, from the parameter and %ctaid, in
         place (nothing kept alive across the kernel: a kernel without scopes needs them only
         at entry, by thread 0, and at exit, by each unit's leader)."""
         L = self.layout
-        return [f"ld.param.u64 %pl_d0, [{self.param}];",
+        return [f"ld.param.u64 %pl_d0, [{param or self.param}];",
                 "mov.u32 %pl_r5, %ctaid.x;", "mov.u32 %pl_r6, %ctaid.y;", "mov.u32 %pl_r7, %ctaid.z;",
                 "mov.u32 %pl_r8, %nctaid.x;", "mov.u32 %pl_r9, %nctaid.y;",
                 "mad.lo.u32 %pl_r6, %pl_r7, %pl_r9, %pl_r6;", "mad.lo.u32 %pl_r5, %pl_r6, %pl_r8, %pl_r5;",
@@ -106,22 +106,19 @@ class LifetimesCode:
     def exit_function_text(self) -> str:
         """The ``.func`` that ``exit_call`` calls: the inline exit, its buffer and start
         halves taken from its parameters."""
-        name, kernel_param = self.exit_function, self.param
-        self.exit_function, self.param = None, "pl_buf"
-        try:
-            body = self.lifetimes_epilogue(0)
-        finally:
-            self.exit_function, self.param = name, kernel_param
-        return "\n".join([f".func {name}(.param .b64 pl_buf, .param .b32 pl_gt0, .param .b32 pl_clk0)", "{"]
-                         + ["\t" + r for r in self.registers()]
+        return "\n".join([f".func {self.exit_function}(.param .b64 pl_buf, .param .b32 pl_gt0, .param .b32 pl_clk0)",
+                          "{"] + ["\t" + r for r in self.registers()]
                          + ["\tld.param.u32 %pl_r13, [pl_gt0];", "\tld.param.u32 %pl_r14, [pl_clk0];"]
-                         + ["\t" + line for line in body] + ["\tret;", "}", ""])
+                         + ["\t" + line for line in self._exit_code(0, "pl_buf")] + ["\tret;", "}", ""])
 
     def lifetimes_epilogue(self, k: int) -> list[str]:
-        """Each unit's leader: its end pair and header, its block computed again; then thread 0
-        (the leader of unit 0) the CTA header, if the start pair was kept from entry."""
-        if self.exit_function:
-            return self.exit_call()
+        """The exit at the ``k``-th ``ret``: inline, or a call of ``exit_function``."""
+        return self.exit_call() if self.exit_function else self._exit_code(k, self.param)
+
+    def _exit_code(self, k: int, param: str) -> list[str]:
+        """Each unit's leader: its end pair and header, its block computed again (the buffer
+        from ``param``); then thread 0 (the leader of unit 0) the CTA header, if the start
+        pair was kept from entry."""
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
         return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
@@ -129,7 +126,7 @@ class LifetimesCode:
                  f"@!%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
                 + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
-                + self._block_address()
+                + self._block_address(param)
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
                    f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
                    f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",

@@ -16,6 +16,7 @@ import re
 import statistics
 import subprocess
 import tempfile
+from dataclasses import dataclass
 
 _INSTR = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
@@ -44,27 +45,44 @@ def _opcode(instr: str) -> str:
     return (words[1] if words[0].startswith("@") and len(words) > 1 else words[0]).split(".")[0]
 
 
-_HIGH_WORD = re.compile(r"^\s+/\* (0x[0-9a-f]{16}) \*/\s*$")
-_ENCODED = re.compile(r"/\* (0x[0-9a-f]{16}) \*/\s*$")
-NO_BARRIER = 7
+_ENCODED = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s+/\* 0x([0-9a-f]{16}) \*/")
+_HIGH_WORD = re.compile(r"/\* 0x([0-9a-f]{16}) \*/")
 
 
-def control(text: str) -> list[tuple[str, int, int]]:
-    """(instruction, write barrier, wait mask) per instruction of a listing, from the control
-    bits of sm_70+ encodings: the second 64-bit word's bits 46-48 name the scoreboard a
-    variable-latency instruction (a load) signals when its result is ready (7: none), bits
-    52-57 the scoreboards the instruction waits for before it issues."""
+@dataclass(frozen=True)
+class Instr:
+    """One instruction with the scheduling bits ptxas set.  Since Volta every instruction is
+    128 bits; bits 105-125 hold them (Jia et al., "Dissecting the NVIDIA Volta GPU
+    Architecture via Microbenchmarking", 2018): stall cycles (4 bits), yield (1), the
+    scoreboard a variable-latency instruction releases when its result is written (3, 7 =
+    none) and when it has read its source registers (3, 7 = none), then the mask of
+    scoreboards the instruction waits for (6) and the operand-reuse flags (4)."""
+    addr: int
+    text: str  # e.g. "CS2R.32 R9, SR_CLOCKLO", predicate included
+    stall: int
+    write_barrier: int | None
+    read_barrier: int | None
+    waits: frozenset[int]
+
+    @property
+    def opcode(self) -> str:
+        words = self.text.split()
+        return words[1] if words[0].startswith("@") else words[0]
+
+
+def decode(text: str) -> list[Instr]:
+    """The instructions of a listing with their scheduling bits (the second 64-bit word of
+    each, printed on the line after it)."""
     lines = text.splitlines()
     out = []
-    for n, line in enumerate(lines):
-        m = _INSTR.match(line)
-        if not m or not _ENCODED.search(line) or n + 1 >= len(lines):
+    for i, line in enumerate(lines):
+        m = _ENCODED.match(line)
+        if not m:
             continue
-        high = _HIGH_WORD.match(lines[n + 1])
-        if not high:
-            continue
-        bits = int(high.group(1), 16) >> 41
-        out.append((m.group(2), (bits >> 5) & 7, (bits >> 11) & 0x3F))
+        ctrl = int(_HIGH_WORD.search(lines[i + 1]).group(1), 16) >> 41
+        wbar, rbar = (ctrl >> 5) & 7, (ctrl >> 8) & 7
+        out.append(Instr(int(m.group(1), 16), m.group(2), ctrl & 0xF, None if wbar == 7 else wbar,
+                         None if rbar == 7 else rbar, frozenset(b for b in range(6) if ctrl >> (11 + b) & 1)))
     return out
 
 
@@ -75,14 +93,14 @@ def loads_behind_loads(text: str) -> list[int]:
     memory latency per extra one, unless that load's data sits in a cache (a weight every CTA
     reads): a hint to look at, not a verdict (liger's DyT forward: docs/design.md)."""
     pending, waited, out = set(), False, []
-    for n, (instr, barrier, wait) in enumerate(control(text)):
-        if any(wait >> b & 1 for b in pending):
+    for n, instr in enumerate(decode(text)):
+        if instr.waits & pending:
             waited = True
-        if _opcode(instr) == "LDG":
+        if _opcode(instr.text) == "LDG":
             if waited:
                 out.append(n)
-            if barrier != NO_BARRIER:
-                pending.add(barrier)
+            if instr.write_barrier is not None:
+                pending.add(instr.write_barrier)
     return out
 
 

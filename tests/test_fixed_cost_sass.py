@@ -102,12 +102,13 @@ def _listing(rows) -> str:
 
 
 def test_loads_behind_loads_follow_the_scoreboards():
-    from proton_lite.sass_listing import control, loads_behind_loads
+    from proton_lite.sass_listing import decode, loads_behind_loads
     rows = [("LDG.E R2, desc[UR4][R2.64]", 2, 0), ("S2R R9, SR_TID.X", 0, 0), ("IMAD R3, R9, 4, RZ", 7, 0b1),
             ("@!P0 LDG.E.128 R4, desc[UR4][R6.64]", 3, 0), ("FMUL R0, R2, R2", 7, 0b100),
             ("LDG.E R8, desc[UR4][R10.64]", 4, 0), ("FADD R1, R4, R8", 7, 0b11000)]
     text = _listing(rows)
-    assert [(b, w) for _, b, w in control(text)] == [(b, w) for _, b, w in rows]
+    assert [(i.text, i.write_barrier, i.waits) for i in decode(text)] == \
+        [(t, None if b == 7 else b, frozenset(n for n in range(6) if w >> n & 1)) for t, b, w in rows]
     # waiting for the S2R (barrier 0) holds no load back; waiting for the first load's data does
     assert loads_behind_loads(text) == [5]
     assert loads_behind_loads(_listing(rows[:4] + rows[5:])) == []
@@ -116,12 +117,12 @@ def test_loads_behind_loads_follow_the_scoreboards():
 def test_a_row_kernel_whose_bias_load_waits_for_the_row():
     """tanh_affine_fwd (4 warps): ptxas issues the bias load after the tanh, so the plain
     kernel has loads behind loads; read from real listings, every load signals a scoreboard."""
-    from proton_lite.sass_listing import control, listing, loads_behind_loads
+    from proton_lite.sass_listing import decode, listing, loads_behind_loads
     k = proton_lite.compile(*TANH, {"N": 1024, "BLOCK": 2048}, instrument=False, num_warps=4,
                             divisible_by_16=tuple(TANH[1]))
     text = listing(k.asm["cubin"])
-    loads = [b for i, b, _ in control(text) if "LDG" in i]
-    assert len(loads) >= 3 and all(b != 7 for b in loads)
+    loads = [i.write_barrier for i in decode(text) if i.opcode.startswith("LDG")]
+    assert len(loads) >= 3 and all(b is not None for b in loads)
     assert len(loads_behind_loads(text)) == 2
 
 

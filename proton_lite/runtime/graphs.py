@@ -41,6 +41,7 @@ ARENA_NODES = 512  # node headers per device allocation (read in one copy)
 # (tests/benchmarks/graphs.py --leaf-copies times the leaves beside it, docs/benchmarks.md)
 CHAIN_COPIES = True
 
+
 class _Arena:
     """Node headers of one device, in one allocation (kept for the life of the process)."""
 

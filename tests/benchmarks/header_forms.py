@@ -68,7 +68,7 @@ def use_form(form: str) -> None:
         def kept_epilogue(self, k):
             if not self.start_at_exit:
                 return epilogue(self, k)
-            code._block_address = lambda self: []  # %pl_d0 still holds it
+            code._block_address = lambda self, param=None: []  # %pl_d0 still holds it
             try:
                 return epilogue(self, k)
             finally:
