@@ -251,6 +251,9 @@ class Session:
                           # (allocations, exit hooks) the C hooks served without the Python ones
                           "host_hooks_fast": list(self._hooks.fastpath.counts()) if self._hooks.fastpath is not None
                           else None,
+                          # chunk switches the C hooks made from spares (runtime/chunks.py, SPARE_CHUNKS)
+                          "host_hooks_switches": self._hooks.fastpath.switches() if self._hooks.fastpath is not None
+                          else None,
                           "host_hooks_error": _fastpath_error(),
                           "drain": drain, "graphs": collector.graphs.stats(), "clock_anchors": anchors,
                           "errors": collector.errors,

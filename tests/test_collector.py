@@ -23,6 +23,7 @@ from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
 from proton_lite import native_drain
 from proton_lite.runtime import cuda_api, drain_native, fastpath
 from proton_lite.runtime.collector import Collector, LaunchInfo
+from proton_lite.runtime.chunks import SPARE_CHUNKS
 from sim_driver import SimDriver
 
 SCRATCH = 256  # profile bytes per CTA
@@ -263,6 +264,8 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
     n = 200
     for i in range(n):
         launch(col, sim, stream=3, payload=i.to_bytes(8, "little"))
+    with col._lock:  # (chunks the C hooks switched away from are handed to the drain here)
+        col._sync()
     copies_before_stop = col.copies  # chunks sealed with something to copy (the copier copies them)
     cap = finish(col, tmp_path)
     # the first launch came after idle time (copied alone), then one copy per 16 launches
@@ -273,10 +276,64 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
     assert sim.calls["event_record"] == 1 + 2 * (sim.calls["memcpy_dtoh_async"] - 1)
     assert sim.calls["stream_wait_event"] == sim.calls["memcpy_dtoh_async"] - 1
     assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(n))
-    if HOOKS["mode"] == "c":  # the C hooks served the burst; Python opened each chunk and closed each full one
-        allocs, exits = _C_HOOKS[id(col)][0].counts()
-        assert allocs == n - copies_before_stop - 1  # the first launch into each chunk: Python
-        assert exits == n - copies_before_stop  # the very first launch and the 12 that filled a chunk: Python
+    if HOOKS["mode"] == "c":  # the C hooks served the burst and switched most chunks themselves
+        fp = _C_HOOKS[id(col)][0]
+        allocs, exits = fp.counts()
+        # 14 chunks: the isolated first launch's, the first one of the burst (Python opens
+        # both), then 12 switches: Python's first (it opens SPARE_CHUNKS chunks ahead), then
+        # the C hooks' for as many, then Python's again, ...
+        switches = (n - 1) // 16
+        assert fp.switches() == switches - -(-switches // (SPARE_CHUNKS + 1))
+        assert allocs == n - (copies_before_stop + 1 - fp.switches())  # the first launch into a chunk opened by Python
+        assert exits == n - 1  # the very first launch: Python (a full chunk waits for the next launch)
+
+
+def test_chunks_switched_by_the_c_hooks_keep_every_launch_in_order_and_go_back_to_the_pool(tmp_path, sim):
+    """Two streams fill chunk after chunk, one of them with a launch twice the size halfway: the
+    C hooks switch most chunks from the spares Python opened ahead (the larger launch takes
+    the Python path, which opens spares that fit it), every launch is saved in its stream's
+    order, and at stop every chunk is back in the pool."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12)
+    at_release = {}
+    release = col.device_pool.release_all
+
+    def observe_release(*a, **k):  # what the pool holds when stop frees it: nothing may be out
+        pool = col.device_pool
+        at_release["free"] = sum(len(v) for v in pool._free.values())
+        at_release["made"] = sum(pool._count.values())
+        return release(*a, **k)
+    col.device_pool.release_all = observe_release
+    sent = {1: [], 2: []}
+    for i in range(400):
+        stream = 1 + i % 2
+        grid = (8, 1, 1) if stream == 2 and i >= 200 else (4, 1, 1)
+        launch(col, sim, stream=stream, grid=grid, payload=i.to_bytes(8, "little"))
+        sent[stream].append(i)
+    cap = finish(col, tmp_path)
+    got = {1: [], 2: []}
+    for ln in cap.launches:
+        got[ln.stream].append(int.from_bytes(bytes(ln.buffer[:8]), "little"))
+    assert got == sent and col.lost == 0
+    assert at_release["free"] == at_release["made"] and not col._spares and not col._c_sealed
+    if HOOKS["mode"] == "c":
+        fp = _C_HOOKS[id(col)][0]
+        assert fp.switches() >= 16  # of 24 switches: Python's take one in SPARE_CHUNKS + 1
+        assert sum(fp.counts()) >= 2 * 400 - 2 * 16  # the rest of the launches stayed in C
+
+
+def test_chunks_switched_by_the_c_hooks_stay_within_the_device_limit(tmp_path, sim):
+    """The chunks the C hooks switch away from reach the drain at the next Python switch, all at
+    once: spares are opened only as far as that leaves the device backlog within its limit."""
+    per_launch = SCRATCH * 4
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12,
+                    device_limit_bytes=5 * 16 * per_launch)
+    col.chunk_bytes = 16 * per_launch
+    for i in range(300):
+        launch(col, sim, stream=1, payload=i.to_bytes(8, "little"))
+        assert all(len(v) <= 3 for v in col._spares.values())  # the open chunk, 3 spares, 1 being sealed: 5
+    cap = finish(col, tmp_path)
+    assert len(cap.launches) == 300
+    assert col._drain.peak_queued_bytes <= col.device_limit + size_class(16 * per_launch)
 
 
 def test_the_first_launch_on_a_device_makes_the_chunks_a_loop_keeps_in_flight(tmp_path, sim):
@@ -1290,13 +1347,14 @@ def test_the_python_copier_passes_the_pinned_limit_rather_than_wait_for_chunks_q
         col.writer.close()
 
 
-def test_a_fault_while_many_threads_launch_keeps_or_counts_every_launch(tmp_path, monkeypatch):
+@pytest.mark.parametrize("copy_every", [7, 24])  # 24: the C hooks also switch chunks (fastpath.C_SWITCH_MIN_COPY_EVERY)
+def test_a_fault_while_many_threads_launch_keeps_or_counts_every_launch(tmp_path, monkeypatch, copy_every):
     """Six threads launch on three streams and a kernel faults at a random point: every launch
     whose exit hook ran is either saved (once, with its own bytes) or counted as lost."""
     import random
     for seed in range(3):
         sim = SimDriver().install(monkeypatch)  # a fresh GPU for each run
-        col = Collector(RawWriter(tmp_path / f"f{seed}.plraw", {}), host_limit_bytes=64 << 20, copy_every=7,
+        col = Collector(RawWriter(tmp_path / f"f{seed}.plraw", {}), host_limit_bytes=64 << 20, copy_every=copy_every,
                         idle_ns=2_000_000)
         sim.fault_after_kernels = random.Random(seed).randint(100, 1500)
         expected = _launch_from_six_threads(col, sim, seed)

@@ -23,6 +23,11 @@ CHUNK_BYTES = 16 << 20
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 PINNED_RESERVE_CHUNKS = 4  # pinned buffers of a chunk's size made at the first launch (the copier's working set)
 DEVICE_RESERVE_CHUNKS = 4  # device chunks made at the first launch on a device (a loop's chunks in flight)
+# chunks opened ahead, each with an event, for a stream whose chunks fill up, when the C hooks
+# switch chunks (runtime/fastpath.py): they then switch that many times without Python, and the
+# Python switch that follows seals the chunks they left and opens the next ones together, on
+# warm caches (one Python switch per SPARE_CHUNKS + 1 chunks)
+SPARE_CHUNKS = 4
 DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
 DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
 
@@ -74,6 +79,12 @@ class ChunkBook:
     def _new_chunk(self, key: tuple[int, int], size: int, stream: int) -> _Chunk:
         device = key[0]
         limit = self._chunk_limit(size)
+        spares = self._spares.get(key)
+        if spares and spares[0][0].limit >= size:  # opened ahead: its event goes back to the free ones
+            chunk, event, _ = spares.pop(0)
+            self._recycle_event(device, event)
+            self._open[key] = chunk
+            return chunk
         try:
             buf = self._take_device(limit, device, stream)  # zeroed
         except ProfileBufferOOM:
@@ -84,6 +95,46 @@ class ChunkBook:
         chunk = _Chunk(buf, limit, device, stream)
         self._open[key] = chunk
         return chunk
+
+    def _open_spares(self, key: tuple[int, int], size: int, stream: int) -> None:
+        """Chunks (and events) for the C hooks' next switches on ``key``'s stream, opened here
+        while this switch's objects are in the caches.  None when memory is short: then the
+        Python path switches, as without spares."""
+        spares = self._spares.setdefault(key, [])
+        limit = self._chunk_limit(size)
+        while spares and spares[0][0].limit < size:  # made for smaller launches: not taken by C
+            chunk, event, _ = spares.pop(0)
+            self.device_pool.give(chunk.buf)
+            self._recycle_event(key[0], event)
+        while len(spares) < SPARE_CHUNKS:
+            # what the C switches seal reaches the drain at the next Python switch, all at once:
+            # with the open chunk and these spares it must fit under the device limit, which
+            # that switch waits for (the disk is behind: fewer spares, more waits there)
+            if self.device_limit is not None and \
+                    self._drain.queued_bytes + limit * (len(spares) + 2) > self.device_limit:
+                return
+            try:
+                buf = self.device_pool.take(limit, key[0], stream)
+                event = self._event(key[0])
+            except (ProfileBufferOOM, cuda_api.CudaError):
+                return
+            spares.append((_Chunk(buf, limit, key[0], stream), event, cuda_api.handle(event)))
+
+    def _seal_switched(self) -> None:
+        """Seal the chunks the C hooks switched away from (``_c_sealed``, in order): their
+        event was recorded after their launches there."""
+        while self._c_sealed:
+            chunk, event, used = self._c_sealed.pop(0)
+            chunk.used, chunk.inflight, chunk.closed = used, 0, True
+            self._seal(chunk, event)
+
+    def _drop_spares(self) -> None:
+        """At stop: the chunks opened ahead go back to the pool, their events to the free ones."""
+        for key, spares in self._spares.items():
+            for chunk, event, _ in spares:
+                self.device_pool.give(chunk.buf)
+                self._recycle_event(key[0], event)
+        self._spares.clear()
 
     def _reserve_pinned(self) -> None:
         """Pin the copier's working set now (PinnedPool.reserve says why); a failure only means
@@ -158,20 +209,27 @@ class ChunkBook:
             self._waiting.discard(chunk)
             self._seal(chunk)
 
-    def _seal(self, chunk: _Chunk) -> None:
+    def _seal(self, chunk: _Chunk, recorded=None) -> None:
         """Hand the chunk to the drain once every launch in it is enqueued: an event after its
         launches on their stream, and nothing else on the launch path (``runtime/drain.py``
         copies it), unless it is ``eager``: then its copy and clearing are enqueued here, on its
-        stream, so that they run before any later kernel there (one that faults included)."""
+        stream, so that they run before any later kernel there (one that faults included).
+        ``recorded``: that event, already recorded by the C hooks' switch."""
         chunk.sealed = True
         host_buf = None
         if self.failed:  # the context is gone: nothing can be copied any more
+            if recorded is not None:
+                self._recycle_event(chunk.device, recorded)
             self._count_lost(chunk.launches)
             return
         # a launch with a pool: its prefix and CTA blocks now, the chunks it took once the drain
         # knows how many (Drain._write_pooled); not copied: cleared whole
         copy = (chunk.pool[2] if chunk.pool is not None else chunk.used) if chunk.entries else 0
         clear = chunk.pool[2] if chunk.pool is not None and chunk.entries else chunk.used
+        if recorded is not None:
+            self.copies += bool(copy)
+            self._drain.submit(Sealed(chunk, None, recorded, copy, clear))
+            return
         try:
             if getattr(self._tls, "device", None) is None:  # a thread whose launches all took the C path
                 self._thread_context(chunk.device)

@@ -103,6 +103,9 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._launch_index = 0
         self._launches = 0  # instrumented launches saved (``launches``)
         self._fast = None  # runtime/fastpath.FastPath when the C hooks run: it holds hot state (_sync)
+        self._c_switch = False  # the C hooks switch chunks too (from spares opened here: chunks.py)
+        self._spares: dict[tuple[int, int], list[tuple]] = {}  # key -> [(chunk, event, its handle)], opened ahead
+        self._c_sealed: list[tuple] = []  # (chunk, recorded event, bytes used) the C hooks switched away from
         self.device_limit = device_limit_bytes  # None: set at the first launch (default_device_limit)
         self._drain = make_drain(self)
         self.copies = 0  # chunks sealed with launches to copy
@@ -128,14 +131,18 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._sync()
         return self._launches
 
-    def _sync(self) -> None:
+    def _sync(self, seal: bool = True) -> None:
         """The C hooks hold the open chunks' fill level, their launches in flight, each stream's
         last launch time and the launch counters in C while they serve launches; this writes
         them back here.  Called right after taking ``_lock`` (the C hooks hold nothing while
-        it is taken) by every method that reads or changes that state."""
+        it is taken) by every method that reads or changes that state.  ``seal``: also seal
+        the chunks they switched away from (not on the graph poller's thread: a seal may make
+        a chunk's context current)."""
         fast = self._fast
         if fast is not None:
             fast.flush()
+        if seal and self._c_sealed:
+            self._seal_switched()
 
     # -- called by Triton ----------------------------------------------------------------------
     def allocate(self, size: int, alignment: int, stream) -> int:
@@ -175,9 +182,11 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             self._last_slice_ns[key] = now
             chunk = self._open.get(key)
             offset = 0
+            full = False
             if chunk is not None:
                 offset = -(-chunk.used // SLICE_ALIGN) * SLICE_ALIGN
-                if idle or pool is not None or offset + size > chunk.limit:
+                full = offset + size > chunk.limit or chunk.count >= self.copy_every
+                if idle or pool is not None or full:
                     chunk.eager = chunk.eager or idle  # then copied on its stream before this launch runs
                     self._close(chunk)
                     chunk = None
@@ -187,6 +196,8 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             elif chunk is None:
                 chunk = self._new_chunk(key, size, stream)
                 offset = 0
+                if full and not idle and self._c_switch:  # a stream whose chunks fill up: the next switches in C
+                    self._open_spares(key, size, stream)
             chunk.used = offset + size
             chunk.inflight += 1
             chunk.eager = chunk.eager or idle  # an isolated launch: on its way at its exit hook

@@ -37,6 +37,7 @@ class CollectorStop:
         with self._lock:
             self._sync()
             self._fast = None  # the hooks are gone: nothing more is held in C (and no reference cycle with them)
+            self._drop_spares()
             # open chunks, and closed ones still waiting for a launch that never reached its
             # exit hook (it failed, and its thread launched nothing after it)
             pending = list(self._open.values()) + [c for c in self._waiting if not c.sealed]

@@ -23,6 +23,13 @@ C hooks hold nothing new while another thread has the lock.  Each launch's BATCH
 packed into its chunk's ``entries`` as it ends, the only record of it until the chunk is
 sealed.
 
+They also switch a full chunk to the next of the chunks the Python switch opened ahead for
+its stream (``chunks.SPARE_CHUNKS``): the full chunk's event is recorded there
+(``cuEventRecord``, the C drain's pointer) and the chunk waits in C until Python takes the
+state back and hands it to the drain (``Collector._sync``).  A switch in Python ran about 110
+Python calls on caches the program had emptied; now one Python switch in five does, for five
+chunks at once.
+
 The driver queries (capture status, device) are called through function pointers:
 ``libcuda``'s own in a session, stand-ins in the CPU tests.  The hooks never release the GIL
 themselves, but another thread can run whenever a call may run Python code (a call into
@@ -44,6 +51,7 @@ from proton_lite.runtime.fastpath_source import SOURCE as _SOURCE
 
 _module = None
 _build_error: str | None = None
+C_SWITCH_MIN_COPY_EVERY = 16
 
 
 def module():
@@ -78,12 +86,28 @@ def hooks_for(collector, queries=None):
     queries = queries or driver_queries()
     if mod is None or queries is None:
         return None
+    record = _event_record(collector)
     fast = mod.FastPath(collector, collector._tls, collector._lock, collector._open, collector._last_slice_ns,
                         collector._kernels, collector_module._AUTOTUNED, collector_module.LaunchInfo,
                         collector.allocate, collector.on_launch_exit, queries[0], queries[1], collector.idle_ns,
-                        collector.copy_every, bool(collector.skip_autotune))
+                        collector.copy_every, bool(collector.skip_autotune), collector._spares,
+                        collector._c_sealed, record)
     collector._fast = fast  # Collector._sync writes back what it holds whenever Python takes the lock
+    collector._c_switch = bool(record)
     return fast
+
+
+def _event_record(collector) -> int:
+    """The address of cuEventRecord for the C chunk switch, from the C drain's driver table, or
+    0: no switch in C where each launch or a few are copied right after them (``copy_every``
+    below ``C_SWITCH_MIN_COPY_EVERY``: the Python seal enqueues their copies on the launch's
+    stream), with exact buffers (one launch per allocation, for compute-sanitizer), or
+    without the C drain."""
+    from proton_lite.runtime import cuda_api
+    table = getattr(collector._drain, "_table", None)
+    if table is None or collector.copy_every < C_SWITCH_MIN_COPY_EVERY or collector.device_pool.exact:
+        return 0
+    return table[cuda_api._DRAIN_FUNCTIONS.index("cuEventRecord")]
 
 
 def enabled() -> bool:

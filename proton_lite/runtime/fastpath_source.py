@@ -10,19 +10,33 @@ SOURCE = r"""
 #include <pythread.h>
 #include <time.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int (*cap_fn)(void *stream, int *status);  /* cuStreamIsCapturing */
 typedef int (*dev_fn)(int *device);                 /* cuCtxGetDevice */
+typedef int (*rec_fn)(unsigned long long event, unsigned long long stream);  /* cuEventRecord */
 
 #define SLOTS 8     /* (device, stream) pairs whose open chunk is held here */
 #define THREADS 16  /* launching threads with a launch between allocator and exit hook */
 #define KERNELS 16  /* compiled kernels remembered by their metadata object */
+#define SPARES 8    /* at most this many chunks opened ahead per stream (chunks.SPARE_CHUNKS says how many) */
 
 typedef struct {  /* the open chunk of one (device, stream), its hot fields held here */
     PyObject *chunk, *entries;  /* NULL: nothing held */
     int device;
     unsigned long long stream;
     long long base, used, limit, inflight, last_ns;
+    /* chunks the Python switch opened ahead (collector._spares[key]), each with an event: the
+       next ones to switch to, from next_spare on */
+    PyObject *spare[SPARES], *spare_entries[SPARES], *spare_event[SPARES];
+    unsigned long long spare_handle[SPARES];
+    long long spare_base[SPARES], spare_limit[SPARES];
+    int spares, next_spare;
+    /* chunks switched away from here, their event recorded after their launches: Python seals
+       them (collector._c_sealed) when it takes them back */
+    PyObject *sealed[SPARES], *sealed_event[SPARES];
+    long long sealed_used[SPARES];
+    int nsealed;
 } Slot;
 
 typedef struct {  /* one thread's launch between the allocator and its exit hook */
@@ -42,10 +56,13 @@ typedef struct {
     PyObject_HEAD
     PyObject *col, *tls, *locked, *open, *last, *kernels, *autotuned, *launch_info_type;
     PyObject *slow_alloc, *slow_exit;
+    PyObject *spares, *sealed;  /* collector._spares (key -> [(chunk, event, handle)]), collector._c_sealed */
     cap_fn cap; dev_fn dev;
+    rec_fn rec;  /* NULL: a full chunk goes to the Python hooks (no chunk switch here) */
     long long idle_ns, copy_every;
     int skip_autotune;
     long long fast_allocs, fast_exits;  /* launches served here, without the Python hooks */
+    long long switches;  /* chunk switches done here */
     Slot slots[SLOTS];
     Pending pending[THREADS];
     Known known[KERNELS];
@@ -98,15 +115,32 @@ static int lock_taken(FastPath *self) {
 static int release_slot(FastPath *self, Slot *s) {
     if (!s->chunk) return 0;
     Slot was = *s;
-    s->chunk = NULL; s->entries = NULL;
+    memset(s, 0, sizeof *s);
     int r = set_ll(was.chunk, s_used, was.used);
     if (r == 0) r = set_ll(was.chunk, s_inflight, was.inflight);
+    PyObject *key = Py_BuildValue("(iK)", was.device, was.stream);
     if (r == 0) {
-        PyObject *key = Py_BuildValue("(iK)", was.device, was.stream), *now = PyLong_FromLongLong(was.last_ns);
+        PyObject *now = PyLong_FromLongLong(was.last_ns);
         r = key && now ? PyDict_SetItem(self->last, key, now) : -1;
-        Py_XDECREF(key); Py_XDECREF(now);
+        Py_XDECREF(now);
     }
+    for (int i = 0; i < was.nsealed && r == 0; i++) {  /* in the order they were switched away from */
+        PyObject *t = Py_BuildValue("(OOL)", was.sealed[i], was.sealed_event[i], was.sealed_used[i]);
+        r = t ? PyList_Append(self->sealed, t) : -1;
+        Py_XDECREF(t);
+    }
+    if (r == 0 && was.next_spare > 0) {  /* switched here: the open chunk, and the spares used go */
+        r = key ? PyDict_SetItem(self->open, key, was.chunk) : -1;
+        PyObject *list = r == 0 ? PyDict_GetItemWithError(self->spares, key) : NULL;  /* as it was held */
+        r = list && PyList_Check(list) ? PyList_SetSlice(list, 0, was.next_spare, NULL) : -1;
+        if (r < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the spares' list changed while held");
+    }
+    Py_XDECREF(key);
     Py_DECREF(was.chunk); Py_XDECREF(was.entries);
+    for (int j = was.next_spare; j < was.spares; j++) {
+        Py_XDECREF(was.spare[j]); Py_XDECREF(was.spare_entries[j]); Py_XDECREF(was.spare_event[j]);
+    }
+    for (int i = 0; i < was.nsealed; i++) { Py_XDECREF(was.sealed[i]); Py_XDECREF(was.sealed_event[i]); }
     return r;
 }
 
@@ -139,6 +173,34 @@ static int make_room(FastPath *self) {  /* a free slot, the first one written ba
     return release_slot(self, &self->slots[0]);
 }
 
+/* the spares Python opened for the slot's stream, held with it (reads only what the Python
+   switch made: slot attributes, ints, a bytearray; none is a spare after a problem) */
+static void hold_spares(FastPath *self, Slot *s, PyObject *key) {
+    PyObject *list = PyDict_GetItemWithError(self->spares, key);  /* borrowed */
+    if (!list || !PyList_Check(list)) { PyErr_Clear(); return; }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list) && s->spares < SPARES; i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) break;
+        PyObject *chunk = PyTuple_GET_ITEM(t, 0);
+        int ok = 1;
+        long long limit = get_ll(chunk, s_limit, &ok), used = get_ll(chunk, s_used, &ok);
+        PyObject *buf = ok ? PyObject_GetAttr(chunk, s_buf) : NULL;
+        long long base = buf ? get_ll(buf, s_ptr, &ok) : 0;
+        Py_XDECREF(buf);
+        unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 2));
+        PyObject *entries = buf && ok && !PyErr_Occurred() ? PyObject_GetAttr(chunk, s_entries) : NULL;
+        if (!entries || !PyByteArray_Check(entries) || PyByteArray_GET_SIZE(entries) || used) {
+            Py_XDECREF(entries);
+            break;
+        }
+        int j = s->spares++;
+        Py_INCREF(chunk); Py_INCREF(PyTuple_GET_ITEM(t, 1));
+        s->spare[j] = chunk; s->spare_entries[j] = entries; s->spare_event[j] = PyTuple_GET_ITEM(t, 1);
+        s->spare_handle[j] = handle; s->spare_base[j] = base; s->spare_limit[j] = limit;
+    }
+    PyErr_Clear();
+}
+
 /* the open chunk of (device, stream) (``key``), held from now on; NULL with no error: none to
    hold.  Runs no Python code; only while the collector's lock is free. */
 static Slot *hold_slot(FastPath *self, PyObject *key, int device, unsigned long long stream) {
@@ -167,8 +229,10 @@ static Slot *hold_slot(FastPath *self, PyObject *key, int device, unsigned long 
     if (!entries) return NULL;
     if (!PyByteArray_Check(entries)) { Py_DECREF(entries); PyErr_SetString(PyExc_TypeError, "entries"); return NULL; }
     Py_INCREF(chunk);
+    memset(s, 0, sizeof *s);
     s->chunk = chunk; s->entries = entries; s->device = device; s->stream = stream;
     s->base = base; s->used = used; s->limit = limit; s->inflight = inflight; s->last_ns = last_ns;
+    if (self->rec) hold_spares(self, s, key);
     return s;
 }
 
@@ -236,6 +300,34 @@ static PyObject *slow_alloc(FastPath *self, PyObject *const *args, Pending *p, i
     return r;
 }
 
+/* The chunk switch without Python: the full chunk's event is recorded after its launches (the
+   seal's only driver call on the launching thread) and the stream goes on in the next spare;
+   Python hands the recorded chunks to the drain when it next takes the state back.  NULL:
+   Python switches (no spare that fits, a launch of another thread still in the chunk, a
+   driver error, or, in the CPU tests, whose driver is Python code, another thread moved
+   things while the event was recorded). */
+static Slot *switch_chunk(FastPath *self, Slot *s, int device, unsigned long long stream, long long size) {
+    int j = s->next_spare;
+    if (!self->rec || s->inflight || j >= s->spares || size > s->spare_limit[j]) return NULL;
+    PyObject *chunk = s->chunk;
+    long long used = s->used;
+    if (self->rec(s->spare_handle[j], stream) != 0) return NULL;  /* Python meets the error again */
+    Slot *t = held(self, device, stream);
+    if (t != s || s->chunk != chunk || s->used != used || s->next_spare != j || s->inflight) return NULL;
+    int taken = lock_taken(self);
+    if (taken != 0) { PyErr_Clear(); return NULL; }
+    int i = s->nsealed++;  /* its references move: chunk to sealed, the spare's event with it */
+    s->sealed[i] = chunk; s->sealed_event[i] = s->spare_event[j]; s->sealed_used[i] = used;
+    Py_DECREF(s->entries);  /* (the chunk holds its own reference) */
+    s->chunk = s->spare[j]; s->entries = s->spare_entries[j];
+    s->spare[j] = s->spare_entries[j] = s->spare_event[j] = NULL;
+    s->base = s->spare_base[j]; s->limit = s->spare_limit[j];
+    s->used = 0; s->inflight = 0;
+    s->next_spare = j + 1;
+    self->switches++;
+    return s;
+}
+
 static PyObject *allocate(FastPath *self, PyObject *const *args, Pending *p) {
     long long size = PyLong_AsLongLong(args[0]);
     long long align = PyLong_AsLongLong(args[1]);
@@ -261,8 +353,14 @@ static PyObject *allocate(FastPath *self, PyObject *const *args, Pending *p) {
     clock_gettime(CLOCK_REALTIME, &ts);
     long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     long long offset = (s->used + 255) / 256 * 256;
-    if (now - s->last_ns > self->idle_ns || offset + size > s->limit)
-        return slow_alloc(self, args, p, device, stream, 1);  /* the chunk is sealed first: Python does that */
+    if (now - s->last_ns > self->idle_ns)
+        return slow_alloc(self, args, p, device, stream, 1);  /* the chunk is sealed first, eagerly: Python */
+    if (offset + size > s->limit || (self->rec && PyByteArray_GET_SIZE(s->entries) / 64 >= self->copy_every)) {
+        s = switch_chunk(self, s, device, stream, size);
+        if (!s)  /* no spare for it, or another thread moved things meanwhile: Python seals and opens */
+            return slow_alloc(self, args, p, device, stream, 1);
+        offset = 0;
+    }
     PyObject *ptr = PyLong_FromLongLong(s->base + offset);
     if (!ptr) return NULL;
     s->used = offset + size;
@@ -369,8 +467,9 @@ static PyObject *launch_exit(FastPath *self, Pending *p, PyObject *lm) {
         g[i] = PyLong_AsLongLong(gi);
         if (g[i] == -1 && PyErr_Occurred()) { PyErr_Clear(); goto slow; }
     }
-    /* the launch that fills the chunk goes to Python, which closes it */
-    if (PyByteArray_GET_SIZE(s->entries) / 64 + 1 >= self->copy_every) goto slow;
+    /* the launch that fills the chunk goes to Python, which closes it; unless chunks switch
+       here: then the next launch's allocator does */
+    if (!self->rec && PyByteArray_GET_SIZE(s->entries) / 64 + 1 >= self->copy_every) goto slow;
     int taken = lock_taken(self);
     if (taken < 0) goto error;
     if (taken) goto slow;
@@ -413,7 +512,15 @@ static PyObject *fp_on_launch_exit(FastPath *self, PyObject *lm) {
 
 /* -- the object ------------------------------------------------------------------------ */
 static void fp_clear_held(FastPath *self) {
-    for (int i = 0; i < SLOTS; i++) { Py_CLEAR(self->slots[i].chunk); Py_CLEAR(self->slots[i].entries); }
+    for (int i = 0; i < SLOTS; i++) {
+        Slot *s = &self->slots[i];
+        Py_CLEAR(s->chunk); Py_CLEAR(s->entries);
+        for (int j = 0; j < SPARES; j++) {
+            Py_CLEAR(s->spare[j]); Py_CLEAR(s->spare_entries[j]); Py_CLEAR(s->spare_event[j]);
+            Py_CLEAR(s->sealed[j]); Py_CLEAR(s->sealed_event[j]);
+        }
+        s->spares = s->next_spare = s->nsealed = 0;
+    }
     for (int i = 0; i < THREADS; i++) Py_CLEAR(self->pending[i].chunk);
     for (int i = 0; i < KERNELS; i++) Py_CLEAR(self->known[i].metadata);
 }
@@ -423,17 +530,18 @@ static void fp_dealloc(FastPath *self) {
     Py_XDECREF(self->col); Py_XDECREF(self->tls); Py_XDECREF(self->locked); Py_XDECREF(self->open);
     Py_XDECREF(self->last); Py_XDECREF(self->kernels); Py_XDECREF(self->autotuned);
     Py_XDECREF(self->launch_info_type); Py_XDECREF(self->slow_alloc); Py_XDECREF(self->slow_exit);
+    Py_XDECREF(self->spares); Py_XDECREF(self->sealed);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int fp_init(FastPath *self, PyObject *args, PyObject *kw) {
-    PyObject *col, *tls, *lock, *open, *last, *kernels, *autotuned, *lit, *sa, *se;
-    unsigned long long cap, dev;
+    PyObject *col, *tls, *lock, *open, *last, *kernels, *autotuned, *lit, *sa, *se, *spares, *sealed;
+    unsigned long long cap, dev, rec;
     long long idle_ns, copy_every;
     int skip;
-    if (!PyArg_ParseTuple(args, "OOOO!O!O!O!OOOKKLLp", &col, &tls, &lock, &PyDict_Type, &open, &PyDict_Type, &last,
-                          &PyDict_Type, &kernels, &PySet_Type, &autotuned, &lit, &sa, &se, &cap, &dev, &idle_ns,
-                          &copy_every, &skip))
+    if (!PyArg_ParseTuple(args, "OOOO!O!O!O!OOOKKLLpO!O!K", &col, &tls, &lock, &PyDict_Type, &open, &PyDict_Type,
+                          &last, &PyDict_Type, &kernels, &PySet_Type, &autotuned, &lit, &sa, &se, &cap, &dev, &idle_ns,
+                          &copy_every, &skip, &PyDict_Type, &spares, &PyList_Type, &sealed, &rec))
         return -1;
     PyObject *locked = PyObject_GetAttrString(lock, "locked");
     if (!locked) return -1;
@@ -441,9 +549,10 @@ static int fp_init(FastPath *self, PyObject *args, PyObject *kw) {
 #define KEEP(f, v) Py_INCREF(v); Py_XSETREF(self->f, v);
     KEEP(col, col) KEEP(tls, tls) KEEP(open, open) KEEP(last, last) KEEP(kernels, kernels)
     KEEP(autotuned, autotuned) KEEP(launch_info_type, lit) KEEP(slow_alloc, sa) KEEP(slow_exit, se)
+    KEEP(spares, spares) KEEP(sealed, sealed)
 #undef KEEP
     Py_XSETREF(self->locked, locked);
-    self->cap = (cap_fn)(uintptr_t)cap; self->dev = (dev_fn)(uintptr_t)dev;
+    self->cap = (cap_fn)(uintptr_t)cap; self->dev = (dev_fn)(uintptr_t)dev; self->rec = (rec_fn)(uintptr_t)rec;
     self->idle_ns = idle_ns; self->copy_every = copy_every; self->skip_autotune = skip;
     self->counters_held = 0;
     return 0;
@@ -453,6 +562,10 @@ static PyObject *fp_counts(FastPath *self, PyObject *unused) {
     return Py_BuildValue("(LL)", self->fast_allocs, self->fast_exits);
 }
 
+static PyObject *fp_switches(FastPath *self, PyObject *unused) {
+    return PyLong_FromLongLong(self->switches);
+}
+
 static PyObject *fp_flush(FastPath *self, PyObject *unused) {
     if (flush(self) < 0) return NULL;
     Py_RETURN_NONE;
@@ -460,6 +573,7 @@ static PyObject *fp_flush(FastPath *self, PyObject *unused) {
 
 static PyMethodDef fp_methods[] = {
     {"counts", (PyCFunction)fp_counts, METH_NOARGS, "(allocations, exit hooks) served without the Python hooks"},
+    {"switches", (PyCFunction)fp_switches, METH_NOARGS, "chunk switches done here, without Python"},
     {"flush", (PyCFunction)fp_flush, METH_NOARGS, "what is held here written back to the Python objects"},
     {"allocate", (PyCFunction)(void (*)(void))fp_allocate, METH_FASTCALL, "the profile allocator"},
     {"on_launch_exit", (PyCFunction)fp_on_launch_exit, METH_O, "the launch-exit hook"},

@@ -276,7 +276,7 @@ class GraphRecorder:
         now = time.time_ns()
         owner = self.owner
         with owner._lock:
-            owner._sync()
+            owner._sync(seal=False)
             first = owner._launch_index
             owner._launch_index += len(found)
             owner._launches += len(found)

@@ -6,7 +6,8 @@ hooks given C stand-ins for the two driver queries (so no Python runs between th
 Triton's own ``LazyDict`` as the launch metadata, as Triton's launcher passes it.  Each
 launch is one allocator call and one exit-hook call, timed apart; chunks are large enough
 that a switch (the Python path) comes once per ``--per-chunk`` launches, reported apart.
-Also counted: objects the garbage collector tracks that each launch leaves alive until its
+The mean over every launch (both hooks, chunk switches included, C's and Python's) is what
+a program pays.  Also counted: objects the garbage collector tracks that each launch leaves alive until its
 chunk is sealed (what makes the collector run more often in the user's program).
 
 ``--between MIB`` walks that many MiB of Python objects between launches, as a program's own
@@ -112,7 +113,7 @@ def main() -> None:
             fp = fastpath.hooks_for(col, queries=queries)
             assert fp is not None, fastpath.build_error()
             args = {"x": 1, "n": 1024}
-            fast_a, fast_e, slow = [], [], []
+            fast_a, fast_e, slow, total = [], [], [], []
             gc.collect()
             tracked0 = len(gc.get_objects(generation=0)) + len(gc.get_objects(generation=1))
             kept = []
@@ -130,6 +131,8 @@ def main() -> None:
                 fp.on_launch_exit(lm)
                 t3 = pc()
                 after = fp.counts()
+                if i >= a.per_chunk * 4:  # past the pools' first growth
+                    total.append(t1 - t0 + t3 - t2)
                 if after[0] > before[0]:
                     fast_a.append(t1 - t0)
                 else:
@@ -138,15 +141,19 @@ def main() -> None:
                     fast_e.append(t3 - t2)
                 if i == a.per_chunk // 2:  # mid-chunk: what the open chunk holds on to
                     kept.append(sum(len(gc.get_objects(generation=g)) for g in (0, 1)) - tracked0)
+            switches = fp.switches() if hasattr(fp, "switches") else 0
             col.finish()
             col.writer.close()
         mp.undo()
         rows.append((statistics.median(fast_a), statistics.median(fast_e),
-                     statistics.median(slow) if slow else 0, len(slow), kept[0] if kept else 0))
+                     statistics.median(slow) if slow else 0, len(slow), kept[0] if kept else 0,
+                     statistics.mean(total), switches))
     print(f"{a.launches} launches, a chunk switch every {a.per_chunk}; medians over {a.rounds} rounds (ns per call):")
     print(f"  allocator, C path      {statistics.median(r[0] for r in rows):8.0f}")
     print(f"  exit hook, C path      {statistics.median(r[1] for r in rows):8.0f}")
     print(f"  allocator, Python path {statistics.median(r[2] for r in rows):8.0f}  ({rows[0][3]} calls)")
+    print(f"  both hooks, mean over every launch, switches included {statistics.median(r[5] for r in rows):8.0f}"
+          f"  ({rows[0][6]} chunk switches in C)")
     print(f"  GC-tracked objects alive after {a.per_chunk // 2} launches into a chunk: {rows[0][4]}")
 
 
