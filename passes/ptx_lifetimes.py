@@ -26,16 +26,20 @@ Why: design.md, "The fixed cost of instrumenting a kernel".
 """
 from __future__ import annotations
 
+import os
+
 from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC
 
 # The exit of a straight-line kernel without scopes as a call to a ``.func`` of its own
 # (``exit_function``), which ptxas does not inline: the kernel's body is then scheduled as
 # if our exit were not there.  In Triton 3.6's SASS this keeps the loads of liger's DyT and
 # softmax forwards as the plain kernel issues them, where the inline exit made some of them
-# wait for others' data (design.md).  Off until a GPU run shows that the call pays; changes
-# the PTX, so it is part of the compile options' mode string (config.InstrumentConfig.to_mode):
-# set it before a session starts or a kernel is compiled.
-EXIT_IN_FUNCTION = False
+# wait for others' data; on the H100 it took them from 1.050-1.060x and 1.069-1.080x plain
+# to 1.027-1.037x and 1.040-1.045x (design.md).  ``PROTON_LITE_EXIT_CALL=0`` keeps the exit
+# inline (for measuring one against the other).  It changes the PTX, so it is part of the
+# compile options' mode string (config.InstrumentConfig.to_mode): set it before a session
+# starts or a kernel is compiled.
+EXIT_IN_FUNCTION = os.environ.get("PROTON_LITE_EXIT_CALL", "1") not in ("0", "")
 
 
 class LifetimesCode:

@@ -321,6 +321,23 @@ def test_chunks_switched_by_the_c_hooks_keep_every_launch_in_order_and_go_back_t
         assert sum(fp.counts()) >= 2 * 400 - 2 * 16  # the rest of the launches stayed in C
 
 
+def test_without_spare_chunks_every_switch_is_python_s(tmp_path, sim, monkeypatch):
+    """PROTON_LITE_SPARE_CHUNKS=0 (to measure the C switch against the Python one): no chunk
+    is opened ahead and none is switched in C; a value that is not one is named."""
+    monkeypatch.setenv("PROTON_LITE_SPARE_CHUNKS", "0")
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12)
+    for i in range(100):
+        launch(col, sim, stream=1, payload=i.to_bytes(8, "little"))
+    assert not col._spares
+    cap = finish(col, tmp_path)
+    assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(100))
+    if HOOKS["mode"] == "c":
+        assert _C_HOOKS[id(col)][0].switches() == 0
+    monkeypatch.setenv("PROTON_LITE_SPARE_CHUNKS", "four")
+    with pytest.raises(ValueError, match="PROTON_LITE_SPARE_CHUNKS must be a whole number from 0 to 8"):
+        Collector(RawWriter(tmp_path / "d.plraw", {}), host_limit_bytes=64 << 20)
+
+
 def test_chunks_switched_by_the_c_hooks_stay_within_the_device_limit(tmp_path, sim):
     """The chunks the C hooks switch away from reach the drain at the next Python switch, all at
     once: spares are opened only as far as that leaves the device backlog within its limit."""

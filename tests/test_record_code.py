@@ -224,13 +224,16 @@ def test_the_exit_as_a_function_writes_what_the_inline_exit_writes(granularity, 
     assert ".func" not in rewrite(looped, scan(looped), layout)
 
 
-def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit():
-    """The form that ships: the kernel's first two instructions read the start pair's low
-    halves, nothing else of ours runs before the kernel's own code (no %tid, no address, no
-    store), and the CTA header is written at exit by thread 0 alone, with the 64-bit pair
-    rebuilt from the end pair, also where the low halves wrap in between (the simulator's
-    clock counts instructions: the start clock is thread 0's first one)."""
+def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit(monkeypatch):
+    """The kernel's first two instructions read the start pair's low halves, nothing else of
+    ours runs before the kernel's own code (no %tid, no address, no store), and the CTA header
+    is written at exit by thread 0 alone, with the 64-bit pair rebuilt from the end pair, also
+    where the low halves wrap in between (the simulator's clock counts instructions: the start
+    clock is thread 0's first one).  Read with the exit inline; as a session builds it, the
+    exit is a call of a .func that writes the same (the test above)."""
+    from proton_lite.passes import ptx_lifetimes
     from proton_lite.passes.ptx_instrument import keeps_start_pair
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)
     layout = BufferLayout("cta", 4, 0, "global")
     ptx = _ptx([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA])
     out = rewrite(ptx, scan(ptx), layout).split("\n")

@@ -8,6 +8,8 @@ event methods take their own locks, as the drain thread calls them too.
 """
 from __future__ import annotations
 
+import os
+
 from proton_lite.raw_format import unpack_entries
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DeviceBuffer, ProfileBufferOOM
@@ -28,6 +30,18 @@ DEVICE_RESERVE_CHUNKS = 4  # device chunks made at the first launch on a device 
 # Python switch that follows seals the chunks they left and opens the next ones together, on
 # warm caches (one Python switch per SPARE_CHUNKS + 1 chunks)
 SPARE_CHUNKS = 4
+
+
+def spare_chunks_setting() -> int:
+    """SPARE_CHUNKS, or ``PROTON_LITE_SPARE_CHUNKS`` (0: every switch in Python, as before the
+    C switch; for measuring one against the other)."""
+    raw = os.environ.get("PROTON_LITE_SPARE_CHUNKS", "")
+    if raw == "":
+        return SPARE_CHUNKS
+    if not raw.isdigit() or int(raw) > 8:
+        raise ValueError(f"proton_lite: PROTON_LITE_SPARE_CHUNKS must be a whole number from 0 to 8 (got {raw!r}); "
+                         "unset it for the default")
+    return int(raw)
 DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
 DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
 
@@ -106,7 +120,7 @@ class ChunkBook:
             chunk, event, _ = spares.pop(0)
             self.device_pool.give(chunk.buf)
             self._recycle_event(key[0], event)
-        while len(spares) < SPARE_CHUNKS:
+        while len(spares) < self.spare_chunks:
             # what the C switches seal reaches the drain at the next Python switch, all at once:
             # with the open chunk and these spares it must fit under the device limit, which
             # that switch waits for (the disk is behind: fewer spares, more waits there)

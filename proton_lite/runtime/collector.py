@@ -44,7 +44,7 @@ from proton_lite.layout import LAUNCH_SIZED_ALIGN, BufferLayout, capacity_word
 from proton_lite.raw_format import RawWriter
 from proton_lite.runtime import cuda_api
 from proton_lite.runtime.buffers import DevicePool, PinnedPool
-from proton_lite.runtime.chunks import CHUNK_BYTES, SLICE_ALIGN, ChunkBook, _Chunk
+from proton_lite.runtime.chunks import CHUNK_BYTES, SLICE_ALIGN, ChunkBook, _Chunk, spare_chunks_setting
 from proton_lite.runtime.collector_stop import CollectorStop
 from proton_lite.raw_format import pack_entry
 from proton_lite.runtime.drain_native import make_drain
@@ -104,6 +104,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self._launches = 0  # instrumented launches saved (``launches``)
         self._fast = None  # runtime/fastpath.FastPath when the C hooks run: it holds hot state (_sync)
         self._c_switch = False  # the C hooks switch chunks too (from spares opened here: chunks.py)
+        self.spare_chunks = spare_chunks_setting()  # 0: every switch in Python (for measuring one against the other)
         self._spares: dict[tuple[int, int], list[tuple]] = {}  # key -> [(chunk, event, its handle)], opened ahead
         self._c_sealed: list[tuple] = []  # (chunk, recorded event, bytes used) the C hooks switched away from
         self.device_limit = device_limit_bytes  # None: set at the first launch (default_device_limit)

@@ -105,7 +105,8 @@ def _event_record(collector) -> int:
     without the C drain."""
     from proton_lite.runtime import cuda_api
     table = getattr(collector._drain, "_table", None)
-    if table is None or collector.copy_every < C_SWITCH_MIN_COPY_EVERY or collector.device_pool.exact:
+    if table is None or collector.copy_every < C_SWITCH_MIN_COPY_EVERY or collector.device_pool.exact or \
+            not collector.spare_chunks:
         return 0
     return table[cuda_api._DRAIN_FUNCTIONS.index("cuEventRecord")]
 

@@ -74,8 +74,10 @@ def use_form(form: str) -> None:
             finally:
                 code._block_address = block
         code.lifetimes_prologue, code.lifetimes_epilogue = kept_prologue, kept_epilogue
-    if form == "func":  # the exit in a .func the kernel calls (passes/ptx_lifetimes.py says why)
+    if form == "func":  # the exit in a .func the kernel calls (passes/ptx_lifetimes.py says why; the default)
         ptx_lifetimes.EXIT_IN_FUNCTION = True
+    if form == "inline":  # the exit inline at each ret (the default until 2026-11-27)
+        ptx_lifetimes.EXIT_IN_FUNCTION = False
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -99,7 +101,8 @@ def session_binaries(fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func"), default="pass")
+    ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline"),
+                    default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
