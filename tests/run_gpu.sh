@@ -2,7 +2,10 @@
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
 # Knobs: TESTS=..., PART=1|2 (half of the test list), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
 # CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT),
-# SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min).
+# SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min),
+# SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, alternating),
+# EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
+# layer norm with the default build, the header at entry, one record stream per CTA).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -62,6 +65,24 @@ if [ -n "${SHORT_FORMS:-}" ]; then  # issue 24: which of our instructions the sh
     TRITON_CACHE_DIR=/tmp/tc_short_$form timeout 80 python3 tests/benchmarks/header_forms.py --form $form --op $op \
       --rounds 2 2>&1 | grep -E "round [01] .*_(fwd|forward)"
   done; done; done
+fi
+if [ -n "${SWITCH_AB:-}" ]; then  # issue 22: the chunk switch in C against every switch in Python, alternating
+  for rep in 1 2; do for spares in 4 0; do
+    PROTON_LITE_SPARE_CHUNKS=$spares timeout 150 python3 tests/benchmarks/liger_pairs.py --pairs ${SWITCH_PAIRS:-4} \
+      --json "$OUT/liger_pairs_spares${spares}_$rep.json" 2>&1 | grep -v -i warn | tail -6 | sed "s/^/spares=$spares /"
+  done; done
+fi
+if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line kernels as a call, and inline
+  for call in 1 0; do
+    PROTON_LITE_EXIT_CALL=$call timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
+      --out "$OUT/fixed_cost_exitcall$call.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/call=$call /"
+  done
+fi
+if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)
+  for args in "" "--header-form entry" "--granularity cta"; do
+    timeout 120 python3 tests/benchmarks/bench.py --only lnorm,smax $args --out "$OUT/bench_lnorm${args// /_}.json" \
+      2>&1 | grep -E "^(layernorm|softmax)" | sed "s/^/[$args] /"
+  done
 fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60
