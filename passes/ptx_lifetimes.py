@@ -34,12 +34,13 @@ from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, UNIT
 # (``exit_function``), which ptxas does not inline: the kernel's body is then scheduled as
 # if our exit were not there.  In Triton 3.6's SASS this keeps the loads of liger's DyT and
 # softmax forwards as the plain kernel issues them, where the inline exit made some of them
-# wait for others' data; on the H100 it took them from 1.050-1.060x and 1.069-1.080x plain
-# to 1.027-1.037x and 1.040-1.045x (design.md).  ``PROTON_LITE_EXIT_CALL=0`` keeps the exit
-# inline (for measuring one against the other).  It changes the PTX, so it is part of the
-# compile options' mode string (config.InstrumentConfig.to_mode): set it before a session
-# starts or a kernel is compiled.
-EXIT_IN_FUNCTION = os.environ.get("PROTON_LITE_EXIT_CALL", "1") not in ("0", "")
+# wait for others' data.  On the H100 it took DyT's forward from 1.067x plain to 1.037x, but
+# made SwiGLU's and GeGLU's forwards and GeGLU's backward 1-1.3 points slower, RMS and layer
+# norm's forwards too: liger's 20 kernels 1.0287x mean against 1.0274x inline, in one run
+# (design.md).  So it is off; ``PROTON_LITE_EXIT_CALL=1`` turns it on (to measure one against
+# the other).  It changes the PTX, so it is part of the compile options' mode string
+# (config.InstrumentConfig.to_mode): set it before a session starts or a kernel is compiled.
+EXIT_IN_FUNCTION = os.environ.get("PROTON_LITE_EXIT_CALL", "0") not in ("0", "")
 
 
 class LifetimesCode:

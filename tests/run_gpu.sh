@@ -3,7 +3,7 @@
 # Knobs: TESTS=..., PART=1|2 (half of the test list), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
 # CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT),
 # SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min),
-# SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, alternating),
+# SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
 # layer norm with the default build, the header at entry, one record stream per CTA).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
@@ -66,11 +66,9 @@ if [ -n "${SHORT_FORMS:-}" ]; then  # issue 24: which of our instructions the sh
       --rounds 2 2>&1 | grep -E "round [01] .*_(fwd|forward)"
   done; done; done
 fi
-if [ -n "${SWITCH_AB:-}" ]; then  # issue 22: the chunk switch in C against every switch in Python, alternating
-  for rep in 1 2; do for spares in 4 0; do
-    PROTON_LITE_SPARE_CHUNKS=$spares timeout 150 python3 tests/benchmarks/liger_pairs.py --pairs ${SWITCH_PAIRS:-4} \
-      --json "$OUT/liger_pairs_spares${spares}_$rep.json" 2>&1 | grep -v -i warn | tail -6 | sed "s/^/spares=$spares /"
-  done; done
+if [ -n "${SWITCH_AB:-}" ]; then  # issue 22: the chunk switch in C against every switch in Python, in one process
+  timeout ${SWITCH_TIMEOUT:-400} python3 tests/benchmarks/liger_pairs.py --pairs ${SWITCH_PAIRS:-8} --spares 4,0 \
+    ${SWITCH_ONLY:+--only "$SWITCH_ONLY"} --json "$OUT/liger_pairs_switch_ab.json" 2>&1 | grep -v -i warn | tail -10
 fi
 if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line kernels as a call, and inline
   for call in 1 0; do

@@ -129,30 +129,27 @@ def test_a_row_kernel_whose_bias_load_waits_for_the_row():
 TANH = (F.tanh_affine_fwd, {"x_ptr": "*fp32", "y_ptr": "*fp32", "alpha_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32"})
 
 
-def _tanh_behind(monkeypatch, exit_call: bool) -> tuple[int, int, str]:
-    """Loads behind loads of tanh_affine_fwd plain and instrumented, with the exit as a call
-    or inline (ptx_lifetimes.EXIT_IN_FUNCTION, part of the compile's cache key: config.py)."""
+@pytest.mark.xfail(strict=True, reason="open (issue 24): with our code ptxas splits the row's loads around the "
+                   "tanh, one more trip to memory per CTA, as in liger's DyT forward (docs/design.md)")
+def test_the_instrumented_row_kernel_waits_for_memory_no_more_often_than_plain(monkeypatch):
     from proton_lite.passes import ptx_lifetimes
     from proton_lite.sass_listing import listing, loads_behind_loads
-    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", exit_call)
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)  # the default (PROTON_LITE_EXIT_CALL unset)
+    behind = [len(loads_behind_loads(listing(proton_lite.compile(
+        *TANH, {"N": 1024, "BLOCK": 2048}, instrument=inst, num_warps=4,
+        divisible_by_16=tuple(TANH[1])).asm["cubin"]))) for inst in (False, True)]
+    assert behind[1] <= behind[0], behind
+
+
+def test_with_the_exit_in_a_function_the_row_kernel_waits_as_plain_does(monkeypatch):
+    """The candidate for the test above (ptx_lifetimes.EXIT_IN_FUNCTION, PROTON_LITE_EXIT_CALL=1):
+    ptxas schedules the body as if the exit were not there.  Off by default: on the H100 it
+    paid on DyT's forward and cost as much on SwiGLU's and GeGLU's (docs/design.md)."""
+    from proton_lite.passes import ptx_lifetimes
+    from proton_lite.sass_listing import listing, loads_behind_loads
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", True)  # part of the compile's cache key (config.py)
     built = [proton_lite.compile(*TANH, {"N": 1024, "BLOCK": 2048}, instrument=inst, num_warps=4,
                                  divisible_by_16=tuple(TANH[1])) for inst in (False, True)]
     text = listing(built[1].asm["cubin"])
-    assert built[1].profile["cta_header"] == "exit"
-    return len(loads_behind_loads(listing(built[0].asm["cubin"]))), len(loads_behind_loads(text)), text
-
-
-def test_the_instrumented_row_kernel_waits_for_memory_no_more_often_than_plain(monkeypatch):
-    """As a session builds it (the exit a call of a .func of its own): ptxas schedules the
-    body as if the exit were not there."""
-    from proton_lite.passes import ptx_lifetimes
-    plain, inst, text = _tanh_behind(monkeypatch, ptx_lifetimes.EXIT_IN_FUNCTION)
-    assert ptx_lifetimes.EXIT_IN_FUNCTION and "CALL" in text
-    assert inst <= plain, (plain, inst)
-
-
-def test_with_the_exit_inline_the_row_kernel_waits_for_memory_once_more(monkeypatch):
-    """Why the exit is a call: inline, ptxas splits the row's loads around the tanh, one more
-    trip to memory per CTA, as in liger's DyT forward (docs/design.md)."""
-    plain, inst, text = _tanh_behind(monkeypatch, False)
-    assert "CALL" not in text and inst > plain, (plain, inst)
+    assert "CALL" in text and built[1].profile["cta_header"] == "exit"
+    assert len(loads_behind_loads(text)) == len(loads_behind_loads(listing(built[0].asm["cubin"])))

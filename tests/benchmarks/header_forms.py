@@ -74,9 +74,9 @@ def use_form(form: str) -> None:
             finally:
                 code._block_address = block
         code.lifetimes_prologue, code.lifetimes_epilogue = kept_prologue, kept_epilogue
-    if form == "func":  # the exit in a .func the kernel calls (passes/ptx_lifetimes.py says why; the default)
+    if form == "func":  # the exit in a .func the kernel calls (passes/ptx_lifetimes.py says why)
         ptx_lifetimes.EXIT_IN_FUNCTION = True
-    if form == "inline":  # the exit inline at each ret (the default until 2026-11-27)
+    if form == "inline":  # the exit inline at each ret (the default; as "pass" unless PROTON_LITE_EXIT_CALL=1)
         ptx_lifetimes.EXIT_IN_FUNCTION = False
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves

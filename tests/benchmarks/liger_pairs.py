@@ -11,7 +11,12 @@ Cases (``host_scale.py``'s): rms_norm forward, forward + backward, synchronized 
 not, on 4,096 x 4,096.  A session here is raw only (``decode=False``), started per block,
 its first ``--warm`` calls not timed.
 
-Usage: python tests/benchmarks/liger_pairs.py [--pairs 12] [--calls 200] [--json FILE]
+``--spares 4,0`` runs one session block per value in each pair, with
+``PROTON_LITE_SPARE_CHUNKS`` set to it (4: chunk switches in C, the default; 0: every switch
+in Python), in rotating order beside the same plain block: the C switch against the Python
+one in one process.  ``--only TEXT`` keeps the cases whose label contains it.
+
+Usage: python tests/benchmarks/liger_pairs.py [--pairs 12] [--calls 200] [--spares 4,0] [--only "fwd, no"] [--json FILE]
 """
 from __future__ import annotations
 
@@ -53,7 +58,9 @@ def timed(call, calls: int) -> tuple[float, float, int]:
     return (time.perf_counter() - t0) / calls * 1e6, _gc["ns"] / 1e6, _gc["runs"]
 
 
-def session_block(call, calls: int, warm: int, path: str):
+def session_block(call, calls: int, warm: int, path: str, spares: str | None = None):
+    if spares is not None:  # read when the session's collector is made
+        os.environ["PROTON_LITE_SPARE_CHUNKS"] = spares
     with proton_lite.start(path, quiet=True, decode=False, calibrate=False) as s:
         for _ in range(warm):
             call(1)
@@ -68,45 +75,58 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--spares", help="comma-separated PROTON_LITE_SPARE_CHUNKS values, one session block each per pair")
+    ap.add_argument("--only", help="only the cases whose label contains this")
     a = ap.parse_args()
+    variants = a.spares.split(",") if a.spares else [None]
     gc.callbacks.append(_gc_timer)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, _, call, _ in liger_cases():
+            if a.only and a.only not in label:
+                continue
             for _ in range(a.warm):
                 call(1)
             session_block(call, a.warm, a.warm, os.path.join(tmp, "w"))  # compiles the instrumented binaries
-            pairs = []
+            blocks = {v: [] for v in variants}  # per variant: (plain, session) pairs
             for k in range(a.pairs):
-                first_plain = k % 2 == 0
-                plain = session = None
-                for which in ((0, 1) if first_plain else (1, 0)):
-                    if which == 0:
+                order = ["plain"] + variants  # the plain block, then one per variant, rotated by one per pair
+                order = order[k % len(order):] + order[:k % len(order)]
+                plain, sessions = None, {}
+                for which in order:
+                    if which == "plain":
                         for _ in range(a.warm):
                             call(1)
                         plain = timed(call, a.calls)
                     else:
-                        session = session_block(call, a.calls, a.warm, os.path.join(tmp, f"s{k}"))
-                pairs.append((plain, session))
-            ratios = sorted(s[0] / p[0] for p, s in pairs)
-            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-            row = {"case": label, "pairs": a.pairs, "calls": a.calls,
-                   "plain_us": statistics.median(p[0] for p, _ in pairs),
-                   "session_us": statistics.median(s[0] for _, s in pairs),
-                   "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
-                   "gc_ms_plain": statistics.median(p[1] for p, _ in pairs),
-                   "gc_ms_session": statistics.median(s[1] for _, s in pairs),
-                   "gc_runs_plain": statistics.median(p[2] for p, _ in pairs),
-                   "gc_runs_session": statistics.median(s[2] for _, s in pairs),
-                   "all": [[p[0], s[0]] for p, s in pairs]}
-            rows.append(row)
-            print(f"{label:44s} plain {row['plain_us']:7.1f} session {row['session_us']:7.1f} us/call  "
-                  f"ratio median {row['ratio_median']:.3f} (quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f})  "
-                  f"GC per block {row['gc_ms_plain']:.1f} / {row['gc_ms_session']:.1f} ms, "
-                  f"{row['gc_runs_plain']:.0f} / {row['gc_runs_session']:.0f} runs", flush=True)
+                        sessions[which] = session_block(call, a.calls, a.warm, os.path.join(tmp, f"s{k}"), which)
+                for v in variants:
+                    blocks[v].append((plain, sessions[v]))
+            for v in variants:
+                rows.append(_report(label if v is None else f"{label} [spares={v}]", blocks[v], a))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def _report(label: str, pairs: list, a) -> dict:
+    """The pairs' ratios (median, quartiles) and GC times, printed; the row for the json."""
+    ratios = sorted(s[0] / p[0] for p, s in pairs)
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    row = {"case": label, "pairs": a.pairs, "calls": a.calls,
+           "plain_us": statistics.median(p[0] for p, _ in pairs),
+           "session_us": statistics.median(s[0] for _, s in pairs),
+           "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
+           "gc_ms_plain": statistics.median(p[1] for p, _ in pairs),
+           "gc_ms_session": statistics.median(s[1] for _, s in pairs),
+           "gc_runs_plain": statistics.median(p[2] for p, _ in pairs),
+           "gc_runs_session": statistics.median(s[2] for _, s in pairs),
+           "all": [[p[0], s[0]] for p, s in pairs]}
+    print(f"{label:56s} plain {row['plain_us']:7.1f} session {row['session_us']:7.1f} us/call  "
+          f"ratio median {row['ratio_median']:.3f} (quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f})  "
+          f"GC per block {row['gc_ms_plain']:.1f} / {row['gc_ms_session']:.1f} ms, "
+          f"{row['gc_runs_plain']:.0f} / {row['gc_runs_session']:.0f} runs", flush=True)
+    return row
 
 
 if __name__ == "__main__":
