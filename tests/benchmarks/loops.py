@@ -1,6 +1,11 @@
 """Loops users profile (grid-stride, persistent, data-dependent): records kept and device overhead.
 
-Usage: python tests/benchmarks/loops.py [--out loops.json] [--quick]
+Usage: python tests/benchmarks/loops.py [--out loops.json] [--quick] [--only gs_softmax] [--form nodefer]
+
+``--form nodefer`` (a diagnosis, with its own ``TRITON_CACHE_DIR``: the pass is changed at run
+time, which Triton's cache key does not see) builds the loops without deferring a body's
+last record to the next iteration (``ptx_instrument._defer_loop_tails``): each iteration
+stores its exit record at once.
 For each kernel, in one process: CUPTI kernel times of plain, proton-lite with a default
 session, proton-lite with ``capacity=256`` (what a default session did before launch pools
 and program-id sizing: a fixed capacity per unit) and Triton's Proton, in interleaved rounds
@@ -135,14 +140,23 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
+    ap.add_argument("--form", choices=("pass", "nodefer"), default="pass")
+    ap.add_argument("--no-cap256", action="store_true", help="skip the capacity=256 variant")
     args = ap.parse_args()
+    if args.form == "nodefer":
+        from proton_lite.passes import ptx_instrument
+        ptx_instrument._defer_loop_tails = lambda *a, **k: {}
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     rows = []
     for label, kname, launch, in cases(args.quick):
-        row = {"kernel": label}
+        if args.only and kname not in args.only.split(","):
+            continue
+        row = {"kernel": label, "form": args.form}
         t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, {})
-        old = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, {"capacity": 256})
+        old = t if args.no_cap256 else overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref,
+                                                        {"capacity": 256})
         row["plain_us"] = statistics.median(t["plain"] + old["plain"])
         row["pl_us"] = statistics.median(t["pl"])
         row["pl_cap256_us"] = statistics.median(old["pl"])
