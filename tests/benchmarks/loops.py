@@ -2,10 +2,12 @@
 
 Usage: python tests/benchmarks/loops.py [--out loops.json] [--quick] [--only gs_softmax] [--form nodefer]
 
-``--form nodefer`` (a diagnosis, with its own ``TRITON_CACHE_DIR``: the pass is changed at run
-time, which Triton's cache key does not see) builds the loops without deferring a body's
-last record to the next iteration (``ptx_instrument._defer_loop_tails``): each iteration
-stores its exit record at once.
+``--form`` (diagnoses, each with its own ``TRITON_CACHE_DIR``: the pass is changed at run time,
+which Triton's cache key does not see): ``nodefer`` builds the loops without deferring a
+body's last record to the next iteration (``ptx_instrument._defer_loop_tails``: each
+iteration stores its exit record at once); ``nostore`` keeps every record's timer read and
+address but drops its store; ``noenter`` / ``noexit`` drop the enter / exit records whole.
+What these forms record is not meant to be read.
 For each kernel, in one process: CUPTI kernel times of plain, proton-lite with a default
 session, proton-lite with ``capacity=256`` (what a default session did before launch pools
 and program-id sizing: a fixed capacity per unit) and Triton's Proton, in interleaved rounds
@@ -116,6 +118,21 @@ def cases(quick):
     yield "segments (loaded bounds)", "segments", lambda p: segments[(n_seg, )](offs, xs, os_, D=128, PROF=p)
 
 
+def use_form(form: str) -> None:
+    """Change the pass for one of ``--form``'s diagnoses (module docstring)."""
+    import re
+    from proton_lite.passes import ptx_emit, ptx_instrument
+    if form == "nodefer":
+        ptx_instrument._defer_loop_tails = lambda *a, **k: {}
+    record = ptx_emit._Emitter.record
+    if form == "nostore":
+        ptx_emit._Emitter.record = lambda self, site, tag: [
+            line for line in record(self, site, tag) if not re.search(r"\bst\.(global|shared)", line)]
+    if form in ("noenter", "noexit"):
+        drop = form[2:]
+        ptx_emit._Emitter.record = lambda self, site, tag: [] if site.kind == drop else record(self, site, tag)
+
+
 def kept(tmp, name, launch, options):
     """Records kept and dropped per launch, bytes copied back and reserved, from one decoded session."""
     with proton_lite.start(os.path.join(tmp, name), quiet=True, formats=(), **options) as s:
@@ -141,12 +158,10 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
-    ap.add_argument("--form", choices=("pass", "nodefer"), default="pass")
+    ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit"), default="pass")
     ap.add_argument("--no-cap256", action="store_true", help="skip the capacity=256 variant")
     args = ap.parse_args()
-    if args.form == "nodefer":
-        from proton_lite.passes import ptx_instrument
-        ptx_instrument._defer_loop_tails = lambda *a, **k: {}
+    use_form(args.form)
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     rows = []
