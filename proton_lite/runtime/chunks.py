@@ -30,6 +30,8 @@ DEVICE_RESERVE_CHUNKS = 4  # device chunks made at the first launch on a device 
 # Python switch that follows seals the chunks they left and opens the next ones together, on
 # warm caches (one Python switch per SPARE_CHUNKS + 1 chunks)
 SPARE_CHUNKS = 4
+DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
+DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
 
 
 def spare_chunks_setting() -> int:
@@ -42,8 +44,6 @@ def spare_chunks_setting() -> int:
         raise ValueError(f"proton_lite: PROTON_LITE_SPARE_CHUNKS must be a whole number from 0 to 8 (got {raw!r}); "
                          "unset it for the default")
     return int(raw)
-DEVICE_LIMIT_MAX = 4 << 30  # sealed chunks waiting for the disk hold at most this much device memory ...
-DEVICE_LIMIT_SHARE = 8  # ... and at most this share of what was free at the first launch
 
 
 def default_device_limit(free_bytes: int) -> int:
