@@ -7,7 +7,8 @@ which Triton's cache key does not see): ``nodefer`` builds the loops without def
 body's last record to the next iteration (``ptx_instrument._defer_loop_tails``: each
 iteration stores its exit record at once); ``nostore`` keeps every record's timer read and
 address but drops its store; ``noenter`` / ``noexit`` drop the enter / exit records whole,
-``norecords`` both (what is left: the loop's bookkeeping, the entry and the exit).
+``norecords`` both (what is left: the loop's bookkeeping, the entry and the exit);
+``noclock`` keeps every record but writes a constant for its ``%clock`` read.
 What these forms record is not meant to be read.
 For each kernel, in one process: CUPTI kernel times of plain, proton-lite with a default
 session, proton-lite with ``capacity=256`` (what a default session did before launch pools
@@ -129,6 +130,9 @@ def use_form(form: str) -> None:
     if form == "nostore":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             line for line in record(self, site, tag) if not re.search(r"\bst\.(global|shared)", line)]
+    if form == "noclock":
+        ptx_emit._Emitter.record = lambda self, site, tag: [
+            re.sub(r"%clock(64)?;", "7;", line) for line in record(self, site, tag)]
     if form == "norecords":
         ptx_emit._Emitter.record = lambda self, site, tag: []
     if form in ("noenter", "noexit"):
@@ -161,7 +165,7 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
-    ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords"), default="pass")
+    ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock"), default="pass")
     ap.add_argument("--no-cap256", action="store_true", help="skip the capacity=256 variant")
     args = ap.parse_args()
     use_form(args.form)
