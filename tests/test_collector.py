@@ -1312,16 +1312,20 @@ def _launch_from_six_threads(col, sim, seed: int, failed_share: float = 0.0) -> 
     return expected
 
 
-def test_launches_from_many_threads_at_once_are_each_saved_once(tmp_path, sim):
+@pytest.mark.parametrize("copy_every", [7, 24])  # 24: the C hooks also switch chunks (fastpath.C_SWITCH_MIN_COPY_EVERY)
+def test_launches_from_many_threads_at_once_are_each_saved_once(tmp_path, sim, copy_every):
     """Six threads launch on three streams at once, with chunks filling up, idle gaps and
     launches that fail before their exit hook: every launch whose exit hook ran is saved once,
     with its own bytes, and launch numbers have no gaps.  (Other threads run whenever the hooks
     call into Python, directly or through the garbage collector; a version of the C hooks that
     kept its thread's entry across such a call lost a launch in about one run of three.)"""
+    switches = 0
     for seed in range(6):
-        col = Collector(RawWriter(tmp_path / f"c{seed}.plraw", {}), host_limit_bytes=64 << 20, copy_every=7,
-                        idle_ns=2_000_000)
+        col = Collector(RawWriter(tmp_path / f"c{seed}.plraw", {}), host_limit_bytes=64 << 20,
+                        copy_every=copy_every, idle_ns=2_000_000)
         expected = _launch_from_six_threads(col, sim, seed, failed_share=0.01)
+        if HOOKS["mode"] == "c":
+            switches += _C_HOOKS[id(col)][0].switches()
         col.finish()
         col.writer.close()
         cap = read_raw(tmp_path / f"c{seed}.plraw")
@@ -1329,6 +1333,8 @@ def test_launches_from_many_threads_at_once_are_each_saved_once(tmp_path, sim):
         assert sorted(got) == sorted(expected), f"seed {seed}: lost {sorted(expected - set(got))[:5]}"
         assert sorted(ln.launch_index for ln in cap.launches) == list(range(len(got))) and col.launches == len(got)
         assert not col.uninstrumented and col.lost == 0
+    if HOOKS["mode"] == "c" and copy_every >= 16:  # (about 300 in six runs here: the C switch under six threads)
+        assert switches > 0
 
 
 def test_the_python_copier_passes_the_pinned_limit_rather_than_wait_for_chunks_queued_behind_it(tmp_path, sim):
