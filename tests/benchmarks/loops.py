@@ -10,7 +10,10 @@ address but drops its store; ``noenter`` / ``noexit`` drop the enter / exit reco
 ``norecords`` both (what is left: the loop's bookkeeping, the entry and the exit);
 ``noclock`` keeps every record but writes a constant for its ``%clock`` read; ``pinparams``
 ships the records and adds an opaque zero to each 64-bit kernel parameter after it is read,
-so that ptxas keeps it in a register instead of reading it again from the constant bank.
+so that ptxas keeps it in a register instead of reading it again from the constant bank;
+``storelate`` moves each record store that comes before a load of the kernel's own in its
+basic block to after those loads (the loads issue first; the timer reads stay where they
+were), and ``storelatepin`` does both.
 What these forms record is not meant to be read.
 For each kernel, in one process: CUPTI kernel times of plain, proton-lite with a default
 session, proton-lite with ``capacity=256`` (what a default session did before launch pools
@@ -132,13 +135,19 @@ def use_form(form: str) -> None:
     if form == "nostore":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             line for line in record(self, site, tag) if not re.search(r"\bst\.(global|shared)", line)]
-    if form == "pinparams":
+    if form in ("pinparams", "storelate", "storelatepin"):
         from proton_lite.passes import stage_hook
         rewrite = stage_hook.rewrite
 
-        def pinned(*a, **k):
+        def changed(*a, **k):
+            ptx = rewrite(*a, **k)
+            if form != "pinparams":
+                ptx = _stores_after_loads(ptx)
+            return _pinned(ptx) if form != "storelate" else ptx
+
+        def _pinned(ptx):
             out = []
-            for line in rewrite(*a, **k).split("\n"):
+            for line in ptx.split("\n"):
                 out.append(line)
                 m = re.match(r"\s*ld\.param\.b64\s+(%rd\d+),\s*\[\w+_param_\d+\];", line)
                 if m:  # the timer's high word >> 31 is 0 (for centuries), which ptxas cannot know
@@ -146,7 +155,7 @@ def use_form(form: str) -> None:
                     out.append(f"\t{{ .reg .u32 %pin_t; .reg .u64 %pin_z; mov.u32 %pin_t, %globaltimer_hi; "
                                f"shr.u32 %pin_t, %pin_t, 31; cvt.u64.u32 %pin_z, %pin_t; add.u64 {r}, {r}, %pin_z; }}")
             return "\n".join(out)
-        stage_hook.rewrite = pinned
+        stage_hook.rewrite = changed
     if form == "noclock":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             re.sub(r"%clock(64)?;", "7;", line) for line in record(self, site, tag)]
@@ -155,6 +164,30 @@ def use_form(form: str) -> None:
     if form in ("noenter", "noexit"):
         drop = form[2:]
         ptx_emit._Emitter.record = lambda self, site, tag: [] if site.kind == drop else record(self, site, tag)
+
+
+def _stores_after_loads(ptx: str) -> str:
+    """``--form storelate``: each of our record stores followed, in its basic block, by a load
+    of the kernel's own goes after the run of loads (before the next barrier, label or branch)."""
+    import re
+    lines = ptx.split("\n")
+    boundary = re.compile(r"^\s*(\$L__BB\w*:|bar\.sync|@?%?\w*\s*bra\b|.*\bbra(\.uni)?\s)")
+    i = 0
+    while i < len(lines):
+        if "st.global" in lines[i] and "%pl_" in lines[i]:
+            j = i + 1
+            while j < len(lines) and "ld.global" not in lines[j] and not boundary.match(lines[j]) \
+                    and ("st.global" not in lines[j] or "%pl_" in lines[j]):  # (past our other stores)
+                j += 1
+            if j < len(lines) and "ld.global" in lines[j] and "%pl_" not in lines[j]:
+                end = j
+                while end < len(lines) and not boundary.match(lines[end]) and "$L__tmp" not in lines[end]:
+                    end += 1
+                store = lines.pop(i)
+                lines.insert(end - 1, store)
+                continue
+        i += 1
+    return "\n".join(lines)
 
 
 def kept(tmp, name, launch, options):
@@ -182,7 +215,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
-    ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock", "pinparams"), default="pass")
+    ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock", "pinparams", "storelate",
+                                           "storelatepin"), default="pass")
     ap.add_argument("--no-cap256", action="store_true", help="skip the capacity=256 variant")
     args = ap.parse_args()
     use_form(args.form)
