@@ -343,14 +343,19 @@ def test_chunks_switched_by_the_c_hooks_stay_within_the_device_limit(tmp_path, s
     once: spares are opened only as far as that leaves the device backlog within its limit."""
     per_launch = SCRATCH * 4
     col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12,
-                    device_limit_bytes=5 * 16 * per_launch)
+                    device_limit_bytes=7 * 16 * per_launch)
     col.chunk_bytes = 16 * per_launch
-    for i in range(300):
-        launch(col, sim, stream=1, payload=i.to_bytes(8, "little"))
-        assert all(len(v) <= 3 for v in col._spares.values())  # the open chunk, 3 spares, 1 being sealed: 5
+    most = 0
+    for i in range(600):  # two streams: their spares share the limit
+        launch(col, sim, stream=1 + i % 2, payload=i.to_bytes(8, "little"))
+        most = max(most, sum(len(v) for v in col._spares.values()))
+    # every stream's spares, an open chunk and the one being sealed within 7 chunks (each stream
+    # counting only its own spares opened 4 + 4)
+    assert most <= 5 and (most > 0 or HOOKS["mode"] == "python")
     cap = finish(col, tmp_path)
-    assert len(cap.launches) == 300
-    assert col._drain.peak_queued_bytes <= col.device_limit + size_class(16 * per_launch)
+    assert len(cap.launches) == 600
+    # as with every switch in Python: past the limit by at most a chunk per stream
+    assert col._drain.peak_queued_bytes <= col.device_limit + 2 * size_class(16 * per_launch)
 
 
 def test_the_first_launch_on_a_device_makes_the_chunks_a_loop_keeps_in_flight(tmp_path, sim):

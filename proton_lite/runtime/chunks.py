@@ -120,12 +120,14 @@ class ChunkBook:
             chunk, event, _ = spares.pop(0)
             self.device_pool.give(chunk.buf)
             self._recycle_event(key[0], event)
+        # every stream's spares count: they are device memory the drain's backlog does not show
+        opened = sum(chunk.buf.capacity for held in self._spares.values() for chunk, _, _ in held)
         while len(spares) < self.spare_chunks:
             # what the C switches seal reaches the drain at the next Python switch, all at once:
-            # with the open chunk and these spares it must fit under the device limit, which
-            # that switch waits for (the disk is behind: fewer spares, more waits there)
+            # with the open chunk and the spares it must fit under the device limit, which that
+            # switch waits for (the disk is behind: fewer spares, more waits there)
             if self.device_limit is not None and \
-                    self._drain.queued_bytes + limit * (len(spares) + 2) > self.device_limit:
+                    self._drain.queued_bytes + opened + 2 * limit > self.device_limit:
                 return
             try:
                 buf = self.device_pool.take(limit, key[0], stream)
@@ -133,6 +135,7 @@ class ChunkBook:
             except (ProfileBufferOOM, cuda_api.CudaError):
                 return
             spares.append((_Chunk(buf, limit, key[0], stream), event, cuda_api.handle(event)))
+            opened += buf.capacity
 
     def _seal_switched(self) -> None:
         """Seal the chunks the C hooks switched away from (``_c_sealed``, in order): their
