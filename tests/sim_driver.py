@@ -294,7 +294,11 @@ class SimDriver:
 
         def entry(fn):
             def call(*args):
-                self._tls.ctx = self.native_ctx
+                # the C drain's thread (one Python did not start) has the context it set last;
+                # a launching thread that calls one of these (the C hooks' event record at a
+                # chunk switch) keeps its own, as a thread's current context does in CUDA
+                if isinstance(threading.current_thread(), threading._DummyThread):
+                    self._tls.ctx = self.native_ctx
                 try:
                     fn(*args)
                     return 0

@@ -695,6 +695,29 @@ def test_chunks_of_two_devices_still_open_at_stop_are_copied_each_in_its_own_con
     assert sim.device_mem == {} and sim.current_context() == "ctx1"  # freed; the caller's context is back
 
 
+def test_chunks_of_two_devices_are_switched_each_in_its_own_context(tmp_path, sim):
+    """Launches alternate between two GPUs in bursts that fill chunks: each device's spares
+    and their events are made in its context, and the C hooks record each switch's event on
+    its own device's stream (the simulated driver refuses an event of another context), so
+    nothing fails and every launch is saved in its device's order."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12)
+    sent = {0: [], 1: []}
+    for i in range(480):
+        device = (i // 40) % 2  # bursts of 40 launches, two and a half chunks each
+        sim.device = device
+        launch(col, sim, stream=1 + device, payload=i.to_bytes(8, "little"))
+        sent[device].append(i)
+    cap = finish(col, tmp_path)
+    assert col.errors == [] and col.lost == 0 and not col.failed
+    got = {0: [], 1: []}
+    for ln in cap.launches:
+        got[ln.device].append(int.from_bytes(bytes(ln.buffer[:8]), "little"))
+    assert got == sent
+    if HOOKS["mode"] == "c":
+        assert _C_HOOKS[id(col)][0].switches() > 0
+    assert sim.device_mem == {}
+
+
 def test_a_failed_pinned_allocation_does_not_hold_its_share_of_the_limit(monkeypatch, sim):
     """A host allocation that fails raises to the launch; it must not stay counted as in
     flight, or later launches would wait for pinned memory that never comes back."""

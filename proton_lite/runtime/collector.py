@@ -169,9 +169,13 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
             if isinstance(stale, CapturedLaunch):  # a captured launch: nothing to settle
                 stale = None
         with self._lock:
-            self._sync()
-            if device not in self._contexts:
+            # this device's context is known before _sync seals chunks the C hooks switched on
+            # another device (each sealed in its own context, then this thread's is made current)
+            first_on_device = device not in self._contexts
+            if first_on_device:
                 self._contexts[device] = cuda_api.current_context()
+            self._sync()
+            if first_on_device:
                 if len(self._contexts) == 1:  # the session's first launch: the copier's working set
                     self._reserve_pinned()
                 if pool is None:  # and the chunks a loop keeps in flight on this device
@@ -221,6 +225,9 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         device = self._current_device()
         if getattr(tls, "device", None) != device:
             self._thread_context(device)
+        with self._lock:  # (known before any _sync seals chunks of another device: allocate says why)
+            if device not in self._contexts:
+                self._contexts[device] = cuda_api.current_context()
         if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
             tls.item = None
             if not isinstance(stale, CapturedLaunch):
@@ -231,9 +238,6 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         if alignment == LAUNCH_SIZED_ALIGN:
             size, capacity = self._launch_capacity(size)
             pool = capacity[2]
-        with self._lock:
-            if device not in self._contexts:
-                self._contexts[device] = cuda_api.current_context()
         # the prefix of a launch sized now (its capacity; a pool's chunks and epoch) is written
         # once, outside the graph: a memset node before each such kernel cost every replay
         prefix = () if capacity is None else \
