@@ -229,8 +229,8 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     ours runs before the kernel's own code (no %tid, no address, no store), and the CTA header
     is written at exit by thread 0 alone, with the 64-bit pair rebuilt from the end pair, also
     where the low halves wrap in between (the simulator's clock counts instructions: the start
-    clock is thread 0's first one).  Read with the exit inline; as a session builds it, the
-    exit is a call of a .func that writes the same (the test above)."""
+    clock is thread 0's first one).  Read with the exit inline, as a session builds it (with
+    PROTON_LITE_EXIT_CALL=1 the exit is a call of a .func that writes the same: the test above)."""
     from proton_lite.passes import ptx_lifetimes
     from proton_lite.passes.ptx_instrument import keeps_start_pair
     monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)
