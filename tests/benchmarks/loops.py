@@ -217,7 +217,10 @@ def main():
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
     ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock", "pinparams", "storelate",
                                            "storelatepin"), default="pass")
-    ap.add_argument("--no-cap256", action="store_true", help="skip the capacity=256 variant")
+    ap.add_argument("--no-cap256", action="store_true", help="skip the fixed-capacity variant")
+    ap.add_argument("--cap", type=int, default=256,
+                    help="the fixed capacity of that variant (shared staging where it fits: a capacity "
+                         "above a warp's records keeps them all); its keys are named after it")
     args = ap.parse_args()
     use_form(args.form)
     tmp = tempfile.mkdtemp()
@@ -228,29 +231,29 @@ def main():
             continue
         row = {"kernel": label, "form": args.form}
         t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, {})
-        old = t if args.no_cap256 else overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref,
-                                                        {"capacity": 256})
+        cap, ck = {"capacity": args.cap}, f"cap{args.cap}"
+        old = t if args.no_cap256 else overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, cap)
         row["plain_us"] = statistics.median(t["plain"] + old["plain"])
         row["pl_us"] = statistics.median(t["pl"])
-        row["pl_cap256_us"] = statistics.median(old["pl"])
+        row[f"pl_{ck}_us"] = statistics.median(old["pl"])
         row["pl_overhead_pct"] = 100 * (row["pl_us"] / row["plain_us"] - 1)
-        row["pl_cap256_overhead_pct"] = 100 * (row["pl_cap256_us"] / row["plain_us"] - 1)
+        row[f"pl_{ck}_overhead_pct"] = 100 * (row[f"pl_{ck}_us"] / row["plain_us"] - 1)
         if t["proton"]:
             row["proton_overhead_pct"] = 100 * (statistics.median(t["proton"]) / row["plain_us"] - 1)
         row["default"] = kept(tmp, kname + "_default", launch, {})
-        row["capacity_256"] = kept(tmp, kname + "_cap", launch, {"capacity": 256})
+        row[f"capacity_{args.cap}"] = kept(tmp, kname + "_cap", launch, cap)
         rows.append(row)
         print(json.dumps(row), flush=True)
     out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows, "proton_error": proton_ref.error}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
-    print(f"\n{'kernel':26} {'plain us':>9} {'ovh %':>6} {'cap256 %':>8} {'Proton %':>8} {'kept/launch':>11} "
-          f"{'dropped':>8} {'cap256 dropped':>14} {'copied MB':>9}")
+    print(f"\n{'kernel':26} {'plain us':>9} {'ovh %':>6} {f'cap{args.cap} %':>8} {'Proton %':>8} {'kept/launch':>11} "
+          f"{'dropped':>8} {f'cap{args.cap} dropped':>14} {'copied MB':>9}")
     for r in rows:
-        d, c = r["default"], r["capacity_256"]
+        d, c = r["default"], r[f"capacity_{args.cap}"]
         print(f"{r['kernel'][:26]:26} {r['plain_us']:9.1f} {r['pl_overhead_pct']:6.2f} "
-              f"{r['pl_cap256_overhead_pct']:8.2f} {r.get('proton_overhead_pct', float('nan')):8.2f} "
+              f"{r[f'pl_cap{args.cap}_overhead_pct']:8.2f} {r.get('proton_overhead_pct', float('nan')):8.2f} "
               f"{d['records_per_launch']:11d} {d['dropped_per_launch']:8d} {c['dropped_per_launch']:14d} "
               f"{d['copied_bytes_per_launch'] / 1e6:9.2f}")
     print(f"Proton: {proton_ref.error or 'ok'}")
