@@ -79,8 +79,10 @@ class InstrumentConfig:
 
     def to_mode(self) -> str:
         cap = "auto" if self.capacity is None else str(self.capacity)
-        from proton_lite.passes import ptx_lifetimes  # its switch changes the PTX: part of the key
+        from proton_lite.passes import ptx_lifetimes, ptx_staging  # their switches change the PTX: in the key
         exit_form = ".exitfunc" if ptx_lifetimes.EXIT_IN_FUNCTION else ""
+        if ptx_staging.FLUSH_SLOTS != ptx_staging.DEFAULT_FLUSH_SLOTS:
+            exit_form += f".flush{ptx_staging.FLUSH_SLOTS}"
         mode = (f"{INSTRUMENTATION_MODE},{_VERSION}{PASS_FINGERPRINT}{exit_form},"
                 f"{_PREFIX}{self.granularity}.{cap}.{self.loop_capacity}.{self.buffer_mode}")
         if self.kernels:

@@ -45,6 +45,10 @@ class _Emitter(LifetimesCode):
         # record then advances: one min per record instead of a min and a multiply-add before
         # the store (record_cost.py); records outside loops keep the index, which ptxas folds
         self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
+        # staging in blocks (layout.flush_slots): every record at the pointer, and the unit's
+        # first warp copies the block to global memory whenever the pointer reaches its end
+        self.blocks = layout.staging == "shared" and layout.flush_slots > 0
+        self._flushes = 0  # copy sites emitted so far (their labels)
         self.defers = defers  # loops whose last record is stored by the next record (set 2)
         self.by_address = by_address  # some of them store it at the next record's address - 8 (global)
         # per tight loop unrolled twice (_pair_tight_loops, global staging): its two records' tags
@@ -62,6 +66,8 @@ class _Emitter(LifetimesCode):
         out = list(self.REGS) + [f".reg .pred %pl_pd<{max(1, self.defers)}>;"]
         if self.pool is not None:
             out += list(self.pool.REGS)
+        if self.blocks:  # the copies' own registers, live only inside a copy
+            out += [".reg .b32 %pl_f<6>;", ".reg .b64 %pl_fd;", ".reg .pred %pl_fp<3>;"]
         if self.unrolled_tags:
             n = len(self.unrolled_tags)
             out += [f".reg .b32 %pl_ut<{4 * n}>;", f".reg .b32 %pl_uc<{4 * n}>;", f".reg .b32 %pl_uo<{2 * n}>;",
@@ -137,8 +143,9 @@ class _Emitter(LifetimesCode):
             out += [f"mov.u32 %pl_r4, {self.smem};",
                     f"add.u32 %pl_r4, %pl_r4, {self.smem_offset};",
                     f"mad.lo.u32 %pl_r4, %pl_r1, {staged_slots(L) * RECORD_BYTES}, %pl_r4;"]
-            if self.uses_pointer:  # the sink is slot `capacity`
-                out += ["mov.u32 %pl_ptr, %pl_r4;", f"add.u32 %pl_sink, %pl_r4, {L.capacity * RECORD_BYTES};"]
+            if self.uses_pointer:  # the sink is slot `capacity`; with blocks, the block's end
+                out += ["mov.u32 %pl_ptr, %pl_r4;",
+                        f"add.u32 %pl_sink, %pl_r4, {(L.flush_slots or L.capacity) * RECORD_BYTES};"]
         else:
             out += [f"add.s64 %pl_d3, %pl_d2, {UNIT_HEADER_BYTES};"]  # records go straight to global
             if L.sized_at_launch:
@@ -188,8 +195,9 @@ class _Emitter(LifetimesCode):
             return ["// proton_lite: record", f"mov.u32 {clk}, %clock;", f"mov.u32 {tg}, {tag};",
                     "@%pl_p0 st.shared.v2.u32 [%pl_ptr], {%pl_tag0, %pl_clk0};",
                     f"@%pl_p0 st.shared.v2.u32 [%pl_ptr+{RECORD_BYTES}], {{{tg}, {clk}}};",
-                    f"add.u32 %pl_ptr, %pl_ptr, {2 * RECORD_BYTES};", "min.u32 %pl_ptr, %pl_ptr, %pl_sink;",
-                    "add.u32 %pl_r3, %pl_r3, 1;"]
+                    f"add.u32 %pl_ptr, %pl_ptr, {2 * RECORD_BYTES};"] + \
+                ([] if self.blocks else ["min.u32 %pl_ptr, %pl_ptr, %pl_sink;"]) + \
+                ["add.u32 %pl_r3, %pl_r3, 1;"] + self.block_copy()
         if site.in_loop or keep or site.followed:
             out = ["// proton_lite: record", f"mov.u32 {clk}, %clock;"]
         else:
@@ -214,8 +222,9 @@ class _Emitter(LifetimesCode):
             if L.mode == "circular":
                 out += [f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};",
                         f"mad.lo.u32 {addr}, %pl_slot{k}, 8, %pl_r4;"]
-            elif site.in_loop:
-                # the saturating pointer: ready before the record, one min after it
+            elif site.in_loop or self.blocks:
+                # the saturating pointer: ready before the record, one min after it (with
+                # blocks every record takes the pointer, which a copy sets back to the start)
                 out.append(f"mov.u32 {addr}, %pl_ptr;")
                 if site.flushes:
                     out.append(self.deferred_store(site.loop))
@@ -227,7 +236,8 @@ class _Emitter(LifetimesCode):
                        f"{pred}st.shared.v2.u32 [{addr}], {{{tg}, {clk}}};")
             if self.uses_pointer:
                 out.append("add.u32 %pl_ptr, %pl_ptr, 8;")
-                out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
+                if not self.blocks:
+                    out.append("min.u32 %pl_ptr, %pl_ptr, %pl_sink;")
         else:
             if L.mode == "circular":
                 out.append(f"and.b32 %pl_slot{k}, %pl_r3, {L.capacity - 1};")
@@ -253,6 +263,61 @@ class _Emitter(LifetimesCode):
             out.append(self._defer(pred, site.loop) if site.defers else
                        f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
+        return out + self.block_copy()
+
+    def block_copy(self, at_exit: bool = False) -> list[str]:
+        """With staging in blocks, after a record's pointer moved on: once the block is full
+        (always, at exit), the unit's first warp copies the staged records to the unit block,
+        32 lanes at a time, record ``i`` of the unit to slot ``min(i, capacity)`` (past the
+        capacity: the first sink slot), and the pointer starts the block again.
+
+        The test is one compare and a branch not taken per record; a copy comes once per
+        ``flush_slots`` records. The warp syncs before the copy (its leader lane wrote the
+        records) and after it (no lane may write the block before every lane has read its
+        share). Records are never written where a copy has yet to read: nothing is deferred
+        past a copy (rewrite turns _defer_loop_tails off with blocks)."""
+        if not self.blocks:
+            return []
+        n = self._flushes
+        self._flushes += 1
+        lbl = f"$pl_block{n}"
+        out = []  # at exit: part of the epilogue
+        if not at_exit:
+            out += ["// proton_lite: block copy", "setp.lt.u32 %pl_fp1, %pl_ptr, %pl_sink;", f"@%pl_fp1 bra {lbl}_kept;"]
+        # who copies: the unit's first warp, when the buffer has slots (not a launch's capacity
+        # word of 0, nor a buffer without the word); recomputed here, where it costs nothing,
+        # rather than kept in the loop's registers, as is the unit block's address (%pl_d2)
+        out += [
+            "mov.u32 %pl_f2, %tid.x;",
+            f"and.b32 %pl_f2, %pl_f2, {self.unit_threads - 1};",
+            "setp.lt.u32 %pl_fp2, %pl_f2, 32;",
+        ]
+        if self.layout.sized_at_launch:
+            out.append("setp.ne.and.u32 %pl_fp2, %pl_r24, 0, %pl_fp2;")
+        out += [
+            "sub.u32 %pl_f0, %pl_ptr, %pl_r4;",
+            "shr.u32 %pl_f0, %pl_f0, 3;",  # records staged
+            f"@!%pl_fp2 bra {lbl}_done;",
+            "bar.warp.sync -1;",
+            "sub.u32 %pl_f1, %pl_r3, %pl_f0;",  # the unit's index of the first staged record
+            f"{lbl}_copy:",
+            "setp.ge.u32 %pl_fp1, %pl_f2, %pl_f0;",
+            f"@%pl_fp1 bra {lbl}_copied;",
+            "mad.lo.u32 %pl_f3, %pl_f2, 8, %pl_r4;",
+            "ld.shared.v2.u32 {%pl_f4, %pl_f5}, [%pl_f3];",
+            "add.u32 %pl_f3, %pl_f1, %pl_f2;",
+            f"min.u32 %pl_f3, %pl_f3, {self.capacity};",
+            "mul.wide.u32 %pl_fd, %pl_f3, 8;",
+            "add.s64 %pl_fd, %pl_fd, %pl_d2;",
+            f"st.global.v2.u32 [%pl_fd+{UNIT_HEADER_BYTES}], {{%pl_f4, %pl_f5}};",
+            "add.u32 %pl_f2, %pl_f2, 32;",
+            f"bra.uni {lbl}_copy;",
+            f"{lbl}_copied:",
+            "bar.warp.sync -1;",
+            f"{lbl}_done:",
+        ]
+        if not at_exit:
+            out += ["mov.u32 %pl_ptr, %pl_r4;", f"{lbl}_kept:"]
         return out
 
     def unrolled_prologue(self) -> list[str]:
@@ -354,8 +419,9 @@ class _Emitter(LifetimesCode):
         L = self.layout
         if not self.keeps_alive:
             return []
-        if L.staging == "shared":
-            return [f"st.shared.u32 [%pl_r4+{L.capacity * RECORD_BYTES}], %pl_acc;"]
+        if L.staging == "shared":  # with blocks: the second spare slot (a pair may fill the first)
+            slot = L.flush_slots + 1 if self.blocks else L.capacity
+            return [f"st.shared.u32 [%pl_r4+{slot * RECORD_BYTES}], %pl_acc;"]
         out = ["cvt.u64.u32 %pl_d6, %pl_acc;", "xor.b64 %pl_accd, %pl_accd, %pl_d6;"]
         if L.mode == "circular":  # no sink: slot ``count``, if it is a free one
             return out + [f"setp.lt.u32 %pl_p6, %pl_r3, {self.capacity};", "mul.wide.u32 %pl_ga0, %pl_r3, 8;",
@@ -372,7 +438,9 @@ class _Emitter(LifetimesCode):
             "mov.u64 %pl_d8, %globaltimer;",
             "mov.u64 %pl_d9, %clock64;",
         ] + self.keep_alive_sink()
-        if L.staging == "shared":
+        if self.blocks:
+            out += self.block_copy(at_exit=True)
+        elif L.staging == "shared":
             # the leader warp of each unit copies its records, 32 lanes at a time
             out += [
                 "setp.lt.u32 %pl_p3, %pl_r2, 32;",

@@ -81,11 +81,18 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel keeps
     its CTA's start pair in registers and writes the CTA header at exit (ptx_lifetimes.py),
     unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch)."""
-    if layout.sized_at_launch and (layout.staging != "global" or layout.mode != "clamp"):
-        raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging and clamp mode")
+    if layout.sized_at_launch and (layout.staging != "global" and not layout.flush_slots or layout.mode != "clamp"):
+        raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging (or staging in "
+                                   "blocks) and clamp mode")
+    if layout.flush_slots and (layout.staging != "shared" or layout.mode != "clamp" or layout.pool or
+                               layout.flush_slots % 2):
+        raise InstrumentationError("proton_lite: internal error: staging in blocks needs shared staging, clamp "
+                                   "mode, no pool and an even block")
     if layout.pool != (pool_plan is not None) or (layout.pool and not layout.sized_at_launch):
         raise InstrumentationError("proton_lite: internal error: a pool needs its plan and a buffer sized at launch")
-    sinks = (layout.staging == "global" and layout.mode == "clamp") == (layout.overflow == "sink")
+    # global unit blocks in clamp mode (written directly, or copied from blocks) have sink slots
+    sinks = ((layout.staging == "global" or layout.flush_slots > 0) and layout.mode == "clamp") == \
+        (layout.overflow == "sink")
     if not lifetimes_only(info, layout) and (not sinks or layout.capacity < 1):
         raise InstrumentationError(f"proton_lite: internal error: layout {layout} does not match the record code "
                                    "(global staging in clamp mode stores past the capacity in sink slots)")
@@ -97,9 +104,11 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         if layout.mode == "clamp" and not layout.pool else {}
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     hoisted, moved = _loop_bookkeeping(lines, info)
-    # clamp mode only: in a circular buffer a late store could land on a newer record's slot
+    # clamp mode only: in a circular buffer a late store could land on a newer record's slot;
+    # not with blocks: a copy between a deferred record's slot and its store would copy the
+    # slot unwritten
     flush_after = _defer_loop_tails(lines, info, moved, layout.staging == "shared", by_address=not layout.pool) \
-        if layout.mode == "clamp" else {}
+        if layout.mode == "clamp" and not layout.flush_slots else {}
     checks = {line: (n, room) for n, (line, room) in enumerate(sorted(pool_plan.checks.items()))} \
         if pool_plan is not None else {}
     body_end = pool_plan.body_end if pool_plan is not None else -1

@@ -1,17 +1,68 @@
 """Where a kernel's records are staged in shared memory: slots per unit (the capacity and two
-sink slots), the bytes that takes, and where the staging area starts after Triton's own."""
+sink slots, or a block copied whenever it fills), the bytes that takes, where the staging
+area starts after Triton's own, and whether a block fits without costing the kernel
+resident CTAs."""
 from __future__ import annotations
 
+import os
+
 from proton_lite.layout import RECORD_BYTES, BufferLayout
-from proton_lite.passes.ptx_scan import STAGING_ALIGN
+from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, STAGING_ALIGN
+
+# Records per unit staged in shared memory before a unit copies them to its global block, in
+# kernels whose loops are sized at launch (layout.flush_slots). On the H100 the grid-stride
+# softmax of tests/benchmarks/loops.py (a scope per row) ran 5.6-5.7% over plain with each
+# record stored to global memory and 1.7-1.8% with its records staged in shared memory
+# (docs/benchmarks.md). 64 records are 528 bytes per warp with the two spare slots.
+# PROTON_LITE_FLUSH_SLOTS=0 stores them to global memory as before (part of the cache key:
+# config.InstrumentConfig.to_mode).
+DEFAULT_FLUSH_SLOTS = 64
+
+
+def flush_slots_setting() -> int:
+    raw = os.environ.get("PROTON_LITE_FLUSH_SLOTS", "").strip()
+    if not raw:
+        return DEFAULT_FLUSH_SLOTS
+    if not raw.isdigit() or int(raw) % 2 or int(raw) > 4096:
+        raise ValueError(f"PROTON_LITE_FLUSH_SLOTS={raw!r}: use an even number of records from 2 to 4096, "
+                         "or 0 to store the records of loops sized at launch straight to global memory")
+    return int(raw)
+
+
+FLUSH_SLOTS = flush_slots_setting()
+
+# Hopper's shared memory per SM (of which each resident CTA reserves 1 KB) and its limits on
+# resident CTAs and warps (CUDA C Programming Guide, "Compute Capability 9.0")
+SHARED_PER_SM = 228 * 1024
+SHARED_RESERVED_PER_CTA = 1024
+MAX_CTAS_PER_SM = 32
+MAX_WARPS_PER_SM = 64
 
 
 def staged_slots(layout: BufferLayout) -> int:
-    """Record slots per unit in shared memory: the capacity, then two sink slots (records past
-    the capacity, a tight loop's pair stored at the sink, the keep-alive accumulator), rounded
-    up to keep every unit's slots 16-byte aligned (ptxas merges two adjacent records into one
-    16-byte store)."""
-    return (layout.capacity + 3) & ~1
+    """Record slots per unit in shared memory: the capacity (or the block, ``flush_slots``),
+    then two spare slots (records past the capacity, a tight loop's pair stored at the sink
+    or past the block's end, the keep-alive accumulator), rounded up to keep every unit's
+    slots 16-byte aligned (ptxas merges two adjacent records into one 16-byte store)."""
+    return ((layout.flush_slots or layout.capacity) + 3) & ~1
+
+
+def resident_ctas(shared: int, num_warps: int) -> int:
+    """CTAs of a kernel that fit on one SM by their shared memory and warps (registers aside)."""
+    by_shared = SHARED_PER_SM // (max(shared, 0) + SHARED_RESERVED_PER_CTA)
+    return min(by_shared, MAX_CTAS_PER_SM, MAX_WARPS_PER_SM // max(num_warps, 1))
+
+
+def staging_fits(layout: BufferLayout, triton_shared: int) -> bool:
+    """Whether a staged layout fits a CTA's shared memory, and, for staging in blocks, leaves
+    the kernel as many resident CTAs as it had: a block is a choice (global stores work as
+    well), and a kernel limited by its shared memory would lose a whole CTA per SM."""
+    total = staging_offset(triton_shared) + shared_bytes(layout)
+    if total > SHARED_TOTAL_LIMIT:
+        return False
+    if not layout.flush_slots:
+        return True
+    return resident_ctas(total, layout.num_warps) >= resident_ctas(triton_shared, layout.num_warps)
 
 
 def shared_bytes(layout: BufferLayout) -> int:

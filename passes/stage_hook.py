@@ -34,7 +34,8 @@ from proton_lite.passes.partitions import find as find_partitions
 from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.unpipeline import HINT as UNPIPELINE_HINT
 from proton_lite.passes.unpipeline import reparse, unpipeline
-from proton_lite.passes import ws_scopes
+from proton_lite.passes import ptx_staging, ws_scopes
+from proton_lite.passes.ptx_staging import staging_fits
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
@@ -49,7 +50,8 @@ from proton_lite.passes.ptx_instrument import (SHARED_TOTAL_LIMIT, Instrumentati
 # 15: kernels without scopes read their CTA's start at entry and write its header at exit (ptx_lifetimes.py)
 # 16: ... keeping only the start pair's low halves (two registers; the 64-bit pair delayed loads)
 # 17: straight-line kernels with scopes too (ptx_emit.py), except the session's record-cost kernel
-PASS_VERSION = "proton_lite-ptx-pass-17"
+# 18: loops sized at launch stage their records in shared memory, copied in blocks (flush_slots)
+PASS_VERSION = "proton_lite-ptx-pass-18"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -79,9 +81,13 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
             capacity = max(1, bound[1])
         elif bound is not None and config.buffer_mode == "clamp":
             # sized per launch; the compiled capacity is the fallback when the arguments cannot
-            # be read (at least 2, so that a buffer proton_lite did not allocate is never overrun)
-            return BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
-                                config.buffer_mode, sized_at_launch=True, overflow="sink")
+            # be read (at least 2, so that a buffer proton_lite did not allocate is never overrun);
+            # records staged in shared memory in blocks where a block costs no resident CTA
+            # (ptx_staging.FLUSH_SLOTS), else stored straight to global memory
+            direct = BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
+                                  config.buffer_mode, sized_at_launch=True, overflow="sink")
+            blocks = replace(direct, staging="shared", flush_slots=ptx_staging.FLUSH_SLOTS)
+            return blocks if blocks.flush_slots and staging_fits(blocks, triton_shared) else direct
         elif pool_plan is not None and config.buffer_mode == "clamp":
             # a unit block of loop_capacity records (at least what comes before the first check),
             # then chunks of the launch's pool

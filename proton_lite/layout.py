@@ -41,6 +41,12 @@ and its ``capacity`` is that launch's: the host evaluates the kernel's record bo
 launch's arguments.  The kernel reads the word at CTA start; without the 0xA5 tag it writes
 no records (a buffer that proton_lite did not allocate).
 
+A kernel with ``flush_slots`` (loops sized at launch, since 2026-11-27) has the same unit
+blocks, capacity and sink slots as global staging; its records are staged in shared memory
+and each unit's first warp copies them to the unit block, ``flush_slots`` at a time and the
+rest at exit, record ``i`` to slot ``min(i, capacity)``.  Only where and when a record is
+written differ, not where it lands.
+
 A kernel whose loop bounds are known only at run time (``pool``, ``passes/pool.py``) uses
 the rest of the prefix, and a *pool* of ``chunks`` chunks follows the last CTA block::
 
@@ -101,10 +107,11 @@ class BufferLayout:
     granularity: str  # "warp" | "warpgroup" | "cta"
     num_warps: int
     capacity: int  # records per unit
-    staging: str  # "shared" (flushed at exit) or "global" (written directly)
+    staging: str  # "shared" (copied at exit, or in blocks: flush_slots) or "global" (written directly)
     mode: str = "clamp"  # "clamp": keep the first `capacity`; "circular": keep the newest
     # capacity set per launch from the kernel's arguments (then ``capacity`` is the compiled
-    # fallback, used when the arguments cannot be read); records go straight to global memory
+    # fallback, used when the arguments cannot be read); global staging, or shared staging
+    # copied in blocks (``flush_slots``)
     sized_at_launch: bool = False
     # where a clamp-mode record past the capacity goes: "drop" (not in the buffer: shared
     # staging, whose sink slots are never copied out), "sink" (global staging: two slots after
@@ -115,6 +122,11 @@ class BufferLayout:
     # (loop bounds known only at run time; sized_at_launch, global staging, clamp mode)
     pool: bool = False
     chunk_slots: int = 0  # records per pool chunk (odd), when ``pool``
+    # records staged in shared memory between copies to the unit block (``staging == "shared"``
+    # with a global unit block of ``capacity`` and sink slots): a unit copies its staged
+    # records each time ``flush_slots`` have gathered, and the rest at exit; 0: staged
+    # records are copied at exit only (the staging holds the whole capacity)
+    flush_slots: int = 0
 
     def kept(self, counts: np.ndarray) -> np.ndarray:
         """Records that each unit's block holds, from the counts the units wrote."""
@@ -168,6 +180,8 @@ class BufferLayout:
             del data["overflow"]
         if not self.pool:
             del data["pool"], data["chunk_slots"]
+        if not self.flush_slots:
+            del data["flush_slots"]
         return data
 
     @classmethod
@@ -176,7 +190,8 @@ class BufferLayout:
         # past the capacity were never stored
         return cls(**{k: data[k] for k in ("granularity", "num_warps", "capacity", "staging", "mode")},
                    sized_at_launch=bool(data.get("sized_at_launch", False)), overflow=data.get("overflow", "drop"),
-                   pool=bool(data.get("pool", False)), chunk_slots=int(data.get("chunk_slots", 0)))
+                   pool=bool(data.get("pool", False)), chunk_slots=int(data.get("chunk_slots", 0)),
+                   flush_slots=int(data.get("flush_slots", 0)))
 
 
 def capacity_word(capacity: int) -> int:

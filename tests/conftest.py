@@ -19,3 +19,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def direct_loop_stores(monkeypatch):
+    """Loops sized at launch store each record straight to global memory, as where a block
+    of shared staging would cost the kernel a resident CTA (passes/ptx_staging.py); the
+    setting is part of the compile options, so no binary built with blocks is reused."""
+    from proton_lite.passes import ptx_staging
+    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 0)

@@ -7,7 +7,10 @@ each record lands (pairs, deferred stores, unrolled copies, sink slots) is a mat
 what the instructions compute. Running them here checks it on every CI run; the GPU suite
 checks the same on the H100. Threads run to completion one by one (lane 0 first), which is
 what the record code assumes of a warp: every lane stores the same record, or the leader
-alone does, and a shared-staging epilogue reads records its lane 0 wrote before.
+alone does, and a shared-staging epilogue reads records its lane 0 wrote before. Except at
+``bar.warp.sync``: there each lane waits for the others of its warp (lanes run in turns, lane 0
+first, each up to its next warp sync), so a warp that copies records its leader staged, and
+then stages more in the same slots, reads what it would on the GPU.
 
 Not a general PTX interpreter: unknown instructions raise, floating point is plain Python
 floats, and the clock advances by one per instruction executed."""
@@ -115,8 +118,11 @@ class Kernel:
         for cta in (range(launch.grid) if cta_order is None else cta_order):
             shared = bytearray(launch.shared_bytes)
             shuffles: dict[int, list[int]] = {}
-            for tid in range(launch.threads):
-                _Thread(self, launch, cta, tid, shared, shuffles).run()
+            for warp in range(0, launch.threads, 32):
+                lanes = [_Thread(self, launch, cta, tid, shared, shuffles).run()
+                         for tid in range(warp, min(warp + 32, launch.threads))]
+                while lanes:  # each lane up to its next bar.warp.sync, in turns
+                    lanes = [lane for lane in lanes if next(lane, StopIteration) is not StopIteration]
 
 
 def _split_operands(args: str) -> list[str]:
@@ -144,17 +150,29 @@ class _Thread:
         self.n_shuffles = 0
         self.regs: dict[str, int] = dict(launch.regs)
         self.clock = launch.clock_base + 7 * tid
+        self.at = None  # (function, pc, times this lane fetched it): the instruction being run
+        self.fetched: dict[tuple, int] = {}
         self.outgoing: dict[str, int] = {}  # st.param of a call sequence
         self.incoming: dict[str, int] | None = None  # a called function's parameters
+
+    def now(self) -> int:
+        """The clock this instruction reads: lane 0's when lane 0 ran the same instruction the
+        same number of times (a warp issues an instruction once, for all its lanes, which
+        then store the same record), else this lane's own."""
+        log = self.shuffles.setdefault(("clock", self.tid // 32), {})
+        if self.tid % 32 == 0:
+            log[self.at] = self.clock
+        return log.get(self.at, self.clock)
 
     def value(self, operand: str, bits: int) -> int:
         o = operand.strip()
         if o.startswith("%"):
+            clock = self.now() if o.startswith(("%clock", "%globaltimer")) else self.clock
             special = {"%tid.x": self.tid, "%ctaid.x": self.cta, "%ctaid.y": 0, "%ctaid.z": 0,
                        "%nctaid.x": self.l.grid, "%ntid.x": self.l.threads, "%nctaid.y": 1, "%nctaid.z": 1, "%smid": self.cta % 132,
-                       "%laneid": self.tid % 32, "%clock": self.clock & 0xFFFFFFFF, "%clock64": self.clock,
-                       "%clock_hi": self.clock >> 32, "%globaltimer": 10 * self.clock,
-                       "%globaltimer_lo": (10 * self.clock) & 0xFFFFFFFF}
+                       "%laneid": self.tid % 32, "%clock": clock & 0xFFFFFFFF, "%clock64": clock,
+                       "%clock_hi": clock >> 32, "%globaltimer": 10 * clock,
+                       "%globaltimer_lo": (10 * clock) & 0xFFFFFFFF}
             if o in special:
                 return special[o] & ((1 << bits) - 1)
             return self.regs.get(o, 0) & ((1 << bits) - 1)
@@ -187,10 +205,11 @@ class _Thread:
     def set(self, reg: str, v: int, bits: int) -> None:
         self.regs[reg] = v & ((1 << bits) - 1)
 
-    def run(self) -> None:
-        self._run(self.k.body, self.k.labels, "kernel")
+    def run(self):
+        """A generator: it yields at each ``bar.warp.sync`` and ends with the thread."""
+        yield from self._run(self.k.body, self.k.labels, "kernel")
 
-    def _call(self, ops: list[str]) -> None:
+    def _call(self, ops: list[str]):
         """``call.uni f, (a, b, ...)``: f runs with registers of its own and the values stored
         in a, b, ... as its parameters."""
         func = self.k.funcs[ops[0]]
@@ -198,17 +217,20 @@ class _Thread:
         saved = self.regs, self.incoming
         self.regs, self.incoming = {}, dict(zip(func.params, (self.outgoing[a] for a in args)))
         try:
-            self._run(func.body, func.labels, ops[0])
+            yield from self._run(func.body, func.labels, ops[0])
         finally:
             self.regs, self.incoming = saved
 
-    def _run(self, body: list[tuple], labels: dict[str, int], where: str) -> None:
+    def _run(self, body: list[tuple], labels: dict[str, int], where: str):
         pc, steps = 0, 0
         while pc < len(body):
             steps += 1
             if steps > self.l.max_steps:
                 raise SimError("too many steps (a loop that does not end?)")
             neg, pred, op, ops, line = body[pc]
+            key = (where, pc)
+            self.fetched[key] = self.fetched.get(key, 0) + 1
+            self.at = (where, pc, self.fetched[key])
             pc += 1
             self.clock += 1
             if pred is not None and bool(self.regs.get(pred, 0)) == neg:
@@ -222,10 +244,13 @@ class _Thread:
                 pc = labels[ops[0]]
                 continue
             if name == "call":
-                self._call(ops)
+                yield from self._call(ops)
                 continue
             if name == "st" and ".param" in types:
                 self.outgoing[ops[0].strip()[1:-1]] = self.value(ops[1], 64)
+                continue
+            if name == "bar" and ".warp" in types:  # the warp's other lanes catch up (Kernel.run)
+                yield
                 continue
             if name in ("bar", "membar"):  # threads run one after another: ordered anyway
                 continue

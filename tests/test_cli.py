@@ -797,11 +797,13 @@ def test_compile_report_matches_the_kernel(case, capsys):
         assert s["enter_sites"] == s["exit_sites"] >= 1
     assert r["num_warps"] == num_warps and r["units_per_cta"] == num_warps
     cap = r["capacity"]
-    assert r["sink_slots"] == (2 if r["staging"] == "global" else 0)  # global units: two slots past the capacity
+    # global unit blocks (global staging, or shared staging copied in blocks): two slots past the capacity
+    assert r["sink_slots"] == (2 if r["staging"] == "global" or r["flush_slots"] else 0)
     assert r["buffer_bytes_per_cta"] == CTA_HEADER_BYTES + num_warps * (UNIT_HEADER_BYTES +
                                                                         (cap + r["sink_slots"]) * RECORD_BYTES)
-    if r["sized_at_launch"]:  # a loop bounded by an argument: sized per launch, records straight to global
-        assert r["shared_staging_bytes"] == 0 and r["staging"] == "global"
+    if r["sized_at_launch"]:  # a loop bounded by an argument: sized per launch, records staged in blocks
+        assert r["staging"] == "shared" and r["flush_slots"] == 64
+        assert r["shared_staging_bytes"] == num_warps * (64 + 2) * RECORD_BYTES  # the block and two spare slots
         assert r["records_per_unit"]["from_arguments"] == {"loop_scopes": ["n_iter"], "matmul_per_iter": ["K"]}[case]
     else:
         assert r["shared_staging_bytes"] == num_warps * ((cap + 3) // 2 * 2) * RECORD_BYTES  # + 2 sink slots, even

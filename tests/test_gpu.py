@@ -296,18 +296,24 @@ def _loops_in_loops(x_ptr, n_outer, n_inner, n_after, BLOCK: tl.constexpr, VARY:
     tl.store(x_ptr + offs, acc)
 
 
-@pytest.mark.parametrize("case", ["sized", "global", "shared"])
-def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, case):
+@pytest.mark.parametrize("case", ["sized", "sized_direct", "global", "shared"])
+def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, case, monkeypatch):
     """A loop body's last record is stored by the next iteration's first record, or after the
     loop. Nested loops, loops that run zero times and loops one after the other keep every
     record, in order, in its own slot. sized: the buffer sized at launch is filled to its
-    last slot, whose record is one of the late ones. global: inner trip counts 0, 1, 2, ...
+    last slot, the records staged in shared memory in blocks of 8 (copies mid-loop, a pair
+    across a block's end), and sized_direct: stored straight to global memory, where the
+    last slot's record is one of the late ones. global: inner trip counts 0, 1, 2, ...
     that the sizing cannot know, so a fixed capacity in global memory. shared: shared
     staging, where only the outer loop defers (the others are tight), the last run
     overflowing the 64 slots: the first 64 records kept, the rest counted."""
     from proton_lite.layout import encode_tag
+    from proton_lite.passes import ptx_staging
+    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 8 if case == "sized" else 0)  # (in the cache key)
     vary = case == "global"
-    runs = {"sized": [(5, 3, 4), (4, 0, 0), (0, 2, 3)], "global": [(7, 0, 2)],
+    sized = case.startswith("sized")
+    runs = {"sized": [(5, 3, 4), (4, 0, 0), (0, 2, 3)], "sized_direct": [(5, 3, 4), (4, 0, 0), (0, 2, 3)],
+            "global": [(7, 0, 2)],
             "shared": [(5, 3, 4), (4, 0, 0), (0, 2, 3), (9, 3, 4)]}[case]
     x = torch.rand(128, device="cuda")
     plain = []
@@ -317,7 +323,7 @@ def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, case):
         plain.append(y)
     outs = []
     with proton_lite.start(str(tmp_path / "deferred"), quiet=True, formats=(),
-                           **{"sized": {}, "global": {"capacity": 30000}, "shared": {"capacity": 64}}[case]) as s:
+                           **{"global": {"capacity": 30000}, "shared": {"capacity": 64}}.get(case, {})) as s:
         for args in runs:
             y = x.clone()
             _loops_in_loops[(3, )](y, *args, BLOCK=128, VARY=vary)
@@ -334,8 +340,8 @@ def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, case):
     assert len(launches) == len(runs)
     for la, (n_outer, n_inner, n_after) in zip(launches, runs):
         layout = layouts[la.kernel_id]
-        assert layout.staging == ("shared" if case == "shared" else "global")
-        assert layout.sized_at_launch == (case == "sized")
+        assert layout.staging == ("global" if case in ("global", "sized_direct") else "shared")
+        assert layout.sized_at_launch == sized and layout.flush_slots == (8 if case == "sized" else 0)
         tags = []
         for i in range(n_outer):
             tags.append(encode_tag(0, False))

@@ -35,8 +35,11 @@ def test_instrumented_kernel_compiles_assembles_and_asks_for_a_buffer(name):
     layout = k.profile["layout"]
     assert layout["num_warps"] == num_warps
     units = num_warps
-    sinks = 2 if layout.get("overflow") == "sink" else 0  # global staging: two sink slots per unit
-    assert layout.get("overflow", "drop") == ("sink" if layout["staging"] == "global" else "drop")
+    sinks = 2 if layout.get("overflow") == "sink" else 0  # global unit blocks: two sink slots per unit
+    # global staging, or blocks of shared staging copied to global unit blocks
+    blocks = layout.get("flush_slots", 0) > 0
+    assert layout.get("overflow", "drop") == ("sink" if layout["staging"] == "global" or blocks else "drop")
+    assert blocks == (layout.get("sized_at_launch", False) and layout["staging"] == "shared")
     assert k.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + units * (UNIT_HEADER_BYTES +
                                                                              (layout["capacity"] + sinks) * RECORD_BYTES)
     assert not stage_hook.installed()  # compile() leaves no hook behind
@@ -92,13 +95,18 @@ def test_circular_mode_rounds_capacity_to_a_power_of_two():
     assert re.search(r"and\.b32 %pl_slot\d, %pl_r3, 7;", k.asm["ptx"])
 
 
-@pytest.mark.parametrize("options,store", [({"loop_capacity": 300, "capacity": 300}, "st.shared.v2.u32"),
-                                           ({}, "st.global.v2.u32")])  # sized at launch: global
-def test_records_read_the_clock_and_use_no_fences(options, store):
+@pytest.mark.parametrize("options,store,blocks", [({"loop_capacity": 300, "capacity": 300}, "st.shared.v2.u32", 64),
+                                                  ({}, "st.global.v2.u32", 0),  # sized at launch: global
+                                                  ({}, "st.shared.v2.u32", 64)])  # ... or in blocks
+def test_records_read_the_clock_and_use_no_fences(options, store, blocks, monkeypatch):
     """Records in loops (and in runs of close records) read the 32-bit %clock, which ptxas
     reads straight into the store's register; a record on its own reads %clock64 and keeps
     the low half (same bits), which leaves the code around it as it was."""
-    ptx = compile_case("matmul_per_iter", **options).asm["ptx"]
+    from proton_lite.passes import ptx_staging
+    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", blocks)
+    k = compile_case("matmul_per_iter", **options)
+    ptx = k.asm["ptx"]
+    deferred = k.profile["layout"].get("flush_slots", 0) == 0  # a block copy may not come between
     bodies = [b.split("add.u32 %pl_r3")[0] for b in ptx.split("// proton_lite: record")[1:]]
     assert len(bodies) == 6  # mainloop, iteration (in the K loop), epilogue: enter and exit each
     for n, body in enumerate(bodies):
@@ -106,11 +114,12 @@ def test_records_read_the_clock_and_use_no_fences(options, store):
         assert bool(re.search(r"mov\.u32 %pl_clk\d, %clock;", body)) == in_loop
         assert bool(re.search(r"mov\.u64 %pl_d6, %clock64;\s+cvt\.u32\.u64 %pl_clk\d, %pl_d6;", body)) != in_loop
         # the K loop's last record is stored by the next one (its first, or after the loop)
-        assert body.count(store) == {1: 2, 2: 0}.get(n, 1)
+        assert body.count(store) == ({1: 2, 2: 0}.get(n, 1) if deferred else 1)
     # none of the code the pass adds (prologue, every record, epilogue, the deferred record's
     # store after the K loop) has a fence
     added = _added_snippets(ptx)
-    assert len(added) == 1 + 6 + 1 + 1 and all(len(s) > 1 for s in added)  # prologue, 6 records, 1 ret
+    # prologue, 6 records, 1 ret, and the deferred store or, with blocks, a copy after each record
+    assert len(added) == 1 + 6 + 1 + (1 if deferred else 6) and all(len(s) > 1 for s in added)
     for snippet in added:
         text = "\n".join(snippet)
         assert "membar" not in text and "fence" not in text, text
@@ -132,7 +141,7 @@ def test_ptxas_reads_the_record_clock_with_cs2r(name):
         assert any(i.opcode == "CS2R.32" for i in reads)
 
 
-def test_a_kernel_sized_at_launch_reads_its_capacity_from_the_buffer_prefix():
+def test_a_kernel_sized_at_launch_reads_its_capacity_from_the_buffer_prefix(direct_loop_stores):
     """loop_scopes' loop runs n_iter times: the capacity and strides come from the launch
     prefix at run time (no immediate capacity in the bounds checks), and the CTA blocks
     start after the prefix."""
@@ -171,7 +180,8 @@ def _added_snippets(ptx: str) -> list[list[str]]:
     ends = {"prologue": lambda ln: ln.startswith("$pl_prologue_done:"),
             "record": lambda ln: ln.startswith("add.u32 %pl_r3, %pl_r3, 1;"),
             "epilogue": lambda ln: ln.startswith("$pl_done_"),
-            "deferred": lambda ln: " st." in ln}
+            "deferred": lambda ln: " st." in ln,
+            "block": lambda ln: ln.startswith("$pl_block") and ln.endswith("_kept:")}
     blocks, current, end = [], None, None
     for line in (ln.strip() for ln in ptx.split("\n")):
         if line.startswith("// proton_lite: "):
@@ -187,7 +197,7 @@ def _added_snippets(ptx: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("staging", ["shared", "global", "global_compiled"])
 @pytest.mark.parametrize("granularity", ["warp", "warpgroup", "cta"])
-def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, staging):
+def test_only_the_unit_leader_stores_unless_the_unit_is_one_warp(granularity, staging, direct_loop_stores):
     """Warp units store from every lane (same record, same address: no predicate needed for
     the leader, and ptxas can merge stores), except in loops with shared staging, where the
     leader lane alone is cheaper; larger units must keep other warps out. A record past the
@@ -532,7 +542,7 @@ def _store_waits_sooner_than(body, cycles):
     return out
 
 
-def test_a_tight_loop_with_global_staging_is_unrolled_twice_and_never_waits_for_a_store():
+def test_a_tight_loop_with_global_staging_is_unrolled_twice_and_never_waits_for_a_store(direct_loop_stores):
     """Global staging (sized at launch): the body is emitted twice; each copy reads two clocks
     into registers of its own and stores its pair at its own address, which the other copy
     computed. So every store has the whole other copy to read its registers before they are
@@ -758,13 +768,17 @@ def test_a_real_loop_s_exit_test_comes_before_the_body_s_last_record(kw):
     assert test < last_record
 
 
-def test_warp_records_store_from_every_lane_outside_loops_and_from_the_leader_in_shared_loops():
+def test_warp_records_store_from_every_lane_outside_loops_and_from_the_leader_in_shared_loops(monkeypatch):
     def stores(ptx):
         return [ln.strip().split(" st.")[0] if ln.strip().startswith("@") else "" for ln in ptx.split("\n")
                 if re.search(r"\bst\.(shared|global)\.v2\.u32 \[%pl_(sa|ga|ptr|up)", ln)]
     assert set(stores(compile_case("vector_add").asm["ptx"])) == {""}  # no loop: every lane, merged stores
     loop = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, capacity=4096).asm["ptx"]
     assert stores(loop) == ["@%pl_p0", "@%pl_p0"]  # one pair, stored by the second record
+    blocks = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
+    assert stores(blocks) == ["@%pl_p0", "@%pl_p0"]  # sized at launch, in blocks: shared staging's pair
+    from proton_lite.passes import ptx_staging
+    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 0)
     sized = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
     # global: the loop is unrolled twice, each copy stores its pair from every lane
     assert stores(sized) == [""] * 4
@@ -920,7 +934,7 @@ def test_shared_staging_defers_outside_tight_loops_and_circular_buffers_never():
 
 
 @pytest.mark.parametrize("fmas,kw", [(8, {}), (8, {"capacity": 4096})])  # global; shared staging
-def test_no_store_comes_between_a_loop_s_last_timer_read_and_its_back_edge(fmas, kw):
+def test_no_store_comes_between_a_loop_s_last_timer_read_and_its_back_edge(fmas, kw, direct_loop_stores):
     """The first timer read of the next iteration waited for the store just before the back
     edge to read its registers, however long the body (bench.py, 32 FMAs per element: 17.4
     cycles per record with global stores, whose loop ptxas tracks with one scoreboard, 9.0

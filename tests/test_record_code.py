@@ -115,6 +115,60 @@ def test_nested_and_consecutive_loops_keep_every_record_in_order(staging, capaci
     check(blocks, read, tags)
 
 
+def blocks_layout(capacity, flush_slots=4, sized=True, granularity="warp", num_warps=1):
+    """Shared staging copied in blocks of ``flush_slots`` records to global unit blocks."""
+    return BufferLayout(granularity, num_warps, capacity, "shared", sized_at_launch=sized, overflow="sink",
+                        flush_slots=flush_slots)
+
+
+@pytest.mark.parametrize("shape", ["tight", "long"])
+@pytest.mark.parametrize("trips", [0, 1, 3, 7, 20])
+@pytest.mark.parametrize("capacity", ["exact", 7, 6, 3, 0])
+@pytest.mark.parametrize("flush_slots", [2, 4])
+def test_records_staged_in_blocks_land_in_order_whatever_the_launch_capacity(shape, trips, capacity, flush_slots):
+    """Sized at launch, staged in blocks: each time a block fills (a tight loop's pair may
+    overfill it by one) the warp copies it to the unit block, record i to slot i, past the
+    launch's capacity to the sink slot; the rest at exit. Nothing is deferred past a copy.
+    The simulator raises on any access outside the shared staging or the buffer."""
+    body = ["E k"] + loop(TIGHT if shape == "tight" else LONG) + ["X k"]
+    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+    cap = len(tags) if capacity == "exact" else capacity
+    layout = blocks_layout(256, flush_slots)
+    out = rewrite(_ptx(body), scan(_ptx(body)), layout)
+    assert "mov.pred %pl_pd" not in out and "$pl_unrolled_exit" not in out  # no deferral, no unrolling
+    assert out.count("// proton_lite: block copy") == 3 + (shape == "long")  # after each store: a pair is one
+    blocks, read = run(body, layout, {"%r2": trips}, launch_capacity=cap)
+    check(blocks, read, tags)
+
+
+@pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
+@pytest.mark.parametrize("sized", [True, False])
+def test_blocks_of_every_granularity_are_copied_by_the_unit_s_first_warp(granularity, num_warps, sized):
+    """Larger units stage from their leader lane and copy with their first warp, the other
+    warps only keep the pointer; a compiled capacity works as the launch's does."""
+    body = ["E k"] + loop(LONG) + ["X k"]
+    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * 9)
+    layout = blocks_layout(13, sized=sized, granularity=granularity, num_warps=num_warps)
+    blocks, read = run(body, layout, {"%r2": 9}, launch_capacity=13 if sized else None)
+    check(blocks, read, tags)
+
+
+def test_nested_and_consecutive_loops_staged_in_blocks_keep_every_record_in_order():
+    inner = loop(TIGHT, label="$L_in", counter="%r4", scope="in")
+    outer = ["\tmov.u32 %r4, %r5;", *inner]
+    body = ["E k"] + loop(outer, label="$L_out0", counter="%r2", scope="out") + \
+        loop(TIGHT, label="$L_after", counter="%r6", scope="after") + ["X k"]
+    n_out, n_in, n_after = 3, 2, 5
+    tags = []
+    for _ in range(n_out):
+        tags += scoped(1, [encode_tag(2, False), encode_tag(2, True)] * n_in)
+    tags = scoped(0, tags + [encode_tag(3, False), encode_tag(3, True)] * n_after)
+    for cap in (len(tags), 11):
+        blocks, read = run(body, blocks_layout(256, 6), {"%r2": n_out, "%r5": n_in, "%r6": n_after},
+                           launch_capacity=cap)
+        check(blocks, read, tags)
+
+
 def test_a_tight_global_loop_left_as_it_is_defers_its_last_record_and_keeps_it():
     """A tight loop whose head another branch reaches is not unrolled: its last record is
     deferred to the next iteration's first (its own address kept in set 2)."""

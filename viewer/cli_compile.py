@@ -126,8 +126,10 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         "staging": layout.get("staging"),
         "buffer_mode": layout.get("mode"),
         "capacity": layout.get("capacity"),
-        # slots after the capacity in each unit block, for records past it (global staging)
+        # slots after the capacity in each unit block, for records past it (global unit blocks)
         "sink_slots": BufferLayout.from_json(layout).sink_slots if layout else 0,
+        # records staged in shared memory before a copy to the unit block (0: copied at exit)
+        "flush_slots": layout.get("flush_slots", 0),
         "scopes": [{"id": i, "name": n,
                     "enter_sites": per_scope[i][0] if per_scope else None,
                     "exit_sites": per_scope[i][1] if per_scope else None} for i, n in enumerate(ck.scopes)],
@@ -246,7 +248,9 @@ def render_compile_report(r: dict, console) -> None:
         kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
                                      f"records per {unit}{sinks}, {r['buffer_mode']})")
     kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
-               + ("" if r["staging"] == "shared" else " (records go straight to global memory)"))
+               + ("" if r["staging"] == "shared" else " (records go straight to global memory)")
+               + (f", copied to the buffer every {r['flush_slots']} records per {unit} and at exit"
+                  if r.get("flush_slots") else ""))
     regs = r.get("registers")
     if regs:
         text = f"{regs['registers']} per thread: {regs['ctas_per_sm']} resident CTAs per SM by registers"

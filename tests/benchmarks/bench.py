@@ -100,8 +100,8 @@ def cases(quick):
         mm[mmgrid](a, b, c, S, S, S, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                    BM=128, BN=128, BK=64, PROF=p, PER_ITER=True, num_warps=8, num_stages=3)
 
-    # default: the K loop's bound is an argument, so its buffer is sized per launch (global memory);
-    # with an explicit capacity the records are staged in shared memory instead
+    # default: the K loop's bound is an argument, so its buffer is sized per launch (records
+    # staged in shared memory in blocks); with an explicit capacity they are staged whole
     yield "matmul, scope per K iter", "mm", per_iter, {}
     yield "matmul, per K iter, capacity=", "mm", per_iter, {"capacity": 2 * (S // 64) + 4}
     yield "softmax 4096x4096 fp32", "smax", lambda p: smax[(4096, )](xs, os_, xs.stride(0), 4096, BLOCK=4096, PROF=p), {}
@@ -225,12 +225,15 @@ def main():
         os._exit(0)
     # cycles per record: same loop with and without 2 records per iteration, measured in-kernel;
     # with capacity= the records are staged in shared memory, by default (the loop bound is an
-    # argument) the buffer is sized per launch and the records go straight to global memory
+    # argument) the buffer is sized per launch and the records are staged in blocks ("blocks"),
+    # or go straight to global memory ("global": PROTON_LITE_FLUSH_SLOTS=0, part of the cache key)
     # longer loop bodies (FMAS dependent FMAs per iteration): "shared_fma8" and so on
+    from proton_lite.passes import ptx_staging
     xr = torch.rand(128, device="cuda")
     loops = {}
     for fmas in (1, 8, 32):
-        for staging, opts in (("shared", {"capacity": 2050}), ("global", {})):
+        for staging, opts in (("shared", {"capacity": 2050}), ("blocks", {}), ("global", {})):
+            ptx_staging.FLUSH_SLOTS = 0 if staging == "global" else ptx_staging.flush_slots_setting()
             res = {inner: median_scope_cycles(os.path.join(tmp, f"rc{staging}{fmas}{int(inner)}"), "loop",
                                               lambda: record_cost[(132, )](xr, 1024, INNER=inner, FMAS=fmas,
                                                                            num_warps=2), **opts)
@@ -257,10 +260,12 @@ def main():
               f"{r['stop_to_trace_s']:12.3f} {r.get('bytes_per_slice', float('nan')):7.1f} "
               f"{r['host_added_us']:8.1f}")
     print(f"cycles per record: {cpr:.2f} (loop, shared staging), "
-          f"{loops['global']['cycles_per_record']:.2f} (loop, sized at launch: global), "
+          f"{loops['blocks']['cycles_per_record']:.2f} / {loops['global']['cycles_per_record']:.2f} (loop, sized at "
+          f"launch: blocks / global), "
           f"{loops['back_to_back']['cycles_per_record']:.2f} (back to back); with 8 / 32 FMAs per iteration: "
           f"{loops['shared_fma8']['cycles_per_record']:.2f} / {loops['shared_fma32']['cycles_per_record']:.2f} "
-          f"(shared), {loops['global_fma8']['cycles_per_record']:.2f} / {loops['global_fma32']['cycles_per_record']:.2f}"
+          f"(shared), {loops['blocks_fma8']['cycles_per_record']:.2f} / {loops['blocks_fma32']['cycles_per_record']:.2f}"
+          f" (blocks), {loops['global_fma8']['cycles_per_record']:.2f} / {loops['global_fma32']['cycles_per_record']:.2f}"
           f" (global); calibration kernel: "
           f"{[r['record_cost_cycles'] for r in rows]}; Proton: {proton_ref.error or 'ok'}")
     sys.stdout.flush()
