@@ -32,7 +32,8 @@ class _Emitter(LifetimesCode):
 
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
                  keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
-                 unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False) -> None:
+                 unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False,
+                 copy_tags: tuple[int, int] = (0, 0)) -> None:
         self.layout = layout
         self.start_at_exit = start_at_exit  # a straight-line kernel writes its CTA header at exit
         self.exit_function = None  # the name of the .func its exit calls (ptx_lifetimes.EXIT_IN_FUNCTION)
@@ -48,6 +49,7 @@ class _Emitter(LifetimesCode):
         # staging in blocks (layout.flush_slots): every record at the pointer, and the unit's
         # first warp copies the block to global memory whenever the pointer reaches its end
         self.blocks = layout.staging == "shared" and layout.flush_slots > 0
+        self.copy_tags = copy_tags  # the enter and exit tags of layout.COPY_SCOPE
         self._flushes = 0  # copy sites emitted so far (their labels)
         self.defers = defers  # loops whose last record is stored by the next record (set 2)
         self.by_address = by_address  # some of them store it at the next record's address - 8 (global)
@@ -67,7 +69,7 @@ class _Emitter(LifetimesCode):
         if self.pool is not None:
             out += list(self.pool.REGS)
         if self.blocks:  # the copies' own registers, live only inside a copy
-            out += [".reg .b32 %pl_f<6>;", ".reg .b64 %pl_fd;", ".reg .pred %pl_fp<3>;"]
+            out += [".reg .b32 %pl_f<10>;", ".reg .b64 %pl_fd;", ".reg .pred %pl_fp<3>;"]
         if self.unrolled_tags:
             n = len(self.unrolled_tags)
             out += [f".reg .b32 %pl_ut<{4 * n}>;", f".reg .b32 %pl_uc<{4 * n}>;", f".reg .b32 %pl_uo<{2 * n}>;",
@@ -197,7 +199,7 @@ class _Emitter(LifetimesCode):
                     f"@%pl_p0 st.shared.v2.u32 [%pl_ptr+{RECORD_BYTES}], {{{tg}, {clk}}};",
                     f"add.u32 %pl_ptr, %pl_ptr, {2 * RECORD_BYTES};"] + \
                 ([] if self.blocks else ["min.u32 %pl_ptr, %pl_ptr, %pl_sink;"]) + \
-                ["add.u32 %pl_r3, %pl_r3, 1;"] + self.block_copy()
+                ["add.u32 %pl_r3, %pl_r3, 1;"]
         if site.in_loop or keep or site.followed:
             out = ["// proton_lite: record", f"mov.u32 {clk}, %clock;"]
         else:
@@ -263,19 +265,29 @@ class _Emitter(LifetimesCode):
             out.append(self._defer(pred, site.loop) if site.defers else
                        f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
-        return out + self.block_copy()
+        return out
+
+    def copy_before(self, site: MarkerSite) -> list[str]:
+        """Before a record that stores (or a tight loop's pair, before its first record):
+        the copy of a full block, with staging in blocks."""
+        return [] if not self.blocks or site.stores_pair else self.block_copy()
 
     def block_copy(self, at_exit: bool = False) -> list[str]:
-        """With staging in blocks, after a record's pointer moved on: once the block is full
-        (always, at exit), the unit's first warp copies the staged records to the unit block,
-        32 lanes at a time, record ``i`` of the unit to slot ``min(i, capacity)`` (past the
-        capacity: the first sink slot), and the pointer starts the block again.
+        """With staging in blocks, before a record (before its timer read): if the block is
+        full (always, at exit), the unit's first warp copies the staged records to the unit
+        block, 32 lanes at a time, record ``i`` of the unit to slot ``min(i, capacity)`` (past
+        the capacity: the first sink slot); then the leader stages the copy's own enter and
+        exit records (COPY_SCOPE: the timer before and after it) and the block goes on after
+        them. At exit there is nothing after, and the unit's end was read before the copy.
 
-        The test is one compare and a branch not taken per record; a copy comes once per
-        ``flush_slots`` records. The warp syncs before the copy (its leader lane wrote the
-        records) and after it (no lane may write the block before every lane has read its
-        share). Records are never written where a copy has yet to read: nothing is deferred
-        past a copy (rewrite turns _defer_loop_tails off with blocks)."""
+        Before the record, not after it: the compare reads the pointer the previous record
+        left, so its predicate is ready long before the branch, and the kernel's code after
+        a record stays in the record's basic block (with the compare after the store, the
+        branch waited for it and the fidelity suite's FMA region measured 42 cycles long).
+        A copy comes once per ``flush_slots - 2`` records at least. The warp syncs before it
+        (its leader lane wrote the records) and after it (no lane may stage again before
+        every lane has read its share). Nothing is deferred past a copy (rewrite turns
+        _defer_loop_tails off with blocks)."""
         if not self.blocks:
             return []
         n = self._flushes
@@ -283,7 +295,8 @@ class _Emitter(LifetimesCode):
         lbl = f"$pl_block{n}"
         out = []  # at exit: part of the epilogue
         if not at_exit:
-            out += ["// proton_lite: block copy", "setp.lt.u32 %pl_fp1, %pl_ptr, %pl_sink;", f"@%pl_fp1 bra {lbl}_kept;"]
+            out += ["// proton_lite: block copy", "setp.lt.u32 %pl_fp1, %pl_ptr, %pl_sink;", f"@%pl_fp1 bra {lbl}_kept;",
+                    "mov.u32 %pl_f6, %clock;"]
         # who copies: the unit's first warp, when the buffer has slots (not a launch's capacity
         # word of 0, nor a buffer without the word); recomputed here, where it costs nothing,
         # rather than kept in the loop's registers, as is the unit block's address (%pl_d2)
@@ -317,7 +330,11 @@ class _Emitter(LifetimesCode):
             f"{lbl}_done:",
         ]
         if not at_exit:
-            out += ["mov.u32 %pl_ptr, %pl_r4;", f"{lbl}_kept:"]
+            enter, exit_ = self.copy_tags
+            out += ["mov.u32 %pl_f7, %clock;", f"mov.u32 %pl_f8, {enter};", f"mov.u32 %pl_f9, {exit_};",
+                    "@%pl_p0 st.shared.v2.u32 [%pl_r4], {%pl_f8, %pl_f6};",
+                    f"@%pl_p0 st.shared.v2.u32 [%pl_r4+{RECORD_BYTES}], {{%pl_f9, %pl_f7}};",
+                    f"add.u32 %pl_ptr, %pl_r4, {2 * RECORD_BYTES};", "add.u32 %pl_r3, %pl_r3, 2;", f"{lbl}_kept:"]
         return out
 
     def unrolled_prologue(self) -> list[str]:

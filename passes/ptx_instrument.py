@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from proton_lite.layout import BufferLayout, encode_tag
+from proton_lite.layout import COPY_SCOPE, BufferLayout, encode_tag
 from proton_lite.passes import ptx_lifetimes
 from proton_lite.passes.config import CALIBRATION_KERNEL
 from proton_lite.passes.pool import PoolPlan
@@ -85,9 +85,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging (or staging in "
                                    "blocks) and clamp mode")
     if layout.flush_slots and (layout.staging != "shared" or layout.mode != "clamp" or layout.pool or
-                               layout.flush_slots % 2):
+                               layout.flush_slots % 2 or layout.flush_slots < 4):
         raise InstrumentationError("proton_lite: internal error: staging in blocks needs shared staging, clamp "
-                                   "mode, no pool and an even block")
+                                   "mode, no pool and an even block of at least 4 records")
     if layout.pool != (pool_plan is not None) or (layout.pool and not layout.sized_at_launch):
         raise InstrumentationError("proton_lite: internal error: a pool needs its plan and a buffer sized at launch")
     # global unit blocks in clamp mode (written directly, or copied from blocks) have sink slots
@@ -113,6 +113,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         if pool_plan is not None else {}
     body_end = pool_plan.body_end if pool_plan is not None else -1
     ids = {name: i for i, name in enumerate(info.scopes)}
+    if layout.flush_slots:  # the copies' own scope: the last (stage_hook lists it in the metadata)
+        ids.setdefault(COPY_SCOPE, len(ids))
     site_at = {s.line: s for s in info.sites}
 
     def tag(site: MarkerSite) -> int:
@@ -121,7 +123,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     pair_tags = [tuple(tag(s) for s in info.sites if s.unrolled == n) for n in range(len(unrolled))]
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
-                    unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout))
+                    unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout),
+                    copy_tags=(encode_tag(ids[COPY_SCOPE], False), encode_tag(ids[COPY_SCOPE], True))
+                    if layout.flush_slots else (0, 0))
     if ptx_lifetimes.EXIT_IN_FUNCTION and emit.start_at_exit and lifetimes_only(info, layout):
         emit.exit_function = f"__proton_lite_exit_{info.kernel}"
     entries = {head: n for n, head in unrolled.values()}
@@ -133,7 +137,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         site = site_at.get(i)
         if site is None:
             return [lines[i]]
-        record = emit.unrolled_record(site, tag(site), copy) if site.unrolled >= 0 else emit.record(site, tag(site))
+        record = emit.unrolled_record(site, tag(site), copy) if site.unrolled >= 0 else \
+            emit.copy_before(site) + emit.record(site, tag(site))
         return hoisted.get(i, []) + ["\t" + r for r in record]
 
     out: list[str] = []

@@ -23,8 +23,8 @@ def flush_slots_setting() -> int:
     raw = os.environ.get("PROTON_LITE_FLUSH_SLOTS", "").strip()
     if not raw:
         return DEFAULT_FLUSH_SLOTS
-    if not raw.isdigit() or int(raw) % 2 or int(raw) > 4096:
-        raise ValueError(f"PROTON_LITE_FLUSH_SLOTS={raw!r}: use an even number of records from 2 to 4096, "
+    if not raw.isdigit() or int(raw) % 2 or int(raw) > 4096 or 0 < int(raw) < 4:
+        raise ValueError(f"PROTON_LITE_FLUSH_SLOTS={raw!r}: use an even number of records from 4 to 4096, "
                          "or 0 to store the records of loops sized at launch straight to global memory")
     return int(raw)
 

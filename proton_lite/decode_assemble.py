@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite import native_decode
+from proton_lite.layout import COPY_SCOPE
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 
@@ -197,6 +198,7 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         own_first[picked] = np.cumsum(iv_rows[picked]) - iv_rows[picked]
         _settle(cal_intervals, own_first, np.where(drop, iv_rows, 0), offset, drop)
     intervals = out[:_settle(out, first, iv_rows, offset, ~drop)]
+    _count_own_records(launches, kernels, intervals)
     session = dict(capture.session)
     session["timer_tick_ns"] = tick
     session["truncated"] = capture.end is None
@@ -287,6 +289,24 @@ def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run, batch_laun
     for _ in run(place, range(len(lpos))):
         pass
     return out
+
+
+def _count_own_records(launches: np.ndarray, kernels: list, intervals: np.ndarray) -> None:
+    """A launch's ``records`` are its kernel's own: each copy of a block of staged records
+    (layout.flush_slots) wrote a pair of records of the copy scope (COPY_SCOPE), which stay
+    as intervals, shown where the copy's time went, but are not the kernel's records."""
+    copy_scope = {k: kernel.scopes.index(COPY_SCOPE) for k, kernel in enumerate(kernels)
+                  if COPY_SCOPE in kernel.scopes}
+    if not copy_scope or not len(intervals) or not len(launches):
+        return
+    pos = {int(la): i for i, la in enumerate(launches["launch"].tolist())}
+    for k, sid in copy_scope.items():
+        ours = launches["launch"][launches["kernel"] == k]
+        sel = intervals[(intervals["scope"] == sid) & np.isin(intervals["launch"], ours)]
+        if len(sel):
+            at, n = np.unique(sel["launch"], return_counts=True)
+            idx = np.array([pos[int(a)] for a in at.tolist()])
+            launches["records"][idx] -= (2 * n).astype(launches["records"].dtype)
 
 
 def record_cost(scopes: list[str], intervals: np.ndarray) -> float | None:

@@ -44,8 +44,11 @@ no records (a buffer that proton_lite did not allocate).
 A kernel with ``flush_slots`` (loops sized at launch, since 2026-11-27) has the same unit
 blocks, capacity and sink slots as global staging; its records are staged in shared memory
 and each unit's first warp copies them to the unit block, ``flush_slots`` at a time and the
-rest at exit, record ``i`` to slot ``min(i, capacity)``.  Only where and when a record is
-written differ, not where it lands.
+rest at exit, record ``i`` to slot ``min(i, capacity)``.  Each copy but the one at exit
+writes two records of its own, an enter and an exit of the scope ``COPY_SCOPE`` (the
+kernel's last scope id), at its start and end, so that its time shows in the unit's
+records as a scope of its own; the launch's capacity counts them
+(``records_with_copies``).
 
 A kernel whose loop bounds are known only at run time (``pool``, ``passes/pool.py``) uses
 the rest of the prefix, and a *pool* of ``chunks`` chunks follows the last CTA block::
@@ -75,6 +78,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 LAYOUT_VERSION = 1
+# the scope a kernel staged in blocks (BufferLayout.flush_slots) records each of its copies
+# under, after the kernel's own scopes: the copy's time, shown where it was spent
+COPY_SCOPE = "proton-lite: buffer copy"
 CTA_MAGIC = 0x314C5043
 UNIT_MAGIC = 0x31554C50
 CTA_HEADER_BYTES = 32
@@ -127,6 +133,15 @@ class BufferLayout:
     # records each time ``flush_slots`` have gathered, and the rest at exit; 0: staged
     # records are copied at exit only (the staging holds the whole capacity)
     flush_slots: int = 0
+
+    def records_with_copies(self, records: int) -> int:
+        """Slots a unit needs for ``records`` of its own when its records are staged in
+        blocks: each copy of a block to the unit block writes a pair of records of its own
+        (``COPY_SCOPE``: when it started and ended) at the start of the next block, and at
+        least ``flush_slots - 2`` records of the unit come between two copies."""
+        if not self.flush_slots:
+            return records
+        return records + 2 * (records // (self.flush_slots - 2))
 
     def kept(self, counts: np.ndarray) -> np.ndarray:
         """Records that each unit's block holds, from the counts the units wrote."""

@@ -15,6 +15,7 @@ import triton  # the public API (triton.compile); the internals: compat
 
 from proton_lite import compat
 from proton_lite.passes import stage_hook
+from proton_lite.layout import COPY_SCOPE
 from proton_lite.passes.kernel_facts import warn_lost_scopes
 from proton_lite.passes.config import InstrumentConfig
 
@@ -26,7 +27,7 @@ class CompiledKernel:
     name: str
     asm: dict[str, Any]
     metadata: dict[str, Any]
-    scopes: list[str]
+    scopes: list[str]  # the kernel's own (profile["scopes"] is the whole table the records index)
     triton_kernel: Any
 
     @property
@@ -99,5 +100,6 @@ def compile(kernel, signature: dict[str, str], constexprs: dict[str, Any] | None
     metadata = _metadata_dict(compiled)
     entry = metadata.get("proton_lite")
     warn_lost_scopes(compiled.name, entry)
-    return CompiledKernel(compiled.name, dict(compiled.asm), metadata, list(entry["scopes"]) if entry else [],
-                          compiled)
+    # the kernel's own scopes: the scope table's last entry may be the buffer copies' (COPY_SCOPE)
+    scopes = [s for s in entry["scopes"] if s != COPY_SCOPE] if entry else []
+    return CompiledKernel(compiled.name, dict(compiled.asm), metadata, scopes, compiled)

@@ -315,3 +315,34 @@ def test_batches_decoded_on_several_threads_give_the_same_bytes(tmp_path, monkey
     for name in ("launches", "ctas", "intervals"):
         assert getattr(serial, name).tobytes() == getattr(threaded, name).tobytes()
     assert len(serial.intervals) == 3 * 24 * 2 * (1 + 2 + 4 + 8)  # launches x CTAs x scopes x units
+
+
+def test_the_buffer_copies_own_records_are_intervals_of_their_scope_not_the_kernel_s_records(tmp_path):
+    """A kernel staged in blocks (layout.flush_slots): each copy of a block wrote an enter and
+    an exit of the copy scope, the table's last (docs/format.md §1.8). They decode as
+    intervals of that scope, nested where the copy ran, and a launch counts only the
+    kernel's own records."""
+    from proton_lite.layout import COPY_SCOPE, BufferLayout, encode_tag
+    from synth import RawWriter, kernel_meta, launch_buffer
+    layout = BufferLayout("warp", 2, 8, "shared", overflow="sink", flush_slots=4)
+    path = str(tmp_path / "b.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", ["a", "b", COPY_SCOPE], layout))
+    ctas = []
+    for i in range(3):
+        clk = 1_000_000 * (i + 1)
+        recs = [(encode_tag(0, False), clk + 100), (encode_tag(1, False), clk + 200), (encode_tag(1, True), clk + 300),
+                (encode_tag(1, False), clk + 400), (encode_tag(2, False), clk + 500), (encode_tag(2, True), clk + 800),
+                (encode_tag(1, True), clk + 900), (encode_tag(0, True), clk + 1000)]
+        ctas.append({"smid": i, "start_gt": 10**9 + 1000 * i, "start_clk": clk,
+                     "units": [(8, 10**9 + 1000 * i + 800, clk + 1200, recs)] * 2})
+    w.launch(0, 0, 0, (3, 1, 1), 3, 0, 0, launch_buffer(layout, ctas))
+    w.end({"launches": 1})
+    w.close()
+    prof = decode(read_raw(path))
+    assert prof.launches["records"].tolist() == [3 * 2 * 6]  # the kernel's own: 8 per unit, less the copy's pair
+    assert prof.total_dropped == 0 and prof.total_unmatched == 0
+    iv = prof.intervals
+    copies = iv[iv["scope"] == 2]
+    assert len(copies) == 3 * 2 and (copies["cycles"] == 300).all() and (copies["depth"] == 2).all()
+    assert (iv[iv["scope"] == 1]["cycles"] == [100, 500] * 6).all()  # the second b spans the copy

@@ -352,12 +352,24 @@ def test_a_loop_s_deferred_last_record_lands_in_its_own_slot(tmp_path, case, mon
         if layout.sized_at_launch:
             lay = layout.with_capacity(read_capacity_word(int(np.frombuffer(buffer, "<u4", 1)[0])))
             buffer = buffer[LAUNCH_PREFIX_BYTES:]
-            assert lay.capacity == len(tags)
+            assert lay.capacity == layout.records_with_copies(len(tags))
         units = np.frombuffer(buffer, dtype=cta_block_dtype(lay), count=3)["unit"]
-        assert (units["count"] == len(tags)).all(), (len(tags), np.unique(units["count"]))
-        kept = min(len(tags), lay.capacity)
-        recs = units["rec"][:, :, :kept, :]
-        assert (recs[..., 0] == np.array(tags[:kept], dtype=recs.dtype)).all()
+        if layout.flush_slots:  # each copy of a block wrote its own pair (scope 3, COPY_SCOPE) before a record
+            copy = (encode_tag(3, False), encode_tag(3, True))
+            (counts, ) = set(units["count"].ravel().tolist())  # every warp copied at the same records
+            recs = units["rec"][:, :, :counts, :]
+            at = np.flatnonzero(recs[0, 0, :, 0] == copy[0])
+            assert len(at) and (recs[..., at + 1, 0] == copy[1]).all() and (recs[..., at, 0] == copy[0]).all()
+            assert counts == len(tags) + 2 * len(at) <= lay.capacity
+            keep = np.ones(counts, bool)
+            keep[at], keep[at + 1] = False, False
+            assert (recs[..., keep, 0] == np.array(tags, dtype=recs.dtype)).all()
+            recs = recs[..., keep, :]
+        else:
+            assert (units["count"] == len(tags)).all(), (len(tags), np.unique(units["count"]))
+            kept = min(len(tags), lay.capacity)
+            recs = units["rec"][:, :, :kept, :]
+            assert (recs[..., 0] == np.array(tags[:kept], dtype=recs.dtype)).all()
         steps = np.diff(recs[..., 1].astype(np.int64), axis=2) % (1 << 32)
         assert (steps < (1 << 31)).all()  # timestamps increase within a unit
 

@@ -7,7 +7,8 @@ import triton.language as tl
 
 import proton_lite
 import proton_lite.language as pl
-from proton_lite.layout import CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
+from proton_lite.layout import (COPY_SCOPE, CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, RECORD_BYTES,
+                                 UNIT_HEADER_BYTES)
 from proton_lite.passes import stage_hook
 
 import sass
@@ -40,6 +41,8 @@ def test_instrumented_kernel_compiles_assembles_and_asks_for_a_buffer(name):
     blocks = layout.get("flush_slots", 0) > 0
     assert layout.get("overflow", "drop") == ("sink" if layout["staging"] == "global" or blocks else "drop")
     assert blocks == (layout.get("sized_at_launch", False) and layout["staging"] == "shared")
+    # the scope table the records index: the kernel's scopes, then the buffer copies' own
+    assert k.profile["scopes"] == scopes + ([COPY_SCOPE] if blocks else [])
     assert k.metadata["profile_scratch_size"] == CTA_HEADER_BYTES + units * (UNIT_HEADER_BYTES +
                                                                              (layout["capacity"] + sinks) * RECORD_BYTES)
     assert not stage_hook.installed()  # compile() leaves no hook behind

@@ -121,24 +121,58 @@ def blocks_layout(capacity, flush_slots=4, sized=True, granularity="warp", num_w
                         flush_slots=flush_slots)
 
 
+def with_copies(tags: list[int], flush_slots: int, pair_starts: set[int] = frozenset(), copy_id=2) -> list[int]:
+    """The unit's records with the copies' own pairs where the pass puts them: before a
+    record (or before the first record of a pair, ``pair_starts``: both are staged
+    together) that finds ``flush_slots`` records staged; a copy leaves its own two staged.
+    The copy scope comes after the kernel's own (id 2 after k and one loop's scope)."""
+    out, staged, i = [], 0, 0
+    while i < len(tags):
+        n = 2 if i in pair_starts else 1
+        if staged >= flush_slots:
+            out += [encode_tag(copy_id, False), encode_tag(copy_id, True)]
+            staged = 2
+        out += tags[i:i + n]
+        staged += n
+        i += n
+    return out
+
+
+def check_blocks(blocks, layout: BufferLayout, tags: list[int], copy_id=2) -> None:
+    """check() for a unit staged in blocks, and each copy's pair: an enter then its exit,
+    the time the copy took between them (the simulator's clock: one per instruction)."""
+    check(blocks, layout, tags)
+    kept = min(len(tags), layout.capacity)
+    recs = blocks["unit"]["rec"][:, :, :kept, :]
+    for j in [j for j in range(kept - 1) if tags[j] == encode_tag(copy_id, False)]:
+        assert tags[j + 1] == encode_tag(copy_id, True)
+        assert (recs[..., j + 1, 1].astype(np.int64) - recs[..., j, 1] > 10).all()
+
+
 @pytest.mark.parametrize("shape", ["tight", "long"])
 @pytest.mark.parametrize("trips", [0, 1, 3, 7, 20])
 @pytest.mark.parametrize("capacity", ["exact", 7, 6, 3, 0])
-@pytest.mark.parametrize("flush_slots", [2, 4])
+@pytest.mark.parametrize("flush_slots", [4, 6])
 def test_records_staged_in_blocks_land_in_order_whatever_the_launch_capacity(shape, trips, capacity, flush_slots):
     """Sized at launch, staged in blocks: each time a block fills (a tight loop's pair may
     overfill it by one) the warp copies it to the unit block, record i to slot i, past the
     launch's capacity to the sink slot; the rest at exit. Nothing is deferred past a copy.
     The simulator raises on any access outside the shared staging or the buffer."""
     body = ["E k"] + loop(TIGHT if shape == "tight" else LONG) + ["X k"]
-    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
-    cap = len(tags) if capacity == "exact" else capacity
+    user = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+    tags = with_copies(user, flush_slots, set(range(1, len(user) - 1, 2)) if shape == "tight" else set())
+    copies = (len(tags) - len(user)) // 2
     layout = blocks_layout(256, flush_slots)
+    assert copies == (len(user) > flush_slots) + max(0, len(user) - flush_slots - 1) // (flush_slots - 2) or \
+        shape == "tight"  # one record at a time: a copy per flush_slots - 2 after the first block
+    assert len(tags) <= layout.records_with_copies(len(user))  # what the launch sizes the unit for
+    cap = layout.records_with_copies(len(user)) if capacity == "exact" else capacity
     out = rewrite(_ptx(body), scan(_ptx(body)), layout)
     assert "mov.pred %pl_pd" not in out and "$pl_unrolled_exit" not in out  # no deferral, no unrolling
-    assert out.count("// proton_lite: block copy") == 3 + (shape == "long")  # after each store: a pair is one
+    assert out.count("// proton_lite: block copy") == 3 + (shape == "long")  # before each store: a pair is one
     blocks, read = run(body, layout, {"%r2": trips}, launch_capacity=cap)
-    check(blocks, read, tags)
+    check_blocks(blocks, read, tags)
+    assert (copies > 0) == (len(user) > flush_slots)
 
 
 @pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
@@ -147,10 +181,11 @@ def test_blocks_of_every_granularity_are_copied_by_the_unit_s_first_warp(granula
     """Larger units stage from their leader lane and copy with their first warp, the other
     warps only keep the pointer; a compiled capacity works as the launch's does."""
     body = ["E k"] + loop(LONG) + ["X k"]
-    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * 9)
-    layout = blocks_layout(13, sized=sized, granularity=granularity, num_warps=num_warps)
-    blocks, read = run(body, layout, {"%r2": 9}, launch_capacity=13 if sized else None)
-    check(blocks, read, tags)
+    tags = with_copies(scoped(0, [encode_tag(1, False), encode_tag(1, True)] * 9), 4)
+    layout = blocks_layout(17, sized=sized, granularity=granularity, num_warps=num_warps)
+    blocks, read = run(body, layout, {"%r2": 9}, launch_capacity=17 if sized else None)
+    check_blocks(blocks, read, tags)
+    assert len(tags) > 20  # copies came
 
 
 def test_nested_and_consecutive_loops_staged_in_blocks_keep_every_record_in_order():
@@ -162,11 +197,15 @@ def test_nested_and_consecutive_loops_staged_in_blocks_keep_every_record_in_orde
     tags = []
     for _ in range(n_out):
         tags += scoped(1, [encode_tag(2, False), encode_tag(2, True)] * n_in)
-    tags = scoped(0, tags + [encode_tag(3, False), encode_tag(3, True)] * n_after)
-    for cap in (len(tags), 11):
-        blocks, read = run(body, blocks_layout(256, 6), {"%r2": n_out, "%r5": n_in, "%r6": n_after},
-                           launch_capacity=cap)
-        check(blocks, read, tags)
+    user = scoped(0, tags + [encode_tag(3, False), encode_tag(3, True)] * n_after)
+    # the first records of tight loops' pairs: the inner loop's and the last loop's enters
+    starts = {j for j, t in enumerate(user) if t in (encode_tag(2, False), encode_tag(3, False))}
+    layout = blocks_layout(256, 6)
+    expected = with_copies(user, 6, starts, copy_id=4)
+    assert len(expected) > len(user) + 4
+    for cap in (layout.records_with_copies(len(user)), 11):
+        blocks, read = run(body, layout, {"%r2": n_out, "%r5": n_in, "%r6": n_after}, launch_capacity=cap)
+        check_blocks(blocks, read, expected, copy_id=4)
 
 
 def test_a_tight_global_loop_left_as_it_is_defers_its_last_record_and_keeps_it():

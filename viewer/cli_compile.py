@@ -181,7 +181,7 @@ def render_compile_report(r: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
+    from proton_lite.layout import COPY_SCOPE, CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
     from proton_lite.viewer.render import compact_table
 
     unit = {"warp": "warp", "warpgroup": "warp group", "cta": "CTA"}.get(r["granularity"], "unit")
@@ -249,8 +249,8 @@ def render_compile_report(r: dict, console) -> None:
                                      f"records per {unit}{sinks}, {r['buffer_mode']})")
     kv.add_row("shared staging", f"{r['shared_staging_bytes']} bytes per CTA"
                + ("" if r["staging"] == "shared" else " (records go straight to global memory)")
-               + (f", copied to the buffer every {r['flush_slots']} records per {unit} and at exit"
-                  if r.get("flush_slots") else ""))
+               + (f", copied to the buffer every {r['flush_slots']} records per {unit} and at exit (each copy "
+                  f"shows as the scope '{COPY_SCOPE}')" if r.get("flush_slots") else ""))
     regs = r.get("registers")
     if regs:
         text = f"{regs['registers']} per thread: {regs['ctas_per_sm']} resident CTAs per SM by registers"

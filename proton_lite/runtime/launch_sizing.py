@@ -47,8 +47,8 @@ class LaunchSizing:
             blocks = layout.with_capacity(capacity).buffer_bytes(num_ctas)
             return total, (capacity, False, (chunks, epoch, blocks, layout.chunk_bytes))
         short = False
-        try:
-            need = max(0, self._records_needed(metadata, args, grid))
+        try:  # with staging in blocks, each copy adds its own pair of records (layout.COPY_SCOPE)
+            need = layout.records_with_copies(max(0, self._records_needed(metadata, args, grid)))
         except (BoundError, KeyError, TypeError):
             need, short = layout.capacity, True  # the compiled fallback
             with self._lock:
