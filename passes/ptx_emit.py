@@ -1,10 +1,12 @@
 """The PTX the pass emits (``_Emitter``): prologue, records, epilogue, unit copy-out, the
-launch-prefix reads of kernels sized at launch (where records are staged: ``ptx_staging``)."""
+launch-prefix reads of kernels sized at launch (where records are staged: ``ptx_staging``;
+the copies of staging in blocks: ``ptx_blocks``)."""
 from __future__ import annotations
 
 from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, MAX_LAUNCH_CAPACITY,
                                 RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout)
 from proton_lite.passes.pool import PoolCode
+from proton_lite.passes.ptx_blocks import BLOCK_REGS, BlockCode
 from proton_lite.passes.ptx_lifetimes import LifetimesCode
 from proton_lite.passes.ptx_scan import UNROLLED_COPY, MarkerSite
 from proton_lite.passes.ptx_staging import staged_slots
@@ -19,7 +21,7 @@ def _opaque_zero(reg: str) -> list[str]:
     return [f"mov.u32 {reg}, %clock_hi;", f"xor.b32 {reg}, {reg}, %pl_r0;", f"shr.u32 {reg}, {reg}, 31;"]
 
 
-class _Emitter(LifetimesCode):
+class _Emitter(LifetimesCode, BlockCode):
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
     REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
@@ -45,10 +47,10 @@ class _Emitter(LifetimesCode):
         # records in loops (shared staging, clamp) store at a saturating pointer, which every
         # record then advances: one min per record instead of a min and a multiply-add before
         # the store (record_cost.py); records outside loops keep the index, which ptxas folds
-        self.uses_pointer = loop_sites and layout.staging == "shared" and layout.mode == "clamp"
         # staging in blocks (layout.flush_slots): every record at the pointer, and the unit's
-        # first warp copies the block to global memory whenever the pointer reaches its end
+        # first warp copies the block to global memory when a run of records finds no room
         self.blocks = layout.staging == "shared" and layout.flush_slots > 0
+        self.uses_pointer = (loop_sites or self.blocks) and layout.staging == "shared" and layout.mode == "clamp"
         self.copy_tags = copy_tags  # the enter and exit tags of layout.COPY_SCOPE
         self._flushes = 0  # copy sites emitted so far (their labels)
         self.defers = defers  # loops whose last record is stored by the next record (set 2)
@@ -69,7 +71,7 @@ class _Emitter(LifetimesCode):
         if self.pool is not None:
             out += list(self.pool.REGS)
         if self.blocks:  # the copies' own registers, live only inside a copy
-            out += [".reg .b32 %pl_f<10>;", ".reg .b64 %pl_fd;", ".reg .pred %pl_fp<3>;"]
+            out += list(BLOCK_REGS)
         if self.unrolled_tags:
             n = len(self.unrolled_tags)
             out += [f".reg .b32 %pl_ut<{4 * n}>;", f".reg .b32 %pl_uc<{4 * n}>;", f".reg .b32 %pl_uo<{2 * n}>;",
@@ -265,76 +267,6 @@ class _Emitter(LifetimesCode):
             out.append(self._defer(pred, site.loop) if site.defers else
                        f"{pred}st.global.v2.u32 [{addr}], {{{tg}, {clk}}};")
         out.append("add.u32 %pl_r3, %pl_r3, 1;")
-        return out
-
-    def copy_before(self, site: MarkerSite) -> list[str]:
-        """Before a record that stores (or a tight loop's pair, before its first record):
-        the copy of a full block, with staging in blocks."""
-        return [] if not self.blocks or site.stores_pair else self.block_copy()
-
-    def block_copy(self, at_exit: bool = False) -> list[str]:
-        """With staging in blocks, before a record (before its timer read): if the block is
-        full (always, at exit), the unit's first warp copies the staged records to the unit
-        block, 32 lanes at a time, record ``i`` of the unit to slot ``min(i, capacity)`` (past
-        the capacity: the first sink slot); then the leader stages the copy's own enter and
-        exit records (COPY_SCOPE: the timer before and after it) and the block goes on after
-        them. At exit there is nothing after, and the unit's end was read before the copy.
-
-        Before the record, not after it: the compare reads the pointer the previous record
-        left, so its predicate is ready long before the branch, and the kernel's code after
-        a record stays in the record's basic block (with the compare after the store, the
-        branch waited for it and the fidelity suite's FMA region measured 42 cycles long).
-        A copy comes once per ``flush_slots - 2`` records at least. The warp syncs before it
-        (its leader lane wrote the records) and after it (no lane may stage again before
-        every lane has read its share). Nothing is deferred past a copy (rewrite turns
-        _defer_loop_tails off with blocks)."""
-        if not self.blocks:
-            return []
-        n = self._flushes
-        self._flushes += 1
-        lbl = f"$pl_block{n}"
-        out = []  # at exit: part of the epilogue
-        if not at_exit:
-            out += ["// proton_lite: block copy", "setp.lt.u32 %pl_fp1, %pl_ptr, %pl_sink;", f"@%pl_fp1 bra {lbl}_kept;",
-                    "mov.u32 %pl_f6, %clock;"]
-        # who copies: the unit's first warp, when the buffer has slots (not a launch's capacity
-        # word of 0, nor a buffer without the word); recomputed here, where it costs nothing,
-        # rather than kept in the loop's registers, as is the unit block's address (%pl_d2)
-        out += [
-            "mov.u32 %pl_f2, %tid.x;",
-            f"and.b32 %pl_f2, %pl_f2, {self.unit_threads - 1};",
-            "setp.lt.u32 %pl_fp2, %pl_f2, 32;",
-        ]
-        if self.layout.sized_at_launch:
-            out.append("setp.ne.and.u32 %pl_fp2, %pl_r24, 0, %pl_fp2;")
-        out += [
-            "sub.u32 %pl_f0, %pl_ptr, %pl_r4;",
-            "shr.u32 %pl_f0, %pl_f0, 3;",  # records staged
-            f"@!%pl_fp2 bra {lbl}_done;",
-            "bar.warp.sync -1;",
-            "sub.u32 %pl_f1, %pl_r3, %pl_f0;",  # the unit's index of the first staged record
-            f"{lbl}_copy:",
-            "setp.ge.u32 %pl_fp1, %pl_f2, %pl_f0;",
-            f"@%pl_fp1 bra {lbl}_copied;",
-            "mad.lo.u32 %pl_f3, %pl_f2, 8, %pl_r4;",
-            "ld.shared.v2.u32 {%pl_f4, %pl_f5}, [%pl_f3];",
-            "add.u32 %pl_f3, %pl_f1, %pl_f2;",
-            f"min.u32 %pl_f3, %pl_f3, {self.capacity};",
-            "mul.wide.u32 %pl_fd, %pl_f3, 8;",
-            "add.s64 %pl_fd, %pl_fd, %pl_d2;",
-            f"st.global.v2.u32 [%pl_fd+{UNIT_HEADER_BYTES}], {{%pl_f4, %pl_f5}};",
-            "add.u32 %pl_f2, %pl_f2, 32;",
-            f"bra.uni {lbl}_copy;",
-            f"{lbl}_copied:",
-            "bar.warp.sync -1;",
-            f"{lbl}_done:",
-        ]
-        if not at_exit:
-            enter, exit_ = self.copy_tags
-            out += ["mov.u32 %pl_f7, %clock;", f"mov.u32 %pl_f8, {enter};", f"mov.u32 %pl_f9, {exit_};",
-                    "@%pl_p0 st.shared.v2.u32 [%pl_r4], {%pl_f8, %pl_f6};",
-                    f"@%pl_p0 st.shared.v2.u32 [%pl_r4+{RECORD_BYTES}], {{%pl_f9, %pl_f7}};",
-                    f"add.u32 %pl_ptr, %pl_r4, {2 * RECORD_BYTES};", "add.u32 %pl_r3, %pl_r3, 2;", f"{lbl}_kept:"]
         return out
 
     def unrolled_prologue(self) -> list[str]:

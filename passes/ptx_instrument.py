@@ -43,7 +43,7 @@ from proton_lite.passes.pool import PoolPlan
 # the scan and the emitter live in their own modules; their names are re-exported here, where
 # the rest of the pass and the tests have always found them
 from proton_lite.passes.ptx_emit import _Emitter, _opaque_zero  # noqa: F401
-from proton_lite.passes.ptx_staging import shared_bytes, staged_slots, staging_offset  # noqa: F401
+from proton_lite.passes.ptx_staging import mark_block_checks, shared_bytes, staged_slots, staging_offset  # noqa: F401
 from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABEL_RE, _MARKER_RE,  # noqa: F401
                                          _RET_RE, _UNCOND_BRA_RE, CLOSE_GAP, MIN_CHAIN, RECORD_TAG_RE,
                                          SHARED_TOTAL_LIMIT, STAGING_ALIGN, UNROLLED_COPY, InstrumentationError,
@@ -102,6 +102,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     # address from another one's (pairs, unrolled copies, stores by address; passes/pool.py)
     unrolled = _pair_tight_loops(lines, info, layout.staging == "global") \
         if layout.mode == "clamp" and not layout.pool else {}
+    if layout.flush_slots:  # one check for room per straight run of records (after the pairs are known)
+        mark_block_checks(lines, info.sites, layout.flush_run)
     keeps_alive = info.keeps_alive and (layout.staging == "shared" or layout.mode == "clamp")
     hoisted, moved = _loop_bookkeeping(lines, info)
     # clamp mode only: in a circular buffer a late store could land on a newer record's slot;

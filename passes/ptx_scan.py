@@ -46,6 +46,7 @@ class MarkerSite:
     pairs: bool = False  # first record of a tight loop body: stored by the next one (_pair_tight_loops)
     stores_pair: bool = False  # second record of such a body: stores both
     unrolled: int = -1  # global staging: the number of the tight loop unrolled twice around the pair
+    room: int = 0  # staging in blocks: records this one's check makes room for (ptx_staging.mark_block_checks)
 
 
 @dataclass

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 from proton_lite.layout import RECORD_BYTES, BufferLayout
-from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, STAGING_ALIGN
+from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, STAGING_ALIGN, MarkerSite, _gap
+from proton_lite.passes.register_cap import MAX_CTAS_PER_SM, THREADS_PER_SM
 
 # Records per unit staged in shared memory before a unit copies them to its global block, in
 # kernels whose loops are sized at launch (layout.flush_slots). On the H100 the grid-stride
@@ -31,12 +32,41 @@ def flush_slots_setting() -> int:
 
 FLUSH_SLOTS = flush_slots_setting()
 
-# Hopper's shared memory per SM (of which each resident CTA reserves 1 KB) and its limits on
-# resident CTAs and warps (CUDA C Programming Guide, "Compute Capability 9.0")
+# Hopper's shared memory per SM, of which each resident CTA reserves 1 KB (CUDA C
+# Programming Guide, "Compute Capability 9.0"); its limits on resident CTAs and threads are
+# register_cap's
 SHARED_PER_SM = 228 * 1024
 SHARED_RESERVED_PER_CTA = 1024
-MAX_CTAS_PER_SM = 32
-MAX_WARPS_PER_SM = 64
+
+
+def mark_block_checks(lines: list[str], sites: list[MarkerSite], run_limit: int) -> None:
+    """With staging in blocks: which records check for room (``site.room``), and for how many.
+
+    One check per straight run of records: the records of one basic block (no label, branch
+    or ``ret`` between them), at most ``run_limit`` per check, a tight loop's pair never
+    split. The check goes before the run's first record (ptx_emit.block_copy), so a loop
+    whose body is one basic block checks once per iteration and its other records leave the
+    kernel's code around them in one basic block for ptxas to schedule as before: with a
+    check per record, the fidelity suite's pipelined=False matmul lost 7% of each K
+    iteration to the gaps between its two scopes (design.md §2)."""
+    ordered = sorted(sites, key=lambda s: s.line)
+    run: list[MarkerSite] = []
+
+    def close() -> None:
+        start = 0
+        while start < len(run):
+            end = min(start + run_limit, len(run))
+            if end < len(run) and run[end - 1].pairs:  # not between a pair's two records
+                end -= 1
+            run[start].room = end - start
+            start = end
+        run.clear()
+
+    for site in ordered:
+        if run and _gap(lines, run[-1].line, site.line) is None:  # another basic block
+            close()
+        run.append(site)
+    close()
 
 
 def staged_slots(layout: BufferLayout) -> int:
@@ -50,7 +80,7 @@ def staged_slots(layout: BufferLayout) -> int:
 def resident_ctas(shared: int, num_warps: int) -> int:
     """CTAs of a kernel that fit on one SM by their shared memory and warps (registers aside)."""
     by_shared = SHARED_PER_SM // (max(shared, 0) + SHARED_RESERVED_PER_CTA)
-    return min(by_shared, MAX_CTAS_PER_SM, MAX_WARPS_PER_SM // max(num_warps, 1))
+    return min(by_shared, MAX_CTAS_PER_SM, THREADS_PER_SM // (32 * max(num_warps, 1)))
 
 
 def staging_fits(layout: BufferLayout, triton_shared: int) -> bool:

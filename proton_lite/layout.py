@@ -134,14 +134,20 @@ class BufferLayout:
     # records are copied at exit only (the staging holds the whole capacity)
     flush_slots: int = 0
 
+    @property
+    def flush_run(self) -> int:
+        """With staging in blocks: the most records one check makes room for (a straight run
+        of records, a tight loop's pair counted whole), so at least ``flush_slots - 1 -
+        flush_run`` records of the unit come between two copies."""
+        return max(2, min(8, (self.flush_slots - 2) // 2))
+
     def records_with_copies(self, records: int) -> int:
         """Slots a unit needs for ``records`` of its own when its records are staged in
         blocks: each copy of a block to the unit block writes a pair of records of its own
-        (``COPY_SCOPE``: when it started and ended) at the start of the next block, and at
-        least ``flush_slots - 2`` records of the unit come between two copies."""
+        (``COPY_SCOPE``: when it started and ended) at the start of the next block."""
         if not self.flush_slots:
             return records
-        return records + 2 * (records // (self.flush_slots - 2))
+        return records + 2 * (records // (self.flush_slots - 1 - self.flush_run))
 
     def kept(self, counts: np.ndarray) -> np.ndarray:
         """Records that each unit's block holds, from the counts the units wrote."""

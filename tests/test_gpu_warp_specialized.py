@@ -19,7 +19,7 @@ import triton  # noqa: E402
 
 import proton_lite  # noqa: E402
 from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
-from proton_lite.layout import CTA_MAGIC, LAUNCH_PREFIX_BYTES, UNIT_MAGIC, BufferLayout, read_capacity_word  # noqa: E402
+from proton_lite.layout import COPY_SCOPE, CTA_MAGIC, LAUNCH_PREFIX_BYTES, UNIT_MAGIC, BufferLayout, read_capacity_word  # noqa: E402
 from proton_lite.passes.config import CALIBRATION_KERNEL  # noqa: E402
 from proton_lite.passes.kernel_facts import ProtonLiteWarning  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
@@ -64,8 +64,9 @@ TRIPS = 16  # K / BK = 1024 / 64 for the matmul, n_ctx / BN = 1024 / 64 for the 
 def expected_records_per_warp(entry, case):
     """Records of a warp that runs every scope of the loop: 2 per scope per iteration, 2 per
     scope after it (the bound proton-lite reads from the TTIR, before Triton's split)."""
-    loop = [s for s in entry["scopes"] if s not in AFTER_LOOP[case]]
-    return 2 * TRIPS * len(loop) + 2 * len(AFTER_LOOP[case])
+    loop = [s for s in entry["scopes"] if s not in AFTER_LOOP[case] and s != COPY_SCOPE]
+    own = 2 * TRIPS * len(loop) + 2 * len(AFTER_LOOP[case])
+    return BufferLayout.from_json(entry["layout"]).records_with_copies(own)  # and the block copies' own pairs
 
 
 @pytest.mark.parametrize("case", ["ws_matmul", "ws_attention"])
@@ -127,19 +128,22 @@ def test_warp_specialized_loops_keep_their_scopes_on_the_partition_that_ran_them
         assert set(MMA_SCOPES[case] + AFTER_LOOP[case]) <= set(p["scopes"]), table
     # what every warp should have recorded, from the table: TRIPS intervals of each loop scope
     # placed in its partition, one of each scope after the loop, nothing else
-    expected = np.zeros((layout.num_warps, len(entry["scopes"])), np.int64)
+    own = [name for name in entry["scopes"] if name != COPY_SCOPE]  # (staging in blocks: the copies' own last)
+    expected = np.zeros((layout.num_warps, len(own)), np.int64)
     for p in table:
         for name in p["scopes"]:
-            expected[p["first_warp"]:p["first_warp"] + p["warps"], entry["scopes"].index(name)] = (
+            expected[p["first_warp"]:p["first_warp"] + p["warps"], own.index(name)] = (
                 1 if name in AFTER_LOOP[case] else TRIPS)
-    assert (blocks["unit"]["count"] == 2 * expected.sum(1)).all(), np.unique(blocks["unit"]["count"])
     prof = decode(cap)
     assert len(prof.ctas) == n_ctas and (prof.ctas["finished_units"] == layout.units).all()
     iv = prof.intervals
     scopes = prof.kernels[0].scopes
     got = np.zeros((n_ctas, layout.num_warps, len(scopes)), np.int64)
     np.add.at(got, (iv["cta"], iv["unit"], iv["scope"]), 1)
-    order = [scopes.index(name) for name in entry["scopes"]]
+    copies = got[:, :, scopes.index(COPY_SCOPE)] if COPY_SCOPE in scopes else 0
+    assert (blocks["unit"]["count"] == 2 * expected.sum(1)[None] + 2 * copies).all(), \
+        np.unique(blocks["unit"]["count"])
+    order = [scopes.index(name) for name in own]
     assert (got[:, :, order] == expected[None]).all()
     assert (iv["end_ns"] >= iv["start_ns"]).all()
 

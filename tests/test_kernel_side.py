@@ -121,8 +121,11 @@ def test_records_read_the_clock_and_use_no_fences(options, store, blocks, monkey
     # none of the code the pass adds (prologue, every record, epilogue, the deferred record's
     # store after the K loop) has a fence
     added = _added_snippets(ptx)
-    # prologue, 6 records, 1 ret, and the deferred store or, with blocks, a copy after each record
-    assert len(added) == 1 + 6 + 1 + (1 if deferred else 6) and all(len(s) > 1 for s in added)
+    # prologue, 6 records, 1 ret, and the deferred store or, with blocks, a copy before each
+    # straight run of records (fewer than the records: each K iteration's two share one)
+    copies = ptx.count("// proton_lite: block copy")
+    assert deferred or 1 <= copies < 6
+    assert len(added) == 1 + 6 + 1 + (1 if deferred else copies) and all(len(s) > 1 for s in added)
     for snippet in added:
         text = "\n".join(snippet)
         assert "membar" not in text and "fence" not in text, text

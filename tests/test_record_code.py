@@ -121,15 +121,15 @@ def blocks_layout(capacity, flush_slots=4, sized=True, granularity="warp", num_w
                         flush_slots=flush_slots)
 
 
-def with_copies(tags: list[int], flush_slots: int, pair_starts: set[int] = frozenset(), copy_id=2) -> list[int]:
+def with_copies(tags: list[int], flush_slots: int, runs: list[int], copy_id=2) -> list[int]:
     """The unit's records with the copies' own pairs where the pass puts them: before a
-    record (or before the first record of a pair, ``pair_starts``: both are staged
-    together) that finds ``flush_slots`` records staged; a copy leaves its own two staged.
-    The copy scope comes after the kernel's own (id 2 after k and one loop's scope)."""
+    straight run of records (``runs``: their lengths, in order; ptx_staging.mark_block_checks)
+    that does not fit in the block; a copy leaves its own two staged. The copy scope comes
+    after the kernel's own (id 2 after k and one loop's scope)."""
+    assert sum(runs) == len(tags)
     out, staged, i = [], 0, 0
-    while i < len(tags):
-        n = 2 if i in pair_starts else 1
-        if staged >= flush_slots:
+    for n in runs:
+        if staged + n > flush_slots:
             out += [encode_tag(copy_id, False), encode_tag(copy_id, True)]
             staged = 2
         out += tags[i:i + n]
@@ -160,16 +160,15 @@ def test_records_staged_in_blocks_land_in_order_whatever_the_launch_capacity(sha
     The simulator raises on any access outside the shared staging or the buffer."""
     body = ["E k"] + loop(TIGHT if shape == "tight" else LONG) + ["X k"]
     user = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
-    tags = with_copies(user, flush_slots, set(range(1, len(user) - 1, 2)) if shape == "tight" else set())
+    # runs: k's enter, each iteration's two records (a basic block; a pair if tight), k's exit
+    tags = with_copies(user, flush_slots, [1] + [2] * trips + [1])
     copies = (len(tags) - len(user)) // 2
     layout = blocks_layout(256, flush_slots)
-    assert copies == (len(user) > flush_slots) + max(0, len(user) - flush_slots - 1) // (flush_slots - 2) or \
-        shape == "tight"  # one record at a time: a copy per flush_slots - 2 after the first block
     assert len(tags) <= layout.records_with_copies(len(user))  # what the launch sizes the unit for
     cap = layout.records_with_copies(len(user)) if capacity == "exact" else capacity
     out = rewrite(_ptx(body), scan(_ptx(body)), layout)
     assert "mov.pred %pl_pd" not in out and "$pl_unrolled_exit" not in out  # no deferral, no unrolling
-    assert out.count("// proton_lite: block copy") == 3 + (shape == "long")  # before each store: a pair is one
+    assert out.count("// proton_lite: block copy") == 3  # one check per run
     blocks, read = run(body, layout, {"%r2": trips}, launch_capacity=cap)
     check_blocks(blocks, read, tags)
     assert (copies > 0) == (len(user) > flush_slots)
@@ -181,7 +180,7 @@ def test_blocks_of_every_granularity_are_copied_by_the_unit_s_first_warp(granula
     """Larger units stage from their leader lane and copy with their first warp, the other
     warps only keep the pointer; a compiled capacity works as the launch's does."""
     body = ["E k"] + loop(LONG) + ["X k"]
-    tags = with_copies(scoped(0, [encode_tag(1, False), encode_tag(1, True)] * 9), 4)
+    tags = with_copies(scoped(0, [encode_tag(1, False), encode_tag(1, True)] * 9), 4, [1] + [2] * 9 + [1])
     layout = blocks_layout(17, sized=sized, granularity=granularity, num_warps=num_warps)
     blocks, read = run(body, layout, {"%r2": 9}, launch_capacity=17 if sized else None)
     check_blocks(blocks, read, tags)
@@ -198,10 +197,10 @@ def test_nested_and_consecutive_loops_staged_in_blocks_keep_every_record_in_orde
     for _ in range(n_out):
         tags += scoped(1, [encode_tag(2, False), encode_tag(2, True)] * n_in)
     user = scoped(0, tags + [encode_tag(3, False), encode_tag(3, True)] * n_after)
-    # the first records of tight loops' pairs: the inner loop's and the last loop's enters
-    starts = {j for j, t in enumerate(user) if t in (encode_tag(2, False), encode_tag(3, False))}
+    # runs: k's enter, out's enter, each inner pair, out's exit, ..., each last pair, k's exit
+    runs = [1] + ([1] + [2] * n_in + [1]) * n_out + [2] * n_after + [1]
     layout = blocks_layout(256, 6)
-    expected = with_copies(user, 6, starts, copy_id=4)
+    expected = with_copies(user, 6, runs, copy_id=4)
     assert len(expected) > len(user) + 4
     for cap in (layout.records_with_copies(len(user)), 11):
         blocks, read = run(body, layout, {"%r2": n_out, "%r5": n_in, "%r6": n_after}, launch_capacity=cap)
@@ -359,3 +358,23 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: the header at entry
     blocks, _ = run(body, layout, {"%r2": 3})
     assert (blocks["start_clk"] > START_CLOCK + 10).all() and (blocks["magic"] == 0x314C5043).all()
+
+
+def test_a_straight_run_of_records_checks_for_room_once_per_chunk():
+    """Records in one basic block share one check for room, at most flush_run of them (2 with
+    blocks of 6): seven records check four times, and the copy comes before the chunk that
+    does not fit, never between the records of a chunk."""
+    body = ["E k", "E a", FMA, "X a", "E b", FMA, "X b", "E c", "X c", FMA, "X k"]
+    user = [encode_tag(0, False), encode_tag(1, False), encode_tag(1, True), encode_tag(2, False),
+            encode_tag(2, True), encode_tag(3, False), encode_tag(3, True), encode_tag(0, True)]
+    layout = blocks_layout(32, 6, sized=False)
+    assert layout.flush_run == 2
+    ptx = _ptx(body)
+    info = scan(ptx)
+    out = rewrite(ptx, info, layout)
+    assert [s.room for s in sorted(info.sites, key=lambda s: s.line)] == [2, 0, 2, 0, 2, 0, 2, 0]
+    assert out.count("// proton_lite: block copy") == 4
+    tags = with_copies(user, 6, [2, 2, 2, 2], copy_id=4)
+    assert tags[6:8] == [encode_tag(4, False), encode_tag(4, True)]  # before the fourth chunk
+    blocks, read = run(body, layout, {})
+    check_blocks(blocks, read, tags, copy_id=4)
