@@ -159,9 +159,11 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
 
     ``num_warps`` is the requested count; the buffer is sized for the warps the kernel really
     runs with (``launched_warps``: warp specialization adds warps).  ``facts`` holds what the
-    earlier stages saw (``ttir_scopes``, ``ttgir_scopes``, ``warp_specialized``).  A kernel
-    without scopes writes its CTA header at exit; ``fallbacks`` gets the same kernel writing
-    it at entry, for the cubin stage to take where ptxas spilled (register_cap.build_best)."""
+    earlier stages saw (``ttir_scopes``, ``ttgir_scopes``, ``warp_specialized``).
+    ``fallbacks`` gets other forms of the kernel, each with the metadata it needs, for the
+    cubin stage to take where ptxas spilled less for them (register_cap.build_best): a kernel
+    that writes its CTA header at exit, the header at entry; a kernel staged in blocks, every
+    record stored straight to global memory."""
     ptx = fold_exit_branches(ptx)
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
@@ -181,16 +183,28 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         info.scopes.append(COPY_SCOPE)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     at_exit = keeps_start_pair(ptx, info, layout)
-    if fallbacks is not None and at_exit:
-        fallbacks.append(rewrite(ptx, info, layout, triton_shared, None, start_at_exit=False))
-    if layout.staging == "shared":  # the launcher asks for this much dynamic shared memory
-        metadata["shared"] = staging_offset(triton_shared) + shared_bytes(layout)
-    metadata["profile_scratch_size"] = layout.stride
-    # the allocator tells kernels sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
-    metadata["profile_scratch_align"] = LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN
-    metadata["proton_lite"] = metadata_entry(info, layout, bound, lost, pool_plan, _pipelining(ptx, info),
-                                             facts.get("unpipelined"), facts.get("partitions"))
-    metadata["proton_lite"]["cta_header"] = "exit" if at_exit else "entry"  # the cubin stage may fall back
+
+    def kernel_metadata(info: PtxScan, layout: BufferLayout, at_exit: bool) -> dict:
+        """What the launcher, the allocator and the decoder read for this form of the kernel."""
+        entry = metadata_entry(info, layout, bound, lost, pool_plan if layout.pool else None,
+                               _pipelining(ptx, info), facts.get("unpipelined"), facts.get("partitions"))
+        entry["cta_header"] = "exit" if at_exit else "entry"  # the cubin stage may fall back
+        # the launcher asks for this much dynamic shared memory; the allocator tells kernels
+        # sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
+        return {"shared": staging_offset(triton_shared) + shared_bytes(layout) if layout.staging == "shared"
+                else triton_shared, "profile_scratch_size": layout.stride,
+                "profile_scratch_align": LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN,
+                "proton_lite": entry}
+
+    metadata.update(kernel_metadata(info, layout, at_exit))
+    if fallbacks is not None and at_exit:  # the header at entry, where the start pair made ptxas spill
+        entry = dict(metadata["proton_lite"], cta_header="entry")
+        fallbacks.append((rewrite(ptx, info, layout, triton_shared, None, start_at_exit=False), {"proton_lite": entry}))
+    if fallbacks is not None and layout.flush_slots:
+        # every record a global store, where the block's code made ptxas spill more (the
+        # unpipelined matmul of test_gpu_pipelined.py: ~250 registers, spilling either way)
+        direct, fresh = replace(layout, staging="global", flush_slots=0), scan(ptx)
+        fallbacks.append((rewrite(ptx, fresh, direct, triton_shared, None), kernel_metadata(fresh, direct, False)))
     return new_ptx
 
 
@@ -277,7 +291,7 @@ def _hook(*args):
             return strip_markers(ptx)  # not selected: plain code, no profile buffer
         if forced and _forced_veto is not None and _forced_veto(metadata.get("name"), count=False):
             return strip_markers(ptx)  # its caller launches it without a profile buffer
-        fallbacks: list[str] = []
+        fallbacks: list[tuple[str, dict]] = []  # (PTX, the metadata it needs), register_cap.build_best
         new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen, fallbacks)
         if "cubin" in stages:  # the cubin stage may need the plain build and the fallbacks (register_cap.py)
             plains[id(metadata)] = (ptx, fallbacks)
@@ -293,10 +307,11 @@ def _hook(*args):
             if plain is None or "proton_lite" not in metadata:
                 return make_cubin(src, metadata)
             warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
-            cubin, decided = build_best([src, *fallbacks], strip_markers(plain), make_cubin, metadata, 32 * warps)
+            cubin, decided = build_best([src, *(f[0] for f in fallbacks)], strip_markers(plain), make_cubin,
+                                        metadata, 32 * warps)
+            if decided["form"] > 0:  # ptxas spilled less for another form (the header at entry, global stores)
+                metadata.update(fallbacks[decided["form"] - 1][1])
             metadata["proton_lite"]["registers"] = decided
-            if decided["form"] > 0:  # ptxas spilled for the start pair: the header is written at entry
-                metadata["proton_lite"]["cta_header"] = "entry"
             return cubin
 
         stages["cubin"] = cubin_stage

@@ -971,3 +971,25 @@ def test_capacity_does_not_shrink_the_record_cost_launch():
     assert small.profile["layout"]["capacity"] >= 2 * PAIRS + 2
     user = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, capacity=16)
     assert user.profile["layout"]["capacity"] == 16
+
+
+def test_a_kernel_staged_in_blocks_can_fall_back_to_global_stores_with_their_metadata(monkeypatch):
+    """Where ptxas spills less for it (register_cap.build_best), the cubin stage takes the form
+    with every record stored to global memory, and the metadata follows the form it took:
+    its layout, its scope table (no copy scope) and Triton's own shared memory."""
+    from proton_lite.passes import stage_hook
+    blocks = compile_case("loop_scopes")
+    assert blocks.profile["layout"]["flush_slots"] == 64 and blocks.metadata["shared"] > 0
+    assert any(i.opcode.startswith("STS") for i in sass.disassemble(blocks.asm["cubin"]))
+
+    def last_form(sources, plain, make_cubin, metadata, threads):
+        return make_cubin(sources[-1], metadata), {"registers": None, "plain": None, "cap": None,
+                                                   "form": len(sources) - 1}
+    monkeypatch.setattr(stage_hook, "build_best", last_form)
+    k = compile_case("loop_scopes", loop_capacity=255)  # (another compile: not Triton's cached one)
+    layout = k.profile["layout"]
+    assert (layout["staging"], layout.get("flush_slots", 0), layout["sized_at_launch"]) == ("global", 0, True)
+    assert k.profile["scopes"] == ["step"] and k.metadata["shared"] == 0 and k.profile["registers"]["form"] == 1
+    assert k.metadata["profile_scratch_size"] == blocks.metadata["profile_scratch_size"] - 8 * 4  # capacity 255
+    instrs = sass.disassemble(k.asm["cubin"])
+    assert not any(i.opcode.startswith("STS") for i in instrs) and any(i.opcode.startswith("STG") for i in instrs)
