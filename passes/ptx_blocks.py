@@ -33,8 +33,11 @@ class BlockCode:
         each store the fidelity suite's FMA region read 42 cycles long, and its pipelined=False
         matmul lost 7% of each iteration to the gaps between its scopes). The warp syncs
         before a copy (its leader lane wrote the records) and after it (no lane may stage
-        again before every lane has read its share). Nothing is deferred past a copy
-        (rewrite turns _defer_loop_tails off with blocks)."""
+        again before every lane has read its share). Every branch is warp-uniform and says so
+        (``bra.uni``; the lanes past the records are predicated off, not branched around):
+        with a divergent copy loop ptxas could not prove the warp converged at the
+        pipelined matmul's wgmma and put a WARPSYNC before it. Nothing is deferred past a
+        copy (rewrite turns _defer_loop_tails off with blocks)."""
         if not self.blocks:
             return []
         n = self._flushes
@@ -43,7 +46,7 @@ class BlockCode:
         out = []  # at exit: part of the epilogue
         if not at_exit:
             out += ["// proton_lite: block copy", f"add.u32 %pl_f0, %pl_ptr, {room * RECORD_BYTES};",
-                    "setp.le.u32 %pl_fp1, %pl_f0, %pl_sink;", f"@%pl_fp1 bra {lbl}_kept;", "mov.u32 %pl_f6, %clock;"]
+                    "setp.le.u32 %pl_fp1, %pl_f0, %pl_sink;", f"@%pl_fp1 bra.uni {lbl}_kept;", "mov.u32 %pl_f6, %clock;"]
         # who copies: the unit's first warp, when the buffer has slots (not a launch's capacity
         # word of 0, nor a buffer without the word); recomputed here, where it costs nothing,
         # rather than kept in the loop's registers, as is the unit block's address (%pl_d2)
@@ -57,22 +60,23 @@ class BlockCode:
         out += [
             "sub.u32 %pl_f0, %pl_ptr, %pl_r4;",
             "shr.u32 %pl_f0, %pl_f0, 3;",  # records staged
-            f"@!%pl_fp2 bra {lbl}_done;",
+            f"@!%pl_fp2 bra.uni {lbl}_done;",
             "bar.warp.sync -1;",
             "sub.u32 %pl_f1, %pl_r3, %pl_f0;",  # the unit's index of the first staged record
+            "mov.u32 %pl_f9, 0;",  # slots done by the whole warp
             f"{lbl}_copy:",
-            "setp.ge.u32 %pl_fp1, %pl_f2, %pl_f0;",
-            f"@%pl_fp1 bra {lbl}_copied;",
+            "setp.lt.u32 %pl_fp1, %pl_f2, %pl_f0;",  # this lane's slot holds a record
             "mad.lo.u32 %pl_f3, %pl_f2, 8, %pl_r4;",
-            "ld.shared.v2.u32 {%pl_f4, %pl_f5}, [%pl_f3];",
+            "@%pl_fp1 ld.shared.v2.u32 {%pl_f4, %pl_f5}, [%pl_f3];",
             "add.u32 %pl_f3, %pl_f1, %pl_f2;",
             f"min.u32 %pl_f3, %pl_f3, {self.capacity};",
             "mul.wide.u32 %pl_fd, %pl_f3, 8;",
             "add.s64 %pl_fd, %pl_fd, %pl_d2;",
-            f"st.global.v2.u32 [%pl_fd+{UNIT_HEADER_BYTES}], {{%pl_f4, %pl_f5}};",
+            f"@%pl_fp1 st.global.v2.u32 [%pl_fd+{UNIT_HEADER_BYTES}], {{%pl_f4, %pl_f5}};",
             "add.u32 %pl_f2, %pl_f2, 32;",
-            f"bra.uni {lbl}_copy;",
-            f"{lbl}_copied:",
+            "add.u32 %pl_f9, %pl_f9, 32;",
+            "setp.lt.u32 %pl_fp1, %pl_f9, %pl_f0;",
+            f"@%pl_fp1 bra.uni {lbl}_copy;",
             "bar.warp.sync -1;",
             f"{lbl}_done:",
         ]
