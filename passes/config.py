@@ -83,6 +83,8 @@ class InstrumentConfig:
         exit_form = ".exitfunc" if ptx_lifetimes.EXIT_IN_FUNCTION else ""
         if ptx_staging.FLUSH_SLOTS != ptx_staging.DEFAULT_FLUSH_SLOTS:
             exit_form += f".flush{ptx_staging.FLUSH_SLOTS}"
+        if ptx_staging.MIN_INSTRUCTIONS_PER_RECORD != ptx_staging.DEFAULT_MIN_INSTRUCTIONS_PER_RECORD:
+            exit_form += f".sparse{ptx_staging.MIN_INSTRUCTIONS_PER_RECORD}"
         mode = (f"{INSTRUMENTATION_MODE},{_VERSION}{PASS_FINGERPRINT}{exit_form},"
                 f"{_PREFIX}{self.granularity}.{cap}.{self.loop_capacity}.{self.buffer_mode}")
         if self.kernels:

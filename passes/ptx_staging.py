@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from proton_lite.layout import RECORD_BYTES, BufferLayout
-from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, STAGING_ALIGN, MarkerSite, _gap
+from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, STAGING_ALIGN, MarkerSite, PtxScan, _gap, _is_instruction
 from proton_lite.passes.register_cap import MAX_CTAS_PER_SM, THREADS_PER_SM
 
 # Records per unit staged in shared memory before a unit copies them to its global block, in
@@ -31,6 +31,15 @@ def flush_slots_setting() -> int:
 
 
 FLUSH_SLOTS = flush_slots_setting()
+
+# Blocks only for loops whose records are sparse: a check per run and a copy per block cost a
+# record in a loop 16-25 cycles more than a global store where the records are dense (H100,
+# bench.py's record-cost loops, 2.5 to 33.5 PTX instructions per record: 36.5 / 32.8 / 28.0
+# cycles per record in blocks against 11.9 / 11.5 / 11.5 stored to global memory), where the
+# grid-stride softmax of loops.py (71 per record, ~1,200 cycles) ran 1.9% over plain in
+# blocks against 5.6% (docs/benchmarks.md). The threshold lies between the two.
+DEFAULT_MIN_INSTRUCTIONS_PER_RECORD = 64
+MIN_INSTRUCTIONS_PER_RECORD = DEFAULT_MIN_INSTRUCTIONS_PER_RECORD  # (another value is part of the cache key)
 
 # Hopper's shared memory per SM, of which each resident CTA reserves 1 KB (CUDA C
 # Programming Guide, "Compute Capability 9.0"); its limits on resident CTAs and threads are
@@ -67,6 +76,16 @@ def mark_block_checks(lines: list[str], sites: list[MarkerSite], run_limit: int)
             close()
         run.append(site)
     close()
+
+
+def instructions_per_loop_record(lines: list[str], info: PtxScan) -> float:
+    """The fewest PTX instructions per record over the loops that hold records (a loop's
+    body, its inner loops included, over its records): how sparse a kernel's records in loops are."""
+    out = float("inf")
+    for head, branch, body, _ in info.loop_bodies():
+        if body:
+            out = min(out, sum(_is_instruction(lines[j]) for j in range(head, branch + 1)) / len(body))
+    return out
 
 
 def staged_slots(layout: BufferLayout) -> int:

@@ -781,13 +781,14 @@ def test_warp_records_store_from_every_lane_outside_loops_and_from_the_leader_in
     assert set(stores(compile_case("vector_add").asm["ptx"])) == {""}  # no loop: every lane, merged stores
     loop = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2, capacity=4096).asm["ptx"]
     assert stores(loop) == ["@%pl_p0", "@%pl_p0"]  # one pair, stored by the second record
-    blocks = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
-    assert stores(blocks) == ["@%pl_p0", "@%pl_p0"]  # sized at launch, in blocks: shared staging's pair
-    from proton_lite.passes import ptx_staging
-    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 0)
     sized = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
-    # global: the loop is unrolled twice, each copy stores its pair from every lane
+    # sized at launch, a tight loop: global, unrolled twice, each copy stores its pair from every lane
     assert stores(sized) == [""] * 4
+    from proton_lite.passes import ptx_staging
+    monkeypatch.setattr(ptx_staging, "MIN_INSTRUCTIONS_PER_RECORD", 0)  # blocks for a tight loop too
+    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 62)
+    blocks = proton_lite.compile(_tight_loop, {"x_ptr": "*fp32", "n": "i32"}, num_warps=2).asm["ptx"]
+    assert stores(blocks) == ["@%pl_p0", "@%pl_p0"]  # in blocks: shared staging's pair, from the leader
 
 
 def _rewrite(body: list[str], layout) -> str:
@@ -977,9 +978,11 @@ def test_a_kernel_staged_in_blocks_can_fall_back_to_global_stores_with_their_met
     """Where ptxas spills less for it (register_cap.build_best), the cubin stage takes the form
     with every record stored to global memory, and the metadata follows the form it took:
     its layout, its scope table (no copy scope) and Triton's own shared memory."""
-    from proton_lite.passes import stage_hook
+    from proton_lite.passes import ptx_staging, stage_hook
+    monkeypatch.setattr(ptx_staging, "MIN_INSTRUCTIONS_PER_RECORD", 0)  # loop_scopes' loop is tight
+    monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 60)
     blocks = compile_case("loop_scopes")
-    assert blocks.profile["layout"]["flush_slots"] == 64 and blocks.metadata["shared"] > 0
+    assert blocks.profile["layout"]["flush_slots"] == 60 and blocks.metadata["shared"] > 0
     assert any(i.opcode.startswith("STS") for i in sass.disassemble(blocks.asm["cubin"]))
 
     def last_form(sources, plain, make_cubin, metadata, threads):
@@ -993,3 +996,15 @@ def test_a_kernel_staged_in_blocks_can_fall_back_to_global_stores_with_their_met
     assert k.metadata["profile_scratch_size"] == blocks.metadata["profile_scratch_size"] - 8 * 4  # capacity 255
     instrs = sass.disassemble(k.asm["cubin"])
     assert not any(i.opcode.startswith("STS") for i in instrs) and any(i.opcode.startswith("STG") for i in instrs)
+
+
+@pytest.mark.parametrize("fmas,blocks", [(8, False), (32, False), (128, True)])
+def test_only_loops_with_sparse_records_are_staged_in_blocks(fmas, blocks):
+    """Sized at launch: a block's check and copies cost a record 16-25 cycles more than a
+    global store in a loop of a few instructions per record, and pay where records are far
+    apart (ptx_staging.MIN_INSTRUCTIONS_PER_RECORD): 8 and 32 FMAs per iteration (9.5 and
+    33.5 PTX instructions per record) store to global memory, 128 stage in blocks."""
+    k = proton_lite.compile(_fma_loop, {"x_ptr": "*fp32", "n": "i32"}, {"FMAS": fmas}, num_warps=2)
+    layout = k.profile["layout"]
+    assert layout["sized_at_launch"] and (layout["staging"], layout.get("flush_slots", 0)) == (
+        ("shared", 64) if blocks else ("global", 0))

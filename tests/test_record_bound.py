@@ -133,8 +133,9 @@ def test_loops_bounded_by_arguments_give_an_expression_over_them(K_type, divisib
     assert ck.profile["records_per_unit_expr"] == expr and ck.profile["records_per_unit_max"] is None
     layout = ck.profile["layout"]
     assert layout["sized_at_launch"] and layout["capacity"] == 256
-    # records staged in shared memory, copied in blocks to the unit blocks (ptx_staging.py)
-    assert layout["staging"] == "shared" and layout["flush_slots"] == 64 and layout["overflow"] == "sink"
+    # stored to global memory, or staged in blocks copied to the same unit blocks (ptx_staging.py)
+    assert (layout["staging"], layout.get("flush_slots", 0)) in (("global", 0), ("shared", 64))
+    assert layout["overflow"] == "sink"
     assert ck.metadata["profile_scratch_align"] == LAUNCH_SIZED_ALIGN
     # 32-bit arithmetic wraps as on the GPU: K + 63 overflows for K near 2**31
     if K_type == "i32":

@@ -229,11 +229,14 @@ def main():
     # or go straight to global memory ("global": PROTON_LITE_FLUSH_SLOTS=0, part of the cache key)
     # longer loop bodies (FMAS dependent FMAs per iteration): "shared_fma8" and so on
     from proton_lite.passes import ptx_staging
+    min_per_record = ptx_staging.MIN_INSTRUCTIONS_PER_RECORD
     xr = torch.rand(128, device="cuda")
     loops = {}
     for fmas in (1, 8, 32):
         for staging, opts in (("shared", {"capacity": 2050}), ("blocks", {}), ("global", {})):
             ptx_staging.FLUSH_SLOTS = 0 if staging == "global" else ptx_staging.flush_slots_setting()
+            # blocks even for these dense loops, which a session stores to global memory (ptx_staging.py)
+            ptx_staging.MIN_INSTRUCTIONS_PER_RECORD = 0 if staging == "blocks" else min_per_record
             res = {inner: median_scope_cycles(os.path.join(tmp, f"rc{staging}{fmas}{int(inner)}"), "loop",
                                               lambda: record_cost[(132, )](xr, 1024, INNER=inner, FMAS=fmas,
                                                                            num_warps=2), **opts)
