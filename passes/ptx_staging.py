@@ -5,6 +5,7 @@ resident CTAs."""
 from __future__ import annotations
 
 import os
+import re
 
 from proton_lite.layout import RECORD_BYTES, BufferLayout
 from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, STAGING_ALIGN, MarkerSite, PtxScan, _gap, _is_instruction
@@ -32,13 +33,15 @@ def flush_slots_setting() -> int:
 
 FLUSH_SLOTS = flush_slots_setting()
 
-# Blocks only for loops whose records are sparse: a check per run and a copy per block cost a
-# record in a loop 16-25 cycles more than a global store where the records are dense (H100,
-# bench.py's record-cost loops, 2.5 to 33.5 PTX instructions per record: 36.5 / 32.8 / 28.0
-# cycles per record in blocks against 11.9 / 11.5 / 11.5 stored to global memory), where the
-# grid-stride softmax of loops.py (71 per record, ~1,200 cycles) ran 1.9% over plain in
-# blocks against 5.6% (docs/benchmarks.md). The threshold lies between the two.
-DEFAULT_MIN_INSTRUCTIONS_PER_RECORD = 64
+# Blocks only for loops whose iterations wait on memory and whose records are not dense: a
+# check per run and a copy per block cost a record 16-25 cycles more than a global store in
+# bench.py's record-cost loops (arithmetic only, 2.5 to 33.5 PTX instructions per record:
+# 36.5 / 32.8 / 28.0 cycles per record in blocks against 11.9 / 11.5 / 11.5 stored to global
+# memory), where the grid-stride softmax of loops.py (a row's loads, stores and barriers per
+# iteration, 56 PTX instructions and ~1,200 cycles per record) ran 1.9% over plain in blocks
+# against 5.6% (H100, docs/benchmarks.md). Instructions alone do not tell the two apart
+# (a softmax row is as few instructions per record as 32 dependent FMAs, 40 times longer).
+DEFAULT_MIN_INSTRUCTIONS_PER_RECORD = 16
 MIN_INSTRUCTIONS_PER_RECORD = DEFAULT_MIN_INSTRUCTIONS_PER_RECORD  # (another value is part of the cache key)
 
 # Hopper's shared memory per SM, of which each resident CTA reserves 1 KB (CUDA C
@@ -78,6 +81,18 @@ def mark_block_checks(lines: list[str], sites: list[MarkerSite], run_limit: int)
     close()
 
 
+# what makes an iteration wait on memory: a global load, an asynchronous copy, a barrier, a
+# tensor-core op (PTX ISA names)
+_WAITS_RE = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:ld\.(?:volatile\.)?global|cp\.async|bar\.sync|barrier\.sync|"
+                       r"wgmma|mbarrier\.try_wait|tcgen05)")
+
+
+def loops_wait_on_memory(lines: list[str], info: PtxScan) -> bool:
+    """Whether every loop that holds records waits on memory in its body."""
+    return all(any(_WAITS_RE.match(lines[j]) for j in range(head, branch + 1))
+               for head, branch, body, _ in info.loop_bodies() if body)
+
+
 def instructions_per_loop_record(lines: list[str], info: PtxScan) -> float:
     """The fewest PTX instructions per record over the loops that hold records (a loop's
     body, its inner loops included, over its records): how sparse a kernel's records in loops are."""
@@ -86,6 +101,16 @@ def instructions_per_loop_record(lines: list[str], info: PtxScan) -> float:
         if body:
             out = min(out, sum(_is_instruction(lines[j]) for j in range(head, branch + 1)) / len(body))
     return out
+
+
+def sparse_loops(ptx: str, info: PtxScan) -> bool:
+    """Whether staging in blocks pays for a kernel's records in loops (above). A threshold of
+    0 (MIN_INSTRUCTIONS_PER_RECORD) stages any kernel sized at launch in blocks."""
+    if MIN_INSTRUCTIONS_PER_RECORD <= 0:
+        return True
+    lines = ptx.split("\n")
+    return loops_wait_on_memory(lines, info) and \
+        instructions_per_loop_record(lines, info) >= MIN_INSTRUCTIONS_PER_RECORD
 
 
 def staged_slots(layout: BufferLayout) -> int:

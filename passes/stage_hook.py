@@ -36,7 +36,7 @@ from proton_lite.passes.record_bound import record_bound_expr
 from proton_lite.passes.unpipeline import HINT as UNPIPELINE_HINT
 from proton_lite.passes.unpipeline import reparse, unpipeline
 from proton_lite.passes import ptx_staging, ws_scopes
-from proton_lite.passes.ptx_staging import instructions_per_loop_record, staging_fits
+from proton_lite.passes.ptx_staging import sparse_loops, staging_fits
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
 from proton_lite.passes.pool import plan as plan_pool
@@ -62,7 +62,7 @@ _forced_veto = None  # (kernel name, count) -> True when a forced compile must s
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
-                  bound=None, pool_plan: PoolPlan | None = None, loop_density: float = float("inf")) -> BufferLayout:
+                  bound=None, pool_plan: PoolPlan | None = None, sparse_loops: bool = True) -> BufferLayout:
     """Size the buffer from the code: exact for straight-line scopes and for loops whose trip
     counts are compile-time constants, per launch for loops bounded by launch arguments and
     program ids (``bound``: the TTIR's record bound, ``record_bound_expr``), and with a
@@ -84,13 +84,13 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
             # sized per launch; the compiled capacity is the fallback when the arguments cannot
             # be read (at least 2, so that a buffer proton_lite did not allocate is never overrun);
             # records staged in shared memory in blocks where the loops' records are sparse
-            # (``loop_density``: PTX instructions per record) and a block costs no resident CTA
-            # (ptx_staging.FLUSH_SLOTS), else stored straight to global memory
+            # (``sparse_loops``: their iterations wait on memory, few records per instruction)
+            # and a block costs no resident CTA (ptx_staging.FLUSH_SLOTS), else stored
+            # straight to global memory
             direct = BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
                                   config.buffer_mode, sized_at_launch=True, overflow="sink")
             blocks = replace(direct, staging="shared", flush_slots=ptx_staging.FLUSH_SLOTS)
-            sparse = loop_density >= ptx_staging.MIN_INSTRUCTIONS_PER_RECORD
-            return blocks if blocks.flush_slots and sparse and staging_fits(blocks, triton_shared) else direct
+            return blocks if blocks.flush_slots and sparse_loops and staging_fits(blocks, triton_shared) else direct
         elif pool_plan is not None and config.buffer_mode == "clamp":
             # a unit block of loop_capacity records (at least what comes before the first check),
             # then chunks of the launch's pool
@@ -180,8 +180,7 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         lines = ptx.split("\n")
         start, end = function_body(lines)
         pool_plan = plan_pool(lines, start, end, {s.line for s in info.sites}, info.back_edges)
-    layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan,
-                           instructions_per_loop_record(ptx.split("\n"), info))
+    layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, sparse_loops(ptx, info))
     if layout.flush_slots:  # its copies record their time under a scope of their own, the last
         info.scopes.append(COPY_SCOPE)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)

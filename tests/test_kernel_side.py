@@ -998,13 +998,28 @@ def test_a_kernel_staged_in_blocks_can_fall_back_to_global_stores_with_their_met
     assert not any(i.opcode.startswith("STS") for i in instrs) and any(i.opcode.startswith("STG") for i in instrs)
 
 
-@pytest.mark.parametrize("fmas,blocks", [(8, False), (32, False), (128, True)])
-def test_only_loops_with_sparse_records_are_staged_in_blocks(fmas, blocks):
+@triton.jit
+def _row_loop(x_ptr, o_ptr, n_rows, BLOCK: tl.constexpr):
+    """A grid-stride loop over rows, a scope per row: each iteration waits for its row."""
+    cols = tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        pl.enter_scope("row")
+        x = tl.load(x_ptr + row * BLOCK + cols)
+        tl.store(o_ptr + row * BLOCK + cols, x / tl.sum(x, 0))
+        pl.exit_scope("row")
+
+
+@pytest.mark.parametrize("case,blocks", [("fma8", False), ("fma128", False), ("rows", True)])
+def test_only_loops_that_wait_on_memory_are_staged_in_blocks(case, blocks):
     """Sized at launch: a block's check and copies cost a record 16-25 cycles more than a
-    global store in a loop of a few instructions per record, and pay where records are far
-    apart (ptx_staging.MIN_INSTRUCTIONS_PER_RECORD): 8 and 32 FMAs per iteration (9.5 and
-    33.5 PTX instructions per record) store to global memory, 128 stage in blocks."""
-    k = proton_lite.compile(_fma_loop, {"x_ptr": "*fp32", "n": "i32"}, {"FMAS": fmas}, num_warps=2)
+    global store in a loop of arithmetic (bench.py), and pay in a loop whose iterations wait
+    on memory (ptx_staging.sparse_loops): a row's loads and reduction, not 128 FMAs, however
+    many instructions those are."""
+    if case == "rows":
+        k = proton_lite.compile(_row_loop, {"x_ptr": "*fp32", "o_ptr": "*fp32", "n_rows": "i32"}, {"BLOCK": 256},
+                                num_warps=4)
+    else:
+        k = proton_lite.compile(_fma_loop, {"x_ptr": "*fp32", "n": "i32"}, {"FMAS": int(case[3:])}, num_warps=2)
     layout = k.profile["layout"]
     assert layout["sized_at_launch"] and (layout["staging"], layout.get("flush_slots", 0)) == (
         ("shared", 64) if blocks else ("global", 0))
