@@ -22,7 +22,8 @@ inline-asm marker (``// @@proton_lite enter|exit <hex name>``, see
 
 A kernel sized at launch (``layout.sized_at_launch``: a loop bounded by kernel arguments)
 reads its capacity from the buffer's launch prefix at CTA start and computes its strides
-in registers; its records go straight to global memory (docs/format.md §1.1).
+in registers; its records go straight to global memory (docs/format.md §1.1) or, where its
+loops wait on memory, are staged in shared memory and copied in blocks (``ptx_blocks``).
 
 The pass is three modules: ``ptx_scan`` reads the PTX (kernel, parameter, markers, loops),
 ``ptx_emit`` writes the record code, and this one rewrites the kernel (``rewrite``) with
