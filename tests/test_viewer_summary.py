@@ -356,3 +356,30 @@ def test_replays_of_cuda_graphs_are_counted_named_and_their_overruns_warned():
     assert "softmax_kernel" in s["incomplete"] and "CUDA graph replay" in " ".join(s["incomplete"]["softmax_kernel"])
     eager = summarize(make_profile())
     assert eager["session"]["graph_replays"] == 0 and not [w for w in eager["warnings"] if w["kind"] == "graph_overruns"]
+
+
+def test_the_buffer_copies_of_a_kernel_staged_in_blocks_are_named_with_their_time(tmp_path):
+    """A kernel whose records were staged in blocks: the summary says how often its warps
+    copied them to the buffer and how long that took, so that the scopes those copies sat
+    in are read knowing it; the copy scope is a row of its own."""
+    from proton_lite.decode import decode
+    from proton_lite.layout import COPY_SCOPE, BufferLayout, encode_tag
+    from proton_lite.raw_format import read_raw
+    from synth import RawWriter, kernel_meta, launch_buffer
+    layout = BufferLayout("warp", 1, 6, "shared", overflow="sink", flush_slots=4)
+    path = str(tmp_path / "c.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "rows", ["row", COPY_SCOPE], layout))
+    clk = 1_000_000
+    recs = [(encode_tag(0, False), clk + 100), (encode_tag(1, False), clk + 200), (encode_tag(1, True), clk + 1700),
+            (encode_tag(0, True), clk + 3100)]
+    w.launch(0, 0, 0, (2, 1, 1), 2, 0, 0, launch_buffer(layout, [
+        {"smid": i, "start_gt": 10**9, "start_clk": clk, "units": [(4, 10**9 + 2200, clk + 3300, recs)]}
+        for i in range(2)]))
+    w.end({"launches": 1})
+    w.close()
+    s = summarize(decode(read_raw(path)))
+    (note, ) = [x for x in s["warnings"] if x["kind"] == "buffer_copies"]
+    assert note["count"] == 2 and note["kernel"] == "rows" and note["ns"] == 2 * 1000  # 1,500 cycles at 1.5/ns
+    assert COPY_SCOPE in note["message"]
+    assert {r["scope"] for r in s["scopes"]} >= {"row", COPY_SCOPE}

@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from proton_lite.json_values import plain
+from proton_lite.layout import COPY_SCOPE
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.viewer.completeness import capture_losses, incomplete
@@ -341,6 +342,8 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                 out.append({"kind": kind, "kernel": kernels[k].name, "scope": note.get("scope"),
                             "message": f"{kernels[k].name}: {note.get('message')}"})
 
+    out += _copy_notes(profile, kernels, launches)
+
     tick = (profile.session or {}).get("timer_tick_ns")
     if tick is not None and float(tick) > COARSE_TIMER_NS:
         out.append({"kind": "coarse_timer", "timer_tick_ns": plain(tick),
@@ -386,6 +389,26 @@ _LAUNCH_COUNT_WARNINGS = (
     ("capped_launches", "would have needed more than 1 GiB of records: the rest were counted as dropped; "
                         "granularity='warpgroup' or 'cta', or fewer scopes in the loop, need less"),
 )
+
+
+def _copy_notes(profile: Profile, kernels, launches) -> list[dict]:
+    """The profiler's own time inside a kernel whose records were staged in blocks: how often
+    its warps copied them to the buffer and how long that took (the copy scope)."""
+    out = []
+    iv = profile.intervals
+    for k in sorted({int(i) for i in launches["kernel"]}):
+        if COPY_SCOPE not in kernels[k].scopes:
+            continue
+        sel = (iv["scope"] == kernels[k].scopes.index(COPY_SCOPE)) & \
+            np.isin(iv["launch"], launches["launch"][launches["kernel"] == k])
+        n = int(sel.sum())
+        if n:
+            ns = int((iv["end_ns"][sel] - iv["start_ns"][sel]).sum())
+            out.append({"kind": "buffer_copies", "kernel": kernels[k].name, "count": n, "ns": ns,
+                        "message": f"{kernels[k].name}: its warps copied their staged records to the buffer {n:,} "
+                                   f"times, {ns / 1e3:,.1f} µs of warp time in all (scope '{COPY_SCOPE}'); a scope "
+                                   "instance that held a copy is that much longer"})
+    return out
 
 
 def _clock_warning(ctas) -> dict | None:
