@@ -33,18 +33,15 @@ import math
 import numpy as np
 
 from proton_lite.json_values import plain
-from proton_lite.layout import COPY_SCOPE
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.viewer.completeness import capture_losses, incomplete
+from proton_lite.viewer.summary_checks import clock_warning, copy_notes
 
 SCHEMA = "proton_lite.summary/1"
 SORT_KEYS = ("total", "mean", "count", "p99", "name")
 COUNTERS = ("lost_launches", "unsized_launches", "capped_launches")  # launches the session counted at stop
 COARSE_TIMER_NS = 100  # globaltimer ticks coarser than this get a warning
-CLOCK_RATE_RANGE = (0.3, 2.2)  # plausible SM clock, cycles per ns
-CLOCK_RATE_SM_TOLERANCE = 0.05  # relative deviation from the SM's median rate
-_MAX_EXAMPLES = 5
 
 DEFINITIONS = {
     "duration_ns": "launch end_ns - start_ns (earliest CTA start to latest CTA end)",
@@ -342,7 +339,7 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                 out.append({"kind": kind, "kernel": kernels[k].name, "scope": note.get("scope"),
                             "message": f"{kernels[k].name}: {note.get('message')}"})
 
-    out += _copy_notes(profile, kernels, launches)
+    out += copy_notes(profile, kernels, launches)
 
     tick = (profile.session or {}).get("timer_tick_ns")
     if tick is not None and float(tick) > COARSE_TIMER_NS:
@@ -350,7 +347,7 @@ def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
                     "message": f"%globaltimer ticks every {float(tick):g} ns: nanosecond durations shorter than "
                                "a few ticks are unreliable; the cycle columns are exact"})
 
-    clock = _clock_warning(ctas)
+    clock = clock_warning(ctas)
     if clock:
         out.append(clock)
 
@@ -389,57 +386,6 @@ _LAUNCH_COUNT_WARNINGS = (
     ("capped_launches", "would have needed more than 1 GiB of records: the rest were counted as dropped; "
                         "granularity='warpgroup' or 'cta', or fewer scopes in the loop, need less"),
 )
-
-
-def _copy_notes(profile: Profile, kernels, launches) -> list[dict]:
-    """The profiler's own time inside a kernel whose records were staged in blocks: how often
-    its warps copied them to the buffer and how long that took (the copy scope)."""
-    out = []
-    iv = profile.intervals
-    for k in sorted({int(i) for i in launches["kernel"]}):
-        if COPY_SCOPE not in kernels[k].scopes:
-            continue
-        sel = (iv["scope"] == kernels[k].scopes.index(COPY_SCOPE)) & \
-            np.isin(iv["launch"], launches["launch"][launches["kernel"] == k])
-        n = int(sel.sum())
-        if n:
-            ns = int((iv["end_ns"][sel] - iv["start_ns"][sel]).sum())
-            out.append({"kind": "buffer_copies", "kernel": kernels[k].name, "count": n, "ns": ns,
-                        "message": f"{kernels[k].name}: its warps copied their staged records to the buffer {n:,} "
-                                   f"times, {ns / 1e3:,.1f} µs of warp time in all (scope '{COPY_SCOPE}'); a scope "
-                                   "instance that held a copy is that much longer"})
-    return out
-
-
-def _clock_warning(ctas) -> dict | None:
-    rate = ctas["measured_cycles_per_ns"].astype(np.float64)
-    ok = ~np.isnan(rate)
-    if not ok.any():
-        return None
-    smid = ctas["smid"].astype(np.int64)
-    median = np.full(len(rate), np.nan)
-    for s in np.unique(smid[ok]):
-        on = ok & (smid == s)
-        median[on] = np.median(rate[on])
-    lo, hi = CLOCK_RATE_RANGE
-    with np.errstate(invalid="ignore", divide="ignore"):
-        deviation = np.abs(rate - median) / median
-    out_of_range = ok & ((rate < lo) | (rate > hi))
-    off_median = ok & (deviation > CLOCK_RATE_SM_TOLERANCE)
-    bad = out_of_range | off_median
-    if not bad.any():
-        return None
-    idx = np.flatnonzero(bad)
-    idx = idx[np.lexsort((idx, -np.where(out_of_range[idx], np.inf, deviation[idx])))][:_MAX_EXAMPLES]
-    examples = [{"launch": int(ctas["launch"][i]), "cta": int(ctas["cta"][i]), "sm": int(smid[i]),
-                 "measured_cycles_per_ns": float(rate[i]), "sm_median": float(median[i])} for i in idx]
-    n_range, n_median = int(out_of_range.sum()), int(off_median.sum())
-    return {"kind": "clock_rate", "count": int(bad.sum()), "checked": int(ok.sum()),
-            "out_of_range": n_range, "off_sm_median": n_median, "examples": examples,
-            "message": f"{int(bad.sum())} of {int(ok.sum())} CTAs have an unusual measured clock rate "
-                       f"({n_range} outside {lo}-{hi} cycles/ns; {n_median} deviate more than "
-                       f"{CLOCK_RATE_SM_TOLERANCE:.0%} from their SM's median): the clock changed during "
-                       "the run (throttling, boost) or the timer is unreliable; compare cycles with care"}
 
 
 # the drawing lives in summary_render; importing it from here keeps one import for both
