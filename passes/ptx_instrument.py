@@ -54,7 +54,7 @@ from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABE
 def lifetimes_only(info: PtxScan, layout: BufferLayout) -> bool:
     """A kernel without scopes: only its CTA's and units' lifetimes are written."""
     return not info.sites and layout.capacity == 0 and layout.staging == "global" and \
-        layout.overflow == "drop" and not layout.sized_at_launch  # (stage_hook.choose_layout)
+        layout.overflow == "drop" and not layout.sized_at_launch  # (layout_choice.choose_layout)
 
 
 def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:

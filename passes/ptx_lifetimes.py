@@ -1,7 +1,7 @@
 """The code of a kernel without scopes: its CTA's and units' lifetimes, nothing between.
 
 A mixin of ``ptx_emit._Emitter`` (its ``layout``, ``param``, ``unit_threads`` and
-``start_at_exit``).  Such a kernel has capacity 0 (``stage_hook.choose_layout``).  Each
+``start_at_exit``).  Such a kernel has capacity 0 (``layout_choice.choose_layout``).  Each
 unit's leader computes its block at exit and writes its header there.  The CTA header:
 
 - ``start_at_exit`` (straight-line kernels): every thread reads the low halves of the start
@@ -46,7 +46,7 @@ EXIT_IN_FUNCTION = os.environ.get("PROTON_LITE_EXIT_CALL", "0") not in ("0", "")
 class LifetimesCode:
     @property
     def lifetimes_only(self) -> bool:
-        """A kernel without scopes: capacity 0, compiled (stage_hook.choose_layout)."""
+        """A kernel without scopes: capacity 0, compiled (layout_choice.choose_layout)."""
         return self.layout.capacity == 0 and not self.layout.sized_at_launch
 
     def _block_address(self, param: str | None = None) -> list[str]:
