@@ -9,8 +9,8 @@ from proton_lite.layout import DEFAULT_CHUNK_SLOTS, BufferLayout
 from proton_lite.passes import ptx_staging
 from proton_lite.passes.config import CALIBRATION_KERNEL, InstrumentConfig
 from proton_lite.passes.pool import PoolPlan, chunk_slots_for
-from proton_lite.passes.ptx_scan import SHARED_TOTAL_LIMIT, InstrumentationError, PtxScan
-from proton_lite.passes.ptx_staging import shared_bytes, staging_fits, staging_offset
+from proton_lite.passes.ptx_scan import InstrumentationError, PtxScan
+from proton_lite.passes.ptx_staging import staging_fits
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
@@ -60,7 +60,6 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
         # (one min, no per-record predicate: design.md §2); shared staging has its own sinks
         overflow = "sink" if staging == "global" and config.buffer_mode == "clamp" else "drop"
         layout = BufferLayout(config.granularity, num_warps, capacity, staging, config.buffer_mode, overflow=overflow)
-        need = shared_bytes(layout)
-        if staging == "global" or staging_offset(triton_shared) + need <= SHARED_TOTAL_LIMIT:
+        if staging == "global" or staging_fits(layout, triton_shared):
             return layout
     raise AssertionError("unreachable")

@@ -131,11 +131,12 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         info.scopes.append(COPY_SCOPE)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     at_exit = keeps_start_pair(ptx, info, layout)
+    pipelined = _pipelining(ptx, info)  # of the PTX before the pass: the same for every form
 
     def kernel_metadata(info: PtxScan, layout: BufferLayout, at_exit: bool) -> dict:
         """What the launcher, the allocator and the decoder read for this form of the kernel."""
         entry = metadata_entry(info, layout, bound, lost, pool_plan if layout.pool else None,
-                               _pipelining(ptx, info), facts.get("unpipelined"), facts.get("partitions"))
+                               pipelined, facts.get("unpipelined"), facts.get("partitions"))
         entry["cta_header"] = "exit" if at_exit else "entry"  # the cubin stage may fall back
         # the launcher asks for this much dynamic shared memory; the allocator tells kernels
         # sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
