@@ -14,6 +14,9 @@ _ENTRY_RE = re.compile(r"^\.visible\s+\.entry\s+([\w$]+)\(")
 _PARAM_RE = re.compile(r"^\s*\.param\s+\.u64\s+(?:\.ptr\s+)?(?:\.global\s+)?(?:\.align\s+\d+\s+)?([\w$]+)\s*,?\s*$")
 _RET_RE = re.compile(r"^(\s*)(@!?%p\d+\s+)?ret(\.uni)?;\s*$")
 _LABEL_RE = re.compile(r"^\s*([$\w]+):")
+# LLVM's temporary labels for line info (DWARF ranges of inlined functions such as tl.max),
+# never a branch's target: not the start of a basic block
+_DEBUG_LABEL_RE = re.compile(r"^\s*\$L__tmp\d+:")
 _BRA_RE = re.compile(r"\bbra(?:\.uni)?\s+([$\w]+);")
 _COND_BRA_RE = re.compile(r"^(\s*)@(!?)(%[\w]+)\s+bra(?:\.uni)?\s+([$\w]+);\s*$")
 _UNCOND_BRA_RE = re.compile(r"^\s*bra(?:\.uni)?\s+([$\w]+);\s*$")
@@ -91,10 +94,11 @@ def _is_instruction(line: str) -> bool:
 
 def _gap(lines: list[str], start: int, end: int) -> int | None:
     """Instructions strictly between lines ``start`` and ``end`` if no label, branch or ret
-    lies between them (one basic block), else None."""
+    lies between them (one basic block), else None. Line-info labels do not count: a
+    kernel compiled with line info (Triton's default) has them around every inlined call."""
     n = 0
     for line in lines[start + 1:end]:
-        if _LABEL_RE.match(line) or _BRA_RE.search(line) or _RET_RE.match(line):
+        if (_LABEL_RE.match(line) and not _DEBUG_LABEL_RE.match(line)) or _BRA_RE.search(line) or _RET_RE.match(line):
             return None
         n += _is_instruction(line)
     return n

@@ -174,6 +174,26 @@ def test_records_staged_in_blocks_land_in_order_whatever_the_launch_capacity(sha
     assert (copies > 0) == (len(user) > flush_slots)
 
 
+@pytest.mark.parametrize("label,checks", [("$L__tmp7", 3), ("$L__BB0_7", 4)])
+def test_line_info_labels_do_not_split_a_run_of_records(label, checks):
+    """A kernel compiled with line info (Triton's default) has LLVM's ``$L__tmpN`` labels
+    around every inlined call (tl.max, tl.sum): no branch goes there, so a loop body holding
+    them is one basic block and checks for room once per iteration, for both its records (the
+    grid-stride softmax of loops.py checked twice). A label a branch may reach splits it."""
+    body = ["E k"] + loop([FMA, f"{label}:", FMA]) + ["X k"]
+    if label.startswith("$L__BB"):  # a real block: something branches there
+        body = ["\t@%p4 bra " + label + ";"] + body
+    layout = blocks_layout(256, 4)
+    out = rewrite(_ptx(body), scan(_ptx(body)), layout)
+    assert out.count("// proton_lite: block copy") == checks
+    trips = 7
+    user = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+    runs = [1] + ([2] if checks == 3 else [1, 1]) * trips + [1]
+    tags = with_copies(user, 4, runs)
+    blocks, read = run(body, layout, {"%r2": trips}, launch_capacity=layout.records_with_copies(len(user)))
+    check_blocks(blocks, read, tags)
+
+
 @pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
 @pytest.mark.parametrize("sized", [True, False])
 def test_blocks_of_every_granularity_are_copied_by_the_unit_s_first_warp(granularity, num_warps, sized):
