@@ -115,7 +115,7 @@ def cases(quick):
 class ProtonRef:
     """Triton's Proton, started once and switched on only around its own timing blocks."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, mode=None):
         self.error = None
         self.active = False
         if not HAVE_PROTON:
@@ -123,7 +123,7 @@ class ProtonRef:
             return
         try:
             ppl.enable_semantic("triton")
-            proton.start(os.path.join(tmp, "proton"), backend="instrumentation")
+            proton.start(os.path.join(tmp, "proton"), backend="instrumentation", **({"mode": mode} if mode else {}))
             proton.deactivate()
             self.active = True
         except Exception as e:  # noqa: BLE001

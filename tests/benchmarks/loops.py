@@ -13,7 +13,11 @@ ships the records and adds an opaque zero to each 64-bit kernel parameter after 
 so that ptxas keeps it in a register instead of reading it again from the constant bank;
 ``storelate`` moves each record store that comes before a load of the kernel's own in its
 basic block to after those loads (the loads issue first; the timer reads stay where they
-were), and ``storelatepin`` does both.
+were), and ``storelatepin`` does both; ``nocopy`` stages the records in blocks as shipped but
+drops the copies' global stores (what the records cost without their bytes in global memory).
+``--proton-mode`` starts Proton with that instrumentation mode (e.g.
+``default:buffer_type=global``, whose ring of 2,048 records per warp keeps every record of
+these loops, where the default shared ring of 256 per warp keeps the last ones).
 What these forms record is not meant to be read.
 For each kernel, in one process: CUPTI kernel times of plain, proton-lite with a default
 session, proton-lite with ``capacity=256`` (what a default session did before launch pools
@@ -135,6 +139,11 @@ def use_form(form: str) -> None:
     if form == "nostore":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             line for line in record(self, site, tag) if not re.search(r"\bst\.(global|shared)", line)]
+    if form == "nocopy":
+        from proton_lite.passes import stage_hook
+        rewrite_for_copy = stage_hook.rewrite
+        stage_hook.rewrite = lambda *a, **k: "\n".join(
+            line for line in rewrite_for_copy(*a, **k).split("\n") if "st.global.v2.u32 [%pl_fd+" not in line)
     if form in ("pinparams", "storelate", "storelatepin"):
         from proton_lite.passes import stage_hook
         rewrite = stage_hook.rewrite
@@ -190,6 +199,14 @@ def _stores_after_loads(ptx: str) -> str:
     return "\n".join(lines)
 
 
+def _spaced(launch, seconds):
+    def spaced(p):
+        launch(p)
+        torch.cuda.synchronize()
+        time.sleep(seconds)
+    return spaced
+
+
 def kept(tmp, name, launch, options):
     """Records kept and dropped per launch, bytes copied back and reserved, from one decoded session."""
     with proton_lite.start(os.path.join(tmp, name), quiet=True, formats=(), **options) as s:
@@ -216,7 +233,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
     ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock", "pinparams", "storelate",
-                                           "storelatepin"), default="pass")
+                                           "storelatepin", "nocopy"), default="pass")
+    ap.add_argument("--proton-mode", default=None, help="Proton's instrumentation mode (default: its own)")
+    ap.add_argument("--spaced", type=float, default=0.0,
+                    help="after each launch, synchronize and wait this many ms (every variant alike): no "
+                         "launch overlaps the copies of the launches before it")
     ap.add_argument("--no-cap256", action="store_true", help="skip the fixed-capacity variant")
     ap.add_argument("--cap", type=int, default=256,
                     help="the fixed capacity of that variant (shared staging where it fits: a capacity "
@@ -224,11 +245,13 @@ def main():
     args = ap.parse_args()
     use_form(args.form)
     tmp = tempfile.mkdtemp()
-    proton_ref = ProtonRef(tmp)
+    proton_ref = ProtonRef(tmp, mode=args.proton_mode)
     rows = []
     for label, kname, launch, in cases(args.quick):
         if args.only and kname not in args.only.split(","):
             continue
+        if args.spaced:
+            launch = _spaced(launch, args.spaced / 1000)
         row = {"kernel": label, "form": args.form}
         t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, {})
         cap, ck = {"capacity": args.cap}, f"cap{args.cap}"
