@@ -13,9 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite import native_decode
-from proton_lite.layout import COPY_SCOPE
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
-from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
+from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile, copy_intervals
 
 
 def interval_bounds(launches, layouts, pools) -> np.ndarray:
@@ -295,16 +294,13 @@ def _count_own_records(launches: np.ndarray, kernels: list, intervals: np.ndarra
     """A launch's ``records`` are its kernel's own: each copy of a block of staged records
     (layout.flush_slots) wrote a pair of records of the copy scope (COPY_SCOPE), which stay
     as intervals, shown where the copy's time went, but are not the kernel's records."""
-    copy_scope = {k: kernel.scopes.index(COPY_SCOPE) for k, kernel in enumerate(kernels)
-                  if COPY_SCOPE in kernel.scopes}
-    if not copy_scope or not len(intervals) or not len(launches):
+    if not len(intervals) or not len(launches):
         return
     pos = {int(la): i for i, la in enumerate(launches["launch"].tolist())}
-    for k, sid in copy_scope.items():
-        ours = launches["launch"][launches["kernel"] == k]
-        sel = intervals[(intervals["scope"] == sid) & np.isin(intervals["launch"], ours)]
-        if len(sel):
-            at, n = np.unique(sel["launch"], return_counts=True)
+    for k, kernel in enumerate(kernels):
+        sel = copy_intervals(k, kernel, launches, intervals)
+        if sel is not None and sel.any():
+            at, n = np.unique(intervals["launch"][sel], return_counts=True)
             idx = np.array([pos[int(a)] for a in at.tolist()])
             launches["records"][idx] -= (2 * n).astype(launches["records"].dtype)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proton_lite.layout import BufferLayout
+from proton_lite.layout import COPY_SCOPE, BufferLayout
 
 LAUNCH_DTYPE = np.dtype([
     ("launch", "<u4"),  # index in the session, in launch order
@@ -58,6 +58,17 @@ INTERVAL_DTYPE = np.dtype([
     ("end_ns", "<i8"),
     ("cycles", "<i8"),  # end - start in SM cycles (exact, no conversion)
 ])
+
+
+def copy_intervals(kernel_index: int, kernel: "KernelInfo", launches: np.ndarray,
+                   intervals: np.ndarray) -> np.ndarray | None:
+    """Which ``intervals`` are the buffer copies (layout.COPY_SCOPE) of kernel ``kernel_index``'s
+    ``launches``: the profiler's own time, which the decoder leaves out of a launch's record
+    count and the summary reports apart. None where the kernel has no such scope."""
+    if COPY_SCOPE not in kernel.scopes:
+        return None
+    return (intervals["scope"] == kernel.scopes.index(COPY_SCOPE)) & \
+        np.isin(intervals["launch"], launches["launch"][launches["kernel"] == kernel_index])
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.layout import COPY_SCOPE
-from proton_lite.profile_data import Profile
+from proton_lite.profile_data import Profile, copy_intervals
 
 CLOCK_RATE_RANGE = (0.3, 2.2)  # plausible SM clock, cycles per ns
 CLOCK_RATE_SM_TOLERANCE = 0.05  # relative deviation from the SM's median rate
@@ -19,11 +19,8 @@ def copy_notes(profile: Profile, kernels, launches) -> list[dict]:
     out = []
     iv = profile.intervals
     for k in sorted({int(i) for i in launches["kernel"]}):
-        if COPY_SCOPE not in kernels[k].scopes:
-            continue
-        sel = (iv["scope"] == kernels[k].scopes.index(COPY_SCOPE)) & \
-            np.isin(iv["launch"], launches["launch"][launches["kernel"] == k])
-        n = int(sel.sum())
+        sel = copy_intervals(k, kernels[k], launches, iv)
+        n = int(sel.sum()) if sel is not None else 0
         if n:
             ns = int((iv["end_ns"][sel] - iv["start_ns"][sel]).sum())
             out.append({"kind": "buffer_copies", "kernel": kernels[k].name, "count": n, "ns": ns,
