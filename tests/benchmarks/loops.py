@@ -238,12 +238,20 @@ def main():
     ap.add_argument("--spaced", type=float, default=0.0,
                     help="after each launch, synchronize and wait this many ms (every variant alike): no "
                          "launch overlaps the copies of the launches before it")
+    ap.add_argument("--chunk-mb", type=int, default=0,
+                    help="the sessions' chunk size in MiB (runtime/chunks.CHUNK_BYTES; default 16): with "
+                         "chunks larger than a timing block's records, nothing is copied while it runs")
     ap.add_argument("--no-cap256", action="store_true", help="skip the fixed-capacity variant")
     ap.add_argument("--cap", type=int, default=256,
                     help="the fixed capacity of that variant (shared staging where it fits: a capacity "
                          "above a warp's records keeps them all); its keys are named after it")
     args = ap.parse_args()
     use_form(args.form)
+    if args.chunk_mb:  # chunks are at most a quarter of the pinned host buffer
+        from proton_lite.runtime import collector
+        collector.CHUNK_BYTES = args.chunk_mb << 20
+        start = proton_lite.start
+        proton_lite.start = lambda *a, **k: start(*a, **{"host_buffer_mb": 4 * args.chunk_mb, **k})
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp, mode=args.proton_mode)
     rows = []
