@@ -14,12 +14,13 @@ from proton_lite.passes.ptx_staging import staging_fits
 
 
 def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, triton_shared: int,
-                  bound=None, pool_plan: PoolPlan | None = None, sparse_loops: bool = True) -> BufferLayout:
+                  bound=None, pool_plan: PoolPlan | None = None, sparse_loops=lambda: True) -> BufferLayout:
     """Size the buffer from the code: exact for straight-line scopes and for loops whose trip
     counts are compile-time constants, per launch for loops bounded by launch arguments and
     program ids (``bound``: the TTIR's record bound, ``record_bound_expr``), and with a
     launch-wide pool for loops bounded at run time (``pool_plan``, passes/pool.py); else
-    (an explicit capacity, circular mode, control flow the pool cannot bound) the capacity."""
+    (an explicit capacity, circular mode, control flow the pool cannot bound) the capacity.
+    ``sparse_loops``: asked only for a kernel sized per launch (it scans the PTX)."""
     if config.granularity == "warpgroup" and num_warps % 4:
         raise InstrumentationError(f"proton_lite: granularity='warpgroup' needs num_warps divisible by 4 "
                                    f"(kernel {info.kernel} has {num_warps}); use 'warp' or 'cta'")
@@ -42,7 +43,7 @@ def choose_layout(info: PtxScan, config: InstrumentConfig, num_warps: int, trito
             direct = BufferLayout(config.granularity, num_warps, max(2, config.loop_capacity), "global",
                                   config.buffer_mode, sized_at_launch=True, overflow="sink")
             blocks = replace(direct, staging="shared", flush_slots=ptx_staging.FLUSH_SLOTS)
-            return blocks if blocks.flush_slots and sparse_loops and staging_fits(blocks, triton_shared) else direct
+            return blocks if blocks.flush_slots and staging_fits(blocks, triton_shared) and sparse_loops() else direct
         elif pool_plan is not None and config.buffer_mode == "clamp":
             # a unit block of loop_capacity records (at least what comes before the first check),
             # then chunks of the launch's pool

@@ -42,7 +42,8 @@ from proton_lite.passes.config import CALIBRATION_KERNEL
 from proton_lite.passes.pool import PoolPlan
 # the scan and the emitter live in their own modules; their names are re-exported here, where
 # the rest of the pass and the tests have always found them
-from proton_lite.passes.ptx_emit import _Emitter, _opaque_zero  # noqa: F401
+from proton_lite.passes.ptx_emit import _Emitter  # noqa: F401
+from proton_lite.passes.ptx_loop_code import _opaque_zero  # noqa: F401
 from proton_lite.passes.ptx_loops import _defer_loop_tails, _loop_bookkeeping, _pair_tight_loops  # noqa: F401
 from proton_lite.passes.ptx_staging import mark_block_checks, shared_bytes, staged_slots, staging_offset  # noqa: F401
 from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABEL_RE, _MARKER_RE,  # noqa: F401

@@ -126,7 +126,7 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         lines = ptx.split("\n")
         start, end = function_body(lines)
         pool_plan = plan_pool(lines, start, end, {s.line for s in info.sites}, info.back_edges)
-    layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, sparse_loops(ptx, info))
+    layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
     if layout.flush_slots:  # its copies record their time under a scope of their own, the last
         info.scopes.append(COPY_SCOPE)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)

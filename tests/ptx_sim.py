@@ -117,9 +117,9 @@ class Kernel:
         at its n-th shuffle, what lane 0 passed at its n-th (Triton's warps do not diverge)."""
         for cta in (range(launch.grid) if cta_order is None else cta_order):
             shared = bytearray(launch.shared_bytes)
-            shuffles: dict[int, list[int]] = {}
+            warps = _WarpLogs()
             for warp in range(0, launch.threads, 32):
-                lanes = [_Thread(self, launch, cta, tid, shared, shuffles).run()
+                lanes = [_Thread(self, launch, cta, tid, shared, warps).run()
                          for tid in range(warp, min(warp + 32, launch.threads))]
                 while lanes:  # each lane up to its next bar.warp.sync, in turns
                     lanes = [lane for lane in lanes if next(lane, StopIteration) is not StopIteration]
@@ -140,13 +140,22 @@ def _split_operands(args: str) -> list[str]:
     return out + [cur]
 
 
+class _WarpLogs:
+    """What lane 0 of each warp of a CTA did, for its other lanes to see as one warp: the
+    values it passed at each shuffle, and the clock it read at each instruction fetch."""
+
+    def __init__(self) -> None:
+        self.shuffles: dict[int, list[int]] = {}  # warp -> values, in shuffle order
+        self.clocks: dict[int, dict] = {}  # warp -> {(function, pc, times fetched): clock}
+
+
 class _Thread:
     SHARED_BASE = 1 << 20  # shared addresses (the dynamic shared symbol) start here
 
     def __init__(self, kernel: Kernel, launch: Launch, cta: int, tid: int, shared: bytearray,
-                 shuffles: dict | None = None):
+                 warps: _WarpLogs | None = None):
         self.k, self.l, self.cta, self.tid, self.shared = kernel, launch, cta, tid, shared
-        self.shuffles = shuffles if shuffles is not None else {}
+        self.warps = warps if warps is not None else _WarpLogs()
         self.n_shuffles = 0
         self.regs: dict[str, int] = dict(launch.regs)
         self.clock = launch.clock_base + 7 * tid
@@ -159,7 +168,7 @@ class _Thread:
         """The clock this instruction reads: lane 0's when lane 0 ran the same instruction the
         same number of times (a warp issues an instruction once, for all its lanes, which
         then store the same record), else this lane's own."""
-        log = self.shuffles.setdefault(("clock", self.tid // 32), {})
+        log = self.warps.clocks.setdefault(self.tid // 32, {})
         if self.tid % 32 == 0:
             log[self.at] = self.clock
         return log.get(self.at, self.clock)
@@ -305,7 +314,7 @@ class _Thread:
         if ".idx" not in types or ops[2].strip() != "0":
             raise SimError("only shfl.sync.idx from lane 0 is simulated")
         bits = _bits(types)
-        log = self.shuffles.setdefault(self.tid // 32, [])
+        log = self.warps.shuffles.setdefault(self.tid // 32, [])
         if self.tid % 32 == 0:
             log.append(self.value(ops[1], bits))
         if self.n_shuffles >= len(log):
