@@ -14,7 +14,9 @@ so that ptxas keeps it in a register instead of reading it again from the consta
 ``storelate`` moves each record store that comes before a load of the kernel's own in its
 basic block to after those loads (the loads issue first; the timer reads stay where they
 were), and ``storelatepin`` does both; ``nocopy`` stages the records in blocks as shipped but
-drops the copies' global stores (what the records cost without their bytes in global memory).
+drops the copies' global stores (what the records cost without their bytes in global memory);
+``constcap`` reads no launch capacity word at entry (a constant of 400 records instead: records
+past it are dropped), so that no CTA's entry waits for that load.
 ``--proton-mode`` starts Proton with that instrumentation mode (e.g.
 ``default:buffer_type=global``, whose ring of 2,048 records per warp keeps every record of
 these loops, where the default shared ring of 256 per warp keeps the last ones).
@@ -139,6 +141,14 @@ def use_form(form: str) -> None:
     if form == "nostore":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             line for line in record(self, site, tag) if not re.search(r"\bst\.(global|shared)", line)]
+    if form == "constcap":  # the launch's capacity word a constant (400 records, under what any launch here
+        # sizes, so every access stays inside the buffer; records past it go to the sink): does the
+        # CTA's entry, whose header store waits for that word, cost the loop's kernels?
+        from proton_lite.layout import LAUNCH_CAPACITY_TAG
+        from proton_lite.passes import stage_hook
+        rewrite_for_cap = stage_hook.rewrite
+        stage_hook.rewrite = lambda *a, **k: rewrite_for_cap(*a, **k).replace(
+            "ld.global.u32 %pl_r24, [%pl_d0];", f"mov.u32 %pl_r24, {(LAUNCH_CAPACITY_TAG << 24) | 400};")
     if form == "nocopy":
         from proton_lite.passes import stage_hook
         rewrite_for_copy = stage_hook.rewrite
@@ -233,7 +243,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
     ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock", "pinparams", "storelate",
-                                           "storelatepin", "nocopy"), default="pass")
+                                           "storelatepin", "nocopy", "constcap"), default="pass")
     ap.add_argument("--proton-mode", default=None, help="Proton's instrumentation mode (default: its own)")
     ap.add_argument("--spaced", type=float, default=0.0,
                     help="after each launch, synchronize and wait this many ms (every variant alike): no "
