@@ -141,25 +141,20 @@ def use_form(form: str) -> None:
     if form == "nostore":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             line for line in record(self, site, tag) if not re.search(r"\bst\.(global|shared)", line)]
+    # forms that change the pass's PTX after it is written (``transform``)
     if form == "constcap":  # the launch's capacity word a constant (400 records, under what any launch here
         # sizes, so every access stays inside the buffer; records past it go to the sink): does the
         # CTA's entry, whose header store waits for that word, cost the loop's kernels?
         from proton_lite.layout import LAUNCH_CAPACITY_TAG
-        from proton_lite.passes import stage_hook
-        rewrite_for_cap = stage_hook.rewrite
-        stage_hook.rewrite = lambda *a, **k: rewrite_for_cap(*a, **k).replace(
-            "ld.global.u32 %pl_r24, [%pl_d0];", f"mov.u32 %pl_r24, {(LAUNCH_CAPACITY_TAG << 24) | 400};")
-    if form == "nocopy":
-        from proton_lite.passes import stage_hook
-        rewrite_for_copy = stage_hook.rewrite
-        stage_hook.rewrite = lambda *a, **k: "\n".join(
-            line for line in rewrite_for_copy(*a, **k).split("\n") if "st.global.v2.u32 [%pl_fd+" not in line)
-    if form in ("pinparams", "storelate", "storelatepin"):
-        from proton_lite.passes import stage_hook
-        rewrite = stage_hook.rewrite
 
-        def changed(*a, **k):
-            ptx = rewrite(*a, **k)
+        def transform(ptx):
+            return ptx.replace("ld.global.u32 %pl_r24, [%pl_d0];",
+                               f"mov.u32 %pl_r24, {(LAUNCH_CAPACITY_TAG << 24) | 400};")
+    elif form == "nocopy":
+        def transform(ptx):
+            return "\n".join(line for line in ptx.split("\n") if "st.global.v2.u32 [%pl_fd+" not in line)
+    elif form in ("pinparams", "storelate", "storelatepin"):
+        def transform(ptx):
             if form != "pinparams":
                 ptx = _stores_after_loads(ptx)
             return _pinned(ptx) if form != "storelate" else ptx
@@ -174,7 +169,12 @@ def use_form(form: str) -> None:
                     out.append(f"\t{{ .reg .u32 %pin_t; .reg .u64 %pin_z; mov.u32 %pin_t, %globaltimer_hi; "
                                f"shr.u32 %pin_t, %pin_t, 31; cvt.u64.u32 %pin_z, %pin_t; add.u64 {r}, {r}, %pin_z; }}")
             return "\n".join(out)
-        stage_hook.rewrite = changed
+    else:
+        transform = None
+    if transform is not None:
+        from proton_lite.passes import stage_hook
+        rewrite = stage_hook.rewrite
+        stage_hook.rewrite = lambda *a, **k: transform(rewrite(*a, **k))
     if form == "noclock":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             re.sub(r"%clock(64)?;", "7;", line) for line in record(self, site, tag)]
