@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _LABEL_RE, _RET_RE, PtxScan, _gap,
+from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _DEBUG_LABEL_RE, _LABEL_RE, _RET_RE, PtxScan, _gap,
                                          _is_instruction)
 
 
@@ -89,7 +89,7 @@ def _loop_bookkeeping(lines: list[str], info: PtxScan) -> tuple[dict[int, list[s
         if not instructions or any(not _MOVABLE_RE.match(lines[j]) or "%pl_" in lines[j] or
                                    re.search(r"%(clock|globaltimer)", lines[j]) for j in instructions):
             continue
-        if any(_LABEL_RE.match(lines[j]) for j in between):
+        if any(_LABEL_RE.match(lines[j]) and not _DEBUG_LABEL_RE.match(lines[j]) for j in between):
             continue
         hoisted[body[-1].line] = [lines[j] for j in between]
         moved.update(between)

@@ -398,3 +398,24 @@ def test_a_straight_run_of_records_checks_for_room_once_per_chunk():
     assert tags[6:8] == [encode_tag(4, False), encode_tag(4, True)]  # before the fourth chunk
     blocks, read = run(body, layout, {})
     check_blocks(blocks, read, tags, copy_id=4)
+
+
+@pytest.mark.parametrize("body_between", [TIGHT, LONG], ids=["tight", "long"])
+def test_a_line_info_label_before_the_back_edge_changes_no_record_code(body_between):
+    """A ``$L__tmpN`` label between a loop body's last record and its count-down (line info)
+    leaves the loop's code as without it: the count-down still moves above the record
+    (_loop_bookkeeping) and the record's store is still deferred; before, the label stopped
+    both. The records are the same, in order."""
+    plain = ["E k"] + loop(body_between) + ["X k"]
+    labelled = list(plain)
+    labelled.insert(labelled.index("X r") + 1, "$L__tmp3:")
+    layout = global_layout(64, sized=True)
+    outs = []
+    for body in (plain, labelled):
+        ptx = fold_exit_branches(_ptx(body))
+        outs.append([line for line in rewrite(ptx, scan(ptx), layout).splitlines() if line.strip() != "$L__tmp3:"])
+    assert outs[0] == outs[1]
+    trips = 5
+    tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
+    blocks, read = run(labelled, layout, {"%r2": trips}, launch_capacity=64)
+    check(blocks, read, tags)
