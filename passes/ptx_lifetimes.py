@@ -88,12 +88,6 @@ class LifetimesCode:
                 f"mov.u32 %pl_r12, {L.units};",
                 "st.global.v2.u32 [%pl_d0+24], {%pl_r11, %pl_r12};"])
 
-    def cta_header_after_unit(self, k: int) -> list[str]:
-        """In a kernel with scopes, after a unit leader's header at exit: thread 0 (unit 0's
-        leader, whose unit block %pl_d2 follows the CTA header) writes the CTA header."""
-        return (["mov.u32 %pl_r15, %tid.x;", "setp.ne.u32 %pl_p1, %pl_r15, 0;", f"@%pl_p1 bra $pl_done_{k};",
-                 f"sub.s64 %pl_d0, %pl_d2, {CTA_HEADER_BYTES};"] + self._cta_header())
-
     def lifetimes_prologue(self) -> list[str]:
         if self.start_at_exit:
             return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_halves()
@@ -121,23 +115,52 @@ class LifetimesCode:
         return self.exit_call() if self.exit_function else self._exit_code(k, self.param)
 
     def _exit_code(self, k: int, param: str) -> list[str]:
-        """Each unit's leader: its end pair and header, its block computed again (the buffer
-        from ``param``); then thread 0 (the leader of unit 0) the CTA header, if the start
-        pair was kept from entry."""
+        """Each unit's first warp: its end pair and header, its block computed again (the
+        buffer from ``param``); in unit 0, if the start pair was kept from entry, the CTA
+        header too, which precedes unit 0's header in the block.  The warp writes these words
+        with one store instruction, lane ``j`` the ``j``-th word (``_exit_words``)."""
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
         return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
-                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
-                 f"@!%pl_p0 bra $pl_done_{k};",
+                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.lt.u32 %pl_p0, %pl_r2, 32;",
+                 f"@!%pl_p0 bra $pl_done_{k};",  # %pl_r2: the lane, in the unit's first warp
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
                 + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
                 + self._block_address(param)
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
                    f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
-                   f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
-                   f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
-                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
-                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
-                + (["setp.ne.u32 %pl_p1, %pl_r0, 0;", f"@%pl_p1 bra $pl_done_{k};"] + self._cta_header()
-                   if self.start_at_exit else [])
-                + [f"$pl_done_{k}:"])
+                   "mov.u32 %pl_r3, 0;"]  # no records
+                + self._exit_words(CTA_HEADER_BYTES) + [f"$pl_done_{k}:"])
+
+    def _exit_words(self, header_at: int) -> list[str]:
+        """Lane ``j`` of a unit's first warp (``%pl_r2``, unit ``%pl_r1``, its record count
+        ``%pl_r3``) stores word ``j`` of its unit's 24-byte header, at ``%pl_d2 + header_at``;
+        in unit 0 with the start pair kept from entry, word ``j`` of the 56 bytes of the CTA
+        header and unit 0's header that follows it: one store instruction where the leader
+        thread's seven stores made seven memory requests.  In short memory-bound kernels
+        those requests cost more than their bytes: liger's DyT and softmax forwards (8,192
+        CTAs of 1-3 µs) ran 2-3 points faster with the seven stores never executed (design.md,
+        "The exit's stores").  Every lane read the end pair and the start halves with the
+        same instructions as the leader."""
+        words = [("%pl_d14", [f"mov.u32 %pl_r11, {CTA_MAGIC};", "mov.b64 %pl_d14, {%pl_r11, %pl_r10};"]),
+                 ("%pl_d4", []), ("%pl_d5", []),
+                 ("%pl_d14", [f"mov.u32 %pl_r11, {LAYOUT_VERSION};", f"mov.u32 %pl_r12, {self.layout.units};",
+                              "mov.b64 %pl_d14, {%pl_r11, %pl_r12};"]),
+                 ("%pl_d14", [f"mov.u32 %pl_r11, {UNIT_MAGIC};", "mov.b64 %pl_d14, {%pl_r3, %pl_r11};"]),
+                 ("%pl_d8", []), ("%pl_d9", [])]
+        first = 0 if self.start_at_exit else 4  # where the CTA header was written at entry: the unit's own
+        if self.start_at_exit:
+            out = self._start_rebuilt() + ["setp.eq.u32 %pl_p1, %pl_r1, 0;",  # unit 0: from word 0, others from 4
+                                           "selp.u32 %pl_r23, 0, 4, %pl_p1;", "add.u32 %pl_r23, %pl_r23, %pl_r2;"]
+        else:
+            out = ["add.u32 %pl_r23, %pl_r2, 4;"]
+        for j, (reg, make) in enumerate(words[first:], first):
+            out += make
+            if j == first:
+                out += [f"mov.b64 %pl_d13, {reg};"]
+            else:
+                out += [f"setp.eq.u32 %pl_p2, %pl_r23, {j};", f"selp.b64 %pl_d13, {reg}, %pl_d13, %pl_p2;"]
+        at = header_at - CTA_HEADER_BYTES
+        return out + [f"setp.lt.u32 %pl_p2, %pl_r23, {len(words)};", "mul.wide.u32 %pl_d1, %pl_r23, 8;",
+                      "add.s64 %pl_d1, %pl_d2, %pl_d1;",
+                      f"@%pl_p2 st.global.u64 [%pl_d1{f'+{at}' if at else ''}], %pl_d13;"]

@@ -323,6 +323,10 @@ class _Thread:
         self.n_shuffles += 1
 
     def _alu(self, name: str, types: list[str], bits: int, ops: list[str], line: str) -> None:
+        if name == "mov" and ops[1].startswith("{"):  # mov.b64 %d, {%lo, %hi}: the halves packed, low first
+            lo, hi = (self.value(h.strip(), bits // 2) for h in ops[1].strip("{} ").split(","))
+            self.set(ops[0], lo | hi << (bits // 2), bits)
+            return
         signed = any(t.startswith(".s") for t in types)
         v = [self.value(o, 64 if name in ("mad", "mul") and ".wide" in types else bits) for o in ops[1:]]
         sv = [_signed(x, bits) for x in v] if signed else v

@@ -2,10 +2,12 @@
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
 # Knobs: TESTS=..., PART=1|2 (half of the test list), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
 # CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT),
-# SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min),
+# SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min;
+# SHORT_FORMS_LIST and SHORT_OPS choose others),
 # SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
-# layer norm with the default build, the header at entry, one record stream per CTA).
+# layer norm with the default build, the header at entry, one record stream per CTA), STORES_AB=1 (issue 24:
+# fixed_cost.py with each of STORES_FORMS, default "pass leader"; STORES_BENCH=lnorm,smax also bench.py's rows).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -61,7 +63,7 @@ if [ -n "${FIXED_COST:-}" ]; then  # issue 24: device time of scope-less kernels
   done; done
 fi
 if [ -n "${SHORT_FORMS:-}" ]; then  # issue 24: which of our instructions the short forwards pay for (header_forms.py)
-  for op in dyt softmax; do for rep in 1 2; do for form in pass empty func ublock pred cs2r clockonly; do
+  for op in ${SHORT_OPS:-dyt softmax}; do for rep in 1 2; do for form in ${SHORT_FORMS_LIST:-pass empty func ublock pred cs2r clockonly}; do
     TRITON_CACHE_DIR=/tmp/tc_short_$form timeout 80 python3 tests/benchmarks/header_forms.py --form $form --op $op \
       --rounds 2 2>&1 | grep -E "round [01] .*_(fwd|forward)"
   done; done; done
@@ -74,6 +76,18 @@ if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line
   for call in 1 0; do
     PROTON_LITE_EXIT_CALL=$call timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
       --out "$OUT/fixed_cost_exitcall$call.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/call=$call /"
+  done
+fi
+if [ -n "${STORES_AB:-}" ]; then  # issue 24: the exit's header in one store per warp (pass) against the leader's own stores
+  for form in ${STORES_FORMS:-pass leader}; do
+    if [ -z "${STORES_NO_FIXED:-}" ]; then
+      TRITON_CACHE_DIR=/tmp/tc_st_$form timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
+        --form $form --out "$OUT/fixed_cost_$form.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/$form /"
+    fi
+    if [ -n "${STORES_BENCH:-}" ]; then
+      TRITON_CACHE_DIR=/tmp/tc_sb_$form timeout 150 python3 tests/benchmarks/bench.py --only ${STORES_BENCH} --header-form $form \
+        --out "$OUT/bench_$form.json" 2>&1 | grep -E "^(layernorm|softmax|vector)" | sed "s/^/$form /"
+    fi
   done
 fi
 if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)

@@ -280,8 +280,8 @@ def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granular
 @pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
 def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(staging, granularity, num_warps):
     """Scopes but no loop (a vector add, a one-row softmax): the start pair's low halves are
-    the kernel's first two reads and thread 0 writes the CTA header after its unit's, at
-    every exit; the header and every record are those of the entry form, the start
+    the kernel's first two reads and unit 0's first warp writes the CTA header with its unit's
+    header, at every exit; the header and every record are those of the entry form, the start
     earlier (no address arithmetic before it), also where the low halves wrap before exit."""
     from proton_lite.passes.ptx_instrument import keeps_start_pair
     body = ["E k", FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", "E s", FMA, "X s", "X k"]
@@ -291,7 +291,8 @@ def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(stagin
     out = rewrite(ptx, scan(ptx), layout).split("\n")
     assert [line.strip() for line in out[out.index("\t// proton_lite: prologue") - 2:][:2]] == [
         "mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]
-    assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
+    # at each ret, the first warp of each unit stores its header (unit 0: the CTA header too) in one instruction
+    assert sum(line.strip() == "@%pl_p2 st.global.u64 [%pl_d1+-32], %pl_d13;" for line in out) == 2
     full = scoped(0, scoped(1, []))
     for early, tags in ((0, full), (1, [encode_tag(0, False)])):  # the early ret leaves k open
         for base in (START_CLOCK, (1 << 32) - 20):
@@ -339,7 +340,8 @@ def test_the_exit_as_a_function_writes_what_the_inline_exit_writes(granularity, 
 def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit(monkeypatch):
     """The kernel's first two instructions read the start pair's low halves, nothing else of
     ours runs before the kernel's own code (no %tid, no address, no store), and the CTA header
-    is written at exit by thread 0 alone, with the 64-bit pair rebuilt from the end pair, also
+    is written at exit with unit 0's header by one store of the first warp (lane j, word j),
+    with the 64-bit pair rebuilt from the end pair, also
     where the low halves wrap in between (the simulator's clock counts instructions: the start
     clock is thread 0's first one).  Read with the exit inline, as a session builds it (with
     PROTON_LITE_EXIT_CALL=1 the exit is a call of a .func that writes the same: the test above)."""
@@ -353,7 +355,8 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert [line.strip() for line in out[first + 1:first + 3]] == ["mov.u32 %pl_r13, %globaltimer_lo;",
                                                                    "mov.u32 %pl_r14, %clock;"]
     assert out[first + 3] == FMA
-    assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
+    # one store instruction per ret, by the first warp's lanes 0-6 (a word each), nothing else stored
+    assert [line.strip() for line in out if "st.global" in line] == ["@%pl_p2 st.global.u64 [%pl_d1], %pl_d13;"] * 2
     for early in (0, 1):  # the CTA leaves by the predicated ret or by the last one
         blocks, _ = run([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA], layout, {"%r2": 1 - early})
         assert (blocks["magic"] == 0x314C5043).all() and (blocks["unit"]["magic"] == 0x31554C50).all()

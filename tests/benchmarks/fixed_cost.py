@@ -12,6 +12,7 @@ instrumentation mode has no scope to record in these kernels; where it runs them
 its plain binaries plus its own launch hooks.
 
 Usage: python tests/benchmarks/fixed_cost.py [--out fixed_cost.json] [--rounds 4] [--reps 10] [--no-liger]
+       [--form F]   (a form of header_forms.py, e.g. ``leader``; run it with its own TRITON_CACHE_DIR)
 """
 import argparse
 import json
@@ -69,7 +70,11 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-liger", action="store_true")
     ap.add_argument("--liger-scale", type=int, default=32, help="rows x this (256 -> 8,192 tokens)")
+    ap.add_argument("--form", default="pass", help="one of header_forms.py's forms (its own Triton cache)")
     args = ap.parse_args()
+    if args.form != "pass":
+        from header_forms import use_form
+        use_form(args.form)
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     results = []

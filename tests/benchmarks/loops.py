@@ -16,7 +16,8 @@ basic block to after those loads (the loads issue first; the timer reads stay wh
 were), and ``storelatepin`` does both; ``nocopy`` stages the records in blocks as shipped but
 drops the copies' global stores (what the records cost without their bytes in global memory);
 ``constcap`` reads no launch capacity word at entry (a constant of 400 records instead: records
-past it are dropped), so that no CTA's entry waits for that load.
+past it are dropped), so that no CTA's entry waits for that load; ``noexitcopy`` leaves out the
+copy at exit (the last block's records are lost), so that the CTAs' exit is as without blocks.
 ``--proton-mode`` starts Proton with that instrumentation mode (e.g.
 ``default:buffer_type=global``, whose ring of 2,048 records per warp keeps every record of
 these loops, where the default shared ring of 256 per warp keeps the last ones).
@@ -175,6 +176,10 @@ def use_form(form: str) -> None:
         from proton_lite.passes import stage_hook
         rewrite = stage_hook.rewrite
         stage_hook.rewrite = lambda *a, **k: transform(rewrite(*a, **k))
+    if form == "noexitcopy":  # the copy at exit left out (its records are lost): does the CTAs' exit cost?
+        from proton_lite.passes import ptx_blocks
+        copy = ptx_blocks.BlockCode.block_copy
+        ptx_blocks.BlockCode.block_copy = lambda self, at_exit=False, room=0: [] if at_exit else copy(self, at_exit, room)
     if form == "noclock":
         ptx_emit._Emitter.record = lambda self, site, tag: [
             re.sub(r"%clock(64)?;", "7;", line) for line in record(self, site, tag)]
@@ -243,7 +248,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--only", help="comma-separated kernel names (gs_softmax, persistent_mm, segments)")
     ap.add_argument("--form", choices=("pass", "nodefer", "nostore", "noenter", "noexit", "norecords", "noclock", "pinparams", "storelate",
-                                           "storelatepin", "nocopy", "constcap"), default="pass")
+                                           "storelatepin", "nocopy", "constcap", "noexitcopy"), default="pass")
     ap.add_argument("--proton-mode", default=None, help="Proton's instrumentation mode (default: its own)")
     ap.add_argument("--spaced", type=float, default=0.0,
                     help="after each launch, synchronize and wait this many ms (every variant alike): no "
