@@ -5,7 +5,7 @@ loops: ``ptx_loop_code``)."""
 from __future__ import annotations
 
 from proton_lite.layout import (CTA_HEADER_BYTES, LAUNCH_CAPACITY_TAG, LAUNCH_PREFIX_BYTES, MAX_LAUNCH_CAPACITY,
-                                RECORD_BYTES, UNIT_HEADER_BYTES, BufferLayout)
+                                RECORD_BYTES, UNIT_HEADER_BYTES, UNIT_MAGIC, BufferLayout)
 from proton_lite.passes.pool import PoolCode
 from proton_lite.passes.ptx_blocks import BLOCK_REGS, BlockCode
 from proton_lite.passes.ptx_lifetimes import LifetimesCode
@@ -17,7 +17,7 @@ from proton_lite.passes.ptx_staging import staged_slots
 class _Emitter(LifetimesCode, BlockCode, LoopCode):
     """Generates the PTX snippets; registers are prefixed %pl_ so they never clash with LLVM's."""
 
-    REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<15>;", ".reg .pred %pl_p<8>;",
+    REGS = (".reg .b32 %pl_r<26>;", ".reg .b64 %pl_d<13>;", ".reg .pred %pl_p<8>;",
             # one of each per register set (_link_close_sites); set 2 holds a deferred record
             # (_defer_loop_tails) until the next record stores it
             ".reg .b32 %pl_clk<3>;", ".reg .b32 %pl_tag<3>;", ".reg .b32 %pl_slot<3>;",
@@ -309,8 +309,12 @@ class _Emitter(LifetimesCode, BlockCode, LoopCode):
                 f"bra.uni $pl_copy_{k};",
                 f"$pl_copied_{k}:",
             ]
-        # the unit's first warp writes its header (and in unit 0, with the start halves kept,
-        # the CTA header before it) in one store, a word per lane (LifetimesCode._exit_words)
-        out += ["setp.lt.u32 %pl_p3, %pl_r2, 32;", f"@!%pl_p3 bra $pl_done_{k};"]
-        out += (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else []) + self._exit_words(0)
+        out += [f"@!%pl_p0 bra $pl_done_{k};"] + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else []) + [
+            f"mov.u32 %pl_r22, {UNIT_MAGIC};",
+            "st.global.v2.u32 [%pl_d2], {%pl_r3, %pl_r22};",
+            "st.global.u64 [%pl_d2+8], %pl_d8;",
+            "st.global.u64 [%pl_d2+16], %pl_d9;",
+        ]
+        if self.start_at_exit:
+            out += self.cta_header_after_unit(k)
         return out + [f"$pl_done_{k}:"]

@@ -7,7 +7,7 @@
 # SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
 # layer norm with the default build, the header at entry, one record stream per CTA), STORES_AB=1 (issue 24:
-# fixed_cost.py with each of STORES_FORMS, default "pass leader"; STORES_BENCH=lnorm,smax also bench.py's rows).
+# fixed_cost.py with each of STORES_FORMS, default "pass lanes").
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -78,16 +78,10 @@ if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line
       --out "$OUT/fixed_cost_exitcall$call.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/call=$call /"
   done
 fi
-if [ -n "${STORES_AB:-}" ]; then  # issue 24: the exit's header in one store per warp (pass) against the leader's own stores
-  for form in ${STORES_FORMS:-pass leader}; do
-    if [ -z "${STORES_NO_FIXED:-}" ]; then
-      TRITON_CACHE_DIR=/tmp/tc_st_$form timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
-        --form $form --out "$OUT/fixed_cost_$form.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/$form /"
-    fi
-    if [ -n "${STORES_BENCH:-}" ]; then
-      TRITON_CACHE_DIR=/tmp/tc_sb_$form timeout 150 python3 tests/benchmarks/bench.py --only ${STORES_BENCH} --header-form $form \
-        --out "$OUT/bench_$form.json" 2>&1 | grep -E "^(layernorm|softmax|vector)" | sed "s/^/$form /"
-    fi
+if [ -n "${STORES_AB:-}" ]; then  # issue 24: the exit's headers by the leader's own stores (pass) against a word per lane
+  for form in ${STORES_FORMS:-pass lanes}; do
+    TRITON_CACHE_DIR=/tmp/tc_st_$form timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
+      --form $form --out "$OUT/fixed_cost_$form.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/$form /"
   done
 fi
 if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from proton_lite.decode import cta_block_dtype
-from proton_lite.layout import BufferLayout, capacity_word, encode_tag
+from proton_lite.layout import UNIT_MAGIC, BufferLayout, capacity_word, encode_tag
 from proton_lite.passes.ptx_instrument import fold_exit_branches, rewrite, scan, shared_bytes
 from ptx_sim import Kernel, Launch
 from test_kernel_side import _ptx
@@ -276,12 +276,46 @@ def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granular
     assert (units["end_gt"] > blocks["start_gt"][:, None]).all() and (units["end_clk"] > 0).all()
 
 
+@pytest.mark.parametrize("start_at_exit", [True, False])
+@pytest.mark.parametrize("granularity,num_warps", [("cta", 8), ("warp", 2), ("warpgroup", 8)])
+def test_the_exit_by_lanes_stores_each_header_word_from_its_own_lane(monkeypatch, granularity, num_warps,
+                                                                     start_at_exit):
+    """PROTON_LITE_EXIT_LANES (ptx_lifetimes.EXIT_BY_LANES, off by default): each unit's first
+    warp stores its header, unit 0 the CTA header before it, lane j word j, one store
+    instruction per ret; the blocks hold what the leader thread's stores write (a warp's
+    lanes read one timer value per instruction, in the simulator as on the GPU)."""
+    from proton_lite.passes import ptx_lifetimes
+    from proton_lite.passes.config import InstrumentConfig
+    layout = BufferLayout(granularity, num_warps, 0, "global")
+    body = [FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA]
+    by_form, modes = {}, set()
+    for lanes in (False, True):
+        monkeypatch.setattr(ptx_lifetimes, "EXIT_BY_LANES", lanes)
+        modes.add(InstrumentConfig().to_mode())  # Triton's cache key: binaries of either form kept apart
+        ptx = fold_exit_branches(_ptx(body))
+        out = rewrite(ptx, scan(ptx), layout, start_at_exit=start_at_exit).split("\n")
+        exits = [line.strip() for line in out[next(i for i, line in enumerate(out) if "epilogue" in line):]
+                 if "st.global" in line]
+        by_form[lanes] = [run(body, layout, {"%r2": 1 - early}, start_at_exit=start_at_exit)[0] for early in (0, 1)]
+    assert exits == ["@%pl_p2 st.global.u64 [%pl_d1], %pl_d10;"] * 2  # one per ret, nothing else at exit
+    assert len(modes) == 2
+    for leader, lanes in zip(by_form[False], by_form[True]):
+        for field in ("magic", "smid", "version", "units"):
+            assert (lanes[field] == leader[field]).all(), field
+        assert (lanes["unit"]["magic"] == UNIT_MAGIC).all() and (lanes["unit"]["count"] == 0).all()
+        assert (lanes["unit"]["end_gt"] > lanes["start_gt"][:, None]).all()
+        # the start pair (rebuilt at exit by lanes 1 and 2, or thread 0's at entry) as the leader's
+        assert (lanes["start_gt"] == leader["start_gt"]).all() and (lanes["start_clk"] == leader["start_clk"]).all()
+        if start_at_exit:  # the kernel's first two instructions read it
+            assert (lanes["start_gt"] == 10 * (START_CLOCK + 1)).all() and (lanes["start_clk"] == START_CLOCK + 2).all()
+
+
 @pytest.mark.parametrize("staging", ["global", "shared"])
 @pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
 def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(staging, granularity, num_warps):
     """Scopes but no loop (a vector add, a one-row softmax): the start pair's low halves are
-    the kernel's first two reads and unit 0's first warp writes the CTA header with its unit's
-    header, at every exit; the header and every record are those of the entry form, the start
+    the kernel's first two reads and thread 0 writes the CTA header after its unit's, at
+    every exit; the header and every record are those of the entry form, the start
     earlier (no address arithmetic before it), also where the low halves wrap before exit."""
     from proton_lite.passes.ptx_instrument import keeps_start_pair
     body = ["E k", FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", "E s", FMA, "X s", "X k"]
@@ -291,8 +325,7 @@ def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(stagin
     out = rewrite(ptx, scan(ptx), layout).split("\n")
     assert [line.strip() for line in out[out.index("\t// proton_lite: prologue") - 2:][:2]] == [
         "mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]
-    # at each ret, the first warp of each unit stores its header (unit 0: the CTA header too) in one instruction
-    assert sum(line.strip() == "@%pl_p2 st.global.u64 [%pl_d1+-32], %pl_d13;" for line in out) == 2
+    assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
     full = scoped(0, scoped(1, []))
     for early, tags in ((0, full), (1, [encode_tag(0, False)])):  # the early ret leaves k open
         for base in (START_CLOCK, (1 << 32) - 20):
@@ -340,8 +373,7 @@ def test_the_exit_as_a_function_writes_what_the_inline_exit_writes(granularity, 
 def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_exit(monkeypatch):
     """The kernel's first two instructions read the start pair's low halves, nothing else of
     ours runs before the kernel's own code (no %tid, no address, no store), and the CTA header
-    is written at exit with unit 0's header by one store of the first warp (lane j, word j),
-    with the 64-bit pair rebuilt from the end pair, also
+    is written at exit by thread 0 alone, with the 64-bit pair rebuilt from the end pair, also
     where the low halves wrap in between (the simulator's clock counts instructions: the start
     clock is thread 0's first one).  Read with the exit inline, as a session builds it (with
     PROTON_LITE_EXIT_CALL=1 the exit is a call of a .func that writes the same: the test above)."""
@@ -355,8 +387,7 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert [line.strip() for line in out[first + 1:first + 3]] == ["mov.u32 %pl_r13, %globaltimer_lo;",
                                                                    "mov.u32 %pl_r14, %clock;"]
     assert out[first + 3] == FMA
-    # one store instruction per ret, by the first warp's lanes 0-6 (a word each), nothing else stored
-    assert [line.strip() for line in out if "st.global" in line] == ["@%pl_p2 st.global.u64 [%pl_d1], %pl_d13;"] * 2
+    assert sum("st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};" in line for line in out) == 2  # one per ret
     for early in (0, 1):  # the CTA leaves by the predicated ret or by the last one
         blocks, _ = run([FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA], layout, {"%r2": 1 - early})
         assert (blocks["magic"] == 0x314C5043).all() and (blocks["unit"]["magic"] == 0x31554C50).all()

@@ -162,7 +162,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
     ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax, lnorm; mm_iter is the per-K matmul): these "
                     "rows only, without the record-cost loops (an A/B of two trees in one run)")
-    ap.add_argument("--header-form", choices=("pass", "entry", "leader"), default="pass",
+    ap.add_argument("--header-form", choices=("pass", "entry"), default="pass",
                     help="entry: every CTA header at entry, as before pass 17 (an A/B in one machine; give each "
                     "form its own TRITON_CACHE_DIR: Triton's cache key does not see it)")
     ap.add_argument("--granularity", default=None,

@@ -15,10 +15,9 @@ entry at all (its CTA start times are wrong), ``ublock`` the CTA block's address
 entry and kept, so that the exit has no ``%ctaid`` and parameter reads to wait for,
 ``func`` the exit in a ``.func`` of its own that the kernel calls (straight-line kernels of
 one unit per CTA), so that ptxas schedules the kernel's body as if it were not there;
-``leader`` the exit as it was until the evening of 2026-11-27 (thread 0 alone: the
-unit's header and the CTA header in seven stores of its own, where the first warp now stores
-them in one instruction, a word per lane; in kernels with scopes each unit's leader its
-header's three stores, predicated where a branch went around them before); ``spin64``/``spin256`` a diagnosis: no code of ours but thread 0 waiting 64/256 cycles
+``lanes`` the exit's headers stored by the unit's first warp, a word per lane, in one
+store instruction (``ptx_lifetimes.EXIT_BY_LANES``, off by default) where the leader thread
+stores them in seven; ``spin64``/``spin256`` a diagnosis: no code of ours but thread 0 waiting 64/256 cycles
 before it exits (what each cycle a CTA's last warp lives longer costs such a kernel);
 ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
@@ -93,36 +92,8 @@ def use_form(form: str) -> None:
             "mov.u32 %pl_r0, %tid.x;", "setp.ne.u32 %pl_p0, %pl_r0, 0;", f"@%pl_p0 bra $pl_done_{k};",
             "mov.u32 %pl_r1, %clock;", f"$pl_spin_{k}:", "mov.u32 %pl_r2, %clock;", "sub.u32 %pl_r3, %pl_r2, %pl_r1;",
             f"setp.lt.u32 %pl_p1, %pl_r3, {cycles};", f"@%pl_p1 bra $pl_spin_{k};", f"$pl_done_{k}:"]
-    if form == "leader":  # the exit before 2026-11-27 (evening): thread 0 alone, seven stores of its own
-        from proton_lite.layout import CTA_HEADER_BYTES, UNIT_MAGIC
-
-        def leader_exit(self, k, param):
-            shift = (self.unit_threads - 1).bit_length()
-            return (["mov.u32 %pl_r0, %tid.x;", f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};",
-                     "setp.eq.u32 %pl_p0, %pl_r2, 0;", f"@!%pl_p0 bra $pl_done_{k};",
-                     "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
-                    + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else []) + self._block_address(param)
-                    + [f"shr.u32 %pl_r1, %pl_r0, {shift};", f"mul.wide.u32 %pl_d1, %pl_r1, {self.layout.unit_bytes};",
-                       "add.s64 %pl_d2, %pl_d0, %pl_d1;", f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
-                       f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
-                       f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
-                       f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
-                    + (["setp.ne.u32 %pl_p1, %pl_r0, 0;", f"@%pl_p1 bra $pl_done_{k};"] + self._cta_header()
-                       if self.start_at_exit else []) + [f"$pl_done_{k}:"])
-        words = ptx_lifetimes.LifetimesCode._exit_words
-
-        def leader_words(self, header_at):  # kernels with scopes: their unit leader's stores, then thread 0's
-            if header_at != 0:
-                return words(self, header_at)
-            out = ["setp.eq.u32 %pl_p4, %pl_r2, 0;", f"mov.u32 %pl_r22, {UNIT_MAGIC};",
-                   "@%pl_p4 st.global.v2.u32 [%pl_d2], {%pl_r3, %pl_r22};", "@%pl_p4 st.global.u64 [%pl_d2+8], %pl_d8;",
-                   "@%pl_p4 st.global.u64 [%pl_d2+16], %pl_d9;"]
-            if self.start_at_exit:
-                out += ["setp.eq.u32 %pl_p4, %pl_r0, 0;", f"sub.s64 %pl_d0, %pl_d2, {CTA_HEADER_BYTES};"]
-                out += [("@%pl_p4 " + line if line.startswith("st.global") else line) for line in self._cta_header()]
-            return out
-        ptx_lifetimes.LifetimesCode._exit_code = leader_exit
-        ptx_lifetimes.LifetimesCode._exit_words = leader_words
+    if form == "lanes":  # the exit's headers a word per lane of the unit's first warp, one store (off by default)
+        ptx_lifetimes.EXIT_BY_LANES = True
     if form in ("xnogt", "xnosmid", "xnostore"):  # diagnoses: the exit without one of its parts
         exit_code = ptx_lifetimes.LifetimesCode._exit_code
 
@@ -167,7 +138,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "leader", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
+                                       "lanes", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
