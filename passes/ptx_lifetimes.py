@@ -132,42 +132,28 @@ class LifetimesCode:
     def _exit_code(self, k: int, param: str) -> list[str]:
         """Each unit's leader: its end pair and header, its block computed again (the buffer
         from ``param``); then thread 0 (the leader of unit 0) the CTA header, if the start
-        pair was kept from entry."""
+        pair was kept from entry.  With ``EXIT_BY_LANES`` the unit's first warp goes on instead
+        of its leader, and its lanes store the same words (``_exit_words``)."""
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
-        if EXIT_BY_LANES:
-            return self._exit_by_lanes(k, param)
-        return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
-                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
+        head = (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
+                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};",
+                 "setp.lt.u32 %pl_p0, %pl_r2, 32;" if EXIT_BY_LANES else "setp.eq.u32 %pl_p0, %pl_r2, 0;",
                  f"@!%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
                 + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
                 + self._block_address(param)
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
-                   f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
-                   f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
-                   f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
-                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
-                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
+                   f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;"])
+        if EXIT_BY_LANES:  # %pl_r2 is the lane in the unit's first warp
+            return head + ["mov.u32 %pl_r3, 0;"] + self._exit_words() + [f"$pl_done_{k}:"]
+        return (head + [f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
+                        f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
+                        f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
+                        f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
                 + (["setp.ne.u32 %pl_p1, %pl_r0, 0;", f"@%pl_p1 bra $pl_done_{k};"] + self._cta_header()
                    if self.start_at_exit else [])
                 + [f"$pl_done_{k}:"])
-
-    def _exit_by_lanes(self, k: int, param: str) -> list[str]:
-        """``_exit_code`` with ``EXIT_BY_LANES``: each unit's first warp reads the end pair and
-        computes the block; its lanes store the header words (``_exit_words``)."""
-        L = self.layout
-        shift = (self.unit_threads - 1).bit_length()
-        return (["// proton_lite: epilogue (lifetimes only, a word per lane)", "mov.u32 %pl_r0, %tid.x;",
-                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.lt.u32 %pl_p0, %pl_r2, 32;",
-                 f"@!%pl_p0 bra $pl_done_{k};",  # %pl_r2: the lane, in the unit's first warp
-                 "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
-                + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
-                + self._block_address(param)
-                + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
-                   f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
-                   "mov.u32 %pl_r3, 0;"]  # no records
-                + self._exit_words() + [f"$pl_done_{k}:"])
 
     def _exit_words(self) -> list[str]:
         """Lane ``j`` of a unit's first warp (``%pl_r2``, unit ``%pl_r1``) stores word ``j`` of
