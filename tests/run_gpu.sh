@@ -81,7 +81,7 @@ fi
 if [ -n "${STORES_AB:-}" ]; then  # issue 24: the exit's headers by the leader's own stores (pass) against a word per lane
   for form in ${STORES_FORMS:-pass lanes}; do
     TRITON_CACHE_DIR=/tmp/tc_st_$form timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
-      --form $form --out "$OUT/fixed_cost_$form.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/$form /"
+      --form $form --out "$OUT/fixed_cost_$form.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -29 | sed "s/^/$form /"
   done
 fi
 if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)

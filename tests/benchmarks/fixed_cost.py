@@ -99,6 +99,11 @@ def main():
             pl = f"{k['pl_us'] / k['plain_us']:.3f}" if "pl_us" in k else "-"
             pr = f"{k['proton_us'] / k['plain_us']:.3f}" if "proton_us" in k else "-"
             print(f"{res['workload']:24s} {k['kernel'][:40]:40s} {k['plain_us']:9.1f} {pl:>7s} {pr:>9s}")
+    for library in ("own", "liger-kernel"):  # the summary rows of docs/benchmarks.md's tables
+        ratios = [k["pl_us"] / k["plain_us"] for res in results if res["library"] == library
+                  for k in res["kernels"] if "pl_us" in k]
+        if ratios:
+            print(f"{library}: mean {sum(ratios) / len(ratios):.4f}, worst {max(ratios):.3f} over {len(ratios)} kernels")
     if proton_ref.error:
         print("Proton:", proton_ref.error)
 
