@@ -39,8 +39,10 @@ def test_every_launch_sits_inside_its_cupti_slice(tmp_path):
         _check(report, s.result, tmp_path)
     except AssertionError:  # keep what failed to merge, for a look on the host
         out = os.environ.get("PROTON_LITE_RESULTS_DIR")
-        if out:
-            prof.export_chrome_trace(os.path.join(out, "merge_failed_profiler.json"))
+        if out:  # the merged trace holds the profiler's events (it was exported once: torch allows no second)
+            with open(os.path.join(out, "merge_failed_report.json"), "w") as f:
+                json.dump(report, f, indent=1, default=str)
+            shutil.copy(tmp_path / "merged.json", os.path.join(out, "merge_failed_merged.json"))
             shutil.copy(s.result.raw_path, os.path.join(out, "merge_failed.plraw"))
         raise
 
