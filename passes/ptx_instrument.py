@@ -82,7 +82,9 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
     layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel keeps
     its CTA's start pair in registers and writes the CTA header at exit (ptx_lifetimes.py),
-    unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch)."""
+    unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch).
+    Marks ``info``'s sites for the loop transforms and, with staging in blocks, adds the
+    copies' scope (``COPY_SCOPE``) to the end of its scope table."""
     if layout.sized_at_launch and (layout.staging != "global" and not layout.flush_slots or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging (or staging in "
                                    "blocks) and clamp mode")
@@ -116,9 +118,11 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     checks = {line: (n, room) for n, (line, room) in enumerate(sorted(pool_plan.checks.items()))} \
         if pool_plan is not None else {}
     body_end = pool_plan.body_end if pool_plan is not None else -1
+    if layout.flush_slots and COPY_SCOPE not in info.scopes:
+        # the copies record their time under a scope of their own, the last of the scan's
+        # table, which the kernel's metadata lists (stage_hook.instrument_ptx)
+        info.scopes.append(COPY_SCOPE)
     ids = {name: i for i, name in enumerate(info.scopes)}
-    if layout.flush_slots:  # the copies' own scope: the last (stage_hook lists it in the metadata)
-        ids.setdefault(COPY_SCOPE, len(ids))
     site_at = {s.line: s for s in info.sites}
 
     def tag(site: MarkerSite) -> int:

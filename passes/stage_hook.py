@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from proton_lite import compat
 from proton_lite.markers import MARKER_TAG
-from proton_lite.layout import COPY_SCOPE, DEFAULT_ALIGN, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
+from proton_lite.layout import DEFAULT_ALIGN, LAUNCH_SIZED_ALIGN, LAYOUT_VERSION, BufferLayout
 from proton_lite.passes.config import InstrumentConfig, resolve_granularity
 from proton_lite.passes.pipelining import notes as pipelining_notes
 from proton_lite.passes.kernel_facts import WARP_SPECIALIZE_OP, launched_warps, lost_scopes, marker_scopes
@@ -127,8 +127,6 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         start, end = function_body(lines)
         pool_plan = plan_pool(lines, start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
-    if layout.flush_slots:  # its copies record their time under a scope of their own, the last
-        info.scopes.append(COPY_SCOPE)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     at_exit = keeps_start_pair(ptx, info, layout)
     pipelined = _pipelining(ptx, info)  # of the PTX before the pass: the same for every form

@@ -416,7 +416,7 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
 
 def test_a_straight_run_of_records_checks_for_room_once_per_chunk():
     """Records in one basic block share one check for room, at most flush_run of them (2 with
-    blocks of 6): seven records check four times, and the copy comes before the chunk that
+    blocks of 6): eight records check four times, and the copy comes before the chunk that
     does not fit, never between the records of a chunk."""
     body = ["E k", "E a", FMA, "X a", "E b", FMA, "X b", "E c", "X c", FMA, "X k"]
     user = [encode_tag(0, False), encode_tag(1, False), encode_tag(1, True), encode_tag(2, False),
