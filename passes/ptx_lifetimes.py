@@ -42,15 +42,6 @@ from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, UNIT
 # (config.InstrumentConfig.to_mode): set it before a session starts or a kernel is compiled.
 EXIT_IN_FUNCTION = os.environ.get("PROTON_LITE_EXIT_CALL", "0") not in ("0", "")
 
-# The exit's headers stored by the unit's first warp, a word per lane, in one store instruction
-# (``_exit_words``), where the leader thread's seven stores make seven memory requests per CTA.
-# On the H100 (2026-11-27, design.md "The exit's stores") it took liger's DyT forward from
-# 1.065x plain to 1.022x and softmax forward from 1.080x to 1.028x, but that run's GPU tests
-# had a CTA clock-rate check fail for our gated SiLU with it (tests/test_gpu_lifetimes.py),
-# not yet explained, and no device time was left to look: so it is off until a GPU run
-# settles it (``PROTON_LITE_EXIT_LANES=1`` turns it on; part of the compile's cache key).
-EXIT_BY_LANES = os.environ.get("PROTON_LITE_EXIT_LANES", "0") not in ("0", "")
-
 
 class LifetimesCode:
     @property
@@ -132,21 +123,18 @@ class LifetimesCode:
     def _exit_code(self, k: int, param: str) -> list[str]:
         """Each unit's leader: its end pair and header, its block computed again (the buffer
         from ``param``); then thread 0 (the leader of unit 0) the CTA header, if the start
-        pair was kept from entry.  With ``EXIT_BY_LANES`` the unit's first warp goes on instead
-        of its leader, and its lanes store the same words (``_exit_words``)."""
+        pair was kept from entry."""
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
         head = (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
                  f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};",
-                 "setp.lt.u32 %pl_p0, %pl_r2, 32;" if EXIT_BY_LANES else "setp.eq.u32 %pl_p0, %pl_r2, 0;",
+                 "setp.eq.u32 %pl_p0, %pl_r2, 0;",
                  f"@!%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
                 + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
                 + self._block_address(param)
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
                    f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;"])
-        if EXIT_BY_LANES:  # %pl_r2 is the lane in the unit's first warp
-            return head + ["mov.u32 %pl_r3, 0;"] + self._exit_words() + [f"$pl_done_{k}:"]
         return (head + [f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
                         f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
                         f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
@@ -155,29 +143,3 @@ class LifetimesCode:
                    if self.start_at_exit else [])
                 + [f"$pl_done_{k}:"])
 
-    def _exit_words(self) -> list[str]:
-        """Lane ``j`` of a unit's first warp (``%pl_r2``, unit ``%pl_r1``) stores word ``j`` of
-        its unit's 24-byte header (at ``%pl_d2`` + 32); in unit 0 with the start pair kept
-        from entry, word ``j`` of the 56 bytes of the CTA header and unit 0's header after it:
-        one store instruction, one memory request per CTA.  Every lane read the end pair and
-        the start halves with the same instructions as the leader thread."""
-        words = [("%pl_d11", [f"mov.u32 %pl_r11, {CTA_MAGIC};", "mov.b64 %pl_d11, {%pl_r11, %pl_r10};"]),
-                 ("%pl_d4", []), ("%pl_d5", []),
-                 ("%pl_d11", [f"mov.u32 %pl_r11, {LAYOUT_VERSION};", f"mov.u32 %pl_r12, {self.layout.units};",
-                              "mov.b64 %pl_d11, {%pl_r11, %pl_r12};"]),
-                 ("%pl_d11", [f"mov.u32 %pl_r11, {UNIT_MAGIC};", "mov.b64 %pl_d11, {%pl_r3, %pl_r11};"]),
-                 ("%pl_d8", []), ("%pl_d9", [])]
-        first = 0 if self.start_at_exit else 4  # where the CTA header was written at entry: the unit's own
-        if self.start_at_exit:
-            out = self._start_rebuilt() + ["setp.eq.u32 %pl_p1, %pl_r1, 0;",  # unit 0: from word 0, others from 4
-                                           "selp.u32 %pl_r23, 0, 4, %pl_p1;", "add.u32 %pl_r23, %pl_r23, %pl_r2;"]
-        else:
-            out = ["add.u32 %pl_r23, %pl_r2, 4;"]
-        for j, (reg, make) in enumerate(words[first:], first):
-            out += make
-            if j == first:
-                out += [f"mov.b64 %pl_d10, {reg};"]
-            else:
-                out += [f"setp.eq.u32 %pl_p2, %pl_r23, {j};", f"selp.b64 %pl_d10, {reg}, %pl_d10, %pl_p2;"]
-        return out + [f"setp.lt.u32 %pl_p2, %pl_r23, {len(words)};", "mul.wide.u32 %pl_d1, %pl_r23, 8;",
-                      "add.s64 %pl_d1, %pl_d2, %pl_d1;", "@%pl_p2 st.global.u64 [%pl_d1], %pl_d10;"]

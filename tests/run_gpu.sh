@@ -6,8 +6,7 @@
 # SHORT_FORMS_LIST and SHORT_OPS choose others),
 # SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
-# layer norm with the default build, the header at entry, one record stream per CTA), STORES_AB=1 (issue 24:
-# fixed_cost.py with each of STORES_FORMS, default "pass lanes").
+# layer norm with the default build, the header at entry, one record stream per CTA).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -76,12 +75,6 @@ if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line
   for call in 1 0; do
     PROTON_LITE_EXIT_CALL=$call timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
       --out "$OUT/fixed_cost_exitcall$call.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/call=$call /"
-  done
-fi
-if [ -n "${STORES_AB:-}" ]; then  # issue 24: the exit's headers by the leader's own stores (pass) against a word per lane
-  for form in ${STORES_FORMS:-pass lanes}; do
-    TRITON_CACHE_DIR=/tmp/tc_st_$form timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
-      --form $form --out "$OUT/fixed_cost_$form.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -29 | sed "s/^/$form /"
   done
 fi
 if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)

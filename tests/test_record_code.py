@@ -276,40 +276,6 @@ def test_a_kernel_without_scopes_writes_every_lifetime_and_nothing_else(granular
     assert (units["end_gt"] > blocks["start_gt"][:, None]).all() and (units["end_clk"] > 0).all()
 
 
-@pytest.mark.parametrize("start_at_exit", [True, False])
-@pytest.mark.parametrize("granularity,num_warps", [("cta", 8), ("warp", 2), ("warpgroup", 8)])
-def test_the_exit_by_lanes_stores_each_header_word_from_its_own_lane(monkeypatch, granularity, num_warps,
-                                                                     start_at_exit):
-    """PROTON_LITE_EXIT_LANES (ptx_lifetimes.EXIT_BY_LANES, off by default): each unit's first
-    warp stores its header, unit 0 the CTA header before it, lane j word j, one store
-    instruction per ret; the blocks hold what the leader thread's stores write (a warp's
-    lanes read one timer value per instruction, in the simulator as on the GPU)."""
-    from proton_lite.passes import ptx_lifetimes
-    from proton_lite.passes.config import InstrumentConfig
-    layout = BufferLayout(granularity, num_warps, 0, "global")
-    body = [FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA]
-    by_form, modes = {}, set()
-    for lanes in (False, True):
-        monkeypatch.setattr(ptx_lifetimes, "EXIT_BY_LANES", lanes)
-        modes.add(InstrumentConfig().to_mode())  # Triton's cache key: binaries of either form kept apart
-        ptx = fold_exit_branches(_ptx(body))
-        out = rewrite(ptx, scan(ptx), layout, start_at_exit=start_at_exit).split("\n")
-        exits = [line.strip() for line in out[next(i for i, line in enumerate(out) if "epilogue" in line):]
-                 if "st.global" in line]
-        by_form[lanes] = [run(body, layout, {"%r2": 1 - early}, start_at_exit=start_at_exit)[0] for early in (0, 1)]
-    assert exits == ["@%pl_p2 st.global.u64 [%pl_d1], %pl_d10;"] * 2  # one per ret, nothing else at exit
-    assert len(modes) == 2
-    for leader, lanes in zip(by_form[False], by_form[True]):
-        for field in ("magic", "smid", "version", "units"):
-            assert (lanes[field] == leader[field]).all(), field
-        assert (lanes["unit"]["magic"] == UNIT_MAGIC).all() and (lanes["unit"]["count"] == 0).all()
-        assert (lanes["unit"]["end_gt"] > lanes["start_gt"][:, None]).all()
-        # the start pair (rebuilt at exit by lanes 1 and 2, or thread 0's at entry) as the leader's
-        assert (lanes["start_gt"] == leader["start_gt"]).all() and (lanes["start_clk"] == leader["start_clk"]).all()
-        if start_at_exit:  # the kernel's first two instructions read it
-            assert (lanes["start_gt"] == 10 * (START_CLOCK + 1)).all() and (lanes["start_clk"] == START_CLOCK + 2).all()
-
-
 @pytest.mark.parametrize("staging", ["global", "shared"])
 @pytest.mark.parametrize("granularity,num_warps", [("warp", 2), ("warpgroup", 4), ("cta", 2)])
 def test_a_straight_line_kernel_with_scopes_writes_its_cta_header_at_exit(staging, granularity, num_warps):

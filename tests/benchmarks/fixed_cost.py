@@ -12,7 +12,7 @@ instrumentation mode has no scope to record in these kernels; where it runs them
 its plain binaries plus its own launch hooks.
 
 Usage: python tests/benchmarks/fixed_cost.py [--out fixed_cost.json] [--rounds 4] [--reps 10] [--no-liger]
-       [--form F]   (a form of header_forms.py, e.g. ``leader``; run it with its own TRITON_CACHE_DIR)
+       [--form F]   (a form of header_forms.py, e.g. ``func``; run it with its own TRITON_CACHE_DIR)
 """
 import argparse
 import json

@@ -15,9 +15,7 @@ entry at all (its CTA start times are wrong), ``ublock`` the CTA block's address
 entry and kept, so that the exit has no ``%ctaid`` and parameter reads to wait for,
 ``func`` the exit in a ``.func`` of its own that the kernel calls (straight-line kernels of
 one unit per CTA), so that ptxas schedules the kernel's body as if it were not there;
-``lanes`` the exit's headers stored by the unit's first warp, a word per lane, in one
-store instruction (``ptx_lifetimes.EXIT_BY_LANES``, off by default) where the leader thread
-stores them in seven; ``spin64``/``spin256`` a diagnosis: no code of ours but thread 0 waiting 64/256 cycles
+``spin64``/``spin256`` a diagnosis: no code of ours but thread 0 waiting 64/256 cycles
 before it exits (what each cycle a CTA's last warp lives longer costs such a kernel);
 ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
@@ -92,8 +90,6 @@ def use_form(form: str) -> None:
             "mov.u32 %pl_r0, %tid.x;", "setp.ne.u32 %pl_p0, %pl_r0, 0;", f"@%pl_p0 bra $pl_done_{k};",
             "mov.u32 %pl_r1, %clock;", f"$pl_spin_{k}:", "mov.u32 %pl_r2, %clock;", "sub.u32 %pl_r3, %pl_r2, %pl_r1;",
             f"setp.lt.u32 %pl_p1, %pl_r3, {cycles};", f"@%pl_p1 bra $pl_spin_{k};", f"$pl_done_{k}:"]
-    if form == "lanes":  # the exit's headers a word per lane of the unit's first warp, one store (off by default)
-        ptx_lifetimes.EXIT_BY_LANES = True
     if form in ("xnogt", "xnosmid", "xnostore"):  # diagnoses: the exit without one of its parts
         exit_code = ptx_lifetimes.LifetimesCode._exit_code
 
@@ -138,7 +134,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "lanes", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
+                                       "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
