@@ -17,7 +17,10 @@ entry and kept, so that the exit has no ``%ctaid`` and parameter reads to wait f
 one unit per CTA), so that ptxas schedules the kernel's body as if it were not there;
 ``spin64``/``spin256`` a diagnosis: no code of ours but thread 0 waiting 64/256 cycles
 before it exits (what each cycle a CTA's last warp lives longer costs such a kernel);
-``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
+``predall`` the leader's exit without a branch, each of its instructions predicated on the
+leader (ptxas then schedules the kernel's loads as in the plain build for DyT's and softmax's
+forwards, yet on the H100 it cost more everywhere else: our persistent row sum 1.34x, liger's
+mean 1.036x; benchmarks.md "The word-per-lane exit, withdrawn"); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
 is never true, so that everything they store is still computed).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
@@ -110,6 +113,22 @@ def use_form(form: str) -> None:
                 guarded.append(line)
             return guarded
         ptx_lifetimes.LifetimesCode._exit_code = part_exit
+    if form == "predall":  # the leader's exit without branches: each instruction predicated on the leader
+        leader_exit = ptx_lifetimes.LifetimesCode._exit_code
+
+        def predicated_exit(self, k, param):
+            out, pred = [], None
+            for line in leader_exit(self, k, param):
+                if line.startswith(("@!%pl_p0 bra", "@%pl_p1 bra")):
+                    pred = "%pl_p1" if "p1" in line else "%pl_p0"
+                elif line == "setp.ne.u32 %pl_p1, %pl_r0, 0;":  # thread 0, the leader of unit 0
+                    out.append("setp.eq.and.u32 %pl_p1, %pl_r0, 0, %pl_p0;")
+                elif pred is None or line.startswith(("//", "$", "@")):
+                    out.append(line)
+                else:
+                    out.append(f"@{pred} {line}")
+            return out
+        ptx_lifetimes.LifetimesCode._exit_code = predicated_exit
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -134,7 +153,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
+                                       "predall", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
