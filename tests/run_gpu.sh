@@ -6,7 +6,8 @@
 # SHORT_FORMS_LIST and SHORT_OPS choose others),
 # SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
-# layer norm with the default build, the header at entry, one record stream per CTA).
+# layer norm with the default build, the header at entry, one record stream per CTA), TIMER_READS=1 (issue 24:
+# timer_reads.py, then bench.py's layer norm, softmax and vector add with the epilogue's timer read per lane and per warp).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -75,6 +76,13 @@ if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line
   for call in 1 0; do
     PROTON_LITE_EXIT_CALL=$call timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
       --out "$OUT/fixed_cost_exitcall$call.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/call=$call /"
+  done
+fi
+if [ -n "${TIMER_READS:-}" ]; then  # issue 24: does a timer read cost by the lane? then the scoped epilogue's, per warp
+  timeout 120 python3 tests/benchmarks/timer_reads.py --json "$OUT/timer_reads.json" 2>&1 | grep -v -i warn | tail -8
+  for form in pass u32reads pass u32reads; do
+    TRITON_CACHE_DIR=/tmp/tc_tr_$form timeout 150 python3 tests/benchmarks/bench.py --only lnorm,smax,vadd --header-form $form \
+      --out "$OUT/bench_$form.json" 2>&1 | grep -E "^(layernorm|softmax|vector)" | sed "s/^/[$form] /"
   done
 fi
 if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)

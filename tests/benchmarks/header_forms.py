@@ -20,7 +20,10 @@ before it exits (what each cycle a CTA's last warp lives longer costs such a ker
 ``predall`` the leader's exit without a branch, each of its instructions predicated on the
 leader (ptxas then schedules the kernel's loads as in the plain build for DyT's and softmax's
 forwards, yet on the H100 it cost more everywhere else: our persistent row sum 1.34x, liger's
-mean 1.036x; benchmarks.md "The word-per-lane exit, withdrawn"); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
+mean 1.036x; benchmarks.md "The word-per-lane exit, withdrawn"); ``u32reads`` kernels with
+scopes: the epilogue's end timer read as 32-bit halves, which ptxas issues as S2UR (once per
+warp) where it reads the 64-bit timer with CS2R in every thread (``bench.py --header-form
+u32reads``; run_gpu.sh ``TIMER_READS=1``; not yet measured); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
 is never true, so that everything they store is still computed).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
@@ -129,6 +132,20 @@ def use_form(form: str) -> None:
                     out.append(f"@{pred} {line}")
             return out
         ptx_lifetimes.LifetimesCode._exit_code = predicated_exit
+    if form == "u32reads":  # kernels with scopes: the epilogue's end timer from 32-bit halves (read per warp)
+        from proton_lite.passes import ptx_emit
+        scoped_epilogue = ptx_emit._Emitter.epilogue
+
+        def halves_read(self, k):
+            out = scoped_epilogue(self, k)
+            if self.lifetimes_only:
+                return out
+            at = out.index("mov.u64 %pl_d8, %globaltimer;")
+            return out[:at] + ["mov.u32 %pl_r20, %globaltimer_hi;", "mov.u32 %pl_r21, %globaltimer_lo;",
+                               "mov.u32 %pl_r22, %globaltimer_hi;", "setp.ne.u32 %pl_p4, %pl_r20, %pl_r22;",
+                               "selp.u32 %pl_r21, 0, %pl_r21, %pl_p4;",  # the high half turned over: its first ns
+                               "mov.b64 %pl_d8, {%pl_r21, %pl_r22};"] + out[at + 1:]
+        ptx_emit._Emitter.epilogue = halves_read
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -153,7 +170,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "predall", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
+                                       "predall", "u32reads", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
