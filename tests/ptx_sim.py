@@ -323,6 +323,11 @@ class _Thread:
         self.n_shuffles += 1
 
     def _alu(self, name: str, types: list[str], bits: int, ops: list[str], line: str) -> None:
+        if name == "mov" and ops[0].startswith("{"):  # mov.b64 {%lo, %hi}, %d: the halves unpacked, low first
+            x = self.value(ops[1], bits)
+            for i, h in enumerate(ops[0].strip("{} ").split(",")):
+                self.set(h.strip(), x >> (i * bits // 2), bits // 2)
+            return
         if name == "mov" and ops[1].startswith("{"):  # mov.b64 %d, {%lo, %hi}: the halves packed, low first
             lo, hi = (self.value(h.strip(), bits // 2) for h in ops[1].strip("{} ").split(","))
             self.set(ops[0], lo | hi << (bits // 2), bits)

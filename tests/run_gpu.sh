@@ -7,7 +7,8 @@
 # SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
 # layer norm with the default build, the header at entry, one record stream per CTA), TIMER_READS=1 (issue 24:
-# timer_reads.py, then bench.py's layer norm, softmax and vector add with the epilogue's timer read per lane and per warp).
+# timer_reads.py, then bench.py's layer norm, softmax and vector add with the epilogue's timer read per lane and per warp),
+# FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, 2 x 2 rounds).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -77,6 +78,12 @@ if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line
     PROTON_LITE_EXIT_CALL=$call timeout ${FIXED_COST_TIMEOUT:-200} python3 tests/benchmarks/fixed_cost.py --rounds 3 \
       --out "$OUT/fixed_cost_exitcall$call.json" 2>&1 | grep -v -i "warn\|cuda.tile" | tail -27 | sed "s/^/call=$call /"
   done
+fi
+if [ -n "${FORMS_AB:-}" ]; then  # issue 24: fixed_cost.py with each of header_forms.py's forms in FORMS_AB, alternating twice
+  for rep in 1 2; do for form in $FORMS_AB; do
+    TRITON_CACHE_DIR=/tmp/tc_ab_$form timeout ${FIXED_COST_TIMEOUT:-110} python3 tests/benchmarks/fixed_cost.py --rounds 2 \
+      --form $form --out "$OUT/fixed_cost_${form}_$rep.json" 2>&1 | grep -E "forward|_fwd|mean" | sed "s/^/$form $rep /"
+  done; done
 fi
 if [ -n "${TIMER_READS:-}" ]; then  # issue 24: does a timer read cost by the lane? then the scoped epilogue's, per warp
   timeout 120 python3 tests/benchmarks/timer_reads.py --json "$OUT/timer_reads.json" 2>&1 | grep -v -i warn | tail -8

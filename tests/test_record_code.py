@@ -6,6 +6,9 @@ records in program order (the first ``capacity`` of them, whatever the loop shap
 deferred stores, unrolled copies, sink slots past the capacity), and timestamps that
 increase. The simulator raises on any access outside the buffer. The GPU suite checks the
 same kernels' records on the H100 (tests/test_gpu.py, test_gpu_reliability.py)."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -419,3 +422,25 @@ def test_a_line_info_label_before_the_back_edge_changes_no_record_code(body_betw
     tags = scoped(0, [encode_tag(1, False), encode_tag(1, True)] * trips)
     blocks, read = run(labelled, layout, {"%r2": trips}, launch_capacity=64)
     check(blocks, read, tags)
+
+
+@pytest.mark.parametrize("early", [0, 1])
+def test_the_four_store_exit_candidate_writes_what_the_leader_writes(monkeypatch, early):
+    """``header_forms.py --form v4stores`` (issue 24, a candidate not yet measured): thread 0
+    stores the CTA header and unit 0's header, 56 bytes, with four 16-byte-aligned stores
+    (even and odd CTAs of the 56-byte stride apart) where the leader's exit makes seven; the
+    blocks, of both parities, are the leader's byte for byte."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
+    import header_forms
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes.LifetimesCode, "_exit_code", ptx_lifetimes.LifetimesCode._exit_code)
+    layout = BufferLayout("cta", 8, 0, "global")
+    body = [FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA]
+    leader = run(body, layout, {"%r2": 1 - early})[0]
+    header_forms.use_form("v4stores")
+    four = run(body, layout, {"%r2": 1 - early})[0]
+    assert CTAS >= 2 and layout.stride % 16 == 8  # CTA 1's block is 8 bytes off a 16-byte boundary
+    assert four.tobytes() == leader.tobytes()
+    ptx = fold_exit_branches(_ptx(body))
+    out = rewrite(ptx, scan(ptx), layout, start_at_exit=True)
+    assert out.count("st.global.v4.u32") == 2 * 6 and "st.global.u64" not in out  # per ret: 3 + 3 of 4 stores

@@ -23,7 +23,10 @@ forwards, yet on the H100 it cost more everywhere else: our persistent row sum 1
 mean 1.036x; benchmarks.md "The word-per-lane exit, withdrawn"); ``u32reads`` kernels with
 scopes: the epilogue's end timer read as 32-bit halves, which ptxas issues as S2UR (once per
 warp) where it reads the 64-bit timer with CS2R in every thread (``bench.py --header-form
-u32reads``; run_gpu.sh ``TIMER_READS=1``; not yet measured); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
+u32reads``; run_gpu.sh ``TIMER_READS=1``; not yet measured); ``v4stores`` one unit per CTA with
+the header at exit: thread 0's seven 8-byte stores as four 16-byte-aligned ones, chosen by the
+CTA block's parity on the 56-byte stride (tests/test_record_code.py checks the bytes; not yet
+measured: run_gpu.sh ``FORMS_AB="pass v4stores"``); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
 is never true, so that everything they store is still computed).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
@@ -132,6 +135,32 @@ def use_form(form: str) -> None:
                     out.append(f"@{pred} {line}")
             return out
         ptx_lifetimes.LifetimesCode._exit_code = predicated_exit
+    if form == "v4stores":  # one unit per CTA, header at exit: thread 0's seven stores as four 16-byte-aligned ones
+        leader_exit = ptx_lifetimes.LifetimesCode._exit_code
+
+        def four_stores(self, k, param):
+            out = leader_exit(self, k, param)
+            if not (self.start_at_exit and self.layout.units == 1):
+                return out
+            cut = out.index("mov.u32 %pl_r3, 0;") - 1  # up to the unit block's address: the reads and the block
+            from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC
+            code = out[:cut] + self._start_rebuilt() + [
+                "mov.b64 {%pl_r16, %pl_r17}, %pl_d4;", "mov.b64 {%pl_r18, %pl_r19}, %pl_d5;",
+                "mov.b64 {%pl_r20, %pl_r21}, %pl_d8;", "mov.b64 {%pl_r24, %pl_r25}, %pl_d9;",
+                f"mov.u32 %pl_r11, {CTA_MAGIC};", f"mov.u32 %pl_r12, {LAYOUT_VERSION};", "mov.u32 %pl_r23, 1;",
+                f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
+                "cvt.u32.u64 %pl_r15, %pl_d0;", "and.b32 %pl_r15, %pl_r15, 8;", "setp.ne.u32 %pl_p1, %pl_r15, 0;",
+                "@!%pl_p1 st.global.v4.u32 [%pl_d0], {%pl_r11, %pl_r10, %pl_r16, %pl_r17};",
+                "@!%pl_p1 st.global.v4.u32 [%pl_d0+16], {%pl_r18, %pl_r19, %pl_r12, %pl_r23};",
+                "@!%pl_p1 st.global.v4.u32 [%pl_d0+32], {%pl_r3, %pl_r22, %pl_r20, %pl_r21};",
+                "@!%pl_p1 st.global.v2.u32 [%pl_d0+48], {%pl_r24, %pl_r25};",
+                "@%pl_p1 st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
+                "@%pl_p1 st.global.v4.u32 [%pl_d0+8], {%pl_r16, %pl_r17, %pl_r18, %pl_r19};",
+                "@%pl_p1 st.global.v4.u32 [%pl_d0+24], {%pl_r12, %pl_r23, %pl_r3, %pl_r22};",
+                "@%pl_p1 st.global.v4.u32 [%pl_d0+40], {%pl_r20, %pl_r21, %pl_r24, %pl_r25};",
+                f"$pl_done_{k}:"]
+            return code
+        ptx_lifetimes.LifetimesCode._exit_code = four_stores
     if form == "u32reads":  # kernels with scopes: the epilogue's end timer from 32-bit halves (read per warp)
         from proton_lite.passes import ptx_emit
         scoped_epilogue = ptx_emit._Emitter.epilogue
@@ -170,7 +199,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "predall", "u32reads", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
+                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
