@@ -7,7 +7,8 @@
 # SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
 # layer norm with the default build, the header at entry, one record stream per CTA), TIMER_READS=1 (issue 24:
-# timer_reads.py, then bench.py's layer norm, softmax and vector add with the epilogue's timer read per lane and per warp),
+# timer_reads.py, then bench.py's layer norm and softmax (TIMER_BENCH_ONLY) with the epilogue's timer read per lane
+# and per warp, alternating twice),
 # FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, 2 x 2 rounds).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
@@ -87,9 +88,12 @@ if [ -n "${FORMS_AB:-}" ]; then  # issue 24: fixed_cost.py with each of header_f
 fi
 if [ -n "${TIMER_READS:-}" ]; then  # issue 24: does a timer read cost by the lane? then the scoped epilogue's, per warp
   timeout 120 python3 tests/benchmarks/timer_reads.py --json "$OUT/timer_reads.json" 2>&1 | grep -v -i warn | tail -8
+  i=0
   for form in pass u32reads pass u32reads; do
-    TRITON_CACHE_DIR=/tmp/tc_tr_$form timeout 150 python3 tests/benchmarks/bench.py --only lnorm,smax,vadd --header-form $form \
-      --out "$OUT/bench_$form.json" 2>&1 | grep -E "^(layernorm|softmax|vector)" | sed "s/^/[$form] /"
+    i=$((i + 1))
+    TRITON_CACHE_DIR=/tmp/tc_tr_$form timeout ${TIMER_BENCH_TIMEOUT:-110} python3 tests/benchmarks/bench.py --rounds 2 \
+      --only ${TIMER_BENCH_ONLY:-lnorm,smax} --header-form $form --out "$OUT/bench_${form}_$i.json" 2>&1 \
+      | grep -E "^(layernorm|softmax|vector)" | sed "s/^/[$form] /"
   done
 fi
 if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (header form, records per warp)
