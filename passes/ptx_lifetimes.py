@@ -126,20 +126,18 @@ class LifetimesCode:
         pair was kept from entry."""
         L = self.layout
         shift = (self.unit_threads - 1).bit_length()
-        head = (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
-                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};",
-                 "setp.eq.u32 %pl_p0, %pl_r2, 0;",
+        return (["// proton_lite: epilogue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
+                 f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
                  f"@!%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
                 + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
                 + self._block_address(param)
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
-                   f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;"])
-        return (head + [f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
-                        f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
-                        f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
-                        f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
+                   f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
+                   f"mov.u32 %pl_r22, {UNIT_MAGIC};", "mov.u32 %pl_r3, 0;",
+                   f"st.global.v2.u32 [%pl_d2+{CTA_HEADER_BYTES}], {{%pl_r3, %pl_r22}};",
+                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
+                   f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
                 + (["setp.ne.u32 %pl_p1, %pl_r0, 0;", f"@%pl_p1 bra $pl_done_{k};"] + self._cta_header()
                    if self.start_at_exit else [])
                 + [f"$pl_done_{k}:"])
-
