@@ -23,10 +23,12 @@ forwards, yet on the H100 it cost more everywhere else: our persistent row sum 1
 mean 1.036x; benchmarks.md "The word-per-lane exit, withdrawn"); ``u32reads`` kernels with
 scopes: the epilogue's end timer read as 32-bit halves, which ptxas issues as S2UR (once per
 warp) where it reads the 64-bit timer with CS2R in every thread (``bench.py --header-form
-u32reads``; run_gpu.sh ``TIMER_READS=1``; not yet measured); ``v4stores`` one unit per CTA with
+u32reads``; run_gpu.sh ``TIMER_READS=1``; on the H100 no gain: layer norm +7.3% against
++7.2-7.6%, and timer_reads.py found a read costs the same from 1 or 32 lanes); ``v4stores`` one unit per CTA with
 the header at exit: thread 0's seven 8-byte stores as four 16-byte-aligned ones, chosen by the
-CTA block's parity on the 56-byte stride (tests/test_record_code.py checks the bytes; not yet
-measured: run_gpu.sh ``FORMS_AB="pass v4stores"``); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
+CTA block's parity on the 56-byte stride (tests/test_record_code.py checks the bytes; on the
+H100 no gain: liger mean 1.0269 and 1.0243 against 1.0269 and 1.0271; run_gpu.sh
+``FORMS_AB="pass v4stores"``; both in benchmarks.md "Timer reads by the lane"); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
 is never true, so that everything they store is still computed).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
