@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched GPU run: GPU tests (keeping real captures), fidelity, reliability, sanitizer, benchmark.
-# Knobs: TESTS=..., PART=1|2 (half of the test list), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
+# Knobs: TESTS=..., PART=1|2 (half of the test list; 3: the other libraries, its own call), NO_BENCH=1, SANITIZE=1, LOOPS_BENCH=1, HOST_SCALE=1, STOP_BENCH=1, LIBRARY_BENCH=1, GRAPH_BENCH=1,
 # CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT),
 # SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min;
 # SHORT_FORMS_LIST and SHORT_OPS choose others),
@@ -27,7 +27,9 @@ PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
 # the whole list: 105 s (PART=1) + 160 s (PART=2) on the H100 (2026-11-27); an earlier 'more than 9 min' was a hang, since fixed
 PART1="tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_pipelined.py tests/test_docs.py tests/test_gpu_lifetimes.py"
 PART2="tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_gpu_clocks.py"
-case "${PART:-}" in 1) LIST=$PART1 ;; 2) LIST=$PART2 ;; *) LIST="$PART1 $PART2" ;; esac
+# PART=3: flash-linear-attention and FlagGems (~260 s on the H100, most of it fla's autotuning), its own call
+PART3="tests/test_gpu_libraries.py"
+case "${PART:-}" in 1) LIST=$PART1 ;; 2) LIST=$PART2 ;; 3) LIST=$PART3 ;; *) LIST="$PART1 $PART2" ;; esac
 PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-480} \
   $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-$LIST} 2>&1 | tail -40
 echo "pytest rc=${PIPESTATUS[0]}"

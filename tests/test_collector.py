@@ -1181,6 +1181,50 @@ def test_only_functions_compiled_inside_an_autotuner_benchmark_are_checked_for_t
     assert id(elsewhere) not in _AUTOTUNED
 
 
+def test_a_kernel_the_benchmark_itself_launches_is_a_trial_there_and_kept_elsewhere(collector, sim, tmp_path,
+                                                                                     monkeypatch):
+    """Triton's benchmark flushes the L2 cache and resets arguments between timings; where a
+    library gives torch's ops Triton kernels (FlagGems' ``zero_``), those launches come from
+    the library's op, not from the tuner's kernel_call, yet they are the tuner's work: trials
+    while the benchmark is on the stack, the user's own launches elsewhere."""
+    from triton.runtime.autotuner import Autotuner, Config
+
+    from proton_lite.runtime import trials as trials_module
+
+    class Kernel:  # stands for a JITFunction: compile (first call only), then launch
+        def __init__(self):
+            self.compiles = True
+            self.fn = lambda: None
+
+        def run(self, *args, **kwargs):
+            if self.compiles:
+                trials_module.note_compile(self)
+                self.compiles = False
+            launch(collector, sim, stream=1, payload=b"\x01" * 8, jit_fn=self)
+
+    assert trials_module._know_trial_codes()
+    monkeypatch.setattr(trials_module, "_JIT_RUN", Kernel.run.__code__)  # Kernel.run is JITFunction.run here
+    tuned, flush = Kernel(), Kernel()
+
+    def zero_(buffer):  # the library's op behind torch's zero_, two frames below do_bench
+        flush.run(buffer)
+
+    def do_bench(kernel_call, quantiles):
+        zero_("l2 cache")
+        kernel_call()
+        return [1.0, 1.0, 1.0]
+
+    t = Autotuner(tuned, [], [Config({})], [], None, None, do_bench=do_bench)
+    t.nargs = {}
+    t._bench(config=Config({}))  # both compile inside the benchmark; both launches are trials
+    assert id(flush) in trials_module._TUNER_HELPERS and id(tuned) not in trials_module._TUNER_HELPERS
+    t._bench(config=Config({}))  # compiled already: still trials
+    zero_("a user's tensor")  # the user's own launches: kept
+    tuned.run()
+    cap = finish(collector, tmp_path)
+    assert collector.skipped_autotune == 4 and len(cap.launches) == 2
+
+
 def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):
     """note_compile usually runs before any exit hook: it must leave the fast trial check
     (anchored at JITFunction.run) ready, not just the list of trial code objects."""

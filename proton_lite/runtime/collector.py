@@ -302,7 +302,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         # only functions that were compiled inside an autotuner benchmark can have trial launches
         # (note_compile); the frame check is left to their launches
         trial = kernel is not None and self.skip_autotune and info[3] is not None and \
-            id(info[3]) in _AUTOTUNED and _in_autotuner_benchmark()
+            id(info[3]) in _AUTOTUNED and _in_autotuner_benchmark(id(info[3]))
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
         if kernel is not None and not trial:
             kernel_id, ctas_per_block, scratch, layout, may_drop = kernel

@@ -18,6 +18,12 @@ _extra_trial_codes: set[int] = set()  # ... of other autotuners' timing function
 # id() of JIT functions compiled while an autotuner benchmark ran (ids: JITFunction's own hash
 # is costly); kept across sessions, as Triton keeps their compiled variants
 _AUTOTUNED: set[int] = set()
+# ... of those among them compiled by the benchmark itself, not by the config it times: the
+# kernels behind its cache flush and argument resets (torch's own kernels, unless a library
+# such as FlagGems gives torch's ops Triton kernels); their launches are trials wherever the
+# benchmark is on the stack, whoever called JITFunction.run
+_TUNER_HELPERS: set[int] = set()
+_BENCH_CODE: list = []  # id() of Autotuner._bench's own code, once known
 _KEEP_CODES: list = []  # the code objects added by add_trial_functions
 
 
@@ -32,6 +38,8 @@ def note_compile(jit_fn) -> None:
         code = frame.f_code
         if id(code) in _trial_codes or (not _trial_codes and _named_like_a_trial(code)):
             _AUTOTUNED.add(id(jit_fn))
+            if _BENCH_CODE and id(code) == _BENCH_CODE[0]:  # not inside the config's kernel_call
+                _TUNER_HELPERS.add(id(jit_fn))
             return
         frame, depth = frame.f_back, depth + 1
 
@@ -92,13 +100,16 @@ def _know_trial_codes() -> bool:
         if not compat.autotuner_loaded():
             return False
         _trial_codes = _autotuner_trial_codes() | frozenset(_extra_trial_codes)
+        bench = compat.autotuner_bench_code()
+        _BENCH_CODE[:] = [id(bench)] if bench is not None else []
         _JIT_RUN = compat.jit_run_code()
         _WRAPPERS = frozenset(id(c) for c in (compat.heuristics_run_code(), ) if c)
     return True
 
 
-def _in_autotuner_benchmark() -> bool:
-    """True while Triton's autotuner times its candidate configs (their launches are trials)."""
+def _in_autotuner_benchmark(jit_fn_id: int = 0) -> bool:
+    """True while Triton's autotuner times its candidate configs (their launches are trials),
+    and for a tuner's helper kernel (``_TUNER_HELPERS``) while its benchmark runs."""
     if not _know_trial_codes():
         return False
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
@@ -112,7 +123,12 @@ def _in_autotuner_benchmark() -> bool:
                 caller = frame.f_back
                 while caller is not None and id(caller.f_code) in _WRAPPERS:
                     caller = caller.f_back
-                return caller is not None and id(caller.f_code) in _trial_codes
+                if caller is not None and id(caller.f_code) in _trial_codes:
+                    return True
+                if jit_fn_id not in _TUNER_HELPERS:  # a user's launch: stop here (a few frames up)
+                    return False
+                frame, depth = caller, depth + 1  # a helper: a flush or reset, a few frames below _bench
+                continue
             frame, depth = frame.f_back, depth + 1
         return False
     frame, depth = compat.caller_frame(2), 0  # a Triton without Autotuner._bench: go by names

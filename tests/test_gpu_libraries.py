@@ -1,0 +1,95 @@
+"""Two more production kernel libraries in a session, on the GPU (liger-kernel:
+test_gpu_liger.py).  flash-linear-attention's ops, forward and backward, and FlagGems' aten ops
+run unchanged and every launch of their Triton kernels is recorded, counted outside the session
+by CUPTI (torch.profiler).  FlagGems keeps the ``CompiledKernel`` of each specialization in its
+own cache and launches it directly: a kernel it first compiled in a session is launched again
+from that cache after the session stopped, and one it compiled before a session is named as not
+profiled, never silently missing."""
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
+
+import proton_lite  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+import library_ops_more as L  # noqa: E402
+
+
+def _made(run, op) -> tuple[Counter, list]:
+    """Launches of Triton kernels in one call of the op, by CUPTI, and the op's result."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        result = run(op)
+    names = L.triton_kernel_names()
+    made = Counter(e.name for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.name in names)
+    return made, result
+
+
+def _recorded(session) -> Counter:
+    cap = read_raw(session.result.raw_path)
+    return Counter(cap.kernels[launch.kernel_id]["name"] for launch in cap.launches)
+
+
+def _same(a_list, b_list, deterministic):
+    for a, b in zip(a_list, b_list):
+        if deterministic:
+            assert torch.equal(a, b)
+        else:  # atomics: as close as two plain runs are
+            torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+def _deterministic(run, op, plain):
+    return all(torch.equal(a, b) for a, b in zip(run(op), plain))
+
+
+@pytest.mark.parametrize("op", L.FLA_OPS, ids=[op.__name__ for op in L.FLA_OPS])
+def test_a_flash_linear_attention_op_runs_unchanged_and_every_launch_is_recorded(op, tmp_path):
+    pytest.importorskip("fla.ops")
+    L.run_fla(op)  # compiles and autotunes, outside the session
+    made, plain = _made(L.run_fla, op)
+    assert made, "no Triton kernel of fla ran: nothing to check"
+    deterministic = _deterministic(L.run_fla, op, plain)
+    with proton_lite.start(str(tmp_path / op.__name__), quiet=True, formats=(), calibrate=False) as s:
+        profiled = L.run_fla(op)
+    assert _recorded(s) == made, s.result.summary_line
+    assert s.result.dropped == 0 and "not in the profile" not in s.result.summary_line
+    _same(profiled, plain, deterministic)
+    _same(L.run_fla(op), plain, deterministic)  # after stop
+
+
+@pytest.mark.parametrize("op", L.GEMS_OPS, ids=[op.__name__ for op in L.GEMS_OPS])
+def test_a_flaggems_op_first_compiled_in_a_session_is_recorded_and_runs_from_its_cache_after(op, tmp_path):
+    pytest.importorskip("flag_gems")
+    with proton_lite.start(str(tmp_path / op.__name__), quiet=True, formats=(), calibrate=False) as s:
+        profiled = L.run_gems(op)  # the first call in this process: compiled (and tuned) in the session
+    recorded = _recorded(s)
+    assert recorded, s.result.summary_line
+    assert s.result.dropped == 0 and "not in the profile" not in s.result.summary_line
+    # after stop: FlagGems launches the instrumented binaries from its own cache
+    made, after = _made(L.run_gems, op)
+    assert set(made) == set(recorded), (made, recorded)
+    deterministic = _deterministic(L.run_gems, op, after)
+    _same(profiled, after, deterministic)
+    inputs, fn = op(torch.Generator(device="cuda").manual_seed(7))
+    reference = fn(*inputs)  # aten's own kernels: the result FlagGems is to compute
+    _same(after, [reference.float() if reference.is_floating_point() else reference], False)
+
+
+def test_flaggems_kernels_compiled_before_a_session_are_named_not_hidden(tmp_path):
+    pytest.importorskip("flag_gems")
+    op = L.gems_argmax  # an op no other test of this process runs
+    plain = L.run_gems(op)  # compiled now, before the session: FlagGems keeps the plain binary
+    made, _ = _made(L.run_gems, op)
+    with proton_lite.start(str(tmp_path / "before"), quiet=True, formats=(), calibrate=False) as s:
+        profiled = L.run_gems(op)
+    _same(profiled, plain, True)
+    line = s.result.summary_line
+    assert "ran without instrumentation" in line, line
+    for name in made:
+        assert name in line, line
