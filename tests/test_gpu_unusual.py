@@ -1,0 +1,123 @@
+"""Kernel shapes users run that the other GPU tests lack (tests/unusual_kernels.py): a spin
+lock in a data-dependent ``while`` loop, CTAs that return early, programmatic dependent
+launch, and two-CTA clusters.  Outputs as plain, nothing dropped, every CTA's lifetime, and
+exactly the slices each warp's loop trips call for."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
+
+import proton_lite  # noqa: E402
+from proton_lite.decode import decode  # noqa: E402
+from proton_lite.passes.config import CALIBRATION_KERNEL  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+import unusual_kernels as U  # noqa: E402
+
+
+def _profile(session, kernel_name):
+    """The decoded profile, the kernel's index and its launches."""
+    res = session.result
+    assert res.dropped == 0 and res.unmatched == 0, res.summary_line
+    prof = decode(read_raw(res.raw_path))
+    k = [i for i, kern in enumerate(prof.kernels) if kern.name == kernel_name and kern.name != CALIBRATION_KERNEL][0]
+    return prof, k, prof.launches[prof.launches["kernel"] == k]
+
+
+def _slices(prof, k, launch, scope) -> np.ndarray:
+    """(CTAs, warps) array: the slices of ``scope`` each warp of each CTA of ``launch`` has."""
+    kern = prof.kernels[k]
+    iv = prof.intervals[(prof.intervals["launch"] == launch["launch"])
+                        & (prof.intervals["scope"] == kern.scopes.index(scope))]
+    out = np.zeros((int(launch["num_ctas"]), kern.num_warps // kern.unit_warps), np.int64)
+    np.add.at(out, (iv["cta"].astype(np.int64), iv["unit"].astype(np.int64)), 1)
+    return out
+
+
+def _every_cta_finished(prof, launch):
+    ctas = prof.ctas[prof.ctas["launch"] == launch["launch"]]
+    assert launch["missing_ctas"] == 0 and len(ctas) == launch["num_ctas"]
+    assert (ctas["end_ns"] > ctas["start_ns"]).all()
+
+
+def test_a_spin_lock_loop_keeps_one_slice_per_spin(tmp_path):
+    ctas, block, groups = 512, 256, 4
+    x = torch.randn(ctas, block, device="cuda")
+
+    def run():
+        acc = torch.zeros(groups, block, device="cuda")
+        lock = torch.zeros(groups, dtype=torch.int32, device="cuda")
+        spins = torch.zeros(ctas, dtype=torch.int32, device="cuda")
+        U.locked_accumulate[(ctas, )](x, acc, lock, spins, BLOCK=block, GROUPS=groups, num_warps=4)
+        return acc, lock, spins
+
+    expected = x.view(ctas // groups, groups, block).sum(0)
+    with proton_lite.start(str(tmp_path / "lock"), quiet=True, formats=()) as s:
+        acc, lock, spins = run()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(acc, expected, rtol=1e-4, atol=1e-4)  # the order of the adds varies
+    assert (lock == 0).all()
+    prof, k, (launch, ) = _profile(s, "locked_accumulate")
+    _every_cta_finished(prof, launch)
+    per_cta = spins.cpu().numpy()
+    assert per_cta.sum() > 0, "no CTA ever waited for the lock: the loop was not exercised"
+    got = _slices(prof, k, launch, "spin")
+    assert (got == per_cta[:, None]).all(), np.flatnonzero((got != per_cta[:, None]).any(1))[:5]
+    for scope in ("load", "acquire", "update"):
+        assert (_slices(prof, k, launch, scope) == 1).all(), scope
+
+
+def test_ctas_that_return_early_have_lifetimes_and_no_scopes(tmp_path):
+    rows, grid, block = 1000, 1024, 256
+    x = torch.randn(rows, block, device="cuda")
+    out = torch.zeros(rows, block, device="cuda")
+    with proton_lite.start(str(tmp_path / "early"), quiet=True, formats=()) as s:
+        U.early_return[(grid, )](x, out, rows, BLOCK=block, num_warps=4)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2.0)
+    prof, k, (launch, ) = _profile(s, "early_return")
+    _every_cta_finished(prof, launch)
+    got = _slices(prof, k, launch, "row")
+    assert (got[:rows] == 1).all() and (got[rows:] == 0).all()
+
+
+def test_a_kernel_launched_with_programmatic_dependent_launch(tmp_path):
+    n, block = 1 << 20, 256
+    x = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    grid = (triton_cdiv(n, block), )
+    with proton_lite.start(str(tmp_path / "pdl"), quiet=True, formats=()) as s:
+        for _ in range(3):
+            U.plain_count[grid](x, n, BLOCK=block, num_warps=4)
+            U.pdl_scale[grid](x, out, n, BLOCK=block, num_warps=4, launch_pdl=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 3.0)
+    assert s.result.launches == 6
+    prof, k, launches = _profile(s, "pdl_scale")
+    assert len(launches) == 3
+    for launch in launches:
+        _every_cta_finished(prof, launch)
+        assert (_slices(prof, k, launch, "scale") == 1).all()
+
+
+def test_a_two_cta_cluster_kernel_records_both_ctas_of_each_cluster(tmp_path):
+    n, block = 1 << 20, 256
+    x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    programs = triton_cdiv(n, block)
+    with proton_lite.start(str(tmp_path / "cluster"), quiet=True, formats=()) as s:
+        U.cluster_add[(programs, )](x, y, out, n, BLOCK=block, num_warps=4, num_ctas=2)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
+    prof, k, (launch, ) = _profile(s, "cluster_add")
+    _every_cta_finished(prof, launch)
+    assert launch["num_ctas"] == 2 * programs
+    assert (_slices(prof, k, launch, "add") == 1).all()
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b

@@ -1,0 +1,39 @@
+"""tests/unusual_kernels.py compiled for sm_90 on the CPU: what the GPU test relies on is in
+the instrumented code (tests/test_gpu_unusual.py runs them)."""
+import proton_lite
+
+import unusual_kernels as U
+
+F32, I32 = "*fp32", "*i32"
+
+
+def test_the_spin_lock_s_scope_inside_its_while_loop_records_into_a_pool():
+    k = proton_lite.compile(U.locked_accumulate, {"x_ptr": F32, "acc_ptr": F32, "lock_ptr": I32, "count_ptr": I32},
+                            {"BLOCK": 256, "GROUPS": 4})
+    assert k.profile["loop_record_sites"] == 2  # the "spin" scope's two records, once per trip
+    assert k.profile["records_per_unit_max"] is None  # no bound: the trips depend on other CTAs
+    layout = k.profile["layout"]
+    assert layout["sized_at_launch"] and layout["pool"]
+
+
+def test_ctas_that_return_early_reach_the_epilogue():
+    k = proton_lite.compile(U.early_return, {"x_ptr": F32, "out_ptr": F32, "n_rows": "i32"}, {"BLOCK": 256})
+    ptx = k.asm["ptx"]
+    assert ptx.count("ret;") == 1  # one way out, after the epilogue (which writes the header)
+    assert ptx.index("// proton_lite: epilogue") < ptx.index("ret;")
+
+
+def test_programmatic_dependent_launch_keeps_its_grid_dependency_controls():
+    k = proton_lite.compile(U.pdl_scale, {"x_ptr": F32, "out_ptr": F32, "n": "i32"}, {"BLOCK": 256})
+    ptx = k.asm["ptx"]
+    wait, release = ptx.index("griddepcontrol.wait"), ptx.index("griddepcontrol.launch_dependents")
+    assert wait < ptx.index("// proton_lite: record") < release  # the scope sits between them
+    assert len(k.asm["cubin"]) > 1000
+
+
+def test_a_two_cta_cluster_kernel_asks_for_a_slice_per_cta():
+    k = proton_lite.compile(U.cluster_add, {"x_ptr": F32, "y_ptr": F32, "out_ptr": F32, "n": "i32"}, {"BLOCK": 256},
+                            num_ctas=2)
+    assert k.metadata["num_ctas"] == 2
+    layout = k.profile["layout"]
+    assert layout["num_warps"] == 4 and k.metadata["profile_scratch_size"] == k.profile["stride"]

@@ -1,0 +1,75 @@
+"""Kernels of shapes users run that the other kernel files lack: a spin lock taken in a
+data-dependent ``while`` loop (as layer-norm backwards accumulate partial sums), CTAs that
+return early, a kernel launched with programmatic dependent launch (PDL), and a Hopper
+cluster of two CTAs (``num_ctas=2``).  Compiled on the CPU by tests/test_unusual_kernels.py,
+run on the GPU by tests/test_gpu_unusual.py."""
+import triton
+import triton.language as tl
+
+import proton_lite.language as pl
+
+
+@triton.jit
+def locked_accumulate(x_ptr, acc_ptr, lock_ptr, count_ptr, BLOCK: tl.constexpr, GROUPS: tl.constexpr):
+    """Each CTA adds its row into one of GROUPS accumulators under a spin lock; the lock's
+    ``while`` loop runs as often as other CTAs hold it (data-dependent, unbounded)."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    group = pid % GROUPS
+    with pl.scope("load"):
+        x = tl.load(x_ptr + pid * BLOCK + offs)
+    lock = lock_ptr + group
+    with pl.scope("acquire"):
+        while tl.atomic_cas(lock, 0, 1) == 1:
+            with pl.scope("spin"):
+                tl.atomic_add(count_ptr + pid, 1)
+    with pl.scope("update"):
+        a = tl.load(acc_ptr + group * BLOCK + offs)
+        tl.store(acc_ptr + group * BLOCK + offs, a + x)
+        tl.debug_barrier()
+        tl.atomic_xchg(lock, 0)
+
+
+@triton.jit
+def early_return(x_ptr, out_ptr, n_rows, BLOCK: tl.constexpr):
+    """The grid has more CTAs than rows; the extra ones return before any scope."""
+    pid = tl.program_id(0)
+    if pid >= n_rows:
+        return
+    offs = tl.arange(0, BLOCK)
+    with pl.scope("row"):
+        x = tl.load(x_ptr + pid * BLOCK + offs)
+        tl.store(out_ptr + pid * BLOCK + offs, x * 2.0)
+
+
+@triton.jit
+def pdl_scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Launched with ``launch_pdl=True``: waits for the kernel before it (gdc_wait) and lets
+    the next one start early (gdc_launch_dependents)."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.extra.cuda.gdc_wait()
+    with pl.scope("scale"):
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x * 3.0, mask=mask)
+    tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def cluster_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Compiled with ``num_ctas=2``: each program is a cluster of two CTAs on Hopper."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    with pl.scope("add"):
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def plain_count(x_ptr, n, BLOCK: tl.constexpr):
+    """Scope-less and cluster-free: a plain kernel for PDL's first launch."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+    tl.extra.cuda.gdc_launch_dependents()
