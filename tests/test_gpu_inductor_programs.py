@@ -1,0 +1,119 @@
+"""Whole torch.compile programs in a session, on the GPU (single functions:
+test_gpu_inductor.py): a training step whose backward Inductor compiles too, a function
+compiled with dynamic shapes and called at several sizes, and a compiled AdamW step (Inductor's
+horizontally fused kernels over every parameter).  Every Triton launch CUPTI counts in a call
+outside the session is recorded in it, and the results match the same program run plain."""
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+from gpu_env import require_torch  # noqa: E402
+
+torch = require_torch()
+
+import proton_lite  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
+
+
+def _triton_launches(step) -> Counter:
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return Counter(e.name for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("triton_"))
+
+
+def _recorded(result) -> Counter:
+    cap = read_raw(result.raw_path)
+    return Counter(cap.kernels[launch.kernel_id]["name"] for launch in cap.launches)
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d=256):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(Block(), Block()).cuda()
+
+
+def _training(model, x):
+    """A closure: one forward and backward of the compiled model; returns loss and grads."""
+    compiled = torch.compile(model)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss = compiled(x).square().mean()
+        loss.backward()
+        return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+    return step
+
+
+def _check(step, tmp_path, name):
+    """Warm (compile outside), count launches, then run in a session: same launches, close results."""
+    step()
+    made = _triton_launches(step)
+    plain = step()
+    assert made, "Inductor generated no Triton kernel: nothing to check"
+    with proton_lite.start(str(tmp_path / name), quiet=True, formats=(), calibrate=False) as s:
+        profiled = step()
+    torch.cuda.synchronize()
+    assert _recorded(s.result) == made, s.result.summary_line
+    assert s.result.dropped == 0 and "not in the profile" not in s.result.summary_line, s.result.summary_line
+    for a, b in zip(profiled, plain):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    return s.result
+
+
+def test_a_compiled_training_step_records_its_forward_and_backward_kernels(tmp_path, fresh):
+    x = torch.randn(64, 128, 256, device="cuda")
+    _check(_training(_model(), x), tmp_path, "train")
+
+
+def test_dynamic_shapes_at_three_sizes(tmp_path, fresh):
+    fn = torch.compile(lambda x, w: torch.softmax(x @ w, -1).sum(0) + torch.tanh(x).mean(0), dynamic=True)
+    w = torch.randn(96, 96, device="cuda")
+    xs = [torch.randn(n, 96, device="cuda") for n in (37, 512, 3001)]
+
+    def step():
+        return [fn(x, w) for x in xs]
+    _check(step, tmp_path, "dynamic")
+
+
+def test_a_compiled_adamw_step_over_many_parameters(tmp_path, fresh):
+    model = _model(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 256, device="cuda")
+    model(x).square().mean().backward()  # gradients to step with
+    compiled_step = torch.compile(opt.step)
+    compiled_step()  # compiles and creates the optimizer's state
+    tensors = [p for p in model.parameters()] + [t for st in opt.state.values() for t in st.values()
+                                                 if torch.is_tensor(t)]
+    start = [t.detach().clone() for t in tensors]
+
+    def step():
+        with torch.no_grad():  # the same parameters and moments for every call
+            for t, t0 in zip(tensors, start):
+                t.copy_(t0)
+        compiled_step()
+        return [p.detach().clone() for p in model.parameters()]
+    _check(step, tmp_path, "adamw")
