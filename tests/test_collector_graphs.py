@@ -263,3 +263,47 @@ def test_graphs_on_two_gpus_drain_and_close_each_in_its_own_context(sim, tmp_pat
     assert [(ln.device, ln.replay[2]) for ln in cap.launches] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
     assert all(bytes(ln.buffer) == bytes([ln.device + 1]) * (SCRATCH * 4) for ln in cap.launches)
     assert all(n.ring == 0 for n in nodes)  # freed, each from its own context (the simulator checks)
+
+
+def test_an_autotuner_s_timing_runs_captured_into_its_graph_are_trials_with_no_copy_node(sim, tmp_path, monkeypatch):
+    """Triton's ``do_bench_cudagraph`` (``triton.autotune(use_cuda_graph=True)``) captures a
+    config's timing runs into a graph and replays it hundreds of times: on the H100 one tuned
+    kernel's replays were recorded as 12,267 launches of the program.  A launch captured with
+    the tuner's kernel_call above it runs on scratch nobody reads, gets no copy node and is
+    one trial; a capture of the program's own still gets its node."""
+    from triton.runtime.autotuner import Autotuner, Config
+
+    from proton_lite.runtime import trials
+    from proton_lite.runtime.after_stop import AFTER_STOP
+
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    given = []
+
+    def run(*args, **kwargs):  # stands for JITFunction.run: the launcher's allocator, then its exit hook
+        given.append(col.allocate(SCRATCH * 4, 16, 9))
+        col.on_launch_exit(_launch_metadata((4, 1, 1), _Meta("timed"), stream=9))
+
+    class Kernel:
+        fn = staticmethod(lambda: None)
+
+    kernel = Kernel()
+    kernel.run = run
+    assert trials._know_trial_codes()
+    monkeypatch.setattr(trials, "_JIT_RUN", run.__code__)
+
+    def do_bench_cudagraph(kernel_call, quantiles):
+        sim.capturing.add(9)
+        for _ in range(3):  # the unrolled timing runs of one capture
+            kernel_call()
+        sim.capturing.discard(9)
+        return [1.0, 1.0, 1.0]
+
+    tuner = Autotuner(kernel, [], [Config({})], [], None, None, do_bench=do_bench_cudagraph)
+    tuner.nargs = {}
+    tuner._bench(config=Config({}))
+    assert given == [AFTER_STOP._buffers[0][0]] * 3 and not sim.nodes and not col.graphs.nodes
+    assert col.skipped_autotune == 3
+    _capture(col, sim)  # the program's own capture, after the tuning: recorded
+    assert len(col.graphs.nodes) == 1 and len(sim.nodes) == 1
+    finish(col, tmp_path)
+    assert not col.captured and not col.uninstrumented and col.unattributed == 0

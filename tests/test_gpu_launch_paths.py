@@ -46,6 +46,17 @@ def tuned_add(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
             tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 1024})], key=["n"],
+                 reset_to_zero=["total_ptr"], use_cuda_graph=True)
+@triton.jit
+def graph_tuned_sum(x_ptr, total_ptr, n, BLOCK: tl.constexpr):
+    """Tuned with CUDA graphs (each config's timing runs are captured and replayed) and an
+    output the tuner zeroes before each timing."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    with pl.scope("sum"):
+        tl.atomic_add(total_ptr, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0)))
+
+
 @triton.jit
 def tma_host(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
     with pl.scope("tma"):
@@ -121,6 +132,24 @@ def test_autotune_over_heuristics_records_the_chosen_config_only(tmp_path):
     block = tuned_add.best_config.kwargs["BLOCK"]
     assert s.result.launches == 3 and "trial launches skipped" in s.result.summary_line
     assert s.result.records == 3 * (n // block) * 4 * 2 and s.result.dropped == 0
+
+
+def test_autotune_timed_in_cuda_graphs_records_the_chosen_config_only(tmp_path):
+    n = 1 << 16
+    x = torch.ones(n, device="cuda")
+    total = torch.zeros(1, device="cuda")
+    with proton_lite.start(str(tmp_path / "graph_tuned"), quiet=True, formats=(), calibrate=False) as s:
+        for _ in range(3):
+            total.zero_()
+            graph_tuned_sum[lambda meta: (triton.cdiv(n, meta["BLOCK"]), )](x, total, n)
+    torch.cuda.synchronize()
+    assert total.item() == n
+    block = graph_tuned_sum.best_config.kwargs["BLOCK"]
+    res = s.result
+    assert res.launches == 3 and res.dropped == 0 and res.unmatched == 0, res.summary_line
+    assert res.records == 3 * (n // block) * 4 * 2, res.summary_line
+    assert "CUDA graph" not in res.summary_line and "trial launches skipped" in res.summary_line, \
+        res.summary_line  # the tuner's graphs are not the program's; its captured runs are trials
 
 
 def test_host_tma_descriptors(tmp_path):

@@ -52,7 +52,7 @@ from proton_lite.runtime.graphs import CapturedLaunch, GraphRecorder
 from proton_lite.runtime.launch_info import ATTACHER, LaunchInfo, _Chained, _launch_info, launch_metadata_fn
 from proton_lite.runtime.launch_sizing import LAUNCH_SIZED_MAX_BYTES, LaunchSizing
 from proton_lite.runtime.pool_sizing import PoolSizer
-from proton_lite.runtime.trials import _AUTOTUNED, _in_autotuner_benchmark
+from proton_lite.runtime.trials import _AUTOTUNED, CAPTURED_TRIAL, _in_autotuner_benchmark
 
 # also the names that other modules, tests and tools import from here (defined in launch_info.py
 # and launch_sizing.py)
@@ -166,7 +166,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         stale = getattr(tls, "item", None)
         if stale is not None:  # its exit hook never ran; handled once, below
             tls.item = None
-            if isinstance(stale, CapturedLaunch):  # a captured launch: nothing to settle
+            if isinstance(stale, CapturedLaunch) or stale is CAPTURED_TRIAL:  # captured: nothing to settle
                 stale = None
         with self._lock:
             # this device's context is known before _sync seals chunks the C hooks switched on
@@ -230,10 +230,14 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
                 self._contexts[device] = cuda_api.current_context()
         if stale is not None:  # this thread's last launch never reached its exit hook (it failed)
             tls.item = None
-            if not isinstance(stale, CapturedLaunch):
+            if not isinstance(stale, CapturedLaunch) and stale is not CAPTURED_TRIAL:
                 with self._lock:
                     self._sync()
                     self._settle(stale[0], device)
+        if self.skip_autotune and _in_autotuner_benchmark():  # a config's timing runs, captured to replay
+            from proton_lite.runtime.after_stop import AFTER_STOP
+            tls.item = CAPTURED_TRIAL
+            return AFTER_STOP(size, alignment, stream, count=False)
         capacity = pool = None
         if alignment == LAUNCH_SIZED_ALIGN:
             size, capacity = self._launch_capacity(size)
@@ -295,6 +299,10 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         tls.item = None
         if isinstance(item, CapturedLaunch):
             self._captured_exit(item, launch_metadata)
+            return
+        if item is CAPTURED_TRIAL:
+            with self._lock:
+                self.skipped_autotune += 1
             return
         chunk, offset, size, idle, sized, now_ns = item
         info = _launch_info(launch_metadata)

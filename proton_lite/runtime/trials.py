@@ -27,6 +27,18 @@ _BENCH_CODE: list = []  # id() of Autotuner._bench's own code, once known
 _KEEP_CODES: list = []  # the code objects added by add_trial_functions
 
 
+class _CapturedTrial:
+    """What a launch captured into an autotuner benchmark's CUDA graph leaves for its exit
+    hook (Triton's ``do_bench_cudagraph`` captures a config's timing runs and replays them
+    hundreds of times): it ran on scratch nobody reads, got no copy node, and is counted as
+    one trial; its replays are not launches of the program."""
+
+    __slots__ = ()
+
+
+CAPTURED_TRIAL = _CapturedTrial()
+
+
 def note_compile(jit_fn) -> None:
     """Called when a JIT function compiles (the session's jit_cache_hook): if Triton's
     autotuner is timing configs right now, its launches may be trials from now on.  Every
