@@ -1,6 +1,6 @@
 """Kernel shapes users run that the other GPU tests lack (tests/unusual_kernels.py): a spin
-lock in a data-dependent ``while`` loop, CTAs that return early, programmatic dependent
-launch, and two-CTA clusters.  Outputs as plain, nothing dropped, every CTA's lifetime, and
+lock in a data-dependent ``while`` loop, CTAs that return early and grids of none,
+programmatic dependent launch, two-CTA clusters, 32-warp CTAs, device asserts and inline PTX.  Outputs as plain, nothing dropped, every CTA's lifetime, and
 exactly the slices each warp's loop trips call for."""
 import numpy as np
 import pytest
@@ -121,3 +121,54 @@ def test_a_two_cta_cluster_kernel_records_both_ctas_of_each_cluster(tmp_path):
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+def test_a_kernel_of_32_warps_records_every_warp(tmp_path):
+    rows, cols = 264, 8000
+    x = torch.randn(rows, cols, device="cuda")
+    plain = torch.empty_like(x)
+    U.wide_rows[(rows, )](x, plain, cols, BLOCK=8192, num_warps=32)
+    out = torch.empty_like(x)
+    with proton_lite.start(str(tmp_path / "wide"), quiet=True, formats=()) as s:
+        U.wide_rows[(rows, )](x, out, cols, BLOCK=8192, num_warps=32)
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain)
+    prof, k, (launch, ) = _profile(s, "wide_rows")
+    _every_cta_finished(prof, launch)
+    for scope in ("norm", "store"):
+        got = _slices(prof, k, launch, scope)
+        assert got.shape == (rows, 32) and (got == 1).all(), scope
+
+
+def test_device_asserts_and_inline_ptx_in_scopes(tmp_path):
+    n, block = 1 << 18, 256
+    x = torch.rand(n, device="cuda") + 0.5
+    out = torch.empty_like(x)
+    with proton_lite.start(str(tmp_path / "debug"), quiet=True, formats=()) as s:
+        U.asserted_asm[(n // block, )](x, out, n, BLOCK=block, num_warps=4, debug=True)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2.0)
+    prof, k, (launch, ) = _profile(s, "asserted_asm")
+    _every_cta_finished(prof, launch)
+    for scope in ("check", "asm"):
+        assert (_slices(prof, k, launch, scope) == 1).all(), scope
+
+
+def test_launches_of_an_empty_grid_between_others(tmp_path):
+    """Data-dependent programs launch grids of zero CTAs (an expert with no tokens)."""
+    rows, block = 100, 256
+    x = torch.randn(rows, block, device="cuda")
+    out = torch.zeros(rows, block, device="cuda")
+    with proton_lite.start(str(tmp_path / "empty"), quiet=True, formats=()) as s:
+        U.early_return[(rows, )](x, out, rows, BLOCK=block, num_warps=4)
+        U.early_return[(0, )](x, out, 0, BLOCK=block, num_warps=4)
+        U.early_return[(rows, )](x, out, rows, BLOCK=block, num_warps=4)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2.0)
+    prof, k, launches = _profile(s, "early_return")
+    full = launches[launches["num_ctas"] > 0]
+    assert len(full) == 2 and s.result.launches <= 3, s.result.summary_line
+    for launch in full:
+        _every_cta_finished(prof, launch)
+        assert (_slices(prof, k, launch, "row") == 1).all()
+    assert "warning" not in s.result.summary_line, s.result.summary_line

@@ -37,3 +37,15 @@ def test_a_two_cta_cluster_kernel_asks_for_a_slice_per_cta():
     assert k.metadata["num_ctas"] == 2
     layout = k.profile["layout"]
     assert layout["num_warps"] == 4 and k.metadata["profile_scratch_size"] == k.profile["stride"]
+
+
+def test_a_32_warp_kernel_gets_a_unit_per_warp():
+    k = proton_lite.compile(U.wide_rows, {"x_ptr": F32, "out_ptr": F32, "n_cols": "i32"}, {"BLOCK": 8192}, num_warps=32)
+    assert k.profile["layout"]["num_warps"] == 32 and k.profile["layout"]["granularity"] == "warp"
+
+
+def test_a_debug_build_keeps_its_asserts_and_inline_ptx_beside_the_records():
+    k = proton_lite.compile(U.asserted_asm, {"x_ptr": F32, "out_ptr": F32, "n": "i32"}, {"BLOCK": 256}, debug=True)
+    ptx = k.asm["ptx"]
+    assert "__assertfail" in ptx and "0f40000000" in ptx
+    assert ptx.count("// proton_lite: record") == 4

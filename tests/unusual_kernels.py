@@ -1,7 +1,8 @@
 """Kernels of shapes users run that the other kernel files lack: a spin lock taken in a
 data-dependent ``while`` loop (as layer-norm backwards accumulate partial sums), CTAs that
-return early, a kernel launched with programmatic dependent launch (PDL), and a Hopper
-cluster of two CTAs (``num_ctas=2``).  Compiled on the CPU by tests/test_unusual_kernels.py,
+return early (and grids of none), a kernel launched with programmatic dependent launch (PDL),
+a Hopper cluster of two CTAs (``num_ctas=2``), 32 warps per CTA, and a debug build with device
+asserts and inline PTX.  Compiled on the CPU by tests/test_unusual_kernels.py,
 run on the GPU by tests/test_gpu_unusual.py."""
 import triton
 import triton.language as tl
@@ -73,3 +74,30 @@ def plain_count(x_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
     tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def wide_rows(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    """Launched with 32 warps (1,024 threads, the most a CTA has): a unit per warp, 32 of them."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    with pl.scope("norm"):
+        x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0)
+        y = x / tl.sqrt(tl.sum(x * x) / n_cols + 1e-6)
+    with pl.scope("store"):
+        tl.store(out_ptr + row * n_cols + offs, y, mask=mask)
+
+
+@triton.jit
+def asserted_asm(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Compiled with ``debug=True`` (device asserts kept) and an inline-PTX elementwise op."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    with pl.scope("check"):
+        x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+        tl.device_assert(x > 0, "inputs are positive")
+    with pl.scope("asm"):
+        y = tl.inline_asm_elementwise("mul.f32 $0, $1, 0f40000000;", "=r,r", [x], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        tl.store(out_ptr + offs, y, mask=mask)
