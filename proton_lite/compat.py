@@ -63,6 +63,7 @@ runtime/launch_info.py); compiled-kernel metadata fields; the hooks' keyword arg
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 SUPPORTED = {"Triton": "3.6.0 and 3.9.x", "PyTorch": "2.11", "Python": "CPython 3.10+"}
@@ -177,6 +178,15 @@ def triton_driver():
 def jit_function_class():
     """The class of ``@triton.jit`` functions."""
     return _internal("triton.runtime.jit", "JITFunction")
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``): ``@triton.jit``
+    then gives an ``InterpretedFunction`` and kernels run as Python on the CPU."""
+    try:
+        return bool(get_knob("runtime", "interpret"))
+    except Exception:  # a Triton without the knob: read the variable it reads
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def autotuner_loaded() -> bool:

@@ -12,6 +12,8 @@ source (``proton_lite.scope_check``), and reported at the offending line.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import triton.language as tl
@@ -64,14 +66,33 @@ def _check_structure(_generator) -> None:
     scope_check.check_function(_generator.jit_fn, constants)
 
 
-@tl.core.builtin
+def _builtin(fn):
+    """``tl.core.builtin``, except that under Triton's interpreter (``TRITON_INTERPRET=1``,
+    where kernels run as Python and Triton passes no ``_semantic`` to other modules'
+    builtins) a call checks its name and does nothing: there is no device timeline to mark."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("_semantic") is None:
+            if compat.interpreting():
+                _unwrap_name(args[0] if args else kwargs.get("name"), fn.__name__)
+                return None
+            raise ValueError(f"proton_lite: pl.{fn.__name__}() marks a scope inside a @triton.jit kernel; "
+                             "it was called outside one")
+        return fn(*args, **kwargs)
+
+    setattr(wrapper, tl.core.TRITON_BUILTIN, True)
+    wrapper.signature = inspect.signature(fn)
+    return wrapper
+
+
+@_builtin
 def enter_scope(name, _semantic=None, _generator=None):
     """Open scope ``name`` for the calling warp; close it with ``exit_scope(name)``."""
     _check_structure(_generator)
     _emit_marker("enter", _unwrap_name(name, "enter_scope"), _semantic)
 
 
-@tl.core.builtin
+@_builtin
 def exit_scope(name, _semantic=None, _generator=None):
     """Close scope ``name``, which must be the innermost open scope."""
     _check_structure(_generator)
@@ -170,18 +191,37 @@ def scope(name, pipelined=True, _semantic=None, _generator=None):
     pipelined = _unwrap_pipelined(pipelined)
     if _semantic is not None:  # `with pl.scope(name):` inside a kernel being compiled
         return _ScopeBlock(_unwrap_name(name, "scope"), _semantic, pipelined)
-    name = _unwrap_name(name, "scope")
+    return _ScopeOutsideCompile(_unwrap_name(name, "scope"), pipelined)
 
-    def decorate(fn):
+
+class _ScopeOutsideCompile:
+    """``pl.scope(name)`` called by Python, not by Triton's code generator: a decorator of
+    ``@triton.jit`` helpers, or, in a kernel run by Triton's interpreter
+    (``TRITON_INTERPRET=1``), a ``with`` block that does nothing (no device timeline there)."""
+
+    def __init__(self, name: str, pipelined: bool) -> None:
+        self.name, self.pipelined = name, pipelined
+
+    def __call__(self, fn):
+        name = self.name
         if isinstance(fn, compat.jit_function_class()):
-            return ScopedJITFunction(name, fn, pipelined)
+            return ScopedJITFunction(name, fn, self.pipelined)
+        if compat.interpreting() and type(fn).__name__ == "InterpretedFunction":
+            return fn  # the interpreter runs the helper as Python: a scope has nothing to time
         if callable(fn):
             raise TypeError(
                 f"@pl.scope({name!r}) must be placed above @triton.jit, not below it:\n"
                 f"    @pl.scope({name!r})\n    @triton.jit\n    def {getattr(fn, '__name__', 'helper')}(...): ...")
         raise TypeError(f"@pl.scope({name!r}) decorates @triton.jit functions, got {fn!r}")
 
-    return decorate
+    def __enter__(self):
+        if not compat.interpreting():
+            raise TypeError(f"`with pl.scope({self.name!r}):` marks a scope inside a @triton.jit kernel; "
+                            "it ran outside one")
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 # `scope` is a plain function (it also runs outside kernels, as a decorator) that Triton

@@ -347,6 +347,11 @@ def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -
 
 def _check_can_record() -> None:
     """Fail at ``start()``, in one line and before any file exists, where nothing could be recorded."""
+    from proton_lite import compat
+    if compat.interpreting():
+        raise RuntimeError("proton_lite.start: TRITON_INTERPRET=1 runs kernels in Triton's interpreter, as Python "
+                           "on the CPU, where there is no device timeline to record; unset TRITON_INTERPRET to "
+                           "profile (kernels with scopes run in the interpreter unchanged)")
     try:
         from proton_lite.runtime import cuda_api
         problem = cuda_api.recording_problem()

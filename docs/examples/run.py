@@ -19,7 +19,10 @@ def have_gpu() -> bool:
         import torch  # noqa: F401  (the example uses torch tensors)
     except ImportError:
         return False
-    err, = driver.cuInit(0)[:1]
+    try:
+        err, = driver.cuInit(0)[:1]
+    except Exception:  # no driver library at all (cuda-pathfinder raises rather than return an error)
+        return False
     if err != driver.CUresult.CUDA_SUCCESS:
         return False
     err, count = driver.cuDeviceGetCount()
