@@ -3,8 +3,6 @@ test_gpu_inductor.py): a training step whose backward Inductor compiles too, a f
 compiled with dynamic shapes and called at several sizes, and a compiled AdamW step (Inductor's
 horizontally fused kernels over every parameter).  Every Triton launch CUPTI counts in a call
 outside the session is recorded in it, and the results match the same program run plain."""
-from collections import Counter
-
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -14,31 +12,8 @@ from gpu_env import require_torch  # noqa: E402
 torch = require_torch()
 
 import proton_lite  # noqa: E402
-from proton_lite.raw_format import read_raw  # noqa: E402
-
-
-def _triton_launches(step) -> Counter:
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    return Counter(e.name for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("triton_"))
-
-
-def _recorded(result) -> Counter:
-    cap = read_raw(result.raw_path)
-    return Counter(cap.kernels[launch.kernel_id]["name"] for launch in cap.launches)
-
-
-@pytest.fixture
-def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Inductor's launches counted by CUPTI, those recorded, and fresh caches: as for single functions
+from test_gpu_inductor import _recorded, _triton_launches, caches  # noqa: E402,F401
 
 
 class Block(torch.nn.Module):
@@ -71,7 +46,7 @@ def _training(model, x):
 def _check(step, tmp_path, name):
     """Warm (compile outside), count launches, then run in a session: same launches, close results."""
     step()
-    made = _triton_launches(step)
+    made = _triton_launches(step, ())
     plain = step()
     assert made, "Inductor generated no Triton kernel: nothing to check"
     with proton_lite.start(str(tmp_path / name), quiet=True, formats=(), calibrate=False) as s:
@@ -84,12 +59,12 @@ def _check(step, tmp_path, name):
     return s.result
 
 
-def test_a_compiled_training_step_records_its_forward_and_backward_kernels(tmp_path, fresh):
+def test_a_compiled_training_step_records_its_forward_and_backward_kernels(tmp_path, caches):
     x = torch.randn(64, 128, 256, device="cuda")
     _check(_training(_model(), x), tmp_path, "train")
 
 
-def test_dynamic_shapes_at_three_sizes(tmp_path, fresh):
+def test_dynamic_shapes_at_three_sizes(tmp_path, caches):
     fn = torch.compile(lambda x, w: torch.softmax(x @ w, -1).sum(0) + torch.tanh(x).mean(0), dynamic=True)
     w = torch.randn(96, 96, device="cuda")
     xs = [torch.randn(n, 96, device="cuda") for n in (37, 512, 3001)]
@@ -99,7 +74,7 @@ def test_dynamic_shapes_at_three_sizes(tmp_path, fresh):
     _check(step, tmp_path, "dynamic")
 
 
-def test_a_compiled_adamw_step_over_many_parameters(tmp_path, fresh):
+def test_a_compiled_adamw_step_over_many_parameters(tmp_path, caches):
     model = _model(1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(32, 256, device="cuda")
