@@ -1225,6 +1225,55 @@ def test_a_kernel_the_benchmark_itself_launches_is_a_trial_there_and_kept_elsewh
     assert collector.skipped_autotune == 4 and len(cap.launches) == 2
 
 
+def test_a_flush_kernel_compiled_before_any_benchmark_is_a_trial_while_one_runs(collector, sim, tmp_path,
+                                                                                monkeypatch):
+    """The program zeroed its own tensors with the library's kernel before anything was tuned
+    (FlagGems' ``torch.zeros``), so the kernel is not a known helper: once a trial shows that a
+    benchmark runs, every launch is checked until a checked one is not a trial, so the
+    benchmark's flushes are trials and the program's own launches after it are kept."""
+    from triton.runtime.autotuner import Autotuner, Config
+
+    from proton_lite.runtime import trials as trials_module
+
+    class Kernel:
+        def __init__(self):
+            self.compiles = True
+            self.fn = lambda: None
+
+        def run(self, *args, **kwargs):
+            if self.compiles:
+                trials_module.note_compile(self)
+                self.compiles = False
+            launch(collector, sim, stream=1, payload=b"\x01" * 8, jit_fn=self)
+
+    assert trials_module._know_trial_codes()
+    monkeypatch.setattr(trials_module, "_JIT_RUN", Kernel.run.__code__)
+    tuned, flush = Kernel(), Kernel()
+
+    def zero_(buffer):
+        flush.run(buffer)
+
+    zero_("the program's tensor")  # compiled here, outside any benchmark: not a helper
+    assert id(flush) not in trials_module._AUTOTUNED
+
+    def do_bench(kernel_call, quantiles):  # as Triton's: a first call, then flush and time
+        kernel_call()
+        for _ in range(3):
+            zero_("l2 cache")
+            kernel_call()
+        return [1.0, 1.0, 1.0]
+
+    t = Autotuner(tuned, [], [Config({})], [], None, None, do_bench=do_bench)
+    t.nargs = {}
+    t._bench(config=Config({}))
+    assert collector.skipped_autotune == 7  # 4 timing runs and 3 flushes
+    tuned.run()  # the chosen config's own launch: kept, and the checking ends
+    zero_("the program's tensor again")
+    assert not collector._benchmarking
+    cap = finish(collector, tmp_path)
+    assert len(cap.launches) == 3 and collector.skipped_autotune == 7
+
+
 def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):
     """note_compile usually runs before any exit hook: it must leave the fast trial check
     (anchored at JITFunction.run) ready, not just the list of trial code objects."""

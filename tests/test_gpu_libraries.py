@@ -93,3 +93,41 @@ def test_flaggems_kernels_compiled_before_a_session_are_named_not_hidden(tmp_pat
     assert "ran without instrumentation" in line, line
     for name in made:
         assert name in line, line
+
+
+ZEROS_THEN_MM = """
+import json, sys
+from collections import Counter
+import torch, flag_gems, proton_lite
+from proton_lite.raw_format import read_raw
+a, b = torch.randn(640, 384, device="cuda").half(), torch.randn(384, 896, device="cuda").half()
+with proton_lite.start(sys.argv[1], quiet=True, formats=(), calibrate=False) as s:
+    with flag_gems.use_gems():
+        z = torch.zeros(4096, device="cuda")  # FlagGems' zeros_kernel, compiled here before any tuning
+        c = torch.mm(a, b)  # tuned now: Triton's benchmark flushes the L2 cache with zero_()
+torch.cuda.synchronize()
+cap = read_raw(s.result.raw_path)
+names = Counter(cap.kernels[launch.kernel_id]["name"] for launch in cap.launches)
+print(json.dumps(dict(names)))
+print(s.result.summary_line)
+assert torch.allclose(c.float(), (a.float() @ b.float()), rtol=2e-2, atol=2e-1) and not z.any()
+"""
+
+
+def test_flaggems_cache_flushes_of_a_kernel_compiled_before_the_tuning_are_trials(tmp_path):
+    """The program's first zeros compile FlagGems' zeros_kernel before anything is tuned; the
+    tuning that follows flushes the L2 cache with it hundreds of times: trials, not launches.
+    In a fresh process, so that no earlier test compiled the kernel inside a benchmark."""
+    pytest.importorskip("flag_gems")
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, FLAGGEMS_CACHE_DIR=str(tmp_path / "flaggems"))  # no tuning kept from earlier tests
+    done = subprocess.run([sys.executable, "-c", ZEROS_THEN_MM, str(tmp_path / "zeros_mm")], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+    *_, names, line = done.stdout.strip().splitlines()
+    counts = json.loads(names)  # launches recorded, by kernel
+    assert counts.get("zeros_kernel") == 1, done.stdout[-2000:]
+    assert "trial launches skipped" in line, line

@@ -117,6 +117,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         self.failed = False
         self.skip_autotune = skip_autotune
         self.skipped_autotune = 0
+        self._benchmarking = False  # the last launch checked for trials was one (_note_benchmarking)
         self._contexts: dict[int, object] = {}
         # the two driver queries of every launch, resolved now (one Python call less each)
         self._is_capturing = cuda_api.capture_query()
@@ -276,6 +277,13 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
                 self.captured[name] = self.captured.get(name, 0) + 1
             self.graphs.errors.append(f"{name}: replays not recorded ({e})"[:300])
 
+    def _note_benchmarking(self, on: bool) -> None:
+        """A trial was seen (an autotuner benchmark runs: check every launch, as its cache
+        flushes may be any kernel's), or a checked launch was none (it ended)."""
+        self._benchmarking = on
+        if self._fast is not None:
+            self._fast.set_benchmarking(on)
+
     def _note_uninstrumented(self, launch_metadata) -> None:
         """A launch without a profile buffer: a plain binary of a kernel the session selects
         (compiled before the session and launched from a cache, or compiled outside Triton's
@@ -308,9 +316,13 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         info = _launch_info(launch_metadata)
         kernel = self._kernel(info[1]) if info is not None else None
         # only functions that were compiled inside an autotuner benchmark can have trial launches
-        # (note_compile); the frame check is left to their launches
-        trial = kernel is not None and self.skip_autotune and info[3] is not None and \
-            id(info[3]) in _AUTOTUNED and _in_autotuner_benchmark(id(info[3]))
+        # (note_compile), and, while one runs, the tuner's own kernels: the frame check is left to them
+        benchmarking = self._benchmarking
+        checked = kernel is not None and self.skip_autotune and info[3] is not None and \
+            (benchmarking or id(info[3]) in _AUTOTUNED)
+        trial = checked and _in_autotuner_benchmark(id(info[3]), helper=benchmarking)
+        if checked and trial != benchmarking:
+            self._note_benchmarking(trial)
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
         if kernel is not None and not trial:
             kernel_id, ctas_per_block, scratch, layout, may_drop = kernel

@@ -118,7 +118,9 @@ static Known *known_kernel(FastPath *self, PyObject *metadata) {  /* NULL with n
 
 /* 1 when the launch may be an autotuner's trial (the Python hook checks), -1 on error */
 static int maybe_trial(FastPath *self, PyObject *launch_info) {
-    if (!self->skip_autotune || PySet_GET_SIZE(self->autotuned) == 0) return 0;
+    if (!self->skip_autotune) return 0;
+    if (self->benchmarking) return 1;  /* a tuner's own kernels (its cache flush) may launch now */
+    if (PySet_GET_SIZE(self->autotuned) == 0) return 0;
     PyObject *jit = PyObject_GetAttr(launch_info, s_jit_fn);
     if (!jit) return -1;
     int maybe = 0;
@@ -278,6 +280,13 @@ static PyObject *fp_switches(FastPath *self, PyObject *unused) {
     return PyLong_FromLongLong(self->switches);
 }
 
+static PyObject *fp_set_benchmarking(FastPath *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    self->benchmarking = v;
+    Py_RETURN_NONE;
+}
+
 static PyObject *fp_flush(FastPath *self, PyObject *unused) {
     if (flush(self) < 0) return NULL;
     Py_RETURN_NONE;
@@ -287,6 +296,8 @@ static PyMethodDef fp_methods[] = {
     {"counts", (PyCFunction)fp_counts, METH_NOARGS, "(allocations, exit hooks) served without the Python hooks"},
     {"switches", (PyCFunction)fp_switches, METH_NOARGS, "chunk switches done here, without Python"},
     {"flush", (PyCFunction)fp_flush, METH_NOARGS, "what is held here written back to the Python objects"},
+    {"set_benchmarking", (PyCFunction)fp_set_benchmarking, METH_O,
+     "while true, every exit hook goes to Python (an autotuner benchmark may launch its own kernels)"},
     {"allocate", (PyCFunction)(void (*)(void))fp_allocate, METH_FASTCALL, "the profile allocator"},
     {"on_launch_exit", (PyCFunction)fp_on_launch_exit, METH_O, "the launch-exit hook"},
     {NULL, NULL, 0, NULL}};

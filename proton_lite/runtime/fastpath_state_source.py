@@ -62,6 +62,7 @@ typedef struct {
     rec_fn rec;  /* NULL: a full chunk goes to the Python hooks (no chunk switch here) */
     long long idle_ns, copy_every;
     int skip_autotune;
+    int benchmarking;  /* an autotuner benchmark ran the last launch checked: every exit goes to Python */
     long long fast_allocs, fast_exits;  /* launches served here, without the Python hooks */
     long long switches;  /* chunk switches done here */
     Slot slots[SLOTS];

@@ -119,9 +119,10 @@ def _know_trial_codes() -> bool:
     return True
 
 
-def _in_autotuner_benchmark(jit_fn_id: int = 0) -> bool:
+def _in_autotuner_benchmark(jit_fn_id: int = 0, helper: bool = False) -> bool:
     """True while Triton's autotuner times its candidate configs (their launches are trials),
-    and for a tuner's helper kernel (``_TUNER_HELPERS``) while its benchmark runs."""
+    and for a tuner's helper kernel (``_TUNER_HELPERS``, or any kernel with ``helper``) while
+    its benchmark runs."""
     if not _know_trial_codes():
         return False
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
@@ -137,7 +138,7 @@ def _in_autotuner_benchmark(jit_fn_id: int = 0) -> bool:
                     caller = caller.f_back
                 if caller is not None and id(caller.f_code) in _trial_codes:
                     return True
-                if jit_fn_id not in _TUNER_HELPERS:  # a user's launch: stop here (a few frames up)
+                if not helper and jit_fn_id not in _TUNER_HELPERS:  # a user's launch: stop here
                     return False
                 frame, depth = caller, depth + 1  # a helper: a flush or reset, a few frames below _bench
                 continue
