@@ -1266,12 +1266,16 @@ def test_a_flush_kernel_compiled_before_any_benchmark_is_a_trial_while_one_runs(
     t = Autotuner(tuned, [], [Config({})], [], None, None, do_bench=do_bench)
     t.nargs = {}
     t._bench(config=Config({}))
-    assert collector.skipped_autotune == 7  # 4 timing runs and 3 flushes
+    assert collector.skipped_autotune == 7 and collector._benchmarking  # 4 timing runs and 3 flushes
+    launch(collector, sim, stream=1, payload=b"\x01" * 8)  # a kernel of no known JIT function: kept,
+    assert not collector._benchmarking  # ... and the checking ends
+    t._bench(config=Config({}))  # a second benchmark
+    assert collector.skipped_autotune == 14
     tuned.run()  # the chosen config's own launch: kept, and the checking ends
     zero_("the program's tensor again")
     assert not collector._benchmarking
     cap = finish(collector, tmp_path)
-    assert len(cap.launches) == 3 and collector.skipped_autotune == 7
+    assert len(cap.launches) == 4 and collector.skipped_autotune == 14
 
 
 def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):

@@ -318,9 +318,9 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         # only functions that were compiled inside an autotuner benchmark can have trial launches
         # (note_compile), and, while one runs, the tuner's own kernels: the frame check is left to them
         benchmarking = self._benchmarking
-        checked = kernel is not None and self.skip_autotune and info[3] is not None and \
-            (benchmarking or id(info[3]) in _AUTOTUNED)
-        trial = checked and _in_autotuner_benchmark(id(info[3]), helper=benchmarking)
+        checked = kernel is not None and self.skip_autotune and \
+            (benchmarking or (info[3] is not None and id(info[3]) in _AUTOTUNED))
+        trial = checked and _in_autotuner_benchmark(id(info[3]) if info[3] is not None else 0, helper=benchmarking)
         if checked and trial != benchmarking:
             self._note_benchmarking(trial)
         rerun = None  # sizing="exact": the capacity this launch needed, when its records did not fit
