@@ -1271,11 +1271,27 @@ def test_a_flush_kernel_compiled_before_any_benchmark_is_a_trial_while_one_runs(
     assert not collector._benchmarking  # ... and the checking ends
     t._bench(config=Config({}))  # a second benchmark
     assert collector.skipped_autotune == 14
+    from triton.compiler.compiler import LazyDict
+    _, on_exit = hooks(collector)
+
+    def plain_zero_(buffer):  # the same flush by a plain binary (compiled before the session)
+        on_exit(LazyDict({"name": "plain_zeros", "function": 1, "stream": 0}))
+
+    def do_bench_plain(kernel_call, quantiles):
+        kernel_call()
+        plain_zero_("l2 cache")
+        kernel_call()
+        return [1.0, 1.0, 1.0]
+
+    t2 = Autotuner(tuned, [], [Config({})], [], None, None, do_bench=do_bench_plain)
+    t2.nargs = {}
+    t2._bench(config=Config({}))  # its flush is a trial too, not a launch "without instrumentation"
+    assert collector.skipped_autotune == 17 and not collector.uninstrumented
     tuned.run()  # the chosen config's own launch: kept, and the checking ends
     zero_("the program's tensor again")
     assert not collector._benchmarking
     cap = finish(collector, tmp_path)
-    assert len(cap.launches) == 4 and collector.skipped_autotune == 14
+    assert len(cap.launches) == 4 and collector.skipped_autotune == 17
 
 
 def test_the_first_compile_prepares_the_launch_time_trial_check(monkeypatch):

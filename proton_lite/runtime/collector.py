@@ -293,6 +293,10 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop):
         name = data.get("name") if isinstance(data, dict) else None
         if not name or not self.selects(name):
             return
+        if self._benchmarking and _in_autotuner_benchmark(helper=True):  # a tuner's flush, by a plain binary
+            with self._lock:
+                self.skipped_autotune += 1
+            return
         stream = data.get("stream")
         counts = self.captured if stream is not None and self._is_capturing(int(stream or 0)) else self.uninstrumented
         with self._lock:
