@@ -1181,17 +1181,12 @@ def test_only_functions_compiled_inside_an_autotuner_benchmark_are_checked_for_t
     assert id(elsewhere) not in _AUTOTUNED
 
 
-def test_a_kernel_the_benchmark_itself_launches_is_a_trial_there_and_kept_elsewhere(collector, sim, tmp_path,
-                                                                                     monkeypatch):
-    """Triton's benchmark flushes the L2 cache and resets arguments between timings; where a
-    library gives torch's ops Triton kernels (FlagGems' ``zero_``), those launches come from
-    the library's op, not from the tuner's kernel_call, yet they are the tuner's work: trials
-    while the benchmark is on the stack, the user's own launches elsewhere."""
-    from triton.runtime.autotuner import Autotuner, Config
-
+def _jit_like_kernels(collector, sim, monkeypatch, n):
+    """``n`` stand-ins for JIT functions (compile on the first call, then launch), whose ``run``
+    the trial check takes for ``JITFunction.run``."""
     from proton_lite.runtime import trials as trials_module
 
-    class Kernel:  # stands for a JITFunction: compile (first call only), then launch
+    class Kernel:
         def __init__(self):
             self.compiles = True
             self.fn = lambda: None
@@ -1203,8 +1198,21 @@ def test_a_kernel_the_benchmark_itself_launches_is_a_trial_there_and_kept_elsewh
             launch(collector, sim, stream=1, payload=b"\x01" * 8, jit_fn=self)
 
     assert trials_module._know_trial_codes()
-    monkeypatch.setattr(trials_module, "_JIT_RUN", Kernel.run.__code__)  # Kernel.run is JITFunction.run here
-    tuned, flush = Kernel(), Kernel()
+    monkeypatch.setattr(trials_module, "_JIT_RUN", Kernel.run.__code__)
+    return [Kernel() for _ in range(n)]
+
+
+def test_a_kernel_the_benchmark_itself_launches_is_a_trial_there_and_kept_elsewhere(collector, sim, tmp_path,
+                                                                                     monkeypatch):
+    """Triton's benchmark flushes the L2 cache and resets arguments between timings; where a
+    library gives torch's ops Triton kernels (FlagGems' ``zero_``), those launches come from
+    the library's op, not from the tuner's kernel_call, yet they are the tuner's work: trials
+    while the benchmark is on the stack, the user's own launches elsewhere."""
+    from triton.runtime.autotuner import Autotuner, Config
+
+    from proton_lite.runtime import trials as trials_module
+
+    tuned, flush = _jit_like_kernels(collector, sim, monkeypatch, 2)
 
     def zero_(buffer):  # the library's op behind torch's zero_, two frames below do_bench
         flush.run(buffer)
@@ -1235,20 +1243,7 @@ def test_a_flush_kernel_compiled_before_any_benchmark_is_a_trial_while_one_runs(
 
     from proton_lite.runtime import trials as trials_module
 
-    class Kernel:
-        def __init__(self):
-            self.compiles = True
-            self.fn = lambda: None
-
-        def run(self, *args, **kwargs):
-            if self.compiles:
-                trials_module.note_compile(self)
-                self.compiles = False
-            launch(collector, sim, stream=1, payload=b"\x01" * 8, jit_fn=self)
-
-    assert trials_module._know_trial_codes()
-    monkeypatch.setattr(trials_module, "_JIT_RUN", Kernel.run.__code__)
-    tuned, flush = Kernel(), Kernel()
+    tuned, flush = _jit_like_kernels(collector, sim, monkeypatch, 2)
 
     def zero_(buffer):
         flush.run(buffer)
