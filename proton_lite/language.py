@@ -13,7 +13,6 @@ source (``proton_lite.scope_check``), and reported at the offending line.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
 import triton.language as tl
@@ -67,10 +66,11 @@ def _check_structure(_generator) -> None:
 
 
 def _builtin(fn):
-    """``tl.core.builtin``, except that under Triton's interpreter (``TRITON_INTERPRET=1``,
-    where kernels run as Python and Triton passes no ``_semantic`` to other modules'
-    builtins) a call checks its name and does nothing: there is no device timeline to mark."""
-    @functools.wraps(fn)
+    """``tl.core.builtin`` (its marks copied from Triton's own wrapper), except that under
+    Triton's interpreter (``TRITON_INTERPRET=1``, where kernels run as Python and Triton passes
+    no ``_semantic`` to other modules' builtins) a call checks its name and does nothing:
+    there is no device timeline to mark."""
+    @functools.wraps(tl.core.builtin(fn))
     def wrapper(*args, **kwargs):
         if kwargs.get("_semantic") is None:
             if compat.interpreting():
@@ -80,8 +80,6 @@ def _builtin(fn):
                              "it was called outside one")
         return fn(*args, **kwargs)
 
-    setattr(wrapper, tl.core.TRITON_BUILTIN, True)
-    wrapper.signature = inspect.signature(fn)
     return wrapper
 
 
