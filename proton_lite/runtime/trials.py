@@ -23,7 +23,7 @@ _AUTOTUNED: set[int] = set()
 # such as FlagGems gives torch's ops Triton kernels); their launches are trials wherever the
 # benchmark is on the stack, whoever called JITFunction.run
 _TUNER_HELPERS: set[int] = set()
-_BENCH_CODE: list = []  # id() of Autotuner._bench's own code, once known
+_BENCH_CODE = 0  # id() of Autotuner._bench's own code, once known (0: none)
 _KEEP_CODES: list = []  # the code objects added by add_trial_functions
 
 
@@ -50,7 +50,7 @@ def note_compile(jit_fn) -> None:
         code = frame.f_code
         if id(code) in _trial_codes or (not _trial_codes and _named_like_a_trial(code)):
             _AUTOTUNED.add(id(jit_fn))
-            if _BENCH_CODE and id(code) == _BENCH_CODE[0]:  # not inside the config's kernel_call
+            if id(code) == _BENCH_CODE:  # not inside the config's kernel_call
                 _TUNER_HELPERS.add(id(jit_fn))
             return
         frame, depth = frame.f_back, depth + 1
@@ -107,13 +107,13 @@ _WRAPPERS: frozenset = frozenset()  # id() of codes that may sit between kernel_
 def _know_trial_codes() -> bool:
     """Look up the code objects the trial checks compare with, once Triton's autotuner is
     imported; False before that (no launch can be a trial then)."""
-    global _trial_codes, _JIT_RUN, _WRAPPERS
+    global _trial_codes, _JIT_RUN, _WRAPPERS, _BENCH_CODE
     if _trial_codes is None:
         if not compat.autotuner_loaded():
             return False
         _trial_codes = _autotuner_trial_codes() | frozenset(_extra_trial_codes)
         bench = compat.autotuner_bench_code()
-        _BENCH_CODE[:] = [id(bench)] if bench is not None else []
+        _BENCH_CODE = id(bench) if bench is not None else 0
         _JIT_RUN = compat.jit_run_code()
         _WRAPPERS = frozenset(id(c) for c in (compat.heuristics_run_code(), ) if c)
     return True
