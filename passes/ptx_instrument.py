@@ -49,7 +49,7 @@ from proton_lite.passes.ptx_staging import mark_block_checks, shared_bytes, stag
 from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABEL_RE, _MARKER_RE,  # noqa: F401
                                          _RET_RE, _UNCOND_BRA_RE, CLOSE_GAP, MIN_CHAIN, RECORD_TAG_RE,
                                          SHARED_TOTAL_LIMIT, STAGING_ALIGN, UNROLLED_COPY, InstrumentationError,
-                                         MarkerSite, PtxScan, _gap, _is_instruction, scan)
+                                         MarkerSite, PtxScan, _gap, _is_instruction, function_body, scan)
 
 
 def lifetimes_only(info: PtxScan, layout: BufferLayout) -> bool:
@@ -152,7 +152,11 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     out: list[str] = []
     in_body, regs_done, ret_count = False, False, 0
     entry_seen = False
+    kernel_end = function_body(lines)[1]  # past it: the module's noinline functions, left as they are
     for i, line in enumerate(lines):
+        if i > kernel_end:
+            out.append(line)
+            continue
         if i == body_end:  # the function's closing brace: the pool's refills go before it
             out += ["\t" + r for n in range(len(checks)) for r in emit.pool.refill(n)]
         if i in checks:  # a loop head: room for the records up to the next check (passes/pool.py)
@@ -240,27 +244,6 @@ def fold_exit_branches(ptx: str) -> str:
         out.append(lines[i])
         i += 1
     return "\n".join(out)
-
-
-def function_body(lines: list[str]) -> tuple[int, int]:
-    """(first line inside the kernel's ``{``, line of its closing ``}``): braces counted on
-    every line, so inline-asm blocks and vector operands nest."""
-    depth, start = 0, None
-    for i, line in enumerate(lines):
-        if start is None:
-            if _ENTRY_RE.match(line):
-                start = -1
-            continue
-        code = line.split("//", 1)[0]
-        opens, closes = code.count("{"), code.count("}")
-        if start == -1:
-            if opens:
-                start, depth = i + 1, opens - closes
-            continue
-        depth += opens - closes
-        if depth <= 0:
-            return start, i
-    raise InstrumentationError("proton_lite: could not find the end of the kernel's body in its PTX")
 
 
 def strip_markers(ptx: str) -> str:

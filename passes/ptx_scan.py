@@ -146,9 +146,45 @@ def _link_close_sites(lines: list[str], sites: list[MarkerSite], back_edges: lis
             body[-1].followed = True
 
 
+_LOC_RE = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s")
+_FILE_RE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
+_MANGLED_RE = re.compile(r"^.*?_\$_(\w+?)__(?:P|[iu]\d|fp|bf|c\d|\$|$)")
+_FUNC_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.func\s+(?:\([^)]*\)\s*)?([\w$]+)")
+
+
+def _source_of(lines: list[str], i: int) -> str:
+    """``file:line`` of the source line that PTX line ``i`` came from (its last ``.loc``)."""
+    files = {m.group(1): m.group(2) for m in map(_FILE_RE.match, lines) if m}
+    for line in reversed(lines[:i]):
+        m = _LOC_RE.match(line)
+        if m:
+            return f"{files.get(m.group(1), '?')}:{m.group(2)}"
+    return "an unknown line"
+
+
+def _refuse_scopes_in_functions(lines: list[str], body: tuple[int, int]) -> None:
+    """A scope inside a ``@triton.jit(noinline=True)`` function sits in a ``.func`` of its own,
+    whose registers are not the kernel's: its records could not reach the unit's slots."""
+    func = None
+    for i, line in enumerate(lines):
+        fm = _FUNC_RE.match(line)
+        if fm:
+            func = fm.group(1)
+        mm = _MARKER_RE.match(line)
+        if mm and not body[0] <= i <= body[1]:
+            name = bytes.fromhex(mm.group(2)).decode("utf-8")
+            mangled = _MANGLED_RE.match(func or "")  # Triton's <module>_$_<name>__<signature>...
+            helper = mangled.group(1) if mangled else (func or "a function")
+            raise InstrumentationError(
+                f"proton_lite: scope {name!r} ({_source_of(lines, i)}) is inside {helper}, a function compiled "
+                "on its own (@triton.jit(noinline=True)); its records cannot reach the kernel's buffer. Put the "
+                f"scope around the call to {helper} in the kernel, or drop noinline=True from {helper}.")
+
+
 def scan(ptx: str) -> PtxScan:
     lines = ptx.split("\n")
     kernel, param, params_open = None, None, False
+    body = None
     sites: list[MarkerSite] = []
     labels: dict[str, int] = {}
     back_edges: list[tuple[int, int]] = []
@@ -164,7 +200,11 @@ def scan(ptx: str) -> PtxScan:
                 param = pm.group(1)
             if line.strip().startswith(")"):
                 params_open = False
+                body = function_body(lines)  # the kernel's own lines: not its noinline functions'
+                _refuse_scopes_in_functions(lines, body)
             continue
+        if body is not None and i > body[1]:
+            break
         mm = _MARKER_RE.match(line)
         if mm:
             sites.append(MarkerSite(i, mm.group(1), bytes.fromhex(mm.group(2)).decode("utf-8")))
@@ -192,3 +232,25 @@ def scan(ptx: str) -> PtxScan:
         raise InstrumentationError(f"proton_lite: kernel {kernel} has {len(scopes)} distinct scopes; the record "
                                    f"format holds at most {MAX_SCOPES}. Merge scopes or remove some.")
     return PtxScan(kernel, param, sites, scopes, back_edges)
+
+
+def function_body(lines: list[str]) -> tuple[int, int]:
+    """(first line inside the kernel's ``{``, line of its closing ``}``): braces counted on
+    every line, so inline-asm blocks and vector operands nest. Functions of the module
+    (``@triton.jit(noinline=True)`` helpers, defined after the kernel) lie outside it."""
+    depth, start = 0, None
+    for i, line in enumerate(lines):
+        if start is None:
+            if _ENTRY_RE.match(line):
+                start = -1
+            continue
+        code = line.split("//", 1)[0]
+        opens, closes = code.count("{"), code.count("}")
+        if start == -1:
+            if opens:
+                start, depth = i + 1, opens - closes
+            continue
+        depth += opens - closes
+        if depth <= 0:
+            return start, i
+    raise InstrumentationError("proton_lite: could not find the end of the kernel's body in its PTX")

@@ -1,6 +1,7 @@
 """Kernel shapes users run that the other GPU tests lack (tests/unusual_kernels.py): a spin
 lock in a data-dependent ``while`` loop, CTAs that return early and grids of none,
-programmatic dependent launch, two-CTA clusters, 32-warp CTAs, device asserts and inline PTX.  Outputs as plain, nothing dropped, every CTA's lifetime, and
+programmatic dependent launch, two-CTA clusters, 32-warp CTAs, device asserts and inline PTX,
+noinline helpers and device printf.  Outputs as plain, nothing dropped, every CTA's lifetime, and
 exactly the slices each warp's loop trips call for."""
 import numpy as np
 import pytest
@@ -172,3 +173,37 @@ def test_launches_of_an_empty_grid_between_others(tmp_path):
         _every_cta_finished(prof, launch)
         assert (_slices(prof, k, launch, "row") == 1).all()
     assert "warning" not in s.result.summary_line, s.result.summary_line
+
+
+def test_kernels_calling_a_noinline_helper_record_their_ctas_and_the_scope_around_the_call(tmp_path):
+    """A ``@triton.jit(noinline=True)`` helper is a function of its own in the PTX, with its own
+    ``ret``: the kernel's exit alone writes the header, the helper runs as Triton wrote it."""
+    rows, cols = 2048, 3000
+    x = torch.randn(rows, cols, device="cuda")
+    expected = torch.empty(rows, device="cuda")
+    U.calls_helper[(rows, )](x, expected, cols, BLOCK=256, num_warps=4)  # plain, before the session
+    outs = {name: torch.zeros(rows, device="cuda") for name in ("calls_helper", "calls_helper_scoped")}
+    with proton_lite.start(str(tmp_path / "noinline"), quiet=True, formats=()) as s:
+        U.calls_helper[(rows, )](x, outs["calls_helper"], cols, BLOCK=256, num_warps=4)
+        U.calls_helper_scoped[(rows, )](x, outs["calls_helper_scoped"], cols, BLOCK=256, num_warps=4)
+    torch.cuda.synchronize()
+    for name, out in outs.items():
+        assert torch.equal(out, expected), name
+        prof, k, (launch, ) = _profile(s, name)
+        _every_cta_finished(prof, launch)
+    got = _slices(prof, k, launch, "row_sum")
+    assert got.shape == (rows, 4) and (got == 1).all()
+
+
+def test_device_print_beside_a_scope(tmp_path, capfd):
+    n, block = 1 << 16, 128
+    x = torch.rand(n, device="cuda")
+    expected = x * 2
+    with proton_lite.start(str(tmp_path / "print"), quiet=True, formats=()) as s:
+        U.printing_scale[(n // block, )](x, n, BLOCK=block, num_warps=4)
+    torch.cuda.synchronize()
+    assert torch.equal(x, expected)
+    assert "first" in capfd.readouterr().out  # the device's printf still reaches stdout
+    prof, k, (launch, ) = _profile(s, "printing_scale")
+    _every_cta_finished(prof, launch)
+    assert (_slices(prof, k, launch, "scale") == 1).all()

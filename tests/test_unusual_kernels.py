@@ -1,6 +1,11 @@
 """tests/unusual_kernels.py compiled for sm_90 on the CPU: what the GPU test relies on is in
 the instrumented code (tests/test_gpu_unusual.py runs them)."""
+import re
+
+import pytest
+
 import proton_lite
+from proton_lite.passes.ptx_scan import InstrumentationError
 
 import unusual_kernels as U
 
@@ -49,3 +54,45 @@ def test_a_debug_build_keeps_its_asserts_and_inline_ptx_beside_the_records():
     ptx = k.asm["ptx"]
     assert "__assertfail" in ptx and "0f40000000" in ptx
     assert ptx.count("// proton_lite: record") == 4
+
+
+def _functions(ptx: str) -> dict[str, str]:
+    """Each ``.func`` definition of the module (its name -> its text up to its closing brace)."""
+    out = {}
+    for m in re.finditer(r"^\.func\s+(?:\([^)]*\)\s*)?([\w$]+)\s*\(", ptx, re.M):
+        end = ptx.find("\n}", m.end())
+        if ptx.find("{", m.end()) < end:  # a definition, not a prototype
+            out[m.group(1)] = ptx[m.start():end]
+    return out
+
+
+@pytest.mark.parametrize("kernel,scoped", [(U.calls_helper, False), (U.calls_helper_scoped, True)])
+def test_a_noinline_helper_s_function_is_left_as_triton_wrote_it(kernel, scoped):
+    sig, cx = {"x_ptr": F32, "out_ptr": F32, "n_cols": "i32"}, {"BLOCK": 256}
+    plain = proton_lite.compile(kernel, sig, cx, instrument=False).asm["ptx"]
+    k = proton_lite.compile(kernel, sig, cx)  # ptxas assembles it
+    ptx = k.asm["ptx"]
+    funcs, plain_funcs = _functions(ptx), _functions(plain)
+    assert len(funcs) == 1 and funcs.keys() == plain_funcs.keys()
+    body = next(iter(funcs.values()))
+    assert "%pl_" not in body and "proton_lite" not in body  # its ret is not the kernel's exit
+    assert body.count("ret;") == 1
+    assert ptx.count("// proton_lite: epilogue") == 1  # the kernel's one exit writes the header
+    assert ptx.count("// proton_lite: record") == (2 if scoped else 0)
+    assert k.profile["layout"]["granularity"] == ("warp" if scoped else "cta")
+
+
+def test_a_scope_inside_a_noinline_helper_is_refused_at_its_line():
+    with pytest.raises(InstrumentationError) as err:
+        proton_lite.compile(U.scope_inside_helper, {"x_ptr": F32}, {"BLOCK": 128})
+    msg = str(err.value)
+    line = next(i for i, text in enumerate(open(U.__file__).read().split("\n"), 1) if '"inside_helper"' in text)
+    assert f"'inside_helper' ({U.__file__}:{line})" in msg, msg
+    assert "_scoped_helper" in msg and "noinline=True" in msg and "around the call" in msg
+
+
+def test_device_print_beside_a_scope_compiles_with_its_vprintf_call():
+    k = proton_lite.compile(U.printing_scale, {"x_ptr": F32, "n": "i32"}, {"BLOCK": 128})
+    ptx = k.asm["ptx"]
+    assert "vprintf" in ptx and ptx.count("// proton_lite: record") == 2
+    assert ptx.count("// proton_lite: epilogue") == 1

@@ -1,8 +1,9 @@
 """Kernels of shapes users run that the other kernel files lack: a spin lock taken in a
 data-dependent ``while`` loop (as layer-norm backwards accumulate partial sums), CTAs that
 return early (and grids of none), a kernel launched with programmatic dependent launch (PDL),
-a Hopper cluster of two CTAs (``num_ctas=2``), 32 warps per CTA, and a debug build with device
-asserts and inline PTX.  Compiled on the CPU by tests/test_unusual_kernels.py,
+a Hopper cluster of two CTAs (``num_ctas=2``), 32 warps per CTA, a debug build with device
+asserts and inline PTX, and helpers compiled as functions of their own
+(``@triton.jit(noinline=True)``: a ``.func`` in the kernel's PTX, with its own ``ret``).  Compiled on the CPU by tests/test_unusual_kernels.py,
 run on the GPU by tests/test_gpu_unusual.py."""
 import triton
 import triton.language as tl
@@ -101,3 +102,49 @@ def asserted_asm(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         y = tl.inline_asm_elementwise("mul.f32 $0, $1, 0f40000000;", "=r,r", [x], dtype=tl.float32,
                                       is_pure=True, pack=1)
         tl.store(out_ptr + offs, y, mask=mask)
+
+
+@triton.jit(noinline=True)
+def _row_sum_into(x_ptr, out_ptr, row, n_cols, BLOCK: tl.constexpr):
+    """A helper compiled on its own (a ``.func`` with its own ``ret``), with a loop of its own."""
+    acc = tl.zeros((BLOCK, ), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(acc))
+
+
+@triton.jit
+def calls_helper(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    """No scope: the CTAs' lifetimes only, around a call to a noinline helper."""
+    _row_sum_into(x_ptr, out_ptr, tl.program_id(0), n_cols, BLOCK)
+
+
+@triton.jit
+def calls_helper_scoped(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    """A scope around the call (where a scope for a noinline helper goes)."""
+    with pl.scope("row_sum"):
+        _row_sum_into(x_ptr, out_ptr, tl.program_id(0), n_cols, BLOCK)
+
+
+@triton.jit(noinline=True)
+def _scoped_helper(x_ptr, row, BLOCK: tl.constexpr):
+    with pl.scope("inside_helper"):
+        tl.store(x_ptr + row * BLOCK + tl.arange(0, BLOCK), tl.zeros((BLOCK, ), tl.float32))
+
+
+@triton.jit
+def scope_inside_helper(x_ptr, BLOCK: tl.constexpr):
+    """A scope inside a noinline helper: refused at compile, with the scope's line."""
+    _scoped_helper(x_ptr, tl.program_id(0), BLOCK)
+
+
+@triton.jit
+def printing_scale(x_ptr, n, BLOCK: tl.constexpr):
+    """``tl.device_print`` (a call to ``vprintf``) beside a scope."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    with pl.scope("scale"):
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(x_ptr + offs, x * 2, mask=offs < n)
+    if tl.program_id(0) == 0:
+        tl.device_print("first ", x)
