@@ -1,8 +1,11 @@
-"""Ops of two more production kernel libraries, on fixed inputs, for tests/test_gpu_libraries.py
+"""Ops of more production kernel libraries, on fixed inputs, for tests/test_gpu_libraries.py
 (GPU only): flash-linear-attention (``fla``: chunked linear-attention kernels, autotuned, with
-variable-length batches whose loops run over data-dependent chunk lists) and FlagGems (aten ops
+variable-length batches whose loops run over data-dependent chunk lists), FlagGems (aten ops
 as Triton kernels, some generated as source at run time, launched from its own cache of
-``CompiledKernel`` objects).  Both travel to the GPU machine as wheels (tests/run_gpu.sh)."""
+``CompiledKernel`` objects), Apple's Cut Cross-Entropy (a linear + cross-entropy whose forward
+merges its CTAs' partial results under a spin lock) and SageAttention 1 (int8 attention:
+quantization kernels, then ``tl.dot`` on int8 blocks).  They travel to the GPU machine as
+wheels (tests/run_gpu.sh)."""
 import gc
 
 import torch
@@ -140,14 +143,57 @@ def gems_argmax(g):  # for the test of kernels compiled before a session only
     return (_f32(g, 1024, 5000), ), lambda x: torch.argmax(x, -1)
 
 
+# --- Cut Cross-Entropy (forward and backward) and SageAttention 1 (inference only) ------------
+
+def cce_linear_cross_entropy(g):
+    """2,048 tokens x a vocabulary of 16,384: the forward's CTAs each take a block of the
+    vocabulary and merge their log-sum-exp under a lock they spin on (``atomic_cas``)."""
+    from cut_cross_entropy import linear_cross_entropy
+    e, c = _rand(2048, 512, g=g), _rand(16384, 512, g=g)
+    targets = torch.randint(0, 16384, (2048, ), device=DEV, generator=g)
+    return (e, c), lambda e, c: linear_cross_entropy(e, c, targets)
+
+
+def _no_backward(op):
+    op.no_backward = True
+    return op
+
+
+def _sage(g, head_dim, causal):
+    from sageattention import sageattn
+    q, k, v = (torch.randn(2, 8, 1024, head_dim, device=DEV, generator=g, dtype=torch.float16) for _ in range(3))
+    return (q, k, v), lambda q, k, v: sageattn(q, k, v, tensor_layout="HND", is_causal=causal)
+
+
+@_no_backward
+def sage_attention(g):
+    return _sage(g, 128, False)
+
+
+@_no_backward
+def sage_attention_causal(g):  # the causal kernel's loop stops at each block's diagonal
+    return _sage(g, 64, True)
+
+
+@_no_backward
+def sage_attention_hd96(g):  # its own quantization and attention kernels
+    return _sage(g, 96, False)
+
+
+MORE_OPS = [cce_linear_cross_entropy, sage_attention, sage_attention_causal, sage_attention_hd96]
+MODULE_OF = {cce_linear_cross_entropy: "cut_cross_entropy", sage_attention: "sageattention",
+             sage_attention_causal: "sageattention", sage_attention_hd96: "sageattention"}
+
+
 GEMS_OPS = [gems_mm, gems_softmax, gems_layer_norm, gems_pointwise, gems_cumsum, gems_topk, gems_nonzero,
             gems_cross_entropy]
 
 
-def run_fla(op):
-    """Forward and backward on fresh inputs: the output and the inputs' gradients."""
+def run_autograd(op):
+    """Forward and backward on fresh inputs: the output and the inputs' gradients (the output
+    alone for an op without a backward, or whose backward its library refuses here)."""
     inputs, fn = op(torch.Generator(device=DEV).manual_seed(7))
-    if getattr(op, "forward_only", False) and _gated_backward_refused():
+    if getattr(op, "no_backward", False) or getattr(op, "forward_only", False) and _gated_backward_refused():
         with torch.no_grad():
             out = fn(*inputs)
         torch.cuda.synchronize()
@@ -178,4 +224,11 @@ def triton_kernel_names() -> set[str]:
     """Names of every Triton JIT function alive in the process: the libraries' kernels, those
     FlagGems generated at run time included (CUPTI names a Triton kernel by its function)."""
     from triton.runtime.jit import JITFunction
-    return {o.__name__ for o in gc.get_objects() if isinstance(o, JITFunction)}
+    names = set()
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, JITFunction):
+                names.add(o.__name__)
+        except ReferenceError:  # a weak proxy whose object is gone (one of SageAttention's imports has them)
+            continue
+    return names

@@ -1,5 +1,6 @@
-"""Two more production kernel libraries in a session, on the GPU (liger-kernel:
-test_gpu_liger.py).  flash-linear-attention's ops, forward and backward, and FlagGems' aten ops
+"""More production kernel libraries in a session, on the GPU (liger-kernel:
+test_gpu_liger.py).  flash-linear-attention's ops, forward and backward, Cut Cross-Entropy's
+linear cross-entropy (forward and backward), SageAttention's int8 attention and FlagGems' aten ops
 run unchanged and every launch of their Triton kernels is recorded, counted outside the session
 by CUPTI (torch.profiler).  FlagGems keeps the ``CompiledKernel`` of each specialization in its
 own cache and launches it directly: a kernel it first compiled in a session is launched again
@@ -54,16 +55,31 @@ def _deterministic(run, op, plain):
 @pytest.mark.parametrize("op", L.FLA_OPS, ids=[op.__name__ for op in L.FLA_OPS])
 def test_a_flash_linear_attention_op_runs_unchanged_and_every_launch_is_recorded(op, tmp_path):
     pytest.importorskip("fla.ops")
-    L.run_fla(op)  # compiles and autotunes, outside the session
-    made, plain = _made(L.run_fla, op)
+    L.run_autograd(op)  # compiles and autotunes, outside the session
+    made, plain = _made(L.run_autograd, op)
     assert made, "no Triton kernel of fla ran: nothing to check"
-    deterministic = _deterministic(L.run_fla, op, plain)
+    deterministic = _deterministic(L.run_autograd, op, plain)
     with proton_lite.start(str(tmp_path / op.__name__), quiet=True, formats=(), calibrate=False) as s:
-        profiled = L.run_fla(op)
+        profiled = L.run_autograd(op)
     assert _recorded(s) == made, s.result.summary_line
     assert s.result.dropped == 0 and "not in the profile" not in s.result.summary_line
     _same(profiled, plain, deterministic)
-    _same(L.run_fla(op), plain, deterministic)  # after stop
+    _same(L.run_autograd(op), plain, deterministic)  # after stop
+
+
+@pytest.mark.parametrize("op", L.MORE_OPS, ids=[op.__name__ for op in L.MORE_OPS])
+def test_cut_cross_entropy_and_sageattention_run_unchanged_and_every_launch_is_recorded(op, tmp_path):
+    pytest.importorskip(L.MODULE_OF[op])
+    L.run_autograd(op)  # compiles outside the session
+    made, plain = _made(L.run_autograd, op)
+    assert made, "no Triton kernel of the library ran: nothing to check"
+    deterministic = _deterministic(L.run_autograd, op, plain)
+    with proton_lite.start(str(tmp_path / op.__name__), quiet=True, formats=(), calibrate=False) as s:
+        profiled = L.run_autograd(op)
+    assert _recorded(s) == made, s.result.summary_line
+    assert s.result.dropped == 0 and s.result.unmatched == 0 and "not in the profile" not in s.result.summary_line
+    _same(profiled, plain, deterministic)
+    _same(L.run_autograd(op), plain, deterministic)  # after stop
 
 
 @pytest.mark.parametrize("op", L.GEMS_OPS, ids=[op.__name__ for op in L.GEMS_OPS])
