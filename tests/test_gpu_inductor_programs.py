@@ -1,7 +1,8 @@
 """Whole torch.compile programs in a session, on the GPU (single functions:
 test_gpu_inductor.py): a training step whose backward Inductor compiles too, a function
-compiled with dynamic shapes and called at several sizes, and a compiled AdamW step (Inductor's
-horizontally fused kernels over every parameter).  Every Triton launch CUPTI counts in a call
+compiled with dynamic shapes and called at several sizes, a compiled AdamW step (Inductor's
+horizontally fused kernels over every parameter) and FlexAttention (Inductor's attention
+templates, forward and backward, whose loops skip the blocks a causal mask leaves out).  Every Triton launch CUPTI counts in a call
 outside the session is recorded in it, and the results match the same program run plain."""
 import pytest
 
@@ -92,3 +93,22 @@ def test_a_compiled_adamw_step_over_many_parameters(tmp_path, caches):
         compiled_step()
         return [p.detach().clone() for p in model.parameters()]
     _check(step, tmp_path, "adamw")
+
+
+def test_flex_attention_forward_and_backward_with_a_causal_block_mask(tmp_path, caches):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    B, H, S, D = 2, 4, 1024, 64
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", generator=g, requires_grad=True) for _ in range(3))
+    mask = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, S, S, device="cuda")
+    attend = torch.compile(flex_attention)
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        out = attend(q, k, v, block_mask=mask)
+        out.square().mean().backward()
+        return [out.detach()] + [t.grad.clone() for t in (q, k, v)]
+    result = _check(step, tmp_path, "flex")
+    names = _recorded(result)
+    assert any(name.startswith("triton_tem_fused") for name in names), names  # the attention templates
