@@ -89,11 +89,12 @@ def load_profiles(paths: list[str], processes: int | None = None) -> list[Profil
 
 
 def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None,
-                  align_on: str | None = None) -> tuple[Profile, list[str]]:
+                  align_on: str | None = None, warnings: list | None = None) -> tuple[Profile, list[str]]:
     """Decode ``raw_path`` (or a list of captures, merged into one timeline with a group per
     capture: ``profile_merge``) and write one trace per format; files appear whole or not at
     all.  ``cut``: a function of the decoded profile that returns the part to write (profile_cut);
-    ``align_on``: the kernel that lines merged captures up (``merge_profiles``)."""
+    ``align_on``: the kernel that lines merged captures up (``merge_profiles``); ``warnings``
+    gets a line for each trace with more tracks than Perfetto's UI draws in good time."""
     if isinstance(raw_path, (list, tuple)):
         from proton_lite.profile_merge import merge_profiles
         profile = merge_profiles(load_profiles(list(raw_path)), align_on=align_on)
@@ -109,10 +110,17 @@ def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None
         try:
             if progress:
                 with _Bar(f"proton_lite: writing {Path(path).name}") as bar:
-                    write_trace(profile, tmp, fmt, progress=bar.report)
+                    stats = write_trace(profile, tmp, fmt, progress=bar.report)
             else:
-                write_trace(profile, tmp, fmt)
+                stats = write_trace(profile, tmp, fmt)
             os.replace(tmp, path)
+            if warnings is not None:
+                from proton_lite.trace.ui_limits import crowded_trace_warning
+                crowded = crowded_trace_warning(dict(stats, path=path), profile.launches,
+                                                " ".join(map(str, raw_path)) + " -o OUT"
+                                                if isinstance(raw_path, (list, tuple)) else str(raw_path))
+                if crowded:
+                    warnings.append(crowded)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)

@@ -55,7 +55,8 @@ def _counters(collector) -> dict[str, int]:
             "lost_launches": int(getattr(collector, "lost", 0))}
 
 
-def _warnings(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> list[str]:
+def _warnings(result: SessionResult, collector, inductor=None, inductor_new: int = 0,
+              trace_warnings=()) -> list[str]:
     from proton_lite.coverage import not_covered
     out = []
     if result.dropped:
@@ -63,15 +64,17 @@ def _warnings(result: SessionResult, collector, inductor=None, inductor_new: int
         out.append(f"{result.dropped:,} records did not fit the profile buffer and were dropped; {hint}")
     out += list(getattr(collector, "lost_scopes", ()))
     out += not_covered(collector, inductor, inductor_new)
-    return out
+    return out + list(trace_warnings)
 
 
-def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0) -> str:
-    """The text printed at stop; fills ``result.counters`` and ``result.warnings`` on the way."""
+def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0,
+                  trace_warnings=()) -> str:
+    """The text printed at stop; fills ``result.counters`` and ``result.warnings`` on the way
+    (``trace_warnings``: the trace writers', ``pipeline.raw_to_traces``)."""
     from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
 
     result.counters = c = _counters(collector)
-    result.warnings = _warnings(result, collector, inductor, inductor_new)
+    result.warnings = _warnings(result, collector, inductor, inductor_new, trace_warnings)
     parts = [f"proton_lite: {result.launches:,} launch{'es' if result.launches != 1 else ''}"]
     if result.records is None:
         parts.append("not decoded (decode=False; `proton-lite summary` on the capture counts records and drops)")

@@ -60,7 +60,11 @@ def convert(src, out: str | None, formats: list[str], cut=None, align_on: str | 
     base = _output_base(sources[0], out)
     _check_writers(formats)
     try:
-        profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut, align_on=align_on)
+        crowded: list[str] = []
+        profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut, align_on=align_on,
+                                       warnings=crowded)
+        for line in crowded:
+            _warn(line)
     except RawFormatError as e:
         raise _raw_error(e) from e
     except AlignError as e:
