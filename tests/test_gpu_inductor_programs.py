@@ -1,8 +1,9 @@
 """Whole torch.compile programs in a session, on the GPU (single functions:
 test_gpu_inductor.py): a training step whose backward Inductor compiles too, a function
 compiled with dynamic shapes and called at several sizes, a compiled AdamW step (Inductor's
-horizontally fused kernels over every parameter) and FlexAttention (Inductor's attention
-templates, forward and backward, whose loops skip the blocks a causal mask leaves out).  Every Triton launch CUPTI counts in a call
+horizontally fused kernels over every parameter) FlexAttention (Inductor's attention
+templates, forward and backward, whose loops skip the blocks a causal mask leaves out) and
+cooperative reductions (a grid-wide barrier in the kernel, launched cooperatively).  Every Triton launch CUPTI counts in a call
 outside the session is recorded in it, and the results match the same program run plain."""
 import pytest
 
@@ -112,3 +113,18 @@ def test_flex_attention_forward_and_backward_with_a_causal_block_mask(tmp_path, 
     result = _check(step, tmp_path, "flex")
     names = _recorded(result)
     assert any(name.startswith("triton_tem_fused") for name in names), names  # the attention templates
+
+
+def test_cooperative_reductions_with_their_grid_barrier(tmp_path, caches):
+    import torch._inductor.config as config
+    from torch._inductor.utils import run_and_get_code
+    x = torch.randn(16, 1 << 20, device="cuda")
+    settings = {"triton.cooperative_reductions": True, "triton.force_cooperative_reductions": True}
+    with config.patch(settings):
+        fn = torch.compile(lambda x: (x.sum(-1), x.abs().amax(-1)))
+        _, code = run_and_get_code(fn, x)
+        assert any("x_grid_barrier" in c for c in code), "Inductor made no cooperative reduction: nothing to check"
+
+        def step():
+            return list(fn(x))
+        _check(step, tmp_path, "coop")

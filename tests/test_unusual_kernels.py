@@ -96,3 +96,13 @@ def test_device_print_beside_a_scope_compiles_with_its_vprintf_call():
     ptx = k.asm["ptx"]
     assert "vprintf" in ptx and ptx.count("// proton_lite: record") == 2
     assert ptx.count("// proton_lite: epilogue") == 1
+
+
+def test_a_grid_barrier_kernel_keeps_its_cooperative_launch_and_spin_loop():
+    k = proton_lite.compile(U.grid_sync_normalize, {"x_ptr": F32, "partial_ptr": F32, "count_ptr": I32,
+                                                    "out_ptr": F32, "n": "i32"},
+                            {"BLOCK": 4096, "PROGRAMS": 256}, launch_cooperative_grid=True)
+    assert k.metadata["launch_cooperative_grid"]
+    ptx = k.asm["ptx"]
+    assert ptx.count("// proton_lite: record") == 6 and ".gpu.release" in ptx  # the arrival, kept as written
+    assert k.profile["loop_record_sites"] == 0  # the spin loop holds no record: the scope is around it

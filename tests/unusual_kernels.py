@@ -2,8 +2,9 @@
 data-dependent ``while`` loop (as layer-norm backwards accumulate partial sums), CTAs that
 return early (and grids of none), a kernel launched with programmatic dependent launch (PDL),
 a Hopper cluster of two CTAs (``num_ctas=2``), 32 warps per CTA, a debug build with device
-asserts and inline PTX, and helpers compiled as functions of their own
-(``@triton.jit(noinline=True)``: a ``.func`` in the kernel's PTX, with its own ``ret``).  Compiled on the CPU by tests/test_unusual_kernels.py,
+asserts and inline PTX, helpers compiled as functions of their own
+(``@triton.jit(noinline=True)``: a ``.func`` in the kernel's PTX, with its own ``ret``), and
+a grid-wide barrier in a cooperative launch.  Compiled on the CPU by tests/test_unusual_kernels.py,
 run on the GPU by tests/test_gpu_unusual.py."""
 import triton
 import triton.language as tl
@@ -148,3 +149,26 @@ def printing_scale(x_ptr, n, BLOCK: tl.constexpr):
         tl.store(x_ptr + offs, x * 2, mask=offs < n)
     if tl.program_id(0) == 0:
         tl.device_print("first ", x)
+
+
+@triton.jit
+def grid_sync_normalize(x_ptr, partial_ptr, count_ptr, out_ptr, n, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr):
+    """Each CTA sums its block, every CTA waits at a grid-wide barrier (a counter they spin on,
+    which needs all of them resident at once: ``launch_cooperative_grid=True``), then each
+    divides its block by the grand total."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    with pl.scope("partial"):
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        tl.store(partial_ptr + pid, tl.sum(x))
+    with pl.scope("barrier"):
+        tl.debug_barrier()
+        tl.atomic_add(count_ptr, 1, sem="release")
+        arrived = tl.atomic_add(count_ptr, 0, sem="acquire")
+        while arrived < tl.num_programs(0):
+            arrived = tl.atomic_add(count_ptr, 0, sem="acquire")
+    with pl.scope("finish"):
+        r = tl.arange(0, PROGRAMS)
+        total = tl.sum(tl.load(partial_ptr + r, mask=r < tl.num_programs(0), other=0.0, cache_modifier=".cg"))
+        tl.store(out_ptr + offs, x / total, mask=mask)
