@@ -148,7 +148,7 @@ def _pair(tags: np.ndarray, group: np.ndarray, first: np.ndarray, n_scopes: int)
 
 
 def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start_clk, base_gt, ns_per_cycle, lrow,
-                  records, n_l: int):
+                  records, n_l: int, wraps=None):
     """The columns of each pair (its CTA row, unit, scope, depth, times after the launch's
     reference, cycles) and each launch's unmatched records, in numpy; ``native_decode.pair_rows``
     computes the same in C and writes the rows as well."""
@@ -174,6 +174,9 @@ def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start
         d[d >= (1 << 32) - _BEFORE_START] -= 1 << 32
         return d
     e_d, x_d = cycles_since_start(e_idx), cycles_since_start(x_idx)
+    if wraps is not None:  # CTAs that lived past the 32-bit window (_long_cta_wraps)
+        e_d += wraps[e_idx] << 32
+        x_d += wraps[x_idx] << 32
     b_row, r_row = base_gt[row], ns_per_cycle[row]
     return {
         "cta_row": row,
@@ -184,6 +187,43 @@ def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start
         "end": b_row + x_d.astype(np.float64) * r_row,
         "cycles": x_d - e_d,
     }, unmatched
+
+
+def _long_cta_wraps(words, group, units: int, start_clk, u_end_clk, long_row) -> np.ndarray:
+    """Whole 2^32-cycle wraps to add to each record's clock (as ``cycles_since_start`` reads
+    it) in CTAs that lived past the 32-bit window (``long_row``); 0 elsewhere.
+
+    Against the CTA's start a 32-bit clock is exact for ~2.15 s (format.md §1.9).  A unit's
+    records come in program order and its header holds its 64-bit end clock, so in a longer
+    CTA each record is unwrapped backwards from that end: the last one is its end minus the
+    (32-bit) cycles to the end, each earlier one the next one minus the cycles between them.
+    Exact while no two consecutive records of a unit (nor its last one and its end) are more
+    than 2^32 cycles apart."""
+    wraps = np.zeros(len(group), np.int64)
+    row = group // units
+    at = np.flatnonzero(long_row[row])
+    if not len(at):
+        return wraps
+    g, r = group[at], row[at]
+    clo = words.view("<u4")[1::2][at].astype(np.int64)
+    end = u_end_clk.ravel()[g].astype(np.uint64)
+    end_d = (end - start_clk[r].astype(np.uint64)).astype(np.int64)  # the unit's end, cycles after the start
+    last = np.ones(len(at), bool)
+    last[:-1] = g[1:] != g[:-1]
+    nxt = np.empty(len(at), np.int64)
+    nxt[:-1] = clo[1:]
+    nxt[last] = (end[last] & np.uint64(_MASK32)).astype(np.int64)  # after a unit's last record: its end
+    low = (1 << 32) - 1
+    step = (nxt - clo) & low  # cycles to the next record (or the end)
+    back = np.cumsum(step[::-1])[::-1]  # steps from here to the end of the array
+    ends = np.flatnonzero(last)  # ... minus those of the units after this one (from the next one's first record)
+    after_unit = np.concatenate((back[ends[:-1] + 1], [0])).astype(np.int64)
+    following = np.repeat(after_unit, np.diff(np.concatenate(([-1], ends))))
+    d = end_d - (back - following)
+    d_abs = (clo - (start_clk[r] & _MASK32).astype(np.int64)) & low
+    d_abs[d_abs >= (1 << 32) - _BEFORE_START] -= 1 << 32
+    wraps[at] = (d - d_abs) >> 32
+    return wraps
 
 
 def _segment_sums(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -371,7 +411,10 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     records = _segment_sums(kept_row, row_start, m_l)
     dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
     iv_rows = None
-    if native_decode.module() is not None and sink is not None and native_decode.fits(sink[0]):
+    # CTAs longer than a 32-bit clock's window: their records are unwrapped from each unit's end
+    long_row = (end_clk - start_clk) >= np.uint64((1 << 32) - _BEFORE_START)
+    wraps = _long_cta_wraps(words, group, layout.units, start_clk, u_end_clk, long_row) if long_row.any() else None
+    if wraps is None and native_decode.module() is not None and sink is not None and native_decode.fits(sink[0]):
         # the pairs' rows straight into the profile's array, in one pass in C, without the GIL
         per_row, iv_rows, unplaceable, over = native_decode.pair_rows(
             words, group, level, e_idx, x_idx, layout.units, _BEFORE_START, start_clk, base_gt, ns_per_cycle, lrow,
@@ -382,7 +425,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         pairs = None
     else:  # numpy; the rows follow in write_intervals
         pairs, unmatched = _pair_columns(words, group, level, e_idx, x_idx, layout, start_clk, base_gt, ns_per_cycle,
-                                         lrow, records, n_l)
+                                         lrow, records, n_l, wraps)
     ctas = {
         "launch": lrow, "cta": cta_ids, "smid": smid, "start": cta_start, "end": cta_end, "start_clock": start_clk,
         "end_clock": end_clk, "cycles_per_ns": 1.0 / ns_per_cycle, "measured": own_rate,

@@ -346,3 +346,44 @@ def test_the_buffer_copies_own_records_are_intervals_of_their_scope_not_the_kern
     copies = iv[iv["scope"] == 2]
     assert len(copies) == 3 * 2 and (copies["cycles"] == 300).all() and (copies["depth"] == 2).all()
     assert (iv[iv["scope"] == 1]["cycles"] == [100, 500] * 6).all()  # the second b spans the copy
+
+
+def test_ctas_living_past_the_32_bit_clock_window_place_every_record(tmp_path):
+    """A persistent CTA of 3 s at 2 cycles/ns: its records' 32-bit clocks wrap once or twice
+    after its start (every 2^32 cycles, ~2.15 s), and each unit is unwrapped back from its
+    64-bit end clock.  Unit 1 records its first scope 2.5 s in (after a wrap).  A short CTA
+    beside it decodes as before."""
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    from synth import kernel_meta, launch_buffer
+
+    layout = BufferLayout("warp", 2, 8, "shared")
+    clk0, gt0 = (3 << 32) + 123, 10**18
+    enter, leave = encode_tag(0, False), encode_tag(0, True)
+    inner_in, inner_out = encode_tag(1, False), encode_tag(1, True)
+    unit0_at = [1000, 1_500_000_000, 3_000_000_000, 4_500_000_000, 5_000_000_000, 5_900_000_000]
+    unit0 = [(enter, clk0 + unit0_at[0]), (inner_in, clk0 + unit0_at[1]), (inner_out, clk0 + unit0_at[2]),
+             (inner_in, clk0 + unit0_at[3]), (inner_out, clk0 + unit0_at[4]), (leave, clk0 + unit0_at[5])]
+    unit1 = [(enter, clk0 + 5_000_000_000), (leave, clk0 + 5_000_400_000)]  # its first record after a wrap
+    end_clk, end_gt = clk0 + 6_000_000_000, gt0 + 3_000_000_000
+    long_cta = {"smid": 0, "start_gt": gt0, "start_clk": clk0,
+                "units": [(6, end_gt, end_clk, unit0), (2, end_gt, end_clk, unit1)]}
+    c1 = 7 << 32  # another SM's clock; a CTA of 1 ms
+    short = [(enter, c1 + 100), (leave, c1 + 1_000_100)]
+    short_cta = {"smid": 1, "start_gt": gt0, "start_clk": c1,
+                 "units": [(2, gt0 + 1_000_000, c1 + 2_000_000, short)] * 2}
+    path = str(tmp_path / "long.plraw")
+    w = RawWriter(path, {"name": "long"})
+    w.kernel(kernel_meta(0, "persistent", ["outer", "inner"], layout))
+    w.launch(0, 0, 0, (2, 1, 1), 2, 0, 0, launch_buffer(layout, [long_cta, short_cta]))
+    w.end({})
+    w.close()
+    prof = decode(read_raw(path))
+    assert prof.total_unmatched == 0
+    iv = np.sort(prof.intervals, order=["cta", "unit", "start_ns"])
+    long_iv = iv[iv["cta"] == 0]
+    got = [(int(r["unit"]), int(r["scope"]), int(r["cycles"]), round(float(r["start_ns"]) / 1e3, 1))
+           for r in long_iv]  # start in µs after the CTA's start
+    assert got == [(0, 0, 5_899_999_000, 0.5), (0, 1, 1_500_000_000, 750_000.0), (0, 1, 500_000_000, 2_250_000.0),
+                   (1, 0, 400_000, 2_500_000.0)], got
+    assert (iv[iv["cta"] == 1]["cycles"] == 1_000_000).all()
