@@ -1,7 +1,8 @@
 """Kernel shapes users run that the other GPU tests lack (tests/unusual_kernels.py): a spin
 lock in a data-dependent ``while`` loop, CTAs that return early and grids of none,
 programmatic dependent launch, two-CTA clusters, 32-warp CTAs, device asserts and inline PTX,
-noinline helpers, device printf and a grid-wide barrier in a cooperative launch.  Outputs as plain, nothing dropped, every CTA's lifetime, and
+noinline helpers, device printf, a grid-wide barrier in a cooperative launch and CTAs that live
+for seconds.  Outputs as plain, nothing dropped, every CTA's lifetime, and
 exactly the slices each warp's loop trips call for."""
 import numpy as np
 import pytest
@@ -241,3 +242,30 @@ def test_a_grid_barrier_in_a_cooperative_launch_orders_every_cta_s_scopes_on_one
     finish_start = iv["start_ns"][iv["scope"] == kern.scopes.index("finish")].min()
     # one time axis across SMs (19 ns spread measured): the barrier's order holds within it
     assert finish_start >= partial_end - 100, (int(finish_start), int(partial_end))
+
+
+def test_a_cta_living_for_seconds_keeps_its_records_in_place(tmp_path):
+    """6 steps of 0.5 s in each CTA: records past ~2.15 s wrap the 32-bit clock; every step
+    must come out 0.5 s long, one after another, and the whole scope as long as the CTA."""
+    out = torch.zeros(2, dtype=torch.int64, device="cuda")
+    with proton_lite.start(str(tmp_path / "long"), quiet=True, formats=()) as s:
+        U.long_spin[(2, )](out, 500_000_000, STEPS=6, num_warps=2)
+    torch.cuda.synchronize()
+    prof, k, (launch, ) = _profile(s, "long_spin")
+    _every_cta_finished(prof, launch)
+    kern = prof.kernels[k]
+    iv = prof.intervals[prof.intervals["launch"] == launch["launch"]]
+    ctas = prof.ctas[prof.ctas["launch"] == launch["launch"]]
+    for cta in range(2):
+        life = ctas[ctas["cta"] == cta][0]
+        assert life["end_ns"] - life["start_ns"] > 2.9e9  # past the 32-bit window
+        for unit in range(2):
+            mine = iv[(iv["cta"] == cta) & (iv["unit"] == unit)]
+            steps = np.sort(mine[mine["scope"] == kern.scopes.index("step")], order="start_ns")
+            whole = mine[mine["scope"] == kern.scopes.index("whole")]
+            assert len(steps) == 6 and len(whole) == 1
+            lengths = steps["end_ns"] - steps["start_ns"]
+            assert np.all(np.abs(lengths - 5e8) < 5e6), lengths  # each 0.5 s (1%)
+            assert np.all(steps["start_ns"][1:] >= steps["end_ns"][:-1]), steps["start_ns"]  # in order
+            assert abs((whole["end_ns"][0] - whole["start_ns"][0]) - 3e9) < 3e7
+            assert whole["end_ns"][0] <= life["end_ns"] + 1000 and whole["start_ns"][0] >= life["start_ns"] - 1000

@@ -3,8 +3,8 @@ data-dependent ``while`` loop (as layer-norm backwards accumulate partial sums),
 return early (and grids of none), a kernel launched with programmatic dependent launch (PDL),
 a Hopper cluster of two CTAs (``num_ctas=2``), 32 warps per CTA, a debug build with device
 asserts and inline PTX, helpers compiled as functions of their own
-(``@triton.jit(noinline=True)``: a ``.func`` in the kernel's PTX, with its own ``ret``), and
-a grid-wide barrier in a cooperative launch.  Compiled on the CPU by tests/test_unusual_kernels.py,
+(``@triton.jit(noinline=True)``: a ``.func`` in the kernel's PTX, with its own ``ret``), a
+grid-wide barrier in a cooperative launch, and CTAs that live for seconds.  Compiled on the CPU by tests/test_unusual_kernels.py,
 run on the GPU by tests/test_gpu_unusual.py."""
 import triton
 import triton.language as tl
@@ -172,3 +172,24 @@ def grid_sync_normalize(x_ptr, partial_ptr, count_ptr, out_ptr, n, BLOCK: tl.con
         r = tl.arange(0, PROGRAMS)
         total = tl.sum(tl.load(partial_ptr + r, mask=r < tl.num_programs(0), other=0.0, cache_modifier=".cg"))
         tl.store(out_ptr + offs, x / total, mask=mask)
+
+
+@triton.jit
+def _globaltimer(like):
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [like], dtype=tl.int64, is_pure=False,
+                                     pack=1)
+
+
+@triton.jit
+def long_spin(out_ptr, step_ns, STEPS: tl.constexpr):
+    """A CTA that lives for seconds (STEPS x step_ns): its records' 32-bit clocks wrap every
+    ~2.15 s, as in persistent kernels that run that long."""
+    t = tl.zeros((), tl.int64)
+    with pl.scope("whole"):
+        for i in range(STEPS):
+            with pl.scope("step"):
+                t0 = _globaltimer(i)
+                t = t0
+                while t - t0 < step_ns:
+                    t = _globaltimer(i)
+    tl.store(out_ptr + tl.program_id(0), t)
