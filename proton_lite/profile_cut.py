@@ -32,6 +32,14 @@ def parse_launches(specs: list[str]) -> set[int]:
     return keep
 
 
+def launches_of_kernels(profile: Profile, text: str) -> set[int]:
+    """Numbers of the launches of kernels whose name contains ``text`` (case-insensitive)."""
+    text = text.lower()
+    ids = [i for i, k in enumerate(profile.kernels) if text in k.name.lower()]
+    la = profile.launches
+    return set(la["launch"][np.isin(la["kernel"], ids)].tolist()) if ids else set()
+
+
 def parse_window(spec: str) -> tuple[float | None, float | None]:
     """``"1200:3400"`` (µs on the trace's time axis; either end may be left out)."""
     m = re.fullmatch(r"\s*([0-9.]*)\s*:\s*([0-9.]*)\s*", spec or "")

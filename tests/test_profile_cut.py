@@ -1,4 +1,4 @@
-"""`proton-lite trace --launch / --window`: a trace of part of a capture, on real H100
+"""`proton-lite trace --launch / --window / --kernel`: a trace of part of a capture, on real H100
 captures, written by the real writer and read back."""
 import shutil
 from pathlib import Path
@@ -89,3 +89,27 @@ def test_the_summary_of_a_cut_trace_says_it_is_a_part(tmp_path, capsys):
     warnings = [w for w in __import__("json").loads(out)["warnings"] if w["kind"] == "cut"]
     assert rc == 0 and len(warnings) == 1
     assert warnings[0]["message"].startswith("a part of the capture: 2 of 3 launches (proton-lite trace")
+
+
+def test_kernel_keeps_one_kernel_s_launches_and_names_them_all_when_none_matches(tmp_path, capsys):
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    from decode_speed import WARPS, Capture, _tags, loop_tags
+    from proton_lite.layout import BufferLayout
+    raw = tmp_path / "steps.plraw"
+    c = Capture(str(raw))
+    for _ in range(3):  # two kernels alternating, as in the steps of a program
+        c.launch("vector_add", ["load", "store"], BufferLayout("warp", WARPS, 4, "shared"), 64,
+                 _tags([(0, False), (0, True), (1, False), (1, True)]))
+        c.launch("looped", ["outer", "load", "compute"], BufferLayout("warp", WARPS, 64, "shared"), 66,
+                 loop_tags(15), loop_tags(64))
+    c.close()
+    rc, out, err = _run(capsys, "trace", raw, "--kernel", "LOOP", "-o", tmp_path / "looped")
+    assert rc == 0, err
+    back = load_trace(out.strip())
+    assert back.launches["launch"].tolist() == [1, 3, 5] and {k.name for k in back.kernels} >= {"looped"}
+    assert {back.kernels[k].name for k in back.launches["kernel"]} == {"looped"}
+    rc, out, err = _run(capsys, "trace", raw, "--kernel", "looped", "--launch", "0-3", "-o", tmp_path / "both")
+    assert rc == 0 and load_trace(out.strip()).launches["launch"].tolist() == [1, 3]
+    rc, out, err = _run(capsys, "trace", raw, "--kernel", "softmax")
+    assert rc == 2 and "--kernel 'softmax': no launch" in err and "looped, vector_add" in err

@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", metavar="START:END",
                    help="only what overlaps this time window, in µs from the trace's start (1200:3400, 1200:, "
                         ":3400); slices crossing its edges are kept whole")
+    p.add_argument("--kernel", metavar="TEXT",
+                   help="only launches of kernels whose name contains this text (case-insensitive); with "
+                        "--launch or --window, what all of them keep")
     p.set_defaults(func=cmd_trace)
 
     p = _sub(sub, "summary", "tables of launches, scopes and SMs", "proton-lite summary run.plraw --sort mean "

@@ -104,8 +104,8 @@ def cmd_trace(args) -> int:
         formats = [f for f, ext in TRACE_FORMATS.items() if ext == suffix] or ["perfetto"]
     formats = list(dict.fromkeys(formats))
     cut = None
-    if args.launch or args.window:
-        from proton_lite.profile_cut import cut as cut_profile, parse_launches, parse_window
+    if args.launch or args.window or args.kernel:
+        from proton_lite.profile_cut import cut as cut_profile, launches_of_kernels, parse_launches, parse_window
         try:
             keep = parse_launches(args.launch) if args.launch else None
             window = parse_window(args.window) if args.window else None
@@ -113,7 +113,15 @@ def cmd_trace(args) -> int:
             raise CliError(str(e)) from e
 
         def cut(profile):
-            part = cut_profile(profile, keep, window)
+            numbers = keep
+            if args.kernel:
+                named = launches_of_kernels(profile, args.kernel)
+                if not named:
+                    kernels = ", ".join(sorted({k.name for k in profile.kernels}))
+                    raise CliError(f"--kernel {args.kernel!r}: no launch of a kernel with that in its name; the "
+                                   f"capture's kernels: {kernels}")
+                numbers = named if numbers is None else numbers & named
+            part = cut_profile(profile, numbers, window)
             if not len(part.launches):
                 numbers = ", ".join(str(int(n)) for n in profile.launches["launch"][:12])
                 span = int(profile.launches["end_ns"].max()) / 1000 if len(profile.launches) else 0

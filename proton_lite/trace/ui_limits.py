@@ -40,4 +40,4 @@ def crowded_trace_warning(stats: dict, launches: np.ndarray, raw_path: str) -> s
     return (f"{stats.get('path', 'the trace')} has {tracks:,} tracks ({len(numbers):,} launch"
             f"{'es' if len(numbers) != 1 else ''}: each has its own SM groups, slots and warp tracks); "
             f"Perfetto's UI took 13 s to draw 56,000 tracks and 41 s for 140,000 (headless Chromium, UI v52): "
-            f"open a part of it: {cut}--window START:END (µs) of the launches to look at")
+            f"open a part of it: {cut}--kernel NAME (one kernel's launches), or --window START:END (µs)")
