@@ -181,8 +181,10 @@ def sage_attention_hd96(g):  # its own quantization and attention kernels
 
 
 MORE_OPS = [cce_linear_cross_entropy, sage_attention, sage_attention_causal, sage_attention_hd96]
-MODULE_OF = {cce_linear_cross_entropy: "cut_cross_entropy", sage_attention: "sageattention",
-             sage_attention_causal: "sageattention", sage_attention_hd96: "sageattention"}
+AUTOGRAD_OPS = FLA_OPS + MORE_OPS  # run by run_autograd, each needing its library
+MODULE_OF = {**{op: "fla.ops" for op in FLA_OPS}, cce_linear_cross_entropy: "cut_cross_entropy",
+             sage_attention: "sageattention", sage_attention_causal: "sageattention",
+             sage_attention_hd96: "sageattention"}
 
 
 GEMS_OPS = [gems_mm, gems_softmax, gems_layer_norm, gems_pointwise, gems_cumsum, gems_topk, gems_nonzero,
