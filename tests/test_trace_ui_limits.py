@@ -4,6 +4,8 @@ byte layout) give ~400,000 tracks; the suggested ``--launch`` range writes a tra
 limit; a small capture gets no warning."""
 import os
 import re
+
+import numpy as np
 import sys
 from types import SimpleNamespace
 
@@ -50,3 +52,11 @@ def test_the_stop_line_carries_the_writer_s_warning(tmp_path):
     crowded = "s.pftrace has 400,000 tracks (2,000 launches: ...)"
     lines = _summary_line(result, SimpleNamespace(skipped_autotune=0, unattributed=0), trace_warnings=[crowded])
     assert lines.split("\n")[1:] == ["proton_lite: warning: " + crowded]
+
+
+def test_one_launch_too_large_alone_is_told_to_cut_by_time():
+    launches = np.zeros(3, [("launch", np.int64)])
+    launches["launch"] = [0, 1, 2]
+    line = crowded_trace_warning({"tracks": 3 * (TRACKS_FOR_THE_UI + 10), "path": "big.pftrace"}, launches, "big.plraw")
+    assert "--launch" not in line and "proton-lite trace big.plraw --kernel NAME" in line and "--window" in line
+    assert crowded_trace_warning({"tracks": TRACKS_FOR_THE_UI, "path": "ok.pftrace"}, launches, "ok.plraw") is None

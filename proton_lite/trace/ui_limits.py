@@ -26,17 +26,18 @@ def track_count(stats: dict) -> int:
 def crowded_trace_warning(stats: dict, launches: np.ndarray, raw_path: str) -> str | None:
     """A warning for a trace with more than TRACKS_FOR_THE_UI tracks, with a ``--launch``
     range that stays under it (launches as many as fit at the trace's mean tracks per launch,
-    from the first) and ``--window``; None when the trace is small enough."""
+    from the first; none where one launch alone is that large), ``--kernel`` and ``--window``;
+    None when the trace is small enough."""
     tracks = track_count(stats)
     if tracks <= TRACKS_FOR_THE_UI:
         return None
     numbers = np.sort(np.asarray(launches["launch"], np.int64)) if len(launches) else np.zeros(0, np.int64)
     per_launch = tracks / max(len(numbers), 1)
     keep = max(1, min(len(numbers), int(TRACKS_FOR_THE_UI // per_launch)))
-    cut = ""
-    if len(numbers) > 1:
+    cut = f"proton-lite trace {raw_path} "
+    if len(numbers) > 1 and per_launch < TRACKS_FOR_THE_UI:
         first, last = int(numbers[0]), int(numbers[keep - 1])
-        cut = f"proton-lite trace {raw_path} --launch {first}-{last} (about {keep:,} launches), or "
+        cut += f"--launch {first}-{last} (about {keep:,} launch{'es' if keep > 1 else ''}), or "
     return (f"{stats.get('path', 'the trace')} has {tracks:,} tracks ({len(numbers):,} launch"
             f"{'es' if len(numbers) != 1 else ''}: each has its own SM groups, slots and warp tracks); "
             f"Perfetto's UI took 13 s to draw 56,000 tracks and 41 s for 140,000 (headless Chromium, UI v52): "
