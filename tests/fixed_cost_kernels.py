@@ -111,3 +111,22 @@ def tanh_affine_fwd(x_ptr, y_ptr, alpha_ptr, w_ptr, b_ptr, N: tl.constexpr, BLOC
     t = 2.0 / (1.0 + tl.exp(-2.0 * alpha * x)) - 1.0
     b = tl.load(b_ptr + cols, mask=mask, other=0.0)
     tl.store(y_ptr + row * N + cols, t * w + b, mask=mask)
+
+
+@triton.jit
+def row_cross_entropy(x_ptr, target_ptr, loss_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    """Shaped like liger's cross-entropy: the row's target index loaded first (in the entry
+    block), then a loop over the row's columns in blocks (an online log-sum-exp), run with 32
+    warps (1,024 threads: at most two CTAs per SM; liger's own takes 64 registers, one)."""
+    row = tl.program_id(0)
+    target = tl.load(target_ptr + row)
+    cols = tl.arange(0, BLOCK)
+    m = float("-inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_ptr + row * stride + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    picked = tl.load(x_ptr + row * stride + target)
+    tl.store(loss_ptr + row, m + tl.log(s) - picked)

@@ -153,3 +153,28 @@ def test_with_the_exit_in_a_function_the_row_kernel_waits_as_plain_does(monkeypa
     text = listing(built[1].asm["cubin"])
     assert "CALL" in text and built[1].profile["cta_header"] == "exit"
     assert len(loads_behind_loads(text)) == len(loads_behind_loads(listing(built[0].asm["cubin"])))
+
+
+def test_the_lateheader_form_issues_a_loop_kernel_s_first_load_before_its_header(tmp_path, monkeypatch):
+    """``header_forms.py --form lateheader`` (a lead for issue 24, measured on a GPU with
+    FORMS_AB="pass lateheader"): the CTA header of a kernel with loops, written at entry, moves
+    below the entry block's first global load, and ptxas then issues that load first."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "benchmarks"))
+    from header_forms import late_prologue
+    from proton_lite.passes import stage_hook
+    sig = {"x_ptr": "*fp32", "target_ptr": "*i64", "loss_ptr": "*fp32", "stride": "i32", "n_cols": "i32"}
+
+    def first_load_and_store(form_on: bool):
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"cache_{form_on}"))  # the key does not see the form
+        if form_on:
+            rewrite = stage_hook.rewrite
+            monkeypatch.setattr(stage_hook, "rewrite", lambda *a, **k: late_prologue(rewrite(*a, **k)))
+        k = proton_lite.compile(F.row_cross_entropy, sig, {"BLOCK": 4096}, num_warps=32, divisible_by_16=("stride", ))
+        assert k.profile["cta_header"] == "entry"  # a loop: the header at entry
+        ops = [i.opcode for i in disassemble(k.asm["cubin"])]
+        return (next(n for n, o in enumerate(ops) if o.startswith("LDG")),
+                next(n for n, o in enumerate(ops) if o.startswith("STG")))
+    shipped, late = first_load_and_store(False), first_load_and_store(True)
+    assert shipped[1] < shipped[0], shipped  # shipped: the header's stores before the kernel's first load
+    assert late[0] < late[1], late  # the form: the load first

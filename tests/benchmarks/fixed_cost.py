@@ -46,6 +46,8 @@ def own_workloads():
     dgamma = torch.empty(sms, COLS, device="cuda")
     sums = torch.empty(ROWS, device="cuda")
     dw = torch.empty(triton.cdiv(ROWS, 32), COLS, device="cuda")
+    target = torch.randint(0, COLS, (ROWS, ), device="cuda", generator=g)
+    loss = torch.empty(ROWS, device="cuda")
     return {
         "rms_norm_fwd": (lambda: F.rms_norm_fwd[(ROWS, )](x, w, y, rstd, COLS, COLS, 1e-6, BLOCK=COLS, num_warps=8),
                          "rms_norm_fwd"),
@@ -60,6 +62,9 @@ def own_workloads():
         # straight-line, one short row per program (CTAs of ~1 µs, as liger's forwards): CTA header at exit
         "gated_silu_fwd": (lambda: F.gated_silu_fwd[(ROWS, )](x, b, y, COLS, 1.0, n_cols=COLS // 2,
                                                                BLOCK=COLS // 2, num_warps=8), "gated_silu_fwd"),
+        # a loop after a load in the entry block, 32 warps (liger's cross-entropy's shape): header at entry
+        "row_cross_entropy": (lambda: F.row_cross_entropy[(ROWS, )](x, target, loss, COLS, COLS, BLOCK=1024,
+                                                                     num_warps=32), "row_cross_entropy"),
     }
 
 

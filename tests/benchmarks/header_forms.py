@@ -30,7 +30,11 @@ CTA block's parity on the 56-byte stride (tests/test_record_code.py checks the b
 H100 no gain: liger mean 1.0269 and 1.0243 against 1.0269 and 1.0271; run_gpu.sh
 ``FORMS_AB="pass v4stores"``; both in benchmarks.md "Timer reads by the lane"); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
-is never true, so that everything they store is still computed).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
+is never true, so that everything they store is still computed); ``lateheader`` kernels with
+loops (the header at entry): the header's code moved below the first global load of the
+entry block, so that ptxas issues that load first (liger's cross-entropy: its first LDG at
+instruction 16 instead of 42, the header's stores at 38-44 instead of 22-24, Triton 3.9;
+``tests/test_fixed_cost_sass.py``; not measured yet: run_gpu.sh ``FORMS_AB="pass lateheader"``).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
@@ -53,7 +57,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from proton_lite.passes import ptx_instrument, ptx_lifetimes, stage_hook  # noqa: E402
+from proton_lite.passes import ptx_instrument, ptx_lifetimes, ptx_scan, stage_hook  # noqa: E402
 
 
 def use_form(form: str) -> None:
@@ -177,10 +181,40 @@ def use_form(form: str) -> None:
                                "selp.u32 %pl_r21, 0, %pl_r21, %pl_p4;",  # the high half turned over: its first ns
                                "mov.b64 %pl_d8, {%pl_r21, %pl_r22};"] + out[at + 1:]
         ptx_emit._Emitter.epilogue = halves_read
+    if form == "lateheader":  # kernels with loops: the header at entry, but after the entry block's first load
+        rewrite = stage_hook.rewrite
+        stage_hook.rewrite = lambda *a, **k: late_prologue(rewrite(*a, **k))
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
             ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;"] + ["@%pl_p1 " + i for i in halves(self)])
+
+
+PROLOGUE = "// proton_lite: prologue (lifetimes only)"
+
+
+def late_prologue(ptx: str) -> str:
+    """The ``lateheader`` form: a scope-less kernel's CTA header written at entry (kernels with
+    loops) moved below the first global load of its entry block, so that the header's timer
+    reads and stores issue while that load is in flight (liger's cross-entropy: one CTA per SM,
+    every warp waits for warp 0 at the first reduction; design.md).  Kernels without such a load
+    (a label or branch first) keep the header where it was."""
+    lines = ptx.split("\n")
+    starts = [i for i, line in enumerate(lines) if line.strip() == PROLOGUE]
+    if len(starts) != 1:
+        return ptx
+    start = starts[0]
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "$pl_prologue_done:")
+    for i in range(end + 1, len(lines)):
+        code = lines[i].split("//", 1)[0].strip()
+        debug_label = ptx_scan._DEBUG_LABEL_RE.match(lines[i]) or lines[i].startswith("$L__func_begin")
+        if ptx_scan._LABEL_RE.match(lines[i]) and not debug_label \
+                or ptx_scan._BRA_RE.search(code) or ptx_scan._RET_RE.match(lines[i]):
+            return ptx  # the entry block ends before any load
+        if code.startswith("ld.global"):
+            block = lines[start:end + 1]
+            return "\n".join(lines[:start] + lines[end + 1:i + 1] + block + lines[i + 1:])
+    return ptx
 
 
 def session_binaries(fn):
@@ -201,7 +235,8 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore"),
+                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore",
+                                       "lateheader"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
