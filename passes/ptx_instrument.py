@@ -152,7 +152,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     out: list[str] = []
     in_body, regs_done, ret_count = False, False, 0
     entry_seen = False
-    kernel_end = function_body(lines)[1]  # past it: the module's noinline functions, left as they are
+    kernel_end = (info.body or function_body(lines))[1]  # past it: the module's noinline functions, as they are
     for i, line in enumerate(lines):
         if i > kernel_end:
             out.append(line)

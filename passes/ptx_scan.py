@@ -61,6 +61,7 @@ class PtxScan:
     sites: list[MarkerSite] = field(default_factory=list)
     scopes: list[str] = field(default_factory=list)
     back_edges: list[tuple[int, int]] = field(default_factory=list)  # (loop head's label line, branch line)
+    body: tuple[int, int] | None = None  # the kernel's own lines (function_body): not its noinline functions'
 
     @property
     def loop_sites(self) -> int:
@@ -164,14 +165,16 @@ def _source_of(lines: list[str], i: int) -> str:
 
 def _refuse_scopes_in_functions(lines: list[str], body: tuple[int, int]) -> None:
     """A scope inside a ``@triton.jit(noinline=True)`` function sits in a ``.func`` of its own,
-    whose registers are not the kernel's: its records could not reach the unit's slots."""
+    whose registers are not the kernel's: its records could not reach the unit's slots.  Reads
+    the lines around the kernel's body only (the scan reads the body)."""
     func = None
-    for i, line in enumerate(lines):
+    for i in [*range(body[0]), *range(body[1] + 1, len(lines))]:
+        line = lines[i]
         fm = _FUNC_RE.match(line)
         if fm:
             func = fm.group(1)
         mm = _MARKER_RE.match(line)
-        if mm and not body[0] <= i <= body[1]:
+        if mm:
             name = bytes.fromhex(mm.group(2)).decode("utf-8")
             mangled = _MANGLED_RE.match(func or "")  # Triton's <module>_$_<name>__<signature>...
             helper = mangled.group(1) if mangled else (func or "a function")
@@ -231,7 +234,7 @@ def scan(ptx: str) -> PtxScan:
     if len(scopes) > MAX_SCOPES:
         raise InstrumentationError(f"proton_lite: kernel {kernel} has {len(scopes)} distinct scopes; the record "
                                    f"format holds at most {MAX_SCOPES}. Merge scopes or remove some.")
-    return PtxScan(kernel, param, sites, scopes, back_edges)
+    return PtxScan(kernel, param, sites, scopes, back_edges, body)
 
 
 def function_body(lines: list[str]) -> tuple[int, int]:

@@ -40,7 +40,7 @@ from proton_lite.passes.ptx_staging import sparse_loops
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
-from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, function_body, keeps_start_pair, rewrite,
+from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keeps_start_pair, rewrite,
                                                scan, shared_bytes, staging_offset, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
@@ -123,9 +123,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
                                                              bool(facts.get("warp_specialized"))))
     pool_plan = None
     if info.loop_sites and bound is None and config.capacity is None and config.buffer_mode == "clamp":
-        lines = ptx.split("\n")
-        start, end = function_body(lines)
-        pool_plan = plan_pool(lines, start, end, {s.line for s in info.sites}, info.back_edges)
+        start, end = info.body
+        pool_plan = plan_pool(ptx.split("\n"), start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     at_exit = keeps_start_pair(ptx, info, layout)
