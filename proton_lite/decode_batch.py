@@ -163,17 +163,8 @@ def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start
         ok_t = placeable[row]
         unmatched += 2 * np.bincount(lrow[row[~ok_t]], minlength=n_l)
         e_idx, x_idx, g, row = e_idx[ok_t], x_idx[ok_t], g[ok_t], row[ok_t]
-    # Unwrap the 32-bit clocks against the CTA's 64-bit start.  Other warps may record a few
-    # cycles before thread 0 reads the start clock: deltas just below 2^32 are negative.
-    # The deltas are the cycles since the CTA's start, in integers, then scaled (never
-    # absolute values in float).
-    s_lo = start_clk[row] & _MASK32
-
-    def cycles_since_start(idx):
-        d = ((clo[idx].astype(np.uint64) - s_lo) & _MASK32).astype(np.int64)
-        d[d >= (1 << 32) - _BEFORE_START] -= 1 << 32
-        return d
-    e_d, x_d = cycles_since_start(e_idx), cycles_since_start(x_idx)
+    # the cycles since the CTA's start, in integers, then scaled (never absolute values in float)
+    e_d, x_d = _cycles_since_start(clo[e_idx], start_clk[row]), _cycles_since_start(clo[x_idx], start_clk[row])
     if wraps is not None:  # CTAs that lived past the 32-bit window (_long_cta_wraps)
         e_d += wraps[e_idx] << 32
         x_d += wraps[x_idx] << 32
@@ -187,6 +178,15 @@ def _pair_columns(words, group, level, e_idx, x_idx, layout: BufferLayout, start
         "end": b_row + x_d.astype(np.float64) * r_row,
         "cycles": x_d - e_d,
     }, unmatched
+
+
+def _cycles_since_start(clock32, start_clk) -> np.ndarray:
+    """Cycles from each CTA's 64-bit start clock to a record's 32-bit clock (format.md §1.9):
+    exact within [-2^24, 2^32 - 2^24) of the start (another warp may record a few cycles
+    before thread 0 reads the start clock: deltas just below 2^32 are negative)."""
+    d = ((clock32.astype(np.uint64) - (start_clk & _MASK32)) & _MASK32).astype(np.int64)
+    d[d >= (1 << 32) - _BEFORE_START] -= 1 << 32
+    return d
 
 
 def _long_cta_wraps(words, group, units: int, start_clk, u_end_clk, long_row) -> np.ndarray:
@@ -220,9 +220,7 @@ def _long_cta_wraps(words, group, units: int, start_clk, u_end_clk, long_row) ->
     after_unit = np.concatenate((back[ends[:-1] + 1], [0])).astype(np.int64)
     following = np.repeat(after_unit, np.diff(np.concatenate(([-1], ends))))
     d = end_d - (back - following)
-    d_abs = (clo - (start_clk[r] & _MASK32).astype(np.int64)) & low
-    d_abs[d_abs >= (1 << 32) - _BEFORE_START] -= 1 << 32
-    wraps[at] = (d - d_abs) >> 32
+    wraps[at] = (d - _cycles_since_start(clo, start_clk[r])) >> 32
     return wraps
 
 
