@@ -156,8 +156,8 @@ def test_with_the_exit_in_a_function_the_row_kernel_waits_as_plain_does(monkeypa
 
 
 def test_the_lateheader_form_issues_a_loop_kernel_s_first_load_before_its_header(tmp_path, monkeypatch):
-    """``header_forms.py --form lateheader`` (a lead for issue 24, measured on a GPU with
-    FORMS_AB="pass lateheader"): the CTA header of a kernel with loops, written at entry, moves
+    """``header_forms.py --form lateheader`` (a lead for issue 24, measured on the H100
+    with FORMS_AB="pass lateheader" and rejected, design.md; kept as a diagnostic form): the CTA header of a kernel with loops, written at entry, moves
     below the entry block's first global load, and ptxas then issues that load first."""
     import sys
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "benchmarks"))

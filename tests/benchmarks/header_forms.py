@@ -34,7 +34,8 @@ is never true, so that everything they store is still computed); ``lateheader`` 
 loops (the header at entry): the header's code moved below the first global load of the
 entry block, so that ptxas issues that load first (liger's cross-entropy: its first LDG at
 instruction 16 instead of 42, the header's stores at 38-44 instead of 22-24, Triton 3.9;
-``tests/test_fixed_cost_sass.py``; not measured yet: run_gpu.sh ``FORMS_AB="pass lateheader"``).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
+``tests/test_fixed_cost_sass.py``; measured with run_gpu.sh ``FORMS_AB="pass lateheader"`` on 2026-11-28 and rejected, worse on every
+cross-entropy kernel, design.md).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
