@@ -89,12 +89,14 @@ def load_profiles(paths: list[str], processes: int | None = None) -> list[Profil
 
 
 def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None,
-                  align_on: str | None = None, warnings: list | None = None) -> tuple[Profile, list[str]]:
+                  align_on: str | None = None, warnings: list | None = None,
+                  layout: str = "auto") -> tuple[Profile, list[str]]:
     """Decode ``raw_path`` (or a list of captures, merged into one timeline with a group per
     capture: ``profile_merge``) and write one trace per format; files appear whole or not at
     all.  ``cut``: a function of the decoded profile that returns the part to write (profile_cut);
     ``align_on``: the kernel that lines merged captures up (``merge_profiles``); ``warnings``
-    gets a line for each trace with more tracks than Perfetto's UI draws in good time."""
+    gets a line for each trace with more tracks than Perfetto's UI draws in good time;
+    ``layout``: the traces' track tree (``trace.plan``)."""
     if isinstance(raw_path, (list, tuple)):
         from proton_lite.profile_merge import merge_profiles
         profile = merge_profiles(load_profiles(list(raw_path)), align_on=align_on)
@@ -110,9 +112,9 @@ def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None
         try:
             if progress:
                 with _Bar(f"proton_lite: writing {Path(path).name}") as bar:
-                    stats = write_trace(profile, tmp, fmt, progress=bar.report)
+                    stats = write_trace(profile, tmp, fmt, progress=bar.report, layout=layout)
             else:
-                stats = write_trace(profile, tmp, fmt)
+                stats = write_trace(profile, tmp, fmt, layout=layout)
             os.replace(tmp, path)
             if warnings is not None:
                 from proton_lite.trace.ui_limits import crowded_trace_warning

@@ -34,6 +34,9 @@ class SessionOptions:
     name: base path of the output files (``NAME.plraw``, ``NAME.pftrace``, ``NAME.json``).
     out_dir: folder the output files go to (created if missing); None: ``name`` as given.
     formats: trace formats written at stop, any of "perfetto", "chrome"; () = raw only.
+    trace_layout: the traces' track tree: "auto" (default: a group per launch while the
+        trace stays small enough for Perfetto's UI, else "sm"), "launch", or "sm" (SM rows
+        shared by every launch of a GPU, a row of launch slices above; trace/plan.py).
     granularity: which threads record: "auto" (default: one lane per warp in kernels with
         scopes, per CTA in kernels without, whose warps would only repeat the CTA's start and
         end), "warp", "warpgroup" or "cta".
@@ -76,6 +79,7 @@ class SessionOptions:
     name: str = "proton_lite"
     out_dir: str | None = None
     formats: tuple[str, ...] = ("perfetto",)
+    trace_layout: str = "auto"
     granularity: str = "auto"
     kernels: tuple[str, ...] | None = None
     capacity: int | None = None
@@ -99,6 +103,9 @@ class SessionOptions:
         bad = [f for f in formats if f not in FORMATS]
         if bad:
             raise ValueError(f"proton_lite: unknown trace format(s) {bad}; valid: {', '.join(FORMATS)}")
+        from proton_lite.trace.plan import LAYOUTS
+        if self.trace_layout not in LAYOUTS:
+            raise ValueError(f"proton_lite: unknown trace_layout {self.trace_layout!r}; valid: {', '.join(LAYOUTS)}")
         if self.kernels is not None:
             kernels = (self.kernels,) if isinstance(self.kernels, str) else tuple(self.kernels)
             object.__setattr__(self, "kernels", kernels)
@@ -265,7 +272,8 @@ class Session:
         if self.options.decode:
             from proton_lite.pipeline import raw_to_traces
             profile, paths = raw_to_traces(self.raw_path, self.options.base, self.options.formats,
-                                           progress=not self.options.quiet, warnings=trace_warnings)
+                                           progress=not self.options.quiet, warnings=trace_warnings,
+                                           layout=self.options.trace_layout)
             result.trace_paths = paths
             result.records = int(profile.launches["records"].sum()) if len(profile.launches) else 0
             result.dropped = profile.total_dropped
@@ -306,6 +314,8 @@ def start(name: str = "proton_lite", mode: str = "instrumentation", **options) -
     mode: "instrumentation" (the only mode).
     out_dir: folder for the output files, created if missing (default: as ``name`` says).
     formats: traces written at stop: ("perfetto",) (default), "chrome", both, or () for none.
+    trace_layout: "auto" (default: a group per launch while small enough for Perfetto's UI,
+        else "sm"), "launch" or "sm" (SM rows shared by all launches of a GPU).
     granularity: which threads record: "auto" (default: per warp with scopes, per CTA
         without), "warp", "warpgroup" or "cta".
     kernels: fnmatch patterns of the kernels to instrument (default: all).

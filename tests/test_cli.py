@@ -404,7 +404,7 @@ def fake_writer(monkeypatch):
     import proton_lite.trace as trace_mod
     calls = []
 
-    def write_trace(profile, path, fmt, progress=None):
+    def write_trace(profile, path, fmt, progress=None, layout="auto"):
         calls.append((str(path), fmt, len(profile.launches)))
         Path(path).write_bytes(f"fake {fmt}".encode())
         return {}
@@ -462,7 +462,7 @@ def test_trace_of_a_trace_file_is_refused(tmp_path, capsys, fake_writer):
 def test_interrupted_trace_write_leaves_no_file(captures, tmp_path, capsys, monkeypatch):
     import proton_lite.trace as trace_mod
 
-    def slow_writer(profile, path, fmt):
+    def slow_writer(profile, path, fmt, layout="auto"):
         Path(path).write_bytes(b"half a trace")
         raise KeyboardInterrupt
 

@@ -2,7 +2,6 @@
 Perfetto's real trace processor makes of the files, size per slice, and bad input."""
 import json
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -281,19 +280,7 @@ def test_random_nested_profiles_round_trip(tmp_path_factory, seed):
 
 def _packets(path):
     """All packets (compressed batches inflated) and the file's first packet."""
-    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
-    trace = pb.Trace()
-    trace.ParseFromString(path.read_bytes())
-    first = trace.packet[0]
-    out = []
-    for p in trace.packet:
-        if p.HasField("compressed_packets"):
-            inner = pb.Trace()
-            inner.ParseFromString(zlib.decompress(p.compressed_packets))
-            out += list(inner.packet)
-        else:
-            out.append(p)
-    return pb, out, first
+    return tp.pftrace_packets(path)
 
 
 def test_pftrace_follows_perfettos_rules(tmp_path):

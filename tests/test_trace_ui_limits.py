@@ -1,7 +1,8 @@
 """A trace with more tracks than Perfetto's UI draws in good time is named, with a cut that
 works: 1,024 launches of 64 CTAs (decode_speed.py's ``small`` capture, built to the documented
-byte layout) give ~400,000 tracks; the suggested ``--launch`` range writes a trace under the
-limit; a small capture gets no warning."""
+byte layout) give ~400,000 tracks written a group per launch (``--layout launch``; the default
+shares the SM rows and stays small, tests/test_trace_layout.py); the suggested ``--launch``
+range writes a trace under the limit; a small capture gets no warning."""
 import os
 import re
 
@@ -25,18 +26,21 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "docs", "examples", "mat
 def test_many_small_launches_are_named_with_a_launch_range_that_fits(tmp_path, capsys):
     raw = str(tmp_path / "steps.plraw")
     build_capture(raw, "small")  # 1,024 launches x 64 CTAs x 4 warps
-    assert cli.main(["trace", raw, "-o", str(tmp_path / "all")]) == 0
+    assert cli.main(["trace", raw, "-o", str(tmp_path / "all")]) == 0  # auto: SM rows shared, no warning
+    assert "tracks" not in capsys.readouterr().err
+    assert cli.main(["trace", raw, "-o", str(tmp_path / "all"), "--layout", "launch"]) == 0
     err = capsys.readouterr().err
-    m = re.search(r"warning: \S+all\.pftrace has ([\d,]+) tracks \(1,024 launches: .*--launch (\d+)-(\d+) ", err)
+    m = re.search(r"warning: \S+all\.pftrace has ([\d,]+) tracks \(1,024 launches: .*--layout sm .*"
+                  r"--launch (\d+)-(\d+) ", err)
     assert m, err
     tracks, first, last = int(m.group(1).replace(",", "")), int(m.group(2)), int(m.group(3))
     assert tracks > 5 * TRACKS_FOR_THE_UI and first == 0 and 1 <= last < 1023
     profile = load_profile(raw)
     part = cut(profile, launches=parse_launches([f"{first}-{last}"]))
-    stats = write_trace(part, tmp_path / "part.pftrace", "perfetto")
+    stats = write_trace(part, tmp_path / "part.pftrace", "perfetto", layout="launch")
     assert TRACKS_FOR_THE_UI // 2 < track_count(stats) <= TRACKS_FOR_THE_UI  # the cut fits, and is not tiny
     assert crowded_trace_warning(stats, part.launches, raw) is None
-    chrome = write_trace(part, tmp_path / "part.json", "chrome")  # the JSON's processes and threads
+    chrome = write_trace(part, tmp_path / "part.json", "chrome", layout="launch")  # the JSON's processes and threads
     assert 0 < track_count(chrome) <= track_count(stats) + len(part.launches)
 
 

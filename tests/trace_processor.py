@@ -70,3 +70,25 @@ BAD_STATS = ("select name, idx, severity, source, value from stats "
 def bad_stats(trace_path: str) -> list[dict]:
     """Rows of the ``stats`` table that report errors or data losses."""
     return query(trace_path, [BAD_STATS])[0]
+
+
+def pftrace_packets(path):
+    """(the perfetto_trace_pb2 module, every packet of a .pftrace with its compressed batches
+    inflated, the file's first packet), through the ``perfetto`` package's protos; the test
+    is skipped where that package is missing."""
+    import zlib
+
+    import pytest
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    trace = pb.Trace()
+    with open(path, "rb") as f:
+        trace.ParseFromString(f.read())
+    out = []
+    for p in trace.packet:
+        if p.HasField("compressed_packets"):
+            inner = pb.Trace()
+            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+            out += list(inner.packet)
+        else:
+            out.append(p)
+    return pb, out, trace.packet[0]

@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", metavar="TEXT",
                    help="only launches of kernels whose name contains this text (case-insensitive); with "
                         "--launch or --window, what all of them keep")
+    p.add_argument("--layout", choices=("auto", "launch", "sm"), default="auto",
+                   help="the track tree: launch (a group per launch, its SMs inside), sm (one group per GPU: SM "
+                        "rows shared by every launch, a row of launch slices above), auto (default: launch "
+                        "while the trace stays under 20,000 tracks, else sm)")
     p.set_defaults(func=cmd_trace)
 
     p = _sub(sub, "summary", "tables of launches, scopes and SMs", "proton-lite summary run.plraw --sort mean "

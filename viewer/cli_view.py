@@ -41,7 +41,7 @@ def _output_base(src: str, out: str | None) -> str:
     return os.path.join(out, Path(src).name) if folder == out else out
 
 
-def convert(src, out: str | None, formats: list[str], cut=None, align_on: str | None = None):
+def convert(src, out: str | None, formats: list[str], cut=None, align_on: str | None = None, layout: str = "auto"):
     """Write the traces of capture ``src`` (or of a list of captures, merged: one timeline with
     a group per capture) (of the part ``cut`` keeps); returns (profile, paths)."""
     from proton_lite.pipeline import raw_to_traces
@@ -62,7 +62,7 @@ def convert(src, out: str | None, formats: list[str], cut=None, align_on: str | 
     try:
         crowded: list[str] = []
         profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut, align_on=align_on,
-                                       warnings=crowded)
+                                       warnings=crowded, layout=layout)
         for line in crowded:
             _warn(line)
     except RawFormatError as e:
@@ -130,7 +130,7 @@ def cmd_trace(args) -> int:
                                f"{' ...' if len(profile.launches) > 12 else ''} over 0 to {span:,.1f} µs")
             return part
     profile, paths = convert(args.file if len(args.file) > 1 else args.file[0], args.output, formats, cut,
-                             align_on=args.align_on)
+                             align_on=args.align_on, layout=args.layout)
     for p in paths:
         print(p)
     alignment = (profile.session or {}).get("alignment")

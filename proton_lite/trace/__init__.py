@@ -17,15 +17,20 @@ FORMATS = ("perfetto", "chrome")
 EXTENSIONS = {"perfetto": ".pftrace", "chrome": ".json"}
 
 
-def write_trace(profile: Profile, path: str | Path, fmt: str, progress=None) -> dict:
+def write_trace(profile: Profile, path: str | Path, fmt: str, progress=None, layout: str = "auto") -> dict:
     """Write ``profile`` to ``path`` as ``fmt`` (one of FORMATS); returns the writer's stats.
-    ``progress(done, total)``: called as the writer goes."""
+    ``progress(done, total)``: called as the writer goes.  ``layout``: ``launch`` (a group
+    per launch), ``sm`` (SM groups shared by the launches of a GPU) or ``auto`` (``launch``
+    while the trace stays small enough for Perfetto's UI; ``plan``)."""
+    from proton_lite.trace.plan import LAYOUTS
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
     if fmt == "perfetto":
         from proton_lite.trace.perfetto import write_perfetto
-        return write_perfetto(profile, path, progress=progress)
+        return write_perfetto(profile, path, progress=progress, layout=layout)
     if fmt == "chrome":
         from proton_lite.trace.chrome import write_chrome
-        return write_chrome(profile, path, progress=progress)
+        return write_chrome(profile, path, progress=progress, layout=layout)
     raise ValueError(f"unknown trace format {fmt!r}; valid formats: {', '.join(FORMATS)}")
 
 

@@ -58,13 +58,14 @@ class Rows:
     Every column holds one byte per row (a scalar or an array) and, optionally, a bool
     array saying in which rows it is present.  ``mark()``/``length_since()`` give the
     byte count of the columns added after a mark, for length prefixes (filled in later
-    with ``set_length``; each length must be < 128, checked).
+    with ``set_length``; each length must be < 128, or < 16,384 for a wide one, checked).
     """
 
     def __init__(self, n: int):
         self.n = n
         self.cols: list = []  # byte value: int or uint8 array
         self.present: list = []  # None (always) or bool array
+        self.wide: set[int] = set()  # columns of two-byte length prefixes (``placeholder(wide=True)``)
 
     def const(self, data: bytes, present=None) -> None:
         for b in data:
@@ -130,23 +131,38 @@ class Rows:
     def mark(self) -> int:
         return len(self.cols)
 
-    def placeholder(self) -> int:
-        """Reserve one byte column for a length written later by ``set_length``."""
+    def placeholder(self, wide: bool = False) -> int:
+        """Reserve a column for a length written later by ``set_length``: one byte (< 128),
+        or with ``wide`` two, the second present only where the length needs it (< 16,384)."""
         self.cols.append(0)
         self.present.append(None)
+        if wide:
+            self.wide.add(len(self.cols) - 1)
+            self.cols.append(0)
+            self.present.append(np.zeros(self.n, bool))
+            return len(self.cols) - 2
         return len(self.cols) - 1
 
     def length_since(self, mark: int) -> np.ndarray:
         masks = [p for p in self.present[mark:] if p is not None]
         fixed = len(self.present) - mark - len(masks)
-        if len(masks) > 250:
+        if len(masks) > 250 and not self.wide:
             raise ValueError("too many optional columns for a one-byte count")
-        total = np.full(self.n, fixed, np.uint8)
+        total = np.full(self.n, fixed, np.uint16 if self.wide else np.uint8)
         for p in masks:
             np.add(total, p, out=total, casting="unsafe")
         return total.astype(np.int64)
 
     def set_length(self, col: int, length: np.ndarray, present=None) -> None:
+        if col in self.wide:
+            if len(length) and int(length.max()) >= 1 << 14:
+                raise ValueError("row message of 16,384 bytes or more: a two-byte length prefix does not fit")
+            long = length > 127
+            self.cols[col] = ((length & 0x7F) | np.where(long, 0x80, 0)).astype(np.uint8)
+            self.present[col] = present
+            self.cols[col + 1] = (length >> 7).astype(np.uint8)
+            self.present[col + 1] = long if present is None else long & present
+            return
         if len(length) and int(length.max()) > 127:
             raise ValueError("row message longer than 127 bytes: one-byte length prefix does not fit")
         self.cols[col] = length.astype(np.uint8)
@@ -246,12 +262,13 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return value, length
 
 
-def parse_messages(buf: np.ndarray, start: np.ndarray, end: np.ndarray, wanted: dict[int, int]) -> dict:
+def parse_messages(buf: np.ndarray, start: np.ndarray, end: np.ndarray, wanted: dict[int, int],
+                   keep: str = "last") -> dict:
     """Decode fields of many messages at once: one field per message per step.
 
     ``wanted`` maps field number -> wire type (0 varint, 2 length-delimited).  Returns
     {field: (has, value)} with value uint64 (varint) or (payload start, payload end) int64
-    arrays; a field repeated in one message keeps its last occurrence.
+    arrays; a field repeated in one message keeps its last occurrence (``keep="first"``: its first).
     """
     n = len(start)
     out = {}
@@ -283,6 +300,8 @@ def parse_messages(buf: np.ndarray, start: np.ndarray, end: np.ndarray, wanted: 
             raise ValueError("a protobuf field runs past the end of its message")
         for f, w in wanted.items():
             m = (num == f) & (wire == w)
+            if keep == "first":
+                m &= ~out[f][0][active]
             if m.any():
                 rows = active[m]
                 out[f][0][rows] = True

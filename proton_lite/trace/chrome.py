@@ -27,18 +27,24 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
+from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
-from proton_lite.trace.tree import (_cta_layout, _launch_title, _scope_names, _scope_note, _several_devices,
-                                    _sorted_launches, _time_shift)
+from proton_lite.trace.plan import lane_name, launch_spans, plan_trace, short_kernel_name
+from proton_lite.trace.tree import (_launch_title, _scope_names, _scope_note, _several_devices, _sorted_launches,
+                                    _time_shift)
 from proton_lite.trace.workers import _run_ordered, _workers
 from proton_lite.trace._proto import Rows
-from proton_lite.trace.rows import (SLOT_NAME, cta_name, grid_of_ctas, resident_changes, slot_layout, unit_names,
-                                    unit_tracks)
+from proton_lite.trace.rows import SLOT_NAME, cta_name, grid_of_ctas, resident_changes, unit_names, unit_tracks
 
 CHUNK = 1 << 16  # lines per encoding task
 COUNTER_NAME, COUNTER_ARG = "resident", "CTAs"  # the importer names the track "resident CTAs"
+
+
+def _json(value) -> str:
+    """JSON with text as UTF-8, not ``\\u`` escapes: Perfetto's JSON importer (v52) shows
+    those as written (``\\u00b7`` for ``·``)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _times(r: Rows, key: bytes, ns: np.ndarray) -> None:
@@ -71,40 +77,54 @@ def _counter_lines(pid: np.ndarray, t: np.ndarray, value: np.ndarray) -> bytes:
     return r.tobytes()
 
 
-def write_chrome(profile: Profile, path: str | Path, workers: int | None = None, progress=None) -> dict:
+def _launch_titles(profile: Profile, launches) -> list[str]:
+    """Each launch's title; in a merge of several captures, after its capture's name."""
+    show_device = _several_devices(launches)
+    titles = [_launch_title(profile.kernels[int(la["kernel"])], la, show_device) for la in launches]
+    capture = launch_captures(profile.session, launches["launch"])
+    if capture is not None:
+        names = capture_titles(profile.session["merged_from"])
+        titles = [f"{names[int(c)]} {t}" for c, t in zip(capture, titles)]
+    return titles
+
+
+def write_chrome(profile: Profile, path: str | Path, workers: int | None = None, progress=None,
+                 layout: str = "auto") -> dict:
     from proton_lite.trace.readback import scope_lookup
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
-    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches)
+    plan = plan_trace(profile, launches, layout)
+    ctas, cta_lr, iv_cta, lay, tops = plan.ctas, plan.cta_lr, plan.iv_cta, plan.lay, plan.tops
+    by_launch = plan.layout == "launch"
     iv = profile.intervals
     n_iv, n_cta = len(iv), len(ctas)
     kernels = profile.kernels
     k_of_launch = launches["kernel"].astype(np.int64)
-    lay = slot_layout(profile, ctas, cta_lr, iv_cta, runs)
+    launch_no = launches["launch"].astype(np.int64)
+    n_tops = len(tops.titles)
 
-    # processes: each launch, then its (launch, SM) groups; pids 1..
-    group_launch = cta_lr[lay.group_first]
-    group_pid = np.arange(lay.n_groups) + group_launch + 2
-    group_bounds = np.searchsorted(group_launch, np.arange(len(launches) + 1))  # each launch's SM groups
-    launch_pid = np.arange(len(launches)) + 1 + group_bounds[:-1]
-    n_pid = len(launches) + lay.n_groups
+    # processes: each top group (a launch, or a GPU), then its (top group, SM) groups; pids 1..
+    cta_top = plan.cta_top
+    group_top = cta_top[lay.group_first]
+    group_pid = np.arange(lay.n_groups) + group_top + 2
+    group_bounds = np.searchsorted(group_top, np.arange(n_tops + 1))  # each top group's SM groups
+    top_pid = np.arange(n_tops) + 1 + group_bounds[:-1]
+    n_pid = n_tops + lay.n_groups
     sm = ctas["smid"].astype(np.int64)
     head, processes = [], []
-    show_device = _several_devices(launches)
-    titles = [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
-    capture = launch_captures(profile.session, launches["launch"])
-    if capture is not None:  # merged captures (one per rank): each launch's process says which
+    titles = list(tops.titles)
+    if tops.capture is not None:  # merged captures (one per rank): each top group's process says which
         names = capture_titles(profile.session["merged_from"])
-        titles = [f"{names[int(c)]} {t}" for c, t in zip(capture, titles)]
-    for li, la in enumerate(launches):
-        title = titles[li]
-        pids = [(int(launch_pid[li]), title, -1)]
-        pids += [(int(group_pid[g]), f"{title} SM {int(sm[lay.group_first[g]])}", int(sm[lay.group_first[g]]))
-                 for g in range(group_bounds[li], group_bounds[li + 1])]
+        titles = [f"{names[int(c)]} {t}" for c, t in zip(tops.capture, titles)]
+    for g in range(n_tops):
+        title = titles[g]
+        pids = [(int(top_pid[g]), title, -1)]
+        pids += [(int(group_pid[k]), f"{title} SM {int(sm[lay.group_first[k]])}", int(sm[lay.group_first[k]]))
+                 for k in range(group_bounds[g], group_bounds[g + 1])]
         for pid, name, smid in pids:
-            head.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
+            head.append(_json({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
             head.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}')
-            processes.append([int(la["launch"]), smid])
+            processes.append([int(launch_no[g]) if by_launch else -1, smid])
 
     # threads (names need no JSON escaping): each slot, then its unit/lane tracks; tids above all pids
     ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
@@ -115,7 +135,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     row_pid = group_pid[lay.row_group]
     first_tid = np.zeros(n_pid + 1, np.int64)
     first_tid[row_pid[lay.row_slot == 0]] = row_tid[lay.row_slot == 0]
-    unit_labels, ut_name = unit_names(kernels, k_of_launch[group_launch[lay.row_group[ut_row]]], ut_unit, ut_lane)
+    unit_labels, ut_name = unit_names(kernels, plan.row_kernel[ut_row], ut_unit, ut_lane)
     is_row_t = np.r_[np.ones(n_rows, bool), np.zeros(n_ut, bool)]
     t_row = np.r_[np.arange(n_rows), ut_row].astype(np.int64)
     t_tid = np.r_[row_tid, ut_tid].astype(np.int64)
@@ -163,9 +183,9 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     for key in pairs.tolist():
         k, sc = divmod(key, n_scopes)
         name = _scope_names(kernels[k], sc)[sc]
-        names.append(json.dumps(name).encode())
+        names.append(_json(name).encode())
         note = _scope_note(kernels[k], name)
-        notes.append(b',"note":' + json.dumps(note).encode() if note else b"")  # passes/pipelining.py
+        notes.append(b',"note":' + _json(note).encode() if note else b"")  # passes/pipelining.py
         try:
             explicit.append(scope_lookup(kernels[k])(name) != sc)
         except ValueError:
@@ -175,6 +195,8 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     slice_cta = np.r_[iv_cta, np.arange(n_cta)].astype(np.int64)
     cid = ctas["cta"].astype(np.int64)
     gx, gy, multi = grid_of_ctas(launches, cta_lr)
+    prefixes = [_json(f"{short_kernel_name(kernels[int(la['kernel'])].name)} #{int(la['launch'])} ")[1:-1].encode()
+                for la in launches]
     cycles = np.r_[iv["cycles"].astype(np.int64), (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)]
     unit = np.r_[iv["unit"], np.zeros(n_cta, np.uint32)].astype(np.int64)
     lane = np.r_[iv["lane"], np.zeros(n_cta, np.uint16)].astype(np.int64)
@@ -189,6 +211,8 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         r.const(b'{"ph":"X","name":')
         if of_ctas:
             r.const(b'"')
+            if not by_launch:  # "matmul #3 CTA 37"
+                r.table(prefixes, cta_lr[c])
             cta_name(r, cid[c], gx[c], gy[c], multi[c])
             r.const(b'"')
         else:
@@ -201,6 +225,8 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         r.decimal(cycles[o], signed=True)
         _int(r, b"sm", sm[c])
         _int(r, b"cta", cid[c])
+        if not by_launch:  # SM groups shared by the launches: each slice names its own
+            _int(r, b"launch", launch_no[cta_lr[c]])
         if not of_ctas:
             _int(r, b"unit", unit[o])
             _int(r, b"depth", depth[o])
@@ -211,25 +237,35 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         r.const(b"}},\n")
         return r.tobytes()
 
-    # counters: resident CTAs per launch (on the GPU) and per SM
+    # counters: resident CTAs per top group (on the GPU) and per SM
     c_t = np.r_[start[n_iv:], end[n_iv:]]
     c_delta = np.r_[np.ones(n_cta, np.int64), -np.ones(n_cta, np.int64)]
-    lev, lv = resident_changes(np.r_[cta_lr, cta_lr], c_t, c_delta)
+    lev, lv = resident_changes(np.r_[cta_top, cta_top], c_t, c_delta)
     gev, gv = resident_changes(np.r_[lay.group, lay.group], c_t, c_delta)
-    c_pid = np.r_[launch_pid[cta_lr[lev % max(n_cta, 1)]], group_pid[lay.group[gev % max(n_cta, 1)]]]
+    c_pid = np.r_[top_pid[cta_top[lev % max(n_cta, 1)]], group_pid[lay.group[gev % max(n_cta, 1)]]]
     c_t, c_v = np.r_[c_t[lev], c_t[gev]], np.r_[lv, gv]
 
-    # each launch's span, on a thread of the launch's process: drawn in its row while collapsed
-    bounds = np.searchsorted(cta_lr, np.arange(len(launches) + 1))
-    for li in np.flatnonzero(np.diff(bounds)).tolist():
-        lo, hi = bounds[li], bounds[li + 1]
-        t0, t1 = int(start[n_iv + lo:n_iv + hi].min()), int(end[n_iv + lo:n_iv + hi].max())
-        pid, tid = int(launch_pid[li]), n_pid + 1 + n_rows + n_ut + li
-        head.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"launch"}}}}')
-        head.append(f'{{"ph":"X","name":{json.dumps(titles[li])},"ts":{_us(t0)},"dur":{_us(t1 - t0)},"pid":{pid},'
-                    f'"tid":{tid},"args":{{"ctas":{hi - lo},"sms":{group_bounds[li + 1] - group_bounds[li]}}}}}')
+    # each launch's span, on a thread of its top group's process: drawn in its row while collapsed
+    spans = launch_spans(plan, len(launches))
+    sms = np.zeros(len(launches), np.int64)
+    if n_cta:
+        np.add.at(sms, np.unique(np.stack([cta_lr, sm]), axis=1)[0], 1)
+    span_tid = n_pid + 1 + n_rows + n_ut + (spans.row_top[spans.row] if by_launch else spans.row)
+    launch_titles = _launch_titles(profile, launches)
+    named = set()
+    for k in np.argsort(spans.launch, kind="stable").tolist():
+        li, pid, tid = int(spans.launch[k]), int(top_pid[spans.row_top[spans.row[k]]]), int(span_tid[k])
+        t0, t1 = int(spans.start[k]) + shift, int(spans.end[k]) + shift
+        if tid not in named:
+            named.add(tid)
+            row = "launch" if by_launch else lane_name(int(spans.lane[k]))
+            head.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"{row}"}}}}')
+        which = "" if by_launch else f'"launch":{int(launch_no[li])},'
+        head.append(f'{{"ph":"X","name":{_json(launch_titles[li])},"ts":{_us(t0)},"dur":{_us(t1 - t0)},'
+                    f'"pid":{pid},"tid":{tid},"args":{{{which}"ctas":{int(spans.ctas[k])},"sms":{int(sms[li])}}}}}')
 
-    meta = _metadata(profile, launches, shift, processes=processes, ctas=_cta_extras(ctas, lay.extent_lo))
+    meta = _metadata(profile, launches, shift, processes=processes, ctas=_cta_extras(ctas, lay.extent_lo),
+                     layout=layout_meta(plan))
     # CTA slices first (their order puts CTAs after the intervals), then the intervals
     order = np.r_[order[order >= n_iv], order[order < n_iv]]
     tasks = [lambda sel=slice(lo, lo + CHUNK): thread_lines(sel) for lo in range(0, n_rows + n_ut, CHUNK)]
@@ -256,6 +292,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         f.write(tail)
         size += len(tail)
     n_slices = n_iv + n_cta
-    return {"format": "chrome", "path": str(path), "bytes": size, "slices": n_slices, "processes": n_pid,
+    return {"format": "chrome", "path": str(path), "bytes": size, "slices": n_slices, "layout": plan.layout,
+            "processes": n_pid,
             "threads": n_rows + n_ut, "slots": n_rows, "counter_events": len(c_pid),
             "bytes_per_slice": size / n_slices if n_slices else 0.0}

@@ -113,3 +113,23 @@ def _cta_extras(ctas_sorted: np.ndarray, extent_lo: np.ndarray) -> dict:
                           "measured_cycles_per_ns": ctas_sorted["measured_cycles_per_ns"],
                           "finished_units": ctas_sorted["finished_units"],
                           "extent_lead_ns": ctas_sorted["start_ns"].astype(np.int64) - extent_lo})
+
+
+def layout_meta(plan) -> dict:
+    """The track tree a trace was written in (``plan.TracePlan``): the reader's order of the
+    per-CTA columns and where it finds a CTA's launch depend on it.  ``top``: in the sm
+    layout, the top group (GPU) of each launch, in launch order."""
+    out = {"name": plan.layout}
+    if plan.layout == "sm":
+        out["top"] = plan.tops.of_launch.tolist()
+    return out
+
+
+def layout_of(meta: dict) -> tuple[str, np.ndarray | None]:
+    """(layout name, top group of each launch or None) of a trace's metadata; traces written
+    before there were two layouts are in the launch layout."""
+    lay = meta.get("layout") or {"name": "launch"}
+    if lay.get("name") not in ("launch", "sm"):
+        raise ValueError(f"unknown track layout {lay.get('name')!r} in the trace's metadata")
+    top = np.asarray(lay["top"], np.int64) if lay["name"] == "sm" else None
+    return lay["name"], top

@@ -8,10 +8,11 @@ without); track descriptors add ~27 bytes per track.  By default packets go out 
 deflated ``compressed_packets`` batches, which the trace processor inflates natively
 (``compress=False`` for plain).
 
-Layout: launch > SM > slot > unit tracks, see ``perfetto_tree`` (and ``rows`` for the
-slots).  Stream: [metadata packet, field META_FIELD, the ``_metadata`` JSON] [track
-descriptors] [sequence 2: the CTA slices with the resident-CTA counters] [sequences 3, 4,
-...: the intervals, in pieces of whole (launch, SM) groups, see ``perfetto_pieces``].  Each
+Layout: launch (or GPU) > SM > slot > unit tracks, see ``plan`` and ``perfetto_tree`` (and
+``rows`` for the slots).  Stream: [metadata packet, field META_FIELD, the ``_metadata`` JSON]
+[track descriptors] [sequence 1, the sm layout only: the launch slices] [sequence 2: the CTA
+slices with the resident-CTA counters] [sequences 3, 4, ...: the intervals, in pieces of
+whole (launch or GPU, SM) groups, see ``perfetto_pieces``].  Each
 sequence starts with SEQ_INCREMENTAL_STATE_CLEARED + interned names + TracePacketDefaults
 (timestamp_clock_id = 64) + a ClockSnapshot (clock 64 is incremental, 0 = BOOTTIME 0);
 its events are in time order, each with a timestamp delta and a track_uuid.  An
@@ -29,22 +30,24 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata
-from proton_lite.trace.tree import _cta_layout, _scope_names, _scope_note, _sorted_launches, _time_shift
+from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
+from proton_lite.trace.tree import (_launch_title, _scope_names, _scope_note, _several_devices, _sorted_launches,
+                                    _time_shift)
 from proton_lite.trace.workers import _ordered, _workers
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
-from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, packet
+from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
 from proton_lite.trace.perfetto_pieces import (CHUNK, IntervalColumns, Pieces, encode_piece, finish, index_piece,
                                                sequence_start)
-from proton_lite.trace.perfetto_tree import CtaEvents, Tracks
-from proton_lite.trace.rows import slot_layout
+from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
+from proton_lite.trace.plan import launch_spans, plan_trace
 
 
 def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, workers: int | None = None,
-                   progress=None) -> dict:
+                   progress=None, layout: str = "auto") -> dict:
     """Write ``profile`` as a .pftrace; ``compress`` deflates packet batches (~5x smaller);
-    ``progress(done, total)`` is called as pieces of the trace are written.
+    ``progress(done, total)`` is called as pieces of the trace are written; ``layout``: the
+    track tree (``plan``: a group per launch, or SMs shared by the launches of a GPU).
 
     Everything but the track layout runs in worker threads: the descriptors, the CTA
     sequence, the metadata and each piece of intervals (``pieces``); the bytes do not
@@ -58,12 +61,12 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     run = pool.submit if pool else (lambda f: _Done(f()))
     pmap = pool.map if pool else map
     try:
-        ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap)
-        clock.mark("order")
+        plan = plan_trace(profile, launches, layout, pmap)
+        ctas, cta_lr, iv_cta, runs, lay = plan.ctas, plan.cta_lr, plan.iv_cta, plan.runs, plan.lay
+        spans = launch_spans(plan, len(launches)) if plan.layout == "sm" else None
+        clock.mark("slots")
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
-        lay = slot_layout(profile, ctas, cta_lr, iv_cta, runs, pmap)
-        clock.mark("slots")
         cut = Pieces(lay.group, iv_cta, runs)
         extras = run(lambda: _cta_extras(ctas, lay.extent_lo))  # packed and deflated while the pieces are indexed
         clock.mark("pieces")
@@ -99,15 +102,17 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         unit_list = tuple(np.concatenate([ut[j] for ut in ut_parts]) if ut_parts else np.zeros(0, np.int64)
                           for j in range(3))
         pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
-        tracks = Tracks(profile, launches, ctas, cta_lr, lay, compress, finish, units=unit_list)
+        tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
+        kernel_names = [k.name for k in profile.kernels]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
-        cta_events = run(lambda: CtaEvents(launches, ctas, cta_lr, lay, shift).after_units(len(unit_list[0])))
+        cta_events = run(lambda: CtaEvents(launches, plan, shift, kernel_names).after_units(len(unit_list[0])))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
         event_names = [_scope_names(profile.kernels[k], s)[s] for k, s in names]
-        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names, ctas=extras.result())))
+        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names, ctas=extras.result(),
+                                                layout=layout_meta(plan))))
         note, notes = _scope_notes(profile, names, event_names)
         columns = IntervalColumns(start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"], cycles=iv["cycles"],
                                   shift=shift, note=note, notes=notes)
@@ -145,6 +150,13 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
                 put("descriptors", d.result())
+            if spans is not None:  # the sm layout's launch slices: few, a sequence of their own
+                show_device = _several_devices(launches)
+                titles = [_launch_title(profile.kernels[int(la["kernel"])], la, show_device).encode()
+                          for la in launches]
+                put("head", sequence_start(SEQ_LAUNCHES, {}))
+                put("events", finish(launch_span_rows(spans, titles, launches["launch"].astype(np.int64),
+                                                      tracks.lane_uuid, shift), compress))
             clock.mark("head")
             for done, (data, ab) in enumerate(results, start=1):
                 if done == n_pieces + 1:
@@ -164,7 +176,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     total = sum(sizes.values())
     n_slices = n_iv + n_cta
     return {"format": "perfetto", "path": str(path), "bytes": total, "slices": n_slices, "compressed": compress,
-            "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(cut), "events": 2 * n_slices,
+            "layout": plan.layout, "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(cut), "events": 2 * n_slices,
             "counter_samples": n_samples, "descriptor_bytes": sizes["descriptors"],
             "event_bytes": sizes["events"], "arg_bytes_uncompressed": arg_bytes,
             "bytes_per_slice": total / n_slices if n_slices else 0.0, "phase_s": clock.spans}
@@ -186,8 +198,8 @@ def _scope_notes(profile: Profile, names: list, event_names: list[str]):
 
 class _Phases:
     """Wall seconds of the writer's steps (``phase_s`` in its stats: where a large trace's time
-    goes, for ``tests/benchmarks/decode_speed.py``): order, slots, pieces and head on this
-    thread (the first two also on the workers), index and events wait for the workers."""
+    goes, for ``tests/benchmarks/decode_speed.py``): slots (the CTAs' order and packing,
+    ``plan``), pieces and head on this thread (the first also on the workers), index and events wait for the workers."""
 
     def __init__(self):
         self.spans: dict[str, float] = {}

@@ -6,7 +6,7 @@ longer than encoding and deflating everything else.  A track's events only need 
 be in time order within the track, and the trace processor sorts the events of all
 sequences into one timeline when it loads a file (its sorter merges sequences; the
 writers' two-sequence traces have relied on that since the CTA slices moved to their own).
-So the intervals are cut into pieces of whole (launch, SM) groups, in the tree's order,
+So the intervals are cut into pieces of whole SM groups (launch or GPU, SM), in the tree's order,
 about ``PIECE`` intervals each: no track spans two pieces, so at equal timestamps the
 order of one track's events is still the file order within one sequence (END before
 BEGIN), and each piece is nested, sorted, encoded and deflated by one worker thread on
@@ -32,7 +32,7 @@ from proton_lite.trace.perfetto_fields import (ANNOTATION_NAMES, ANN_CYCLES, ANN
                                                P_INTERNED, P_SEQ_ID, SEQ_INCREMENTAL_STATE_CLEARED, TE_ANNOTATIONS,
                                                TE_NAME_IID, TPD_CLOCK_ID, packet, slice_event_start)
 
-PIECE = 1 << 17  # intervals per piece, about (whole (launch, SM) groups)
+PIECE = 1 << 17  # intervals per piece, about (whole SM groups)
 CHUNK = 1 << 18  # events encoded at once (bounds the temporary byte matrices)
 MAX_RAW_BATCH = 1 << 20  # bytes of packets per compressed_packets batch, before deflate
 
@@ -51,11 +51,11 @@ class IntervalColumns:
 
 
 class Pieces:
-    """The intervals in (launch, SM, CTA) order, cut between (launch, SM) groups about every
+    """The intervals in the tree's CTA order, cut between SM groups about every
     ``PIECE`` intervals: ``len(pieces)`` pieces, ``pieces.sel(k)`` the intervals of piece k.
 
     Built from ``cta_group`` (each CTA's group) and ``iv_cta`` (each interval's CTA rank in
-    ``_cta_layout`` order: launch, SM, CTA id), so ordering by ``iv_cta`` orders by group.
+    ``_cta_layout`` order: launch or GPU, SM, ...), so ordering by ``iv_cta`` orders by group.
     A profile's intervals come in runs of one CTA (the decoder and the reader write them
     so): then only the runs are sorted and cut here, and each piece lists its own intervals
     (``sel``, on its worker thread); otherwise a stable sort, one run per interval.

@@ -19,16 +19,17 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from proton_lite.profile_data import Profile
-from proton_lite.profile_merge import capture_titles, launch_captures
+from proton_lite.profile_merge import capture_titles
 from proton_lite.trace.nesting import _argsort_keys
-from proton_lite.trace.tree import _launch_title, _several_devices
+from proton_lite.trace.plan import LaunchSpans, TracePlan, lane_name, short_kernel_name
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY,
                                                CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_TRACK_DESCRIPTOR,
                                                SEQ_CTAS, SIBLING_MERGE_NONE, TD_CHILD_ORDERING, TD_COUNTER,
                                                TD_DESCRIPTION, TD_MERGE, TD_NAME, TD_PARENT, TD_RANK, TD_UUID,
                                                TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS, TE_EXTRA_COUNTER_VALUES,
-                                               TE_NAME, packet, slice_event_start)
+                                               ANN_CTAS, ANN_LAUNCH, SEQ_LAUNCHES, TE_NAME, packet,
+                                               slice_event_start)
 from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
@@ -36,6 +37,9 @@ COUNTER_UNIT = "CTAs"
 LAUNCH_DESCRIPTION = ("CTAs resident on the GPU over time. Inside: one group per SM with the CTAs resident on "
                       "it, then its slots: CTAs of the SM that never overlap share a slot, one track per warp "
                       "(or warp group) below it.")
+GPU_DESCRIPTION = ("CTAs resident on the GPU over time, all launches. Inside: the launches (one slice per launch), "
+                   "then one group per SM with the CTAs resident on it, then its slots: CTAs of the SM that never "
+                   "overlap share a slot, whatever their launch, one track per warp (or warp group) below it.")
 
 
 def _rank(rank) -> np.ndarray:
@@ -82,65 +86,80 @@ def _descriptor_rows(uuid, parent, rank, name_fill, has_children: bool, extra_fi
     return r
 
 
-def layout_uuids(n_units: int, lay: SlotLayout, n_launches: int):
-    """The uuids of the slot, SM and launch tracks after ``n_units`` unit tracks: each is
-    ``n_units`` plus a number that does not depend on it (``CtaEvents.after_units``)."""
+def layout_uuids(n_units: int, lay: SlotLayout, n_tops: int, n_lanes: int = 0):
+    """The uuids of the slot, SM, top-group and launch-lane tracks after ``n_units`` unit
+    tracks: each is ``n_units`` plus a number that does not depend on it (``CtaEvents.after_units``)."""
     n_rows, n_sms = lay.n_rows, lay.n_groups
+    first_top = n_units + n_rows + n_sms + 1
     return (n_units + 1 + np.arange(n_rows), n_units + n_rows + 1 + np.arange(n_sms),
-            n_units + n_rows + n_sms + 1 + np.arange(n_launches))
+            first_top + np.arange(n_tops), first_top + n_tops + np.arange(n_lanes))
 
 
 class Tracks:
     """Track uuids: unit/lane tracks first (1..U, the smallest varints: most events refer to
-    them), then slots, SMs, launches; and the tasks that encode their descriptors
-    (``finish(rows, compress)`` turns a batch into the file's bytes)."""
+    them), then slots, SMs, top groups (launches, or GPUs: ``plan``), the sm layout's launch
+    rows; and the tasks that encode their descriptors (``finish(rows, compress)`` turns a
+    batch into the file's bytes)."""
 
-    def __init__(self, profile: Profile, launches, ctas, cta_lr, lay: SlotLayout, compress: bool, finish, units):
+    def __init__(self, profile: Profile, launches, plan: TracePlan, spans: LaunchSpans | None, compress: bool,
+                 finish, units):
         """``units``: the (row, unit, lane) of every unit track, sorted (the writer finds them
         piece by piece, on its threads: ``perfetto_pieces.index_piece``)."""
-        kernels = profile.kernels
+        kernels, lay, tops = profile.kernels, plan.lay, plan.tops
         ut_row, ut_unit, ut_lane = units
-        n_units, n_rows, n_sms = len(ut_row), lay.n_rows, lay.n_groups
-        self.row_uuid, self.sm_uuid, self.launch_uuid = layout_uuids(n_units, lay, len(launches))
-        self.count = n_units + n_rows + n_sms + len(launches)
-        # a profile merged from several captures (one per rank): a root track per capture above its launches
-        capture = launch_captures(profile.session, launches["launch"])
+        n_units, n_rows, n_sms, n_tops = len(ut_row), lay.n_rows, lay.n_groups, len(tops.titles)
+        n_lanes = len(spans.row_top) if spans is not None else 0
+        self.row_uuid, self.sm_uuid, self.top_uuid, self.lane_uuid = layout_uuids(n_units, lay, n_tops, n_lanes)
+        self.count = n_units + n_rows + n_sms + n_tops + n_lanes
+        # a profile merged from several captures (one per rank): a root track per capture above its top groups
+        capture = tops.capture
         origins = (profile.session or {}).get("merged_from") or []
         capture_uuid = self.count + 1 + np.arange(len(origins)) if capture is not None else None
         if capture is not None:
             self.count += len(origins)
-        sm_lr = cta_lr[lay.group_first]
-        sm_id = ctas["smid"][lay.group_first].astype(np.int64)
-        launch_no = launches["launch"].astype(np.int64)
-        show_device = _several_devices(launches)
-        counter = field_bytes(TD_COUNTER, field_bytes(CD_UNIT_NAME, COUNTER_UNIT))
+        sm_top = plan.cta_top[lay.group_first]
+        sm_id = plan.ctas["smid"][lay.group_first].astype(np.int64)
+        by_launch = tops.layout == "launch"
+        top_rank = launches["launch"].astype(np.int64) if by_launch else np.arange(n_tops)
+        axis_keys = [f"SMs of #{int(n)}".encode() for n in launches["launch"]] if by_launch else \
+            [f"SMs of {t.split(' · ')[0]}{f' of capture {int(capture[g])}' if capture is not None else ''}".encode()
+             for g, t in enumerate(tops.titles)]
+        counter = field_bytes(TD_COUNTER, field_bytes(CD_UNIT_NAME, COUNTER_UNIT)) + \
+            field_bytes(TD_DESCRIPTION, LAUNCH_DESCRIPTION if by_launch else GPU_DESCRIPTION)
 
-        def launch_rows() -> bytes:
+        def top_rows() -> bytes:
             roots = b"" if capture is None else b"".join(
                 _descriptor(int(capture_uuid[k]), title, k) for k, title in enumerate(capture_titles(origins)))
             return roots + b"".join(
-                _descriptor(int(self.launch_uuid[i]), _launch_title(kernels[int(la["kernel"])], la, show_device),
-                            int(la["launch"]), counter + field_bytes(TD_DESCRIPTION, LAUNCH_DESCRIPTION) +
-                            (field_varint(TD_PARENT, int(capture_uuid[capture[i]])) if capture is not None else b""))
-                for i, la in enumerate(launches))
+                _descriptor(int(self.top_uuid[g]), title, int(top_rank[g]),
+                            counter + (field_varint(TD_PARENT, int(capture_uuid[capture[g]])) if capture is not None
+                                       else b""))
+                for g, title in enumerate(tops.titles))
 
-        def sm_rows(sel: slice) -> bytes:  # not deflated: few, and they go out with the launches'
+        def lane_rows() -> bytes:  # the sm layout's launch rows, above the SMs (negative ranks)
+            lanes = [lane_name(int(k)).encode() for k in range(int(spans.row_lane.max()) + 1)]
+            last = np.zeros(n_tops, np.int64)
+            np.maximum.at(last, spans.row_top, spans.row_lane + 1)
+            return finish(_descriptor_rows(self.lane_uuid, self.top_uuid[spans.row_top],
+                                           spans.row_lane - last[spans.row_top],
+                                           lambda r: r.table(lanes, spans.row_lane), False), False)
+
+        def sm_rows(sel: slice) -> bytes:  # not deflated: few, and they go out with the top groups'
             def name(r: Rows) -> None:
                 r.const(b"SM ")
                 r.decimal(sm_id[sel])
 
-            def shared_axis(r: Rows) -> None:  # the SMs of one launch share a y axis: comparable
+            def shared_axis(r: Rows) -> None:  # the SMs of one top group share a y axis: comparable
                 r.const(tag(TD_COUNTER, 2))
                 clen = r.placeholder()
                 c0 = r.mark()
                 r.const(field_bytes(CD_UNIT_NAME, COUNTER_UNIT) + tag(CD_Y_AXIS_SHARE_KEY, 2))
                 klen = r.placeholder()
                 k0 = r.mark()
-                r.const(b"SMs of #")
-                r.decimal(launch_no[sm_lr[sel]])
+                r.table(axis_keys, sm_top[sel])
                 r.set_length(klen, r.length_since(k0))
                 r.set_length(clen, r.length_since(c0))
-            return finish(_descriptor_rows(self.sm_uuid[sel], self.launch_uuid[sm_lr[sel]], sm_id[sel], name, True,
+            return finish(_descriptor_rows(self.sm_uuid[sel], self.top_uuid[sm_top[sel]], sm_id[sel], name, True,
                                             shared_axis), False)
 
         def slot_rows(sel: slice) -> bytes:
@@ -150,7 +169,7 @@ class Tracks:
             return finish(_descriptor_rows(self.row_uuid[sel], self.sm_uuid[lay.row_group[sel]], lay.row_slot[sel],
                                             name, True), compress)
 
-        ut_kernel = launches["kernel"].astype(np.int64)[sm_lr[lay.row_group[ut_row]]] if n_units else ut_row
+        ut_kernel = plan.row_kernel[ut_row] if n_units else ut_row
         unit_labels, name_idx = unit_names(kernels, ut_kernel, ut_unit, ut_lane)
         ut_rank = (ut_unit << 16) | ut_lane
 
@@ -158,23 +177,56 @@ class Tracks:
             return finish(_descriptor_rows(np.arange(1, n_units + 1)[sel], self.row_uuid[ut_row[sel]], ut_rank[sel],
                                             lambda r: r.table(unit_labels, name_idx[sel]), False), compress)
 
-        self.tasks = [launch_rows]
+        self.tasks = [top_rows] + ([lane_rows] if n_lanes else [])
         self.tasks += [lambda sel=slice(lo, lo + CHUNK): sm_rows(sel) for lo in range(0, n_sms, CHUNK)]
         self.tasks += [lambda sel=slice(lo, lo + CHUNK): slot_rows(sel) for lo in range(0, n_rows, CHUNK)]
         self.tasks += [lambda sel=slice(lo, lo + CHUNK): unit_rows(sel) for lo in range(0, n_units, CHUNK)]
 
 
+def launch_span_rows(spans: LaunchSpans, titles: list[bytes], launch_no: np.ndarray, lane_uuid: np.ndarray,
+                     shift: int) -> Rows:
+    """The sm layout's launch slices (sequence SEQ_LAUNCHES, in time order): each named by
+    its launch's title, with ``launch`` on the BEGIN and its CTA count (``ctas``) on the END."""
+    n = len(spans.launch)
+    t = np.r_[spans.start, spans.end] + shift
+    track = np.r_[spans.row, spans.row]
+    phase = np.r_[np.full(n, 1), np.where(spans.end <= spans.start, 2, 0)]
+    order = _argsort_keys([t, phase, track], lambda idx: [])
+    begin, k = order < n, order % max(n, 1)
+    r = Rows(2 * n)
+    plen, p0, tlen, t0 = slice_event_start(r, SEQ_LAUNCHES, np.diff(t[order], prepend=np.int64(0)), ~begin,
+                                           lane_uuid[track[order]], wide=True)
+    r.const(tag(TE_NAME, 2), begin)
+    nlen = r.placeholder(wide=True)
+    n0 = r.mark()
+    r.table(titles, spans.launch[k], begin)
+    r.set_length(nlen, r.length_since(n0), begin)
+    r.const(tag(TE_ANNOTATIONS, 2))
+    alen = r.placeholder()
+    a0 = r.mark()
+    r.const(tag(DA_NAME_IID, 0))
+    r.column(np.where(begin, ANN_LAUNCH, ANN_CTAS).astype(np.uint8))
+    r.const(tag(DA_INT, 0))
+    r.varint(np.where(begin, launch_no[spans.launch[k]], spans.ctas[k]))
+    r.set_length(alen, r.length_since(a0))
+    r.set_length(tlen, r.length_since(t0))
+    r.set_length(plen, r.length_since(p0))
+    return r
+
+
 class CtaEvents:
     """Sequence 2: each CTA's lifetime slice on its slot track, in time order (at equal
     times: ends, begins, then the end of a zero-length slice).  The resident-CTA counters of
-    the SMs and launches ride on these events (``extra_counter_values``, ~7 bytes a
-    sample where a packet of its own would take ~14)."""
+    the SMs and top groups ride on these events (``extra_counter_values``, ~7 bytes a
+    sample where a packet of its own would take ~14).  In the sm layout a CTA slice is
+    named ``kernel #launch CTA id`` and its BEGIN carries ``launch`` before ``cta``."""
 
-    def __init__(self, launches, ctas, cta_lr, lay: SlotLayout, shift: int):
+    def __init__(self, launches, plan: TracePlan, shift: int, kernel_names: list[str]):
         """Made before the unit tracks are counted (on a worker, beside the writer's index
         step): the track uuids are those after 0 unit tracks until ``after_units``."""
+        ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
         n = len(ctas)
-        row_uuid, sm_uuid, launch_uuid = layout_uuids(0, lay, len(launches))
+        row_uuid, sm_uuid, top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
         start = ctas["start_ns"].astype(np.int64) + shift
         end = ctas["end_ns"].astype(np.int64) + shift
         zero = end <= start
@@ -198,8 +250,8 @@ class CtaEvents:
             v = np.zeros(2 * n, np.int64)
             v[ev] = value
             return has, uuid[k] if n else k, v
-        with ThreadPoolExecutor(2) as pool:  # the SMs' and the launches' counters: two sorts at once
-            samples = list(pool.map(sample, (lay.group, cta_lr), (sm_uuid, launch_uuid)))
+        with ThreadPoolExecutor(2) as pool:  # the SMs' and the top groups' counters: two sorts at once
+            samples = list(pool.map(sample, (lay.group, plan.cta_top), (sm_uuid, top_uuid)))
         # Perfetto's importer (v52) reads the value after a leading 0 in extra_counter_values
         # as 0 too: an event with two samples puts a 0 last
         (sm_has, sm_uuid, sm_v), (la_has, la_uuid, la_v) = samples
@@ -209,6 +261,12 @@ class CtaEvents:
         self.cid = ctas["cta"].astype(np.int64)
         self.gx, self.gy, self.multi = grid_of_ctas(launches, cta_lr)
         self.n_samples = sum(int(c[0].sum()) for c in self.counters)
+        self.by_launch = plan.layout == "launch"
+        if not self.by_launch:  # "matmul #3 " before "CTA 37", and the launch number as an arg
+            self.lr = cta_lr
+            self.launch_no = launches["launch"].astype(np.int64)
+            self.prefixes = [f"{short_kernel_name(kernel_names[int(la['kernel'])])} #{int(la['launch'])} ".encode()
+                             for la in launches]
 
     def after_units(self, n_units: int) -> "CtaEvents":
         """The uuids once ``n_units`` unit tracks come first (``layout_uuids``); call once."""
@@ -219,12 +277,22 @@ class CtaEvents:
     def rows(self, sel: slice) -> Rows:
         begin, c = self.begin[sel], self.cta_i[sel]
         r = Rows(len(begin))
-        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, self.dts[sel], ~begin, self.track[sel])
+        wide = not self.by_launch  # names with the kernel's: over 127 bytes with the rest
+        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, self.dts[sel], ~begin, self.track[sel], wide)
         r.const(tag(TE_NAME, 2), begin)
-        nlen = r.placeholder()
+        nlen = r.placeholder(wide)
         n0 = r.mark()
+        if not self.by_launch:
+            r.table(self.prefixes, self.lr[c], begin)
         cta_name(r, self.cid[c], self.gx[c], self.gy[c], self.multi[c], begin)
         r.set_length(nlen, r.length_since(n0), begin)
+        if not self.by_launch:  # the reader keeps an event's last annotation: the CTA id goes after
+            r.const(tag(TE_ANNOTATIONS, 2), begin)
+            llen = r.placeholder()
+            l0 = r.mark()
+            r.const(tag(DA_NAME_IID, 0) + bytes([ANN_LAUNCH]) + tag(DA_INT, 0), begin)
+            r.varint(self.launch_no[self.lr[c]], begin)
+            r.set_length(llen, r.length_since(l0), begin)
         r.const(tag(TE_ANNOTATIONS, 2))  # BEGIN: the CTA id; END: its cycles
         alen = r.placeholder()
         a0 = r.mark()

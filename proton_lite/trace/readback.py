@@ -6,7 +6,9 @@ times, tracks / args give launch, SM, unit and lane, debug args give cycles; the
 embedded metadata gives kernels, launches, session and the per-CTA clocks.  A CTA slice
 names its CTA in a ``cta`` arg; in a .pftrace an interval's CTA is the one whose extent on
 the interval's slot holds its start (``rows.cta_by_time``, with the extents' starts from
-the metadata), in a .json every slice has a ``cta`` arg.  The counters are derived from
+the metadata), in a .json every slice has a ``cta`` arg.  A CTA's launch is its launch
+track's, or in the sm layout (``plan``: SM groups shared by the launches of a GPU) the
+``launch`` arg its slice carries; the launch slices of that layout are derived, not read.  The counters are derived from
 the CTA slices and not read.  Files not written by proton-lite are refused with a one-line
 ``ValueError``.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, Profile
 from proton_lite.profile_merge import merged_captures
-from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns
+from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns, layout_of
 from proton_lite.trace.tree import _launch_rank
 from proton_lite.trace._proto import fields, packet_bounds, parse_messages, read_varint
 from proton_lite.trace.rows import cta_by_time
@@ -51,7 +53,10 @@ def _cta_table(meta: dict, ctas: dict) -> tuple[np.ndarray, np.ndarray, np.ndarr
     lr = _launch_rank(launches, np.asarray(ctas["launch"]), "CTA slices")
     for k in ("launch", "cta", "smid", "start_ns", "end_ns"):
         c[k] = ctas[k]
-    order = np.lexsort((c["cta"], c["smid"], lr))
+    _, top = layout_of(meta)  # the sm layout orders CTAs by GPU, SM, launch (trace/plan.py)
+    if top is not None and len(top) != len(launches):
+        raise ValueError("the metadata's layout names a GPU for another number of launches")
+    order = np.lexsort((c["cta"], c["smid"], lr)) if top is None else np.lexsort((c["cta"], lr, c["smid"], top[lr]))
     c = c[order]
     if int(meta["ctas"]["rows"]) != len(c):
         raise ValueError(f"{len(c)} CTA slices but metadata for {meta['ctas']['rows']} CTAs")
@@ -117,6 +122,9 @@ def _load_perfetto(data: bytes, path) -> Profile:
     t = t_all[has]
     te = parse_messages(buf, lo[has], hi[has], {pf.TE_TYPE: 0, pf.TE_TRACK_UUID: 0, pf.TE_NAME_IID: 0,
                                                 pf.TE_ANNOTATIONS: 2})
+    by_gpu = layout_of(meta)[0] == "sm"
+    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last
+        first = parse_messages(buf, lo[has], hi[has], {pf.TE_ANNOTATIONS: 2}, keep="first")[pf.TE_ANNOTATIONS]
     typ = te[pf.TE_TYPE][1].astype(np.int64)
     if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
@@ -139,6 +147,10 @@ def _load_perfetto(data: bytes, path) -> Profile:
     merged = merged_captures(meta.get("session") or {}) is not None
     up = _ancestors(t_uuid, t_parent, track[b], 4)
     n_up = sum((u >= 0).astype(np.int64) for u in up[1:]) - int(merged)
+    if by_gpu:  # the launch slices, on the rows right below a GPU's track: derived, not read
+        keep = n_up != 1
+        b, e, iid, cycles, start, end, depth, n_up = (x[keep] for x in (b, e, iid, cycles, start, end, depth, n_up))
+        up = [u[keep] for u in up]
     is_cta = n_up == 2
     if np.any((n_up != 2) & (n_up != 3)):
         raise ValueError("slices on a track that is neither a CTA slot nor a unit track")
@@ -151,7 +163,18 @@ def _load_perfetto(data: bytes, path) -> Profile:
     names = np.array([s for _, s in meta["names"]] or [0], np.int64)
     scope = names[np.clip(iid - 1, 0, len(names) - 1)]
     c, u = is_cta, ~is_cta
-    table, lo_ns, order = _cta_table(meta, {"launch": rank(launch_i)[c], "smid": rank(sm_i)[c], "cta": av[b][c],
+    if by_gpu:
+        f_has, f_lo, f_hi = first
+        fa = parse_messages(buf, f_lo[f_has], f_hi[f_has], {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
+        f_name, f_value = np.zeros(len(typ), np.int64), np.zeros(len(typ), np.int64)
+        f_name[f_has] = fa[pf.DA_NAME_IID][1].astype(np.int64)
+        f_value[f_has] = fa[pf.DA_INT][1].view(np.int64)
+        if np.any(f_name[b][c] != pf.ANN_LAUNCH):
+            raise ValueError("a CTA slice without its 'launch' arg in a trace laid out by GPU")
+        cta_launch = f_value[b][c]
+    else:
+        cta_launch = rank(launch_i)[c]
+    table, lo_ns, order = _cta_table(meta, {"launch": cta_launch, "smid": rank(sm_i)[c], "cta": av[b][c],
                                                "start_ns": start[c], "end_ns": end[c], "cycles": cycles[c]})
     # an interval's CTA: the one whose extent on its slot holds the interval's start
     owner = cta_by_time(slot_i[c][order], lo_ns, slot_i[u], start[u])
@@ -293,7 +316,8 @@ def _load_chrome(data: bytes, path) -> Profile:
     xs = [ev for ev in doc.get("traceEvents", ()) if ev.get("ph") == "X" and "cta" in ev.get("args", ())]
     args = [ev["args"] for ev in xs]
     is_cta = np.array(["unit" not in a for a in args], bool)
-    launch = np.array([launch_of_pid[ev["pid"]] for ev in xs], np.int64)
+    launch = np.array([a["launch"] if "launch" in a else launch_of_pid[ev["pid"]] for ev, a in zip(xs, args)],
+                      np.int64)
     start = np.rint(np.array([ev["ts"] for ev in xs], np.float64) * 1000).astype(np.int64) - shift
     end = start + np.rint(np.array([ev["dur"] for ev in xs], np.float64) * 1000).astype(np.int64)
     cycles = np.array([a["cycles"] for a in args], np.int64)

@@ -32,9 +32,9 @@ SLOT_NAME = "slot"  # the track of a slot is "slot 2"
 
 @dataclass
 class SlotLayout:
-    """Where each CTA and interval goes; CTAs in ``_cta_layout`` order (launch, SM, CTA id).
+    """Where each CTA and interval goes; CTAs in ``_cta_layout`` order (top group, SM, ...).
 
-    ``group``: the (launch, SM) group of each CTA (0-based, in CTA order); ``slot``: its
+    ``group``: the (top group, SM) group of each CTA (0-based, in CTA order); ``slot``: its
     slot in that group; ``row``: its slot track, numbered over the whole trace in (group,
     slot) order, whose group and slot are ``row_group``/``row_slot``; ``extent_lo``/
     ``extent_hi``: the half-open span it occupies; ``iv_row``: each interval's slot track
@@ -63,15 +63,17 @@ class SlotLayout:
         return len(self.row_group)
 
 
-def slot_layout(profile: Profile, ctas: np.ndarray, cta_lr: np.ndarray, iv_cta: np.ndarray, runs=None,
-                pmap=map) -> SlotLayout:
-    """Pack the CTAs of each (launch, SM) into slots; inputs as ``_cta_layout`` returns them
-    (``runs``: its runs of one CTA's intervals, found again if not given)."""
+def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, iv_cta: np.ndarray, runs=None,
+                pmap=map, extents=None) -> SlotLayout:
+    """Pack the CTAs of each (top group, SM) into slots: ``cta_top`` is each CTA's top group
+    (its launch, or its GPU: ``plan``), the CTAs sorted by it, then SM; other inputs as
+    ``_cta_layout`` returns them (``runs``: its runs of one CTA's intervals, found again if
+    not given; ``extents``: the CTAs' ``cta_extents`` where already known)."""
     n = len(ctas)
     new_group = np.ones(n, bool)
-    new_group[1:] = (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
+    new_group[1:] = (cta_top[1:] != cta_top[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
     group = np.cumsum(new_group) - 1
-    lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
+    lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap) if extents is None else extents
     slot = _pack_slots_in_parts(group, lo, hi, pmap)
     n_slots = np.zeros(int(group[-1]) + 1 if n else 0, np.int64)
     if n:
@@ -249,15 +251,17 @@ def unit_names(kernels: list[KernelInfo], track_kernel: np.ndarray, unit: np.nda
     """(names, index of each track's name): ``warp 3``, ``warpgroup 1 lane 1``, ``cta``; in a
     warp-specialized kernel also the partition the unit's warps ran, ``warp 5 · partition 0
     (TMA loads)`` (passes/partitions.py)."""
-    gran = np.array([{"warp": 0, "warpgroup": 1, "cta": 2}[k.granularity] for k in kernels] or [0], np.int64)
+    # kernel -1 (CTAs of kernels that name their units differently share the slot): ``unit 3``
+    gran = np.array([{"warp": 0, "warpgroup": 1, "cta": 2}[k.granularity] for k in kernels] + [3], np.int64)
     parts = [kernel_unit_partitions(k) for k in kernels]
-    own = np.array([i + 1 if p else 0 for i, p in enumerate(parts)] or [0], np.int64)  # named per kernel
+    own = np.array([i + 1 if p else 0 for i, p in enumerate(parts)] + [0], np.int64)  # named per kernel
+    track_kernel = np.where(np.asarray(track_kernel) < 0, len(kernels), track_kernel)
     keys, idx = np.unique((own[track_kernel] << 40) | (gran[track_kernel] << 32) | (unit << 16) | lane,
                           return_inverse=True)
     names = []
     for k in keys.tolist():
         kid, g, u, ln = (k >> 40) - 1, (k >> 32) & 0xFF, (k >> 16) & 0xFFFF, k & 0xFFFF
-        name = ("warp {}", "warpgroup {}", "cta")[g].format(u) + (f" lane {ln}" if ln else "")
+        name = ("warp {}", "warpgroup {}", "cta", "unit {}")[g].format(u) + (f" lane {ln}" if ln else "")
         if kid >= 0:
             labels, of_unit = parts[kid]
             j = int(of_unit[u]) if u < len(of_unit) else -1

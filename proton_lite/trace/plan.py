@@ -1,0 +1,190 @@
+"""Which track tree a trace gets, and where each CTA, slot and launch goes in it.
+
+Two layouts, the same tree below the top (SM groups > slots > unit tracks, ``rows``):
+
+- ``launch``: a top group per launch.  Each launch has its own SM groups, slots and unit
+  tracks, which is what one wants for a few launches and what makes a session of many
+  unreadable: 1,024 launches of 64 CTAs gave 394,240 tracks, which Perfetto's UI did not
+  draw in 8 minutes (docs/benchmarks.md, "Tracks the UI draws").
+- ``sm``: a top group per GPU (per capture and GPU in a merge of several captures).  The
+  SM groups and their slots are shared by every launch, so an SM has as many slots as it
+  ever held CTAs at once over the whole session, and the tracks are bounded by the GPU's
+  size, not by the program's length.  A ``launches`` row at the top holds one slice per
+  launch (its span, named by its title; launches that overlap in time take further rows),
+  and CTA slices are named by kernel and launch (``matmul #3 CTA 37``) with a ``launch`` arg.
+
+``auto``, the default, keeps ``launch`` while the trace stays under ``AUTO_TRACKS`` tracks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from proton_lite.partition_map import kernel_unit_partitions
+from proton_lite.profile_data import Profile
+from proton_lite.profile_merge import launch_captures
+from proton_lite.trace.rows import SlotLayout, cta_extents, pack_slots, slot_layout
+from proton_lite.trace.tree import _cta_layout, _launch_title, _several_devices
+
+LAYOUTS = ("auto", "launch", "sm")
+# Perfetto's UI v52 (headless Chromium, 2026-11-28): 27,960 tracks drew in 6.1 s, 55,920 in 12.8 s
+AUTO_TRACKS = 20_000
+LAUNCHES_ROW = "launches"  # the sm layout's row of launch slices ("launches 2" for the second lane)
+
+
+@dataclass
+class TopGroups:
+    """The top of the tree: ``of_launch`` is the top group of each launch (in launch order),
+    ``titles`` their names, ``capture`` the merged capture of each (None for one capture)."""
+    layout: str
+    of_launch: np.ndarray
+    titles: list[str]
+    capture: np.ndarray | None
+
+
+def top_groups(profile: Profile, launches: np.ndarray, layout: str) -> TopGroups:
+    """Top groups of ``layout`` ("launch" or "sm") for ``launches`` (sorted)."""
+    kernels = profile.kernels
+    capture = launch_captures(profile.session, launches["launch"])
+    if layout == "launch":
+        show_device = _several_devices(launches)
+        titles = [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
+        return TopGroups("launch", np.arange(len(launches)), titles, capture)
+    if layout != "sm":
+        raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    cap = capture if capture is not None else np.zeros(len(launches), np.int64)
+    keys, of_launch = np.unique((cap.astype(np.int64) << 32) | launches["device"].astype(np.int64),
+                                return_inverse=True)
+    titles = []
+    for g, key in enumerate(keys.tolist()):
+        mine = launches[of_launch == g]
+        n, k = len(mine), len(np.unique(mine["kernel"]))
+        titles.append(f"GPU {key & 0xFFFFFFFF} · {n:,} launch{'es' if n != 1 else ''} of {k:,} "
+                      f"kernel{'s' if k != 1 else ''}")
+    return TopGroups("sm", of_launch.astype(np.int64), titles, keys >> 32 if capture is not None else None)
+
+
+@dataclass
+class TracePlan:
+    """Everything the writers place, CTAs in the layout's order (``_cta_layout``)."""
+    tops: TopGroups
+    ctas: np.ndarray
+    cta_lr: np.ndarray  # launch rank of each CTA
+    iv_cta: np.ndarray  # CTA rank of each interval
+    runs: tuple  # runs of one CTA's intervals: (first interval, CTA rank)
+    lay: SlotLayout
+    row_kernel: np.ndarray  # kernel of each slot's CTAs (-1: kernels whose unit tracks are named differently)
+
+    @property
+    def layout(self) -> str:
+        return self.tops.layout
+
+    @property
+    def cta_top(self) -> np.ndarray:
+        return self.tops.of_launch[self.cta_lr]
+
+
+def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pmap=map) -> TracePlan:
+    """The layout's plan; ``auto``: ``launch`` unless its tracks (``launch_layout_tracks``)
+    exceed AUTO_TRACKS and sharing the SMs' slots makes fewer top groups than launches."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    first = "sm" if layout == "sm" else "launch"
+    tops = top_groups(profile, launches, first)
+    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, None if first == "launch" else tops.of_launch)
+    lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
+    lay = slot_layout(profile, ctas, tops.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
+    if layout == "auto" and launch_layout_tracks(profile, launches, cta_lr, lay) > AUTO_TRACKS:
+        sm = top_groups(profile, launches, "sm")
+        if len(sm.titles) < len(launches):  # regroup the same CTAs: a permutation, the extents kept
+            order = np.lexsort((ctas["cta"], cta_lr, ctas["smid"], sm.of_launch[cta_lr]))
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order))
+            ctas, cta_lr, lo, hi = ctas[order], cta_lr[order], lo[order], hi[order]
+            iv_cta, runs = rank[iv_cta], (runs[0], rank[runs[1]])
+            tops = sm
+            lay = slot_layout(profile, ctas, sm.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
+    return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, _row_kernels(profile, launches, cta_lr, lay))
+
+
+def _units_per_cta(kernel) -> int:
+    """Unit tracks a CTA of ``kernel`` fills at most (0 for a kernel without scopes: only
+    its CTA lifetimes are recorded)."""
+    if not kernel.scopes:
+        return 0
+    return 1 if kernel.granularity == "cta" else -(-kernel.num_warps // max(kernel.unit_warps, 1))
+
+
+def launch_layout_tracks(profile: Profile, launches, cta_lr, lay: SlotLayout) -> int:
+    """Tracks of the ``launch`` layout (its slots packed in ``lay``): launches, SM groups,
+    slots, and per slot the unit tracks its kernel can fill (lanes not counted)."""
+    units = np.array([_units_per_cta(k) for k in profile.kernels] or [0], np.int64)
+    row_launch = cta_lr[lay.group_first[lay.row_group]] if lay.n_rows else np.zeros(0, np.int64)
+    per_row = units[launches["kernel"].astype(np.int64)[row_launch]] if lay.n_rows else row_launch
+    return int(len(launches) + lay.n_groups + lay.n_rows + per_row.sum())
+
+
+def _row_kernels(profile: Profile, launches, cta_lr, lay: SlotLayout) -> np.ndarray:
+    """Each slot's kernel, for its unit tracks' names: the kernel of its CTAs, or where CTAs
+    of several kernels share the slot (the sm layout), the first of them when all name
+    their units alike (same granularity, no warp-specialized partitions), else -1."""
+    kernel = launches["kernel"].astype(np.int64)[cta_lr] if len(cta_lr) else np.zeros(0, np.int64)
+    lo = np.full(lay.n_rows, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(lay.n_rows, -1, np.int64)
+    np.minimum.at(lo, lay.row, kernel)
+    np.maximum.at(hi, lay.row, kernel)
+    naming = np.array([(10 + i if kernel_unit_partitions(k) else {"warp": 0, "warpgroup": 1, "cta": 2}[k.granularity])
+                       for i, k in enumerate(profile.kernels)] or [0], np.int64)
+    n_lo = np.full(lay.n_rows, np.iinfo(np.int64).max, np.int64)
+    n_hi = np.full(lay.n_rows, -1, np.int64)
+    np.minimum.at(n_lo, lay.row, naming[kernel])
+    np.maximum.at(n_hi, lay.row, naming[kernel])
+    return np.where(n_lo == n_hi, lo, -1)
+
+
+@dataclass
+class LaunchSpans:
+    """The sm layout's launch slices: each launch that ran CTAs, from its first CTA's start
+    to its last CTA's end, on lane ``lane`` of its top group's ``launches`` rows."""
+    launch: np.ndarray  # launch rank
+    start: np.ndarray
+    end: np.ndarray
+    ctas: np.ndarray
+    lane: np.ndarray
+    row: np.ndarray  # lane row over the whole trace, in (top group, lane) order
+    row_top: np.ndarray
+    row_lane: np.ndarray
+
+
+def launch_spans(plan: TracePlan, n_launches: int) -> LaunchSpans:
+    ctas, lr = plan.ctas, plan.cta_lr
+    start = np.full(n_launches, np.iinfo(np.int64).max, np.int64)
+    end = np.full(n_launches, np.iinfo(np.int64).min, np.int64)
+    count = np.zeros(n_launches, np.int64)
+    if len(ctas):
+        np.minimum.at(start, lr, ctas["start_ns"].astype(np.int64))
+        np.maximum.at(end, lr, ctas["end_ns"].astype(np.int64))
+        np.add.at(count, lr, 1)
+    ran = np.flatnonzero(count)
+    top = plan.tops.of_launch[ran]
+    lane = pack_slots(top, start[ran], np.maximum(end[ran], start[ran] + 1))
+    n_tops = len(plan.tops.titles)
+    lanes = np.zeros(n_tops, np.int64)
+    if len(ran):
+        np.maximum.at(lanes, top, lane + 1)
+    base = np.cumsum(lanes) - lanes
+    row_top = np.repeat(np.arange(n_tops), lanes)
+    return LaunchSpans(launch=ran, start=start[ran], end=end[ran], ctas=count[ran], lane=lane,
+                       row=base[top] + lane if len(ran) else lane, row_top=row_top,
+                       row_lane=np.arange(len(row_top)) - base[row_top])
+
+
+def lane_name(lane: int) -> str:
+    return LAUNCHES_ROW if lane == 0 else f"{LAUNCHES_ROW} {lane + 1}"
+
+
+def short_kernel_name(name: str, most: int = 48) -> str:
+    """A kernel's name in a CTA slice's name in the sm layout, cut to ``most`` characters
+    (the launch row and the slice's ``launch`` arg give the whole)."""
+    return name if len(name) <= most else name[:most - 1] + "…"
