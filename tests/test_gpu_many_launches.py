@@ -22,6 +22,8 @@ import proton_lite  # noqa: E402
 import proton_lite.language as pl  # noqa: E402
 from proton_lite.pipeline import load_profile  # noqa: E402
 from proton_lite.trace import load_trace  # noqa: E402
+from proton_lite.trace.plan import launch_layout_tracks, plan_trace  # noqa: E402
+from proton_lite.trace.tree import _sorted_launches  # noqa: E402
 import trace_processor as tp  # noqa: E402
 
 ROWS, COLS, LAUNCHES = 528, 1024, 160
@@ -101,7 +103,11 @@ def test_a_session_of_many_launches_shares_its_sm_rows(tmp_path):
     lanes = [t for t in tracks if t.name.startswith("launches")]
     # GPU group, its launch rows, per SM: the SM, its slots and at most 4 warp tracks per slot
     assert len(tracks) <= 1 + len(lanes) + len(sms) + slots * (1 + 4), (len(tracks), len(sms), slots)
-    assert len(tracks) * 20 < LAUNCHES * (1 + len(sms) * 2), len(tracks)  # a group per launch: >= 2 per SM each
+    launches = _sorted_launches(profile)
+    plan = plan_trace(profile, launches, "launch")  # what a group per launch would have
+    per_launch = launch_layout_tracks(profile, launches, plan.ctas, plan.cta_lr, plan.lay.extent_lo,
+                                      plan.lay.extent_hi)
+    assert len(tracks) * 50 < per_launch, (len(tracks), per_launch)
     top = [t.name for t in tracks if t.name.startswith("GPU ")]
     assert len(top) == 1 and top[0].startswith(f"GPU {int(profile.launches['device'][0])} · "), top
     names = [p.track_event.name for p in packets if p.HasField("track_event") and p.track_event.type == 1
@@ -112,4 +118,4 @@ def test_a_session_of_many_launches_shares_its_sm_rows(tmp_path):
     assert {f"scaled_rows #{int(n)}" for n in user["launch"][::2]} <= cta_names
     assert {f"added_rows #{int(n)}" for n in user["launch"][1::2]} <= cta_names
     print(f"\n{len(profile.launches)} launches, {len(profile.ctas)} CTAs: {len(tracks)} tracks "
-          f"({len(lanes)} launch rows, {len(sms)} SMs, {slots} slots)")
+          f"({len(lanes)} launch rows, {len(sms)} SMs, {slots} slots); a group per launch: {per_launch}")

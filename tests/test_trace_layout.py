@@ -20,7 +20,8 @@ import trace_processor as tp
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 from proton_lite.trace import load_trace, write_trace
 from proton_lite.trace._proto import Rows, read_varint
-from proton_lite.trace.plan import AUTO_TRACKS, plan_trace
+from proton_lite.trace.plan import AUTO_TRACKS, most_at_once, plan_trace
+from proton_lite.trace.rows import pack_slots
 from proton_lite.trace.tree import _sorted_launches, _time_shift
 from synth import wave_profile
 from test_trace import FORMATS, _kernel, assert_same_profile, synthetic_profile
@@ -273,6 +274,23 @@ def test_long_kernel_names_make_events_past_127_bytes_that_import_whole(tmp_path
     assert f"{long[:47]}… #0 CTA 0" in cta_names
     assert any(r["name"].startswith(f"#0 {long} grid=") for r in _launch_rows(path, fmt))  # the whole name
     assert_same_profile(p, load_trace(path))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_sweep_that_sizes_auto_counts_the_slots_packing_makes(seed):
+    """``auto`` sizes the launch layout by a sweep instead of packing: the same count per group
+    as the packing's slots and as a brute-force overlap count (touching and zero-length spans)."""
+    rng = np.random.default_rng(seed)
+    group = np.sort(rng.integers(0, 6, 300))
+    lo = rng.integers(0, 200, 300)
+    hi = lo + np.where(rng.random(300) < 0.1, 0, rng.integers(1, 40, 300))
+    hi = np.maximum(hi, lo + 1)  # as cta_extents gives them: at least 1 ns
+    got = most_at_once(group, lo, hi, 6)
+    slot = pack_slots(group, lo, hi)
+    for g in range(6):
+        m = group == g
+        assert got[g] == (int(slot[m].max()) + 1 if m.any() else 0)
+        assert got[g] == max_overlap(list(zip(lo[m].tolist(), hi[m].tolist())))
 
 
 @pytest.mark.parametrize("length", [0, 1, 127, 128, 300, 16383])

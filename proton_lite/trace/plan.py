@@ -87,15 +87,15 @@ class TracePlan:
 
 def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pmap=map) -> TracePlan:
     """The layout's plan; ``auto``: ``launch`` unless its tracks (``launch_layout_tracks``)
-    exceed AUTO_TRACKS and sharing the SMs' slots makes fewer top groups than launches."""
+    exceed AUTO_TRACKS and sharing the SMs' slots makes fewer top groups than launches.
+    The CTAs are packed into slots once, in the layout chosen."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
     first = "sm" if layout == "sm" else "launch"
     tops = top_groups(profile, launches, first)
     ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, None if first == "launch" else tops.of_launch)
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
-    lay = slot_layout(profile, ctas, tops.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
-    if layout == "auto" and launch_layout_tracks(profile, launches, cta_lr, lay) > AUTO_TRACKS:
+    if layout == "auto" and launch_layout_tracks(profile, launches, ctas, cta_lr, lo, hi) > AUTO_TRACKS:
         sm = top_groups(profile, launches, "sm")
         if len(sm.titles) < len(launches):  # regroup the same CTAs: a permutation, the extents kept
             order = np.lexsort((ctas["cta"], cta_lr, ctas["smid"], sm.of_launch[cta_lr]))
@@ -104,7 +104,7 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
             ctas, cta_lr, lo, hi = ctas[order], cta_lr[order], lo[order], hi[order]
             iv_cta, runs = rank[iv_cta], (runs[0], rank[runs[1]])
             tops = sm
-            lay = slot_layout(profile, ctas, sm.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
+    lay = slot_layout(profile, ctas, tops.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
     return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, _row_kernels(profile, launches, cta_lr, lay))
 
 
@@ -116,13 +116,34 @@ def _units_per_cta(kernel) -> int:
     return 1 if kernel.granularity == "cta" else -(-kernel.num_warps // max(kernel.unit_warps, 1))
 
 
-def launch_layout_tracks(profile: Profile, launches, cta_lr, lay: SlotLayout) -> int:
-    """Tracks of the ``launch`` layout (its slots packed in ``lay``): launches, SM groups,
-    slots, and per slot the unit tracks its kernel can fill (lanes not counted)."""
+def most_at_once(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_groups: int) -> np.ndarray:
+    """The most half-open spans [lo, hi) of each group that hold one instant: the slots the
+    packing gives it (``rows.pack_slots``), by one sweep instead of packing."""
+    n = len(group)
+    out = np.zeros(n_groups, np.int64)
+    if not n:
+        return out
+    t = np.r_[lo, hi]
+    step = np.r_[np.ones(n, np.int64), -np.ones(n, np.int64)]
+    g = np.r_[group, group]
+    order = np.lexsort((step, t, g))  # at one instant, ends before starts
+    running = np.cumsum(step[order])  # each group's steps sum to 0: one running sum serves all
+    np.maximum.at(out, g[order], running)
+    return out
+
+
+def launch_layout_tracks(profile: Profile, launches, ctas, cta_lr, lo, hi) -> int:
+    """Tracks of the ``launch`` layout, CTAs in its order with their extents: launches, SM
+    groups, their slots, and per slot the unit tracks its kernel can fill (lanes not counted)."""
+    n = len(ctas)
+    if not n:
+        return len(launches)
+    new_group = np.r_[True, (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])]
+    group = np.cumsum(new_group) - 1
+    slots = most_at_once(group, lo, hi, int(group[-1]) + 1)
     units = np.array([_units_per_cta(k) for k in profile.kernels] or [0], np.int64)
-    row_launch = cta_lr[lay.group_first[lay.row_group]] if lay.n_rows else np.zeros(0, np.int64)
-    per_row = units[launches["kernel"].astype(np.int64)[row_launch]] if lay.n_rows else row_launch
-    return int(len(launches) + lay.n_groups + lay.n_rows + per_row.sum())
+    per_slot = 1 + units[launches["kernel"].astype(np.int64)[cta_lr[new_group]]]
+    return int(len(launches) + len(slots) + (slots * per_slot).sum())
 
 
 def _row_kernels(profile: Profile, launches, cta_lr, lay: SlotLayout) -> np.ndarray:
