@@ -22,7 +22,7 @@ import proton_lite  # noqa: E402
 import proton_lite.language as pl  # noqa: E402
 from proton_lite.pipeline import load_profile  # noqa: E402
 from proton_lite.trace import load_trace  # noqa: E402
-from proton_lite.trace.plan import launch_layout_tracks, plan_trace  # noqa: E402
+from proton_lite.trace.plan import launch_layout_tracks  # noqa: E402
 from proton_lite.trace.tree import _sorted_launches  # noqa: E402
 import trace_processor as tp  # noqa: E402
 
@@ -103,10 +103,7 @@ def test_a_session_of_many_launches_shares_its_sm_rows(tmp_path):
     lanes = [t for t in tracks if t.name.startswith("launches")]
     # GPU group, its launch rows, per SM: the SM, its slots and at most 4 warp tracks per slot
     assert len(tracks) <= 1 + len(lanes) + len(sms) + slots * (1 + 4), (len(tracks), len(sms), slots)
-    launches = _sorted_launches(profile)
-    plan = plan_trace(profile, launches, "launch")  # what a group per launch would have
-    per_launch = launch_layout_tracks(profile, launches, plan.ctas, plan.cta_lr, plan.lay.extent_lo,
-                                      plan.lay.extent_hi)
+    per_launch = launch_layout_tracks(profile, _sorted_launches(profile))  # what a group per launch would have
     assert len(tracks) * 50 < per_launch, (len(tracks), per_launch)
     top = [t.name for t in tracks if t.name.startswith("GPU ")]
     assert len(top) == 1 and top[0].startswith(f"GPU {int(profile.launches['device'][0])} · "), top

@@ -20,7 +20,7 @@ import trace_processor as tp
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 from proton_lite.trace import load_trace, write_trace
 from proton_lite.trace._proto import Rows, read_varint
-from proton_lite.trace.plan import AUTO_TRACKS, most_at_once, plan_trace
+from proton_lite.trace.plan import AUTO_TRACKS, launch_layout_tracks, most_at_once, plan_trace
 from proton_lite.trace.rows import pack_slots
 from proton_lite.trace.tree import _sorted_launches, _time_shift
 from synth import wave_profile
@@ -291,6 +291,50 @@ def test_the_sweep_that_sizes_auto_counts_the_slots_packing_makes(seed):
         m = group == g
         assert got[g] == (int(slot[m].max()) + 1 if m.any() else 0)
         assert got[g] == max_overlap(list(zip(lo[m].tolist(), hi[m].tolist())))
+
+
+def test_auto_s_count_of_the_launch_layout_is_the_writer_s_and_its_bounds_agree(tmp_path):
+    """Where every warp records and no unit records outside its CTA's lifetime, the count
+    ``auto`` decides by is the launch layout's track count; with a limit, the bounds it
+    tries first give the same answer to "over the limit?" as the full count."""
+    for p in (session_profile(n_launches=30, sms=5), session_profile(n_launches=8, sms=3, seed=4),
+              wave_profile(n_ctas=300, launches=3, sms=4, resident=3)):
+        launches = _sorted_launches(p)
+        full = launch_layout_tracks(p, launches)
+        assert full == write_trace(p, tmp_path / "l.pftrace", "perfetto", layout="launch")["tracks"]
+        for limit in (10, full // 3, full - 1, full, full + 1, 10 * full):
+            assert (launch_layout_tracks(p, launches, limit) > limit) == (full > limit), (full, limit)
+
+
+@needs_tp
+def test_cta_events_past_127_bytes_fall_back_to_two_byte_lengths(tmp_path, monkeypatch):
+    """CTA slices are encoded with one-byte lengths where the kernel names are short; an
+    event that still passes 127 bytes (here: a long name let through, 10-digit launch numbers
+    and CTA ids in a 3-D grid) makes its batch be encoded again with two-byte lengths."""
+    from proton_lite.trace import perfetto_tree
+    monkeypatch.setattr(perfetto_tree, "NARROW_PREFIX", 1000)  # every batch tries one-byte lengths first
+    tried = []
+    encode = perfetto_tree.CtaEvents._rows
+    monkeypatch.setattr(perfetto_tree.CtaEvents, "_rows", lambda self, sel, wide: tried.append(wide) or
+                        encode(self, sel, wide))
+    kernels = [_kernel("triton_red_fused_native_layer_norm_backward_add_mul_0", ["load", "reduce"], warps=4),
+               KERNELS[1], KERNELS[2]]
+    p = session_profile(n_launches=6, sms=2, kernels=kernels)
+    p.launches["grid_x"], p.launches["grid_y"], p.launches["grid_z"] = 1000, 1000, 5000
+    for table in (p.launches, p.ctas, p.intervals):
+        table["launch"] += 1_000_000_000  # a session's billionth launch
+    p.ctas["cta"] += 4_000_000_000
+    p.intervals["cta"] += 4_000_000_000
+    path = tmp_path / "big.pftrace"
+    write_trace(p, path, "perfetto", layout="sm")
+    assert tried == [False, True]
+    bad, count = tp.query(str(path), [tp.BAD_STATS, "select count(*) as n from slice"])
+    assert bad == [] and count == [{"n": len(p.ctas) + len(p.intervals) + len(p.launches)}]
+    cid = 4_000_000_000
+    name = (f"triton_red_fused_native_layer_norm_backward_add… #1000000000 CTA {cid} "
+            f"({cid % 1000},{cid // 1000 % 1000},4000)")
+    assert name in {r["name"] for r in _cta_rows(path, "perfetto")}
+    assert_same_profile(p, load_trace(path))
 
 
 @pytest.mark.parametrize("length", [0, 1, 127, 128, 300, 16383])

@@ -25,7 +25,7 @@ from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import launch_captures
 from proton_lite.trace.rows import SlotLayout, cta_extents, pack_slots, slot_layout
-from proton_lite.trace.tree import _cta_layout, _launch_title, _several_devices
+from proton_lite.trace.tree import _cta_layout, _launch_rank, _launch_title, _several_devices
 
 LAYOUTS = ("auto", "launch", "sm")
 # Perfetto's UI v52 (headless Chromium, 2026-11-28): 27,960 tracks drew in 6.1 s, 55,920 in 12.8 s
@@ -86,26 +86,25 @@ class TracePlan:
 
 
 def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pmap=map) -> TracePlan:
-    """The layout's plan; ``auto``: ``launch`` unless its tracks (``launch_layout_tracks``)
-    exceed AUTO_TRACKS and sharing the SMs' slots makes fewer top groups than launches.
-    The CTAs are packed into slots once, in the layout chosen."""
+    """The layout's plan (``auto``: ``choose_layout``); the CTAs are ordered and packed into
+    slots once, in the layout chosen."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
-    first = "sm" if layout == "sm" else "launch"
-    tops = top_groups(profile, launches, first)
-    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, None if first == "launch" else tops.of_launch)
+    if layout == "auto":
+        layout = choose_layout(profile, launches)
+    tops = top_groups(profile, launches, layout)
+    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None)
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
-    if layout == "auto" and launch_layout_tracks(profile, launches, ctas, cta_lr, lo, hi) > AUTO_TRACKS:
-        sm = top_groups(profile, launches, "sm")
-        if len(sm.titles) < len(launches):  # regroup the same CTAs: a permutation, the extents kept
-            order = np.lexsort((ctas["cta"], cta_lr, ctas["smid"], sm.of_launch[cta_lr]))
-            rank = np.empty(len(order), np.int64)
-            rank[order] = np.arange(len(order))
-            ctas, cta_lr, lo, hi = ctas[order], cta_lr[order], lo[order], hi[order]
-            iv_cta, runs = rank[iv_cta], (runs[0], rank[runs[1]])
-            tops = sm
     lay = slot_layout(profile, ctas, tops.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
     return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, _row_kernels(profile, launches, cta_lr, lay))
+
+
+def choose_layout(profile: Profile, launches: np.ndarray) -> str:
+    """``launch`` unless sharing the SMs' slots makes fewer top groups than launches and the
+    launch layout's tracks (``launch_layout_tracks``) exceed AUTO_TRACKS."""
+    if len(top_groups(profile, launches, "sm").titles) >= len(launches):
+        return "launch"
+    return "sm" if launch_layout_tracks(profile, launches, AUTO_TRACKS) > AUTO_TRACKS else "launch"
 
 
 def _units_per_cta(kernel) -> int:
@@ -132,18 +131,30 @@ def most_at_once(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_groups: in
     return out
 
 
-def launch_layout_tracks(profile: Profile, launches, ctas, cta_lr, lo, hi) -> int:
-    """Tracks of the ``launch`` layout, CTAs in its order with their extents: launches, SM
-    groups, their slots, and per slot the unit tracks its kernel can fill (lanes not counted)."""
-    n = len(ctas)
-    if not n:
+def launch_layout_tracks(profile: Profile, launches: np.ndarray, limit: int | None = None) -> int:
+    """Tracks of the ``launch`` layout, from the CTAs' lifetimes: launches, (launch, SM)
+    groups, their slots (the most CTAs a group held at once) and per slot the unit tracks its
+    kernel can fill (lanes, and units recording before their CTA's start, not counted).
+    With ``limit``, bounds that settle the comparison with it come first: one slot per
+    group already over it, or one per CTA still under it, skip the count."""
+    c = profile.ctas
+    if not len(c):
         return len(launches)
-    new_group = np.r_[True, (cta_lr[1:] != cta_lr[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])]
-    group = np.cumsum(new_group) - 1
-    slots = most_at_once(group, lo, hi, int(group[-1]) + 1)
+    lr = _launch_rank(launches, c["launch"], "CTAs")
+    width = int(c["smid"].max()) + 1
+    groups, group = np.unique(lr * width + c["smid"].astype(np.int64), return_inverse=True)
     units = np.array([_units_per_cta(k) for k in profile.kernels] or [0], np.int64)
-    per_slot = 1 + units[launches["kernel"].astype(np.int64)[cta_lr[new_group]]]
-    return int(len(launches) + len(slots) + (slots * per_slot).sum())
+    per_slot = 1 + units[launches["kernel"].astype(np.int64)[groups // width]]
+    base = len(launches) + len(groups)
+    if limit is not None:
+        if base + per_slot.sum() > limit:  # a slot per group
+            return int(base + per_slot.sum())
+        one_each = base + np.bincount(group, minlength=len(groups)) @ per_slot  # a slot per CTA
+        if one_each <= limit:
+            return int(one_each)
+    start = c["start_ns"].astype(np.int64)
+    slots = most_at_once(group, start, np.maximum(c["end_ns"].astype(np.int64), start + 1), len(groups))
+    return int(base + slots @ per_slot)
 
 
 def _row_kernels(profile: Profile, launches, cta_lr, lay: SlotLayout) -> np.ndarray:

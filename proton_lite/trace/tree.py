@@ -93,8 +93,12 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
     """
     ctas = profile.ctas
     lr = _launch_rank(launches, ctas["launch"], "CTAs")
-    order = _cta_order(ctas, lr, pmap) if top is None else \
-        np.lexsort((ctas["cta"], lr, ctas["smid"], np.asarray(top, np.int64)[lr]))
+    order = _cta_order(ctas, lr, pmap)
+    if top is not None and len(order):  # (top, SM) first: a stable sort keeps (launch, CTA id) within,
+        # and the launch order's runs (each launch's SMs ascending) make it a merge of sorted runs
+        width = int(ctas["smid"].max()) + 1
+        key = np.asarray(top, np.int64)[lr[order]] * width + ctas["smid"][order]
+        order = order[np.argsort(key, kind="stable")]
     ctas_s, lr_s = take_parts(ctas, order, pmap), lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]

@@ -201,7 +201,7 @@ def timed(fn, *args):
     return time.perf_counter() - t, out
 
 
-def child(raw: str, out: str, passes: int, workers: int, fmt: str) -> None:
+def child(raw: str, out: str, passes: int, workers: int, fmt: str, layout: str = "auto") -> None:
     """Runs in a fresh process: the stages of ``proton-lite trace`` ``passes`` times; prints JSON.
     ``workers`` > 0: the decoder's and the writer's threads (0: as the library picks)."""
     import proton_lite.decode as decode_mod
@@ -213,9 +213,9 @@ def child(raw: str, out: str, passes: int, workers: int, fmt: str) -> None:
     for _ in range(passes):
         t_read, cap = timed(read_raw, raw)
         t_dec, prof = timed(decode, cap)
-        t_write, stats = timed(lambda p: writer(p, out, workers=workers or None), prof)
+        t_write, stats = timed(lambda p: writer(p, out, workers=workers or None, layout=layout), prof)
         res.append({"read": t_read, "decode": t_dec, "write": t_write, "total": t_read + t_dec + t_write,
-                    "write_phases": stats.get("phase_s", {})})
+                    "write_phases": stats.get("phase_s", {}), "layout": stats.get("layout")})
         del cap, prof
     print(json.dumps(res))
 
@@ -231,17 +231,18 @@ def count_records(raw: str) -> int:
     return n
 
 
-def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto", records: int | None = None) -> dict:
+def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto", records: int | None = None,
+          layout: str = "auto") -> dict:
     """``reps`` fresh processes; in each, the first pass is what the CLI does (cold: new
     process, fresh memory), a second pass in the same process shows the warm cost."""
     records = count_records(raw) if records is None else records
     runs = []
     for _ in range(reps):
-        p = subprocess.run([sys.executable, __file__, "--child", raw, out, str(workers), fmt], capture_output=True,
-                           text=True, check=True)
+        p = subprocess.run([sys.executable, __file__, "--child", raw, out, str(workers), fmt, layout],
+                           capture_output=True, text=True, check=True)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
     print(f"  {records:,} records in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), {fmt} trace "
-          f"{os.path.getsize(out) / 1e6:.2f} MB, threads: {workers or 'default'}")
+          f"{os.path.getsize(out) / 1e6:.2f} MB ({runs[0][0]['layout']} layout), threads: {workers or 'default'}")
     print(f"  {'':14} {'best s':>7} {'median s':>9} {'M rec/s best':>13} {'M rec/s median':>15}")
     summary = {"records": records, "raw_bytes": os.path.getsize(raw), "trace_bytes": os.path.getsize(out),
                "format": fmt, "workers": workers, "runs": runs}
@@ -269,11 +270,13 @@ def main() -> int:
                     help="threads for the decoder and the writer, e.g. 4,8,16 (one run each; 0: as the library picks)")
     ap.add_argument("--format", default="perfetto", choices=("perfetto", "chrome"))
     ap.add_argument("--save", help="write every run's numbers to this JSON file")
-    ap.add_argument("--child", nargs=4, metavar=("RAW", "OUT", "WORKERS", "FORMAT"), help=argparse.SUPPRESS)
+    ap.add_argument("--layout", default="auto", help="the trace's track tree: auto, launch or sm; several, e.g. "
+                    "launch,auto, alternate per worker count (trace/plan.py)")
+    ap.add_argument("--child", nargs=5, metavar=("RAW", "OUT", "WORKERS", "FORMAT", "LAYOUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        raw, out, workers, fmt = args.child
-        child(raw, out, passes=2, workers=int(workers), fmt=fmt)
+        raw, out, workers, fmt, layout = args.child
+        child(raw, out, passes=2, workers=int(workers), fmt=fmt, layout=layout)
         return 0
     tmp = None
     folder = args.keep
@@ -296,7 +299,9 @@ def main() -> int:
         print(f"{tag}: built in {t_build:.2f} s")
         records = count_records(raw)
         for w in (int(x) for x in args.workers.split(",")):
-            saved.append(dict(bench(raw, out, args.reps, w, args.format, records), shape=tag, cpus=cpus))
+            for layout in args.layout.split(","):
+                saved.append(dict(bench(raw, out, args.reps, w, args.format, records, layout), shape=tag, cpus=cpus,
+                                  layout=layout))
     if args.save:
         with open(args.save, "w") as f:
             json.dump(saved, f, indent=1)
