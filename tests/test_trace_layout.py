@@ -2,13 +2,13 @@
 every launch of a GPU ("sm"), and ``auto`` choosing between them.
 
 Checked against references written here: with the sm layout, Perfetto's real importer finds
-every CTA once, on a slot of its own SM, named by kernel and launch, with no two CTAs of any
+every CTA once, on a slot of its own SM, named after its launch, with no two CTAs of any
 launches overlapping on a slot and as many slots per SM as CTAs of the whole session
 overlapped on it; one launch slice per launch over its CTAs' span, on rows where no two
 overlap; resident-CTA counters counted here CTA by CTA; the exact round trip in both
 formats (hand-made profiles with every layout case, merged captures, two GPUs); the track
 count of 1,024 launches bounded by the GPU instead of the program; ``auto``'s choice; and
-events too long for one-byte lengths (long kernel names).
+events too long for one-byte lengths (launch titles of long kernel names).
 """
 import os
 import sys
@@ -123,7 +123,7 @@ def test_sm_rows_shared_by_launches_hold_every_cta_once_without_overlap(tmp_path
     for r in rows:
         key, sm = (r["launch"], r["cta"]), int(r["sm"].rsplit(" ", 1)[1])  # "SM 3" ("GPU 0 · ... SM 3" in JSON)
         assert key in sms[sm], (key, sm)  # on its own SM's rows
-        assert r["name"] == f"{kernel_of[key[0]]} #{key[0]} CTA {key[1]}"
+        assert r["name"] == f"{kernel_of[key[0]]} #{key[0]}"  # named (and coloured) after its launch
         assert r["ts"] - shift == start[key]
         seen[key] = seen.get(key, 0) + 1
         on_slot.setdefault(r["slot"], []).append(sms[sm][key])
@@ -263,6 +263,8 @@ def test_slots_shared_by_kernels_name_their_unit_tracks(tmp_path, fmt, ext):
 @needs_tp
 @pytest.mark.parametrize("fmt,ext", FORMATS)
 def test_long_kernel_names_make_events_past_127_bytes_that_import_whole(tmp_path, fmt, ext):
+    """The launch slices carry the whole title (two-byte lengths in the .pftrace), the CTA
+    slices the whole kernel name (interned once per launch)."""
     long = "triton_per_fused__native_batch_norm_legit_functional_add_mul_rsqrt_sum_" * 3
     kernels = [_kernel(long, ["load", "reduce"], warps=4), KERNELS[1], KERNELS[2]]
     p = session_profile(n_launches=6, sms=2, kernels=kernels)
@@ -271,7 +273,7 @@ def test_long_kernel_names_make_events_past_127_bytes_that_import_whole(tmp_path
     bad, count = tp.query(str(path), [tp.BAD_STATS, "select count(*) as n from slice"])
     assert bad == [] and count == [{"n": len(p.ctas) + len(p.intervals) + len(p.launches)}]
     cta_names = {r["name"] for r in _cta_rows(path, fmt)}
-    assert f"{long[:47]}… #0 CTA 0" in cta_names
+    assert f"{long} #0" in cta_names and f"{long} #3" in cta_names
     assert any(r["name"].startswith(f"#0 {long} grid=") for r in _launch_rows(path, fmt))  # the whole name
     assert_same_profile(p, load_trace(path))
 
@@ -304,37 +306,6 @@ def test_auto_s_count_of_the_launch_layout_is_the_writer_s_and_its_bounds_agree(
         assert full == write_trace(p, tmp_path / "l.pftrace", "perfetto", layout="launch")["tracks"]
         for limit in (10, full // 3, full - 1, full, full + 1, 10 * full):
             assert (launch_layout_tracks(p, launches, limit) > limit) == (full > limit), (full, limit)
-
-
-@needs_tp
-def test_cta_events_past_127_bytes_fall_back_to_two_byte_lengths(tmp_path, monkeypatch):
-    """CTA slices are encoded with one-byte lengths where the kernel names are short; an
-    event that still passes 127 bytes (here: a long name let through, 10-digit launch numbers
-    and CTA ids in a 3-D grid) makes its batch be encoded again with two-byte lengths."""
-    from proton_lite.trace import perfetto_tree
-    monkeypatch.setattr(perfetto_tree, "NARROW_PREFIX", 1000)  # every batch tries one-byte lengths first
-    tried = []
-    encode = perfetto_tree.CtaEvents._rows
-    monkeypatch.setattr(perfetto_tree.CtaEvents, "_rows", lambda self, sel, wide: tried.append(wide) or
-                        encode(self, sel, wide))
-    kernels = [_kernel("triton_red_fused_native_layer_norm_backward_add_mul_0", ["load", "reduce"], warps=4),
-               KERNELS[1], KERNELS[2]]
-    p = session_profile(n_launches=6, sms=2, kernels=kernels)
-    p.launches["grid_x"], p.launches["grid_y"], p.launches["grid_z"] = 1000, 1000, 5000
-    for table in (p.launches, p.ctas, p.intervals):
-        table["launch"] += 1_000_000_000  # a session's billionth launch
-    p.ctas["cta"] += 4_000_000_000
-    p.intervals["cta"] += 4_000_000_000
-    path = tmp_path / "big.pftrace"
-    write_trace(p, path, "perfetto", layout="sm")
-    assert tried == [False, True]
-    bad, count = tp.query(str(path), [tp.BAD_STATS, "select count(*) as n from slice"])
-    assert bad == [] and count == [{"n": len(p.ctas) + len(p.intervals) + len(p.launches)}]
-    cid = 4_000_000_000
-    name = (f"triton_red_fused_native_layer_norm_backward_add… #1000000000 CTA {cid} "
-            f"({cid % 1000},{cid // 1000 % 1000},4000)")
-    assert name in {r["name"] for r in _cta_rows(path, "perfetto")}
-    assert_same_profile(p, load_trace(path))
 
 
 @pytest.mark.parametrize("length", [0, 1, 127, 128, 300, 16383])

@@ -52,10 +52,6 @@ def varint_len(v: np.ndarray) -> np.ndarray:
     return n
 
 
-class LengthError(ValueError):
-    """A row message too long for its length prefix (``Rows.set_length``)."""
-
-
 class Rows:
     """One message per row, built column by column; ``tobytes`` concatenates the rows.
 
@@ -168,7 +164,7 @@ class Rows:
             self.present[col + 1] = long if present is None else long & present
             return
         if len(length) and int(length.max()) > 127:
-            raise LengthError("row message longer than 127 bytes: one-byte length prefix does not fit")
+            raise ValueError("row message longer than 127 bytes: one-byte length prefix does not fit")
         self.cols[col] = length.astype(np.uint8)
         self.present[col] = present
 

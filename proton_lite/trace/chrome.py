@@ -30,7 +30,7 @@ from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
-from proton_lite.trace.plan import lane_name, launch_spans, plan_trace, short_kernel_name
+from proton_lite.trace.plan import lane_name, launch_spans, plan_trace
 from proton_lite.trace.tree import (_launch_title, _scope_names, _scope_note, _several_devices, _sorted_launches,
                                     _time_shift)
 from proton_lite.trace.workers import _run_ordered, _workers
@@ -195,8 +195,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     slice_cta = np.r_[iv_cta, np.arange(n_cta)].astype(np.int64)
     cid = ctas["cta"].astype(np.int64)
     gx, gy, multi = grid_of_ctas(launches, cta_lr)
-    prefixes = [_json(f"{short_kernel_name(kernels[int(la['kernel'])].name)} #{int(la['launch'])} ")[1:-1].encode()
-                for la in launches]
+    launch_names = [_json(f"{kernels[int(la['kernel'])].name} #{int(la['launch'])}")[1:-1].encode() for la in launches]
     cycles = np.r_[iv["cycles"].astype(np.int64), (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)]
     unit = np.r_[iv["unit"], np.zeros(n_cta, np.uint32)].astype(np.int64)
     lane = np.r_[iv["lane"], np.zeros(n_cta, np.uint16)].astype(np.int64)
@@ -211,9 +210,10 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         r.const(b'{"ph":"X","name":')
         if of_ctas:
             r.const(b'"')
-            if not by_launch:  # "matmul #3 CTA 37"
-                r.table(prefixes, cta_lr[c])
-            cta_name(r, cid[c], gx[c], gy[c], multi[c])
+            if by_launch:  # "CTA 37"
+                cta_name(r, cid[c], gx[c], gy[c], multi[c])
+            else:  # "matmul #3": the CTAs of a launch alike (and coloured alike)
+                r.table(launch_names, cta_lr[c])
             r.const(b'"')
         else:
             r.table(names, name_idx[o])

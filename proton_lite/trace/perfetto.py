@@ -160,13 +160,13 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             clock.mark("head")
             for done, (data, ab) in enumerate(results, start=1):
                 if done == n_pieces + 1:
-                    put("head", sequence_start(SEQ_CTAS, {}))
+                    put("head", sequence_start(SEQ_CTAS, cta_events.result().names))
                 put("events", data)
                 arg_bytes += ab
                 if progress is not None:
                     progress(done, len(tasks))
             if len(tasks) == n_pieces:  # no CTA: the sequence is still declared
-                put("head", sequence_start(SEQ_CTAS, {}))
+                put("head", sequence_start(SEQ_CTAS, cta_events.result().names))
         n_samples = cta_events.result().n_samples
         clock.mark("events")
     finally:

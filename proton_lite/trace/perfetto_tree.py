@@ -21,19 +21,18 @@ import numpy as np
 from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import capture_titles
 from proton_lite.trace.nesting import _argsort_keys
-from proton_lite.trace.plan import LaunchSpans, TracePlan, lane_name, short_kernel_name
-from proton_lite.trace._proto import LengthError, Rows, field_bytes, field_varint, tag
+from proton_lite.trace.plan import LaunchSpans, TracePlan, lane_name
+from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY,
                                                CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_TRACK_DESCRIPTOR,
                                                SEQ_CTAS, SIBLING_MERGE_NONE, TD_CHILD_ORDERING, TD_COUNTER,
                                                TD_DESCRIPTION, TD_MERGE, TD_NAME, TD_PARENT, TD_RANK, TD_UUID,
-                                               TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS, TE_EXTRA_COUNTER_VALUES,
+                                               TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS, TE_EXTRA_COUNTER_VALUES, TE_NAME_IID,
                                                ANN_CTAS, ANN_LAUNCH, SEQ_LAUNCHES, TE_NAME, packet,
                                                slice_event_start)
 from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
-NARROW_PREFIX = 40  # the longest "kernel #launch " before CTA slices are encoded with two-byte lengths at once
 COUNTER_UNIT = "CTAs"
 LAUNCH_DESCRIPTION = ("CTAs resident on the GPU over time. Inside: one group per SM with the CTAs resident on "
                       "it, then its slots: CTAs of the SM that never overlap share a slot, one track per warp "
@@ -220,7 +219,8 @@ class CtaEvents:
     times: ends, begins, then the end of a zero-length slice).  The resident-CTA counters of
     the SMs and top groups ride on these events (``extra_counter_values``, ~7 bytes a
     sample where a packet of its own would take ~14).  In the sm layout a CTA slice is
-    named ``kernel #launch CTA id`` and its BEGIN carries ``launch`` before ``cta``."""
+    named after its launch, ``kernel #launch`` (interned: ``names``, so that the UI colours
+    the CTAs of a launch alike), and its BEGIN carries ``launch`` before ``cta``."""
 
     def __init__(self, launches, plan: TracePlan, shift: int, kernel_names: list[str]):
         """Made before the unit tracks are counted (on a worker, beside the writer's index
@@ -263,14 +263,11 @@ class CtaEvents:
         self.gx, self.gy, self.multi = grid_of_ctas(launches, cta_lr)
         self.n_samples = sum(int(c[0].sum()) for c in self.counters)
         self.by_launch = plan.layout == "launch"
-        if not self.by_launch:  # "matmul #3 " before "CTA 37", and the launch number as an arg
+        if not self.by_launch:  # named "matmul #3" by an interned name per launch, with the launch as an arg
             self.lr = cta_lr
             self.launch_no = launches["launch"].astype(np.int64)
-            self.prefixes = [f"{short_kernel_name(kernel_names[int(la['kernel'])])} #{int(la['launch'])} ".encode()
-                             for la in launches]
-        # one-byte lengths where the names are short (faster: ~0.1 s per 100,000 CTAs); ``rows``
-        # falls back to two-byte ones where an event still passes 127 bytes
-        self.wide = not self.by_launch and max(map(len, self.prefixes), default=0) > NARROW_PREFIX
+        self.names = {} if self.by_launch else {
+            i + 1: f"{kernel_names[int(la['kernel'])]} #{int(la['launch'])}" for i, la in enumerate(launches)}
 
     def after_units(self, n_units: int) -> "CtaEvents":
         """The uuids once ``n_units`` unit tracks come first (``layout_uuids``); call once."""
@@ -279,24 +276,18 @@ class CtaEvents:
         return self
 
     def rows(self, sel: slice) -> Rows:
-        if self.wide:
-            return self._rows(sel, True)
-        try:
-            return self._rows(sel, False)
-        except LengthError:  # a long name and large ids or counter values: over 127 bytes
-            return self._rows(sel, True)
-
-    def _rows(self, sel: slice, wide: bool) -> Rows:
         begin, c = self.begin[sel], self.cta_i[sel]
         r = Rows(len(begin))
-        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, self.dts[sel], ~begin, self.track[sel], wide)
-        r.const(tag(TE_NAME, 2), begin)
-        nlen = r.placeholder(wide)
-        n0 = r.mark()
-        if not self.by_launch:
-            r.table(self.prefixes, self.lr[c], begin)
-        cta_name(r, self.cid[c], self.gx[c], self.gy[c], self.multi[c], begin)
-        r.set_length(nlen, r.length_since(n0), begin)
+        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, self.dts[sel], ~begin, self.track[sel])
+        if self.by_launch:  # "CTA 37"
+            r.const(tag(TE_NAME, 2), begin)
+            nlen = r.placeholder()
+            n0 = r.mark()
+            cta_name(r, self.cid[c], self.gx[c], self.gy[c], self.multi[c], begin)
+            r.set_length(nlen, r.length_since(n0), begin)
+        else:  # the launch's interned name (``names``): one varint
+            r.const(tag(TE_NAME_IID, 0), begin)
+            r.varint(self.lr[c] + 1, begin)
         if not self.by_launch:  # the reader keeps an event's last annotation: the CTA id goes after
             r.const(tag(TE_ANNOTATIONS, 2), begin)
             llen = r.placeholder()

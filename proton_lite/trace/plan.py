@@ -11,7 +11,8 @@ Two layouts, the same tree below the top (SM groups > slots > unit tracks, ``row
   ever held CTAs at once over the whole session, and the tracks are bounded by the GPU's
   size, not by the program's length.  A ``launches`` row at the top holds one slice per
   launch (its span, named by its title; launches that overlap in time take further rows),
-  and CTA slices are named by kernel and launch (``matmul #3 CTA 37``) with a ``launch`` arg.
+  and CTA slices are named after their launch (``matmul #3``: the UI colours a launch's
+  CTAs alike), with ``cta`` and ``launch`` args.
 
 ``auto``, the default, keeps ``launch`` while the trace stays under ``AUTO_TRACKS`` tracks.
 """
@@ -214,9 +215,3 @@ def launch_spans(plan: TracePlan, n_launches: int) -> LaunchSpans:
 
 def lane_name(lane: int) -> str:
     return LAUNCHES_ROW if lane == 0 else f"{LAUNCHES_ROW} {lane + 1}"
-
-
-def short_kernel_name(name: str, most: int = 48) -> str:
-    """A kernel's name in a CTA slice's name in the sm layout, cut to ``most`` characters
-    (the launch row and the slice's ``launch`` arg give the whole)."""
-    return name if len(name) <= most else name[:most - 1] + "…"
