@@ -1,8 +1,8 @@
 """Kernel shapes users run that the other GPU tests lack (tests/unusual_kernels.py): a spin
 lock in a data-dependent ``while`` loop, CTAs that return early and grids of none,
 programmatic dependent launch, two-CTA clusters, 32-warp CTAs, device asserts and inline PTX,
-noinline helpers, device printf, a grid-wide barrier in a cooperative launch and CTAs that live
-for seconds.  Outputs as plain, nothing dropped, every CTA's lifetime, and
+noinline helpers, device printf, a grid-wide barrier in a cooperative launch, CTAs that live
+for seconds, a MoE GEMM routed by loaded expert ids and a paged-KV decode step.  Outputs as plain, nothing dropped, every CTA's lifetime, and
 exactly the slices each warp's loop trips call for."""
 import numpy as np
 import pytest
@@ -269,3 +269,83 @@ def test_a_cta_living_for_seconds_keeps_its_records_in_place(tmp_path):
             assert np.all(steps["start_ns"][1:] >= steps["end_ns"][:-1]), steps["start_ns"]  # in order
             assert abs((whole["end_ns"][0] - whole["start_ns"][0]) - 3e9) < 3e7
             assert whole["end_ns"][0] <= life["end_ns"] + 1000 and whole["start_ns"][0] >= life["start_ns"] - 1000
+
+
+def test_a_routed_moe_gemm_records_its_three_kinds_of_blocks(tmp_path):
+    """Blocks past the padded token count return at once, blocks of an expert not on this
+    rank write zeros through a helper, the rest run their K loop: each CTA records exactly
+    the scopes of its own path."""
+    experts, K, N, BM, BN, BK, valid = 4, 256, 128, 64, 64, 32, 300
+    block_expert = [0, 1, -1, 2, 3, 1]  # six padded blocks; the grid has two more past the count
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = torch.randn(valid, K, device="cuda", generator=g).half()
+    b = torch.randn(experts, K, N, device="cuda", generator=g).half()
+    ids = torch.randperm(len(block_expert) * BM, device="cuda", generator=g).int()
+    ids[ids >= valid] = valid  # padding slots point past the valid tokens (masked)
+    expert_ids = torch.tensor(block_expert + [0, 0], dtype=torch.int32, device="cuda")
+    padded = torch.tensor([len(block_expert) * BM], dtype=torch.int32, device="cuda")
+    sorted_ids = torch.cat([ids, torch.full((2 * BM, ), valid, dtype=torch.int32, device="cuda")])
+    grid = ((len(block_expert) + 2) * (N // BN), )
+
+    def run():
+        c = torch.full((valid, N), float("nan"), device="cuda")
+        U.routed_gemm[grid](a, b, c, sorted_ids, expert_ids, padded, N, K, valid, K, K * N, N, N,
+                            BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, num_warps=4, num_stages=3)
+        return c
+
+    plain = run()
+    with proton_lite.start(str(tmp_path / "moe"), quiet=True, formats=()) as s:
+        out = run()
+    torch.cuda.synchronize()
+    assert torch.equal(out.nan_to_num(7.0), plain.nan_to_num(7.0))
+    for blk, e in enumerate(block_expert):  # against torch, token by token
+        tokens = ids[blk * BM:(blk + 1) * BM].long()
+        tokens = tokens[tokens < valid]
+        want = torch.zeros(len(tokens), N, device="cuda") if e < 0 else a[tokens].float() @ b[e].float()
+        torch.testing.assert_close(out[tokens], want, rtol=2e-2, atol=2e-2)
+    prof, k, (launch, ) = _profile(s, "routed_gemm")
+    _every_cta_finished(prof, launch)
+    steps, zeros, store = (_slices(prof, k, launch, scope) for scope in ("k step", "zeros", "store"))
+    for cta in range(grid[0]):
+        blk = cta // (N // BN)
+        routed = blk < len(block_expert) and block_expert[blk] >= 0
+        assert (steps[cta] == (K // BK if routed else 0)).all(), (cta, steps[cta])
+        assert (store[cta] == int(routed)).all(), (cta, store[cta])
+        assert (zeros[cta] == int(blk < len(block_expert) and block_expert[blk] < 0)).all(), (cta, zeros[cta])
+
+
+def test_paged_decode_records_one_slice_per_page_of_each_sequence(tmp_path):
+    """Each (sequence, head) CTA walks its sequence's pages through a block table: trip counts
+    from loaded lengths, so the records go to the launch's pool; every page is one slice."""
+    lens, heads, page, dim, max_blocks = [1, 16, 17, 100, 255, 64], 4, 16, 64, 16
+    seqs = len(lens)
+    g = torch.Generator(device="cuda").manual_seed(9)
+    q = torch.randn(seqs, heads, dim, device="cuda", generator=g)
+    k_cache = torch.randn(seqs * max_blocks, heads, page, dim, device="cuda", generator=g)
+    v_cache = torch.randn(seqs * max_blocks, heads, page, dim, device="cuda", generator=g)
+    table = torch.randperm(seqs * max_blocks, device="cuda", generator=g).int().view(seqs, max_blocks)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    scale = dim ** -0.5
+
+    def run():
+        out = torch.empty(seqs, heads, dim, device="cuda")
+        U.paged_decode[(seqs, heads)](q, k_cache, v_cache, table, seq_lens, out, scale, MAX_BLOCKS=max_blocks,
+                                      PAGE=page, HEAD_DIM=dim, num_warps=4)
+        return out
+
+    plain = run()
+    with proton_lite.start(str(tmp_path / "paged"), quiet=True, formats=()) as s:
+        out = run()
+    torch.cuda.synchronize()
+    assert torch.equal(out, plain)
+    for i, n in enumerate(lens):  # against torch
+        pages = table[i, :triton_cdiv(n, page)].long()
+        keys = k_cache[pages].transpose(0, 1).reshape(heads, -1, dim)[:, :n]
+        values = v_cache[pages].transpose(0, 1).reshape(heads, -1, dim)[:, :n]
+        p = torch.softmax((keys @ q[i][:, :, None]).squeeze(-1) * scale, -1)
+        torch.testing.assert_close(out[i], (p[:, None, :] @ values).squeeze(1), rtol=1e-4, atol=1e-4)
+    prof, k, (launch, ) = _profile(s, "paged_decode")
+    _every_cta_finished(prof, launch)
+    got = _slices(prof, k, launch, "page")
+    for cta in range(seqs * heads):  # CTA id = sequence + seqs * head
+        assert (got[cta] == triton_cdiv(lens[cta % seqs], page)).all(), (cta, got[cta])

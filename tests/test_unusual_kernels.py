@@ -106,3 +106,24 @@ def test_a_grid_barrier_kernel_keeps_its_cooperative_launch_and_spin_loop():
     ptx = k.asm["ptx"]
     assert ptx.count("// proton_lite: record") == 6 and ".gpu.release" in ptx  # the arrival, kept as written
     assert k.profile["loop_record_sites"] == 0  # the spin loop holds no record: the scope is around it
+
+
+def test_a_routed_moe_gemm_sizes_its_k_loop_from_the_arguments():
+    """The K loop's trips come from an argument, so its records are sized per launch, even
+    though the blocks that run it are chosen by loaded expert ids (and the others return)."""
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": F32, "sorted_ids_ptr": I32, "expert_ids_ptr": I32,
+           "padded_ptr": I32, "N": "i32", "K": "i32", "num_valid": "i32", "stride_am": "i32", "stride_be": "i32",
+           "stride_bk": "i32", "stride_cm": "i32"}
+    k = proton_lite.compile(U.routed_gemm, sig, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_stages=3)
+    assert k.profile["loop_record_sites"] == 2 and k.profile["layout"]["sized_at_launch"]
+    assert not k.profile["layout"].get("pool")  # bounded by K: no pool
+    ptx = k.asm["ptx"]
+    assert ptx.count("ret;") == 1 and ptx.index("// proton_lite: epilogue") < ptx.index("ret;")
+
+
+def test_paged_decode_s_loop_over_loaded_lengths_records_into_a_pool():
+    sig = {"q_ptr": F32, "k_cache_ptr": F32, "v_cache_ptr": F32, "block_table_ptr": I32, "seq_lens_ptr": I32,
+           "out_ptr": F32, "scale": "fp32"}
+    k = proton_lite.compile(U.paged_decode, sig, {"MAX_BLOCKS": 64, "PAGE": 16, "HEAD_DIM": 128})
+    assert k.profile["loop_record_sites"] == 2 and k.profile["records_per_unit_max"] is None
+    assert k.profile["layout"]["sized_at_launch"] and k.profile["layout"]["pool"]

@@ -4,7 +4,9 @@ return early (and grids of none), a kernel launched with programmatic dependent 
 a Hopper cluster of two CTAs (``num_ctas=2``), 32 warps per CTA, a debug build with device
 asserts and inline PTX, helpers compiled as functions of their own
 (``@triton.jit(noinline=True)``: a ``.func`` in the kernel's PTX, with its own ``ret``), a
-grid-wide barrier in a cooperative launch, and CTAs that live for seconds.  Compiled on the CPU by tests/test_unusual_kernels.py,
+grid-wide barrier in a cooperative launch, CTAs that live for seconds, a mixture-of-experts GEMM
+routed by loaded expert ids and a decode step over a paged KV cache (the shapes of serving
+libraries' fused MoE and paged attention).  Compiled on the CPU by tests/test_unusual_kernels.py,
 run on the GPU by tests/test_gpu_unusual.py."""
 import triton
 import triton.language as tl
@@ -193,3 +195,83 @@ def long_spin(out_ptr, step_ns, STEPS: tl.constexpr):
                 while t - t0 < step_ns:
                     t = _globaltimer(i)
     tl.store(out_ptr + tl.program_id(0), t)
+
+
+@triton.jit
+def _zero_tile(c_ptr, stride_cm, offs_token, token_mask, pid_n, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + offs_token[:, None] * stride_cm + offs_n[None, :], tl.zeros((BLOCK_M, BLOCK_N), tl.float32),
+             mask=token_mask[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
+def routed_gemm(a_ptr, b_ptr, c_ptr, sorted_ids_ptr, expert_ids_ptr, padded_ptr, N, K, num_valid,
+                stride_am, stride_be, stride_bk, stride_cm,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A mixture-of-experts GEMM shaped like serving libraries' fused MoE kernels: the padded
+    token count and each block's expert are loaded, blocks past the count return at once,
+    blocks of an expert not on this rank (-1) write zeros through a helper and return, the
+    rest gather their tokens' rows and run a K loop of dots."""
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    if pid_m * BLOCK_M >= tl.load(padded_ptr):
+        return
+    offs_token = tl.load(sorted_ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    token_mask = offs_token < num_valid
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    if expert == -1:
+        with pl.scope("zeros"):
+            _zero_tile(c_ptr, stride_cm, offs_token, token_mask, pid_n, N, BLOCK_M, BLOCK_N)
+        return
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_token[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + expert * stride_be + offs_k[:, None] * stride_bk + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        with pl.scope("k step"):
+            a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_K), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BLOCK_K) & (offs_n[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * stride_bk
+    with pl.scope("store"):
+        tl.store(c_ptr + offs_token[:, None] * stride_cm + offs_n[None, :], acc,
+                 mask=token_mask[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
+def paged_decode(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, out_ptr, scale,
+                 MAX_BLOCKS: tl.constexpr, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """One decode step of attention over a paged KV cache, shaped like serving libraries'
+    paged attention: per (sequence, head) CTA, the sequence's length is loaded and its pages
+    are walked through a block table, so each CTA's trip count is data-dependent."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    n_heads = tl.num_programs(1)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_p = tl.arange(0, PAGE)
+    q = tl.load(q_ptr + (seq * n_heads + head) * HEAD_DIM + offs_d)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    m_i = -float("inf")
+    l_i = 0.0
+    acc = tl.zeros((HEAD_DIM, ), tl.float32)
+    for blk in range(0, tl.cdiv(seq_len, PAGE)):
+        with pl.scope("page"):
+            page = tl.load(block_table_ptr + seq * MAX_BLOCKS + blk)
+            base = (page * n_heads + head) * PAGE * HEAD_DIM
+            valid = blk * PAGE + offs_p < seq_len
+            k = tl.load(k_cache_ptr + base + offs_p[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None],
+                        other=0.0)
+            s = tl.where(valid, tl.sum(k * q[None, :], 1) * scale, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 0))
+            p = tl.exp(s - m_new)
+            alpha = tl.exp(m_i - m_new)
+            v = tl.load(v_cache_ptr + base + offs_p[:, None] * HEAD_DIM + offs_d[None, :], mask=valid[:, None],
+                        other=0.0)
+            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+            l_i = l_i * alpha + tl.sum(p, 0)
+            m_i = m_new
+    tl.store(out_ptr + (seq * n_heads + head) * HEAD_DIM + offs_d, acc / l_i)
