@@ -254,8 +254,8 @@ def merge_profiler_trace(profiler_trace, capture: str | os.PathLike, output: str
         trace["otherData"]["proton_lite_merge"] = {k: v for k, v in report.items() if k != "launches"}
     out = Path(output)
     tmp_out = out.with_name(out.name + ".part")
-    with open(tmp_out, "w") as f:
-        json.dump(trace, f)
+    with open(tmp_out, "w", encoding="utf-8") as f:  # text as UTF-8: Perfetto shows \u escapes as written
+        json.dump(trace, f, ensure_ascii=False)
     os.replace(tmp_out, out)
     report["output"] = str(out)
     return report

@@ -166,13 +166,16 @@ def test_the_merged_file_imports_in_perfettos_trace_processor(profile, tmp_path)
     if tp.missing():
         pytest.skip(tp.missing())
     trace = tmp_path / "prof.json"
-    trace.write_text(json.dumps(_profiler_trace(profile)))
+    theirs = _profiler_trace(profile)
+    theirs["traceEvents"][0]["name"] = "attention · forward"  # a user's op name that is not ASCII
+    trace.write_text(json.dumps(theirs))
     merge_profiler_trace(trace, CAPTURE, tmp_path / "merged.json")
-    bad, ours, theirs = tp.query(str(tmp_path / "merged.json"), [
+    bad, ours, theirs, op = tp.query(str(tmp_path / "merged.json"), [
         tp.BAD_STATS,
         "select ts, dur, name from slice where name like '#% matmul_kernel %' order by ts",
-        "select ts, dur from slice where name = 'matmul_kernel' order by ts"])
-    assert bad == []
+        "select ts, dur from slice where name = 'matmul_kernel' order by ts",
+        "select name from slice where name like 'attention%'"])
+    assert bad == [] and op == [{"name": "attention · forward"}]  # as written, not "\u00b7"
     assert len(ours) == 3 and len(theirs) == 4  # the profiler's extra launch before the session stays
     for mine, kernel in zip(ours, theirs[1:]):
         assert kernel["ts"] <= mine["ts"] and mine["ts"] + mine["dur"] <= kernel["ts"] + kernel["dur"]
