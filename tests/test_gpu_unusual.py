@@ -2,8 +2,9 @@
 lock in a data-dependent ``while`` loop, CTAs that return early and grids of none,
 programmatic dependent launch, two-CTA clusters, 32-warp CTAs, device asserts and inline PTX,
 noinline helpers, device printf, a grid-wide barrier in a cooperative launch, CTAs that live
-for seconds, a MoE GEMM routed by loaded expert ids and a paged-KV decode step.  Outputs as plain, nothing dropped, every CTA's lifetime, and
-exactly the slices each warp's loop trips call for."""
+for seconds, a MoE GEMM routed by loaded expert ids and a paged-KV decode step.  Outputs as
+plain, nothing dropped, every CTA's lifetime, and exactly the slices each warp's loop trips
+call for."""
 import numpy as np
 import pytest
 

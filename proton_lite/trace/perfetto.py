@@ -176,7 +176,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     total = sum(sizes.values())
     n_slices = n_iv + n_cta
     return {"format": "perfetto", "path": str(path), "bytes": total, "slices": n_slices, "compressed": compress,
-            "layout": plan.layout, "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(cut), "events": 2 * n_slices,
+            "layout": plan.layout, "tracks": tracks.count, "slots": lay.n_rows, "pieces": len(cut),
+            "events": 2 * n_slices,
             "counter_samples": n_samples, "descriptor_bytes": sizes["descriptors"],
             "event_bytes": sizes["events"], "arg_bytes_uncompressed": arg_bytes,
             "bytes_per_slice": total / n_slices if n_slices else 0.0, "phase_s": clock.spans}
@@ -199,7 +200,8 @@ def _scope_notes(profile: Profile, names: list, event_names: list[str]):
 class _Phases:
     """Wall seconds of the writer's steps (``phase_s`` in its stats: where a large trace's time
     goes, for ``tests/benchmarks/decode_speed.py``): slots (the CTAs' order and packing,
-    ``plan``), pieces and head on this thread (the first also on the workers), index and events wait for the workers."""
+    ``plan``), pieces and head on this thread (the first also on the workers), index and
+    events wait for the workers."""
 
     def __init__(self):
         self.spans: dict[str, float] = {}

@@ -23,12 +23,12 @@ from proton_lite.profile_merge import capture_titles
 from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.plan import LaunchSpans, TracePlan, lane_name
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
-from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CYCLES, CD_UNIT_NAME, CD_Y_AXIS_SHARE_KEY,
-                                               CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID, P_TRACK_DESCRIPTOR,
-                                               SEQ_CTAS, SIBLING_MERGE_NONE, TD_CHILD_ORDERING, TD_COUNTER,
-                                               TD_DESCRIPTION, TD_MERGE, TD_NAME, TD_PARENT, TD_RANK, TD_UUID,
-                                               TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS, TE_EXTRA_COUNTER_VALUES, TE_NAME_IID,
-                                               ANN_CTAS, ANN_LAUNCH, SEQ_LAUNCHES, TE_NAME, packet,
+from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CTAS, ANN_CYCLES, ANN_LAUNCH, CD_UNIT_NAME,
+                                               CD_Y_AXIS_SHARE_KEY, CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID,
+                                               P_TRACK_DESCRIPTOR, SEQ_CTAS, SEQ_LAUNCHES, SIBLING_MERGE_NONE,
+                                               TD_CHILD_ORDERING, TD_COUNTER, TD_DESCRIPTION, TD_MERGE, TD_NAME,
+                                               TD_PARENT, TD_RANK, TD_UUID, TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS,
+                                               TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_NAME_IID, packet,
                                                slice_event_start)
 from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names
 

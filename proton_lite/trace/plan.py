@@ -178,8 +178,9 @@ def _row_kernels(profile: Profile, launches, cta_lr, lay: SlotLayout) -> np.ndar
 
 @dataclass
 class LaunchSpans:
-    """The sm layout's launch slices: each launch that ran CTAs, from its first CTA's start
-    to its last CTA's end, on lane ``lane`` of its top group's ``launches`` rows."""
+    """Each launch that ran CTAs, from its first CTA's start to its last CTA's end, on lane
+    ``lane`` of its top group's rows: the sm layout's ``launches`` rows (the JSON's launch
+    threads in both layouts)."""
     launch: np.ndarray  # launch rank
     start: np.ndarray
     end: np.ndarray
@@ -191,6 +192,8 @@ class LaunchSpans:
 
 
 def launch_spans(plan: TracePlan, n_launches: int) -> LaunchSpans:
+    """The launches' spans, packed into lanes per top group by the slots' greedy rule
+    (``rows.pack_slots``), so that launches of other streams that overlap never cross."""
     ctas, lr = plan.ctas, plan.cta_lr
     start = np.full(n_launches, np.iinfo(np.int64).max, np.int64)
     end = np.full(n_launches, np.iinfo(np.int64).min, np.int64)

@@ -8,8 +8,8 @@ names its CTA in a ``cta`` arg; in a .pftrace an interval's CTA is the one whose
 the interval's slot holds its start (``rows.cta_by_time``, with the extents' starts from
 the metadata), in a .json every slice has a ``cta`` arg.  A CTA's launch is its launch
 track's, or in the sm layout (``plan``: SM groups shared by the launches of a GPU) the
-``launch`` arg its slice carries; the launch slices of that layout are derived, not read.  The counters are derived from
-the CTA slices and not read.  Files not written by proton-lite are refused with a one-line
+``launch`` arg its slice carries; the launch slices of that layout are derived, not read.
+The counters are derived from the CTA slices and not read.  Files not written by proton-lite are refused with a one-line
 ``ValueError``.
 """
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A trace's size in bytes is not what slows the UI first: the track tree is built for every
 track at load.  In the launch layout every launch has its own SM groups, slots and unit
 tracks (``trace/plan.py``), so a session of many launches has many tracks even where each
-launch is small; ``auto`` then writes the sm layout, whose tracks are bounded by the GPU.  Measured with the Perfetto UI v52 that ``proton-lite open --offline`` serves, in
-headless Chromium on the 2-core CPU host (``tests/synth.py:wave_profile`` with launches of
+launch is small; ``auto`` then writes the sm layout, whose tracks are bounded by the GPU.
+Measured with the Perfetto UI v52 that ``proton-lite open --offline`` serves, in headless Chromium on the 2-core CPU host (``tests/synth.py:wave_profile`` with launches of
 264 CTAs, 2026-11-28, docs/benchmarks.md "Tracks the UI draws"): 2,796 tracks drew in 3.5 s,
 27,960 in 6.1 s, 55,920 in 12.8 s (149 MB of JavaScript heap), 139,800 in 40.8 s (399 MB).
 """
@@ -25,9 +25,10 @@ def track_count(stats: dict) -> int:
 
 def crowded_trace_warning(stats: dict, launches: np.ndarray, raw_path: str) -> str | None:
     """A warning for a trace with more than TRACKS_FOR_THE_UI tracks, with ``--layout sm``
-    where it was written a group per launch, a ``--launch`` range that stays under it (launches as many as fit at the trace's mean tracks per launch,
-    from the first; none where one launch alone is that large), ``--kernel`` and ``--window``;
-    None when the trace is small enough."""
+    where it was written a group per launch, a ``--launch`` range that stays under it
+    (launches as many as fit at the trace's mean tracks per launch, from the first; none
+    where one launch alone is that large), ``--kernel`` and ``--window``; None when the
+    trace is small enough."""
     tracks = track_count(stats)
     if tracks <= TRACKS_FOR_THE_UI:
         return None
