@@ -90,13 +90,14 @@ def load_profiles(paths: list[str], processes: int | None = None) -> list[Profil
 
 def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None,
                   align_on: str | None = None, warnings: list | None = None,
-                  layout: str = "auto") -> tuple[Profile, list[str]]:
+                  layout: str = "auto", notes: list | None = None) -> tuple[Profile, list[str]]:
     """Decode ``raw_path`` (or a list of captures, merged into one timeline with a group per
     capture: ``profile_merge``) and write one trace per format; files appear whole or not at
     all.  ``cut``: a function of the decoded profile that returns the part to write (profile_cut);
     ``align_on``: the kernel that lines merged captures up (``merge_profiles``); ``warnings``
     gets a line for each trace with more tracks than Perfetto's UI draws in good time;
-    ``layout``: the traces' track tree (``trace.plan``)."""
+    ``layout``: the traces' track tree (``trace.plan``); ``notes`` gets a line where ``auto``
+    chose the sm layout (SM rows shared by the launches)."""
     if isinstance(raw_path, (list, tuple)):
         from proton_lite.profile_merge import merge_profiles
         profile = merge_profiles(load_profiles(list(raw_path)), align_on=align_on)
@@ -116,13 +117,17 @@ def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None
             else:
                 stats = write_trace(profile, tmp, fmt, layout=layout)
             os.replace(tmp, path)
+            from proton_lite.trace.ui_limits import crowded_trace_warning, layout_note
+            raw_arg = (" ".join(map(str, raw_path)) + " -o OUT" if isinstance(raw_path, (list, tuple))
+                       else str(raw_path))
             if warnings is not None:
-                from proton_lite.trace.ui_limits import crowded_trace_warning
-                crowded = crowded_trace_warning(dict(stats, path=path), profile.launches,
-                                                " ".join(map(str, raw_path)) + " -o OUT"
-                                                if isinstance(raw_path, (list, tuple)) else str(raw_path))
+                crowded = crowded_trace_warning(dict(stats, path=path), profile.launches, raw_arg)
                 if crowded:
                     warnings.append(crowded)
+            if notes is not None and layout == "auto" and not paths:  # one note, on the first trace
+                note = layout_note(dict(stats, path=path), profile.launches, raw_arg)
+                if note:
+                    notes.append(note)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)

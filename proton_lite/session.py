@@ -269,18 +269,20 @@ class Session:
         result = SessionResult(self.raw_path, launches=user_launches, lost=collector.lost,
                                errors=list(collector.errors), records=None, dropped=None, unmatched=None)
         trace_warnings: list[str] = []
+        trace_notes: list[str] = []
         if self.options.decode:
             from proton_lite.pipeline import raw_to_traces
             profile, paths = raw_to_traces(self.raw_path, self.options.base, self.options.formats,
                                            progress=not self.options.quiet, warnings=trace_warnings,
-                                           layout=self.options.trace_layout)
+                                           layout=self.options.trace_layout, notes=trace_notes)
             result.trace_paths = paths
             result.records = int(profile.launches["records"].sum()) if len(profile.launches) else 0
             result.dropped = profile.total_dropped
             result.keep_all_hint = profile.keep_all_hint()
             result.unmatched = profile.total_unmatched
         result.summary_line = _summary_line(result, collector, self._hooks.inductor,
-                                            _inductor_kernels_compiled() - self._inductor_before, trace_warnings)
+                                            _inductor_kernels_compiled() - self._inductor_before, trace_warnings,
+                                            trace_notes)
         self.result = result
         if not self.options.quiet:
             print(result.summary_line, file=sys.stderr)

@@ -68,9 +68,9 @@ def _warnings(result: SessionResult, collector, inductor=None, inductor_new: int
 
 
 def _summary_line(result: SessionResult, collector, inductor=None, inductor_new: int = 0,
-                  trace_warnings=()) -> str:
+                  trace_warnings=(), trace_notes=()) -> str:
     """The text printed at stop; fills ``result.counters`` and ``result.warnings`` on the way
-    (``trace_warnings``: the trace writers', ``pipeline.raw_to_traces``)."""
+    (``trace_warnings``, ``trace_notes``: the trace writers', ``pipeline.raw_to_traces``)."""
     from proton_lite.runtime.collector import LAUNCH_SIZED_MAX_BYTES
 
     result.counters = c = _counters(collector)
@@ -100,6 +100,8 @@ def _summary_line(result: SessionResult, collector, inductor=None, inductor_new:
     line = ", ".join(parts) + " -> " + ", ".join([result.raw_path] + result.trace_paths)
     for warning in result.warnings:
         line += f"\nproton_lite: warning: {warning}"
+    for note in trace_notes:
+        line += f"\nproton_lite: note: {note}"
     drain = getattr(collector, "_drain", None)
     if drain is not None and drain.wait_ns >= WAIT_NOTE_NS:
         line += (f"\nproton_lite: note: launches waited {drain.wait_ns / 1e9:.2f} s in all for the raw file to be "

@@ -26,8 +26,12 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "docs", "examples", "mat
 def test_many_small_launches_are_named_with_a_launch_range_that_fits(tmp_path, capsys):
     raw = str(tmp_path / "steps.plraw")
     build_capture(raw, "small")  # 1,024 launches x 64 CTAs x 4 warps
-    assert cli.main(["trace", raw, "-o", str(tmp_path / "all")]) == 0  # auto: SM rows shared, no warning
-    assert "tracks" not in capsys.readouterr().err
+    assert cli.main(["trace", raw, "-o", str(tmp_path / "all"), "--format", "perfetto", "chrome"]) == 0
+    err = capsys.readouterr().err  # auto: SM rows shared, no warning; one note says so and how to get the other tree
+    assert "warning" not in err and err.count("note:") == 1, err
+    assert "all.pftrace: 1,024 launches share each SM's rows" in err and f"trace {raw} --layout launch" in err
+    assert cli.main(["trace", raw, "-o", str(tmp_path / "all"), "--layout", "sm"]) == 0
+    assert capsys.readouterr().err == ""  # asked for: nothing to say
     assert cli.main(["trace", raw, "-o", str(tmp_path / "all"), "--layout", "launch"]) == 0
     err = capsys.readouterr().err
     m = re.search(r"warning: \S+all\.pftrace has ([\d,]+) tracks \(1,024 launches: .*--layout sm .*"
@@ -56,6 +60,14 @@ def test_the_stop_line_carries_the_writer_s_warning(tmp_path):
     crowded = "s.pftrace has 400,000 tracks (2,000 launches: ...)"
     lines = _summary_line(result, SimpleNamespace(skipped_autotune=0, unattributed=0), trace_warnings=[crowded])
     assert lines.split("\n")[1:] == ["proton_lite: warning: " + crowded]
+
+
+def test_the_stop_line_carries_the_layout_note(tmp_path):
+    result = SessionResult(str(tmp_path / "s.plraw"), launches=2000, records=10)
+    note = "s.pftrace: 2,000 launches share each SM's rows (...)"
+    lines = _summary_line(result, SimpleNamespace(skipped_autotune=0, unattributed=0), trace_notes=[note])
+    assert lines.split("\n")[1:] == ["proton_lite: note: " + note]
+    assert result.warnings == []  # a note, not a warning
 
 
 def test_one_launch_too_large_alone_is_told_to_cut_by_time():

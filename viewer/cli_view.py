@@ -61,10 +61,13 @@ def convert(src, out: str | None, formats: list[str], cut=None, align_on: str | 
     _check_writers(formats)
     try:
         crowded: list[str] = []
+        notes: list[str] = []
         profile, paths = raw_to_traces(src, base, formats, progress=_interactive(), cut=cut, align_on=align_on,
-                                       warnings=crowded, layout=layout)
+                                       warnings=crowded, layout=layout, notes=notes)
         for line in crowded:
             _warn(line)
+        for line in notes:
+            print(f"{PROG}: note: {line}", file=sys.stderr)
     except RawFormatError as e:
         raise _raw_error(e) from e
     except AlignError as e:

@@ -23,6 +23,18 @@ def track_count(stats: dict) -> int:
     return int(stats.get("processes", 0)) + int(stats.get("threads", 0))
 
 
+def layout_note(stats: dict, launches: np.ndarray, raw_path: str) -> str | None:
+    """A note for a trace that ``auto`` wrote in the sm layout (SM rows shared by the
+    launches of a GPU): the tree differs from a group per launch, so say so and how to get
+    that one; None for a trace in the launch layout."""
+    if stats.get("layout") != "sm":
+        return None
+    n = len(launches)
+    return (f"{stats.get('path', 'the trace')}: {n:,} launch{'es' if n != 1 else ''} share each SM's rows (a "
+            f"group per GPU with a row of launch slices: one per launch would make too many tracks for Perfetto's "
+            f"UI); a group per launch: proton-lite trace {raw_path} --layout launch (with --launch A-B for a part)")
+
+
 def crowded_trace_warning(stats: dict, launches: np.ndarray, raw_path: str) -> str | None:
     """A warning for a trace with more than TRACKS_FOR_THE_UI tracks, with ``--layout sm``
     where it was written a group per launch, a ``--launch`` range that stays under it
