@@ -24,6 +24,9 @@ def test_unknown_options_are_refused_with_the_valid_ones_listed():
         SessionOptions.from_kwargs("s", {"buffer_mode": "ring"})
     with pytest.raises(ValueError, match="trace format"):
         SessionOptions.from_kwargs("s", {"formats": ("svg", )})
+    with pytest.raises(ValueError, match=r"unknown trace_layout 'gpu'; valid: auto, launch, sm"):
+        SessionOptions.from_kwargs("s", {"trace_layout": "gpu"})
+    assert SessionOptions.from_kwargs("s", {"trace_layout": "sm"}).trace_layout == "sm"
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match=r"copy_every must be a whole number of launches >= 1.*1 copies each"):
             SessionOptions.from_kwargs("s", {"copy_every": bad})
