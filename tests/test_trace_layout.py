@@ -121,7 +121,8 @@ def test_sm_rows_shared_by_launches_hold_every_cta_once_without_overlap(tmp_path
     start = {(int(c["launch"]), int(c["cta"])): int(c["start_ns"]) for c in p.ctas}
     seen, on_slot, slots_of = {}, {}, {}
     for r in rows:
-        key, sm = (r["launch"], r["cta"]), int(r["sm"].rsplit(" ", 1)[1])  # "SM 3" ("GPU 0 · ... SM 3" in JSON)
+        key, sm = (r["launch"], r["cta"]), int(r["sm"].rsplit(" ", 1)[1])
+        assert r["sm"] == (f"SM {sm}" if fmt == "perfetto" else f"GPU 0 SM {sm}")  # the JSON's process: GPU and SM
         assert key in sms[sm], (key, sm)  # on its own SM's rows
         assert r["name"] == f"{kernel_of[key[0]]} #{key[0]}"  # named (and coloured) after its launch
         assert r["ts"] - shift == start[key]

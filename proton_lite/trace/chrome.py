@@ -5,9 +5,11 @@ process named by its title (``_launch_title``) holding a ``resident CTAs`` count
 the GPU) and a ``launch`` thread with one slice over the launch (what its row shows while
 collapsed: Perfetto's UI draws a collapsed process as a summary of its threads' slices),
 then one process per (launch, SM) named ``<launch title> SM <id>`` with the same counter
-for that SM; pids in launch, then SM order.  In an SM's process, one thread per slot
-(``slot 2``: the lifetime slices of the CTAs packed into it) and per (slot, unit, lane)
-(``slot 2 warp 3``), sorted slot by slot.  pids and tids are small integers, tids unique
+for that SM; pids in launch, then SM order.  In the sm layout (``plan``) the top processes
+are GPUs (``GPU 0 · 1,024 launches of 3 kernels``, with ``launches`` threads of launch
+slices), the SM processes ``GPU 0 SM 12``, and every slice has a ``launch`` arg.  In an
+SM's process, one thread per slot (``slot 2``: the lifetime slices of the CTAs packed into
+it) and per (slot, unit, lane) (``slot 2 warp 3``), sorted slot by slot.  pids and tids are small integers, tids unique
 over the file and never equal to a pid (a thread whose tid equals its pid is drawn first
 as the main thread).  Every slice is an ``X`` event with ``ts``/``dur`` in microseconds
 written as ``us.nnn`` (exact ns, relative, non-negative); CTA and scope slices carry
@@ -119,7 +121,8 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     for g in range(n_tops):
         title = titles[g]
         pids = [(int(top_pid[g]), title, -1)]
-        pids += [(int(group_pid[k]), f"{title} SM {int(sm[lay.group_first[k]])}", int(sm[lay.group_first[k]]))
+        owner = title if by_launch else title.split(" · ")[0]  # "#3 matmul ... SM 12", or "GPU 0 SM 12"
+        pids += [(int(group_pid[k]), f"{owner} SM {int(sm[lay.group_first[k]])}", int(sm[lay.group_first[k]]))
                  for k in range(group_bounds[g], group_bounds[g + 1])]
         for pid, name, smid in pids:
             head.append(_json({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
