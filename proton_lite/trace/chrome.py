@@ -9,9 +9,9 @@ for that SM; pids in launch, then SM order.  In the sm layout (``plan``) the top
 are GPUs (``GPU 0 · 1,024 launches of 3 kernels``, with ``launches`` threads of launch
 slices), the SM processes ``GPU 0 SM 12``, and every slice has a ``launch`` arg.  In an
 SM's process, one thread per slot (``slot 2``: the lifetime slices of the CTAs packed into
-it) and per (slot, unit, lane) (``slot 2 warp 3``), sorted slot by slot.  pids and tids are small integers, tids unique
-over the file and never equal to a pid (a thread whose tid equals its pid is drawn first
-as the main thread).  Every slice is an ``X`` event with ``ts``/``dur`` in microseconds
+it) and per (slot, unit, lane) (``slot 2 warp 3``), sorted slot by slot.  pids and tids
+are small integers, tids unique over the file and never equal to a pid (a thread whose tid
+equals its pid is drawn first as the main thread).  Every slice is an ``X`` event with ``ts``/``dur`` in microseconds
 written as ``us.nnn`` (exact ns, relative, non-negative); CTA and scope slices carry
 args ``cycles``, ``sm``, ``cta``, and scopes ``unit``, ``depth`` (plus ``lane`` > 0,
 and ``scope`` where the name alone would not give the scope id back); a CTA slice is
