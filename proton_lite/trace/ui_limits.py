@@ -4,8 +4,9 @@ A trace's size in bytes is not what slows the UI first: the track tree is built 
 track at load.  In the launch layout every launch has its own SM groups, slots and unit
 tracks (``trace/plan.py``), so a session of many launches has many tracks even where each
 launch is small; ``auto`` then writes the sm layout, whose tracks are bounded by the GPU.
-Measured with the Perfetto UI v52 that ``proton-lite open --offline`` serves, in headless Chromium on the 2-core CPU host (``tests/synth.py:wave_profile`` with launches of
-264 CTAs, 2026-11-28, docs/benchmarks.md "Tracks the UI draws"): 2,796 tracks drew in 3.5 s,
+Measured with the Perfetto UI v52 that ``proton-lite open --offline`` serves, in headless
+Chromium on the 2-core CPU host (``tests/synth.py:wave_profile`` with launches of 264 CTAs,
+2026-11-28, docs/benchmarks.md "Tracks the UI draws"): 2,796 tracks drew in 3.5 s,
 27,960 in 6.1 s, 55,920 in 12.8 s (149 MB of JavaScript heap), 139,800 in 40.8 s (399 MB).
 """
 from __future__ import annotations
