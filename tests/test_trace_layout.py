@@ -327,3 +327,14 @@ def test_a_wide_length_of_16384_bytes_is_refused():
     col = r.placeholder(wide=True)
     with pytest.raises(ValueError, match="16,384"):
         r.set_length(col, np.array([1 << 14]))
+
+
+@needs_tp
+@pytest.mark.parametrize("fmt,ext", FORMATS)
+def test_a_profile_without_ctas_in_the_sm_layout(tmp_path, fmt, ext):
+    p = synthetic_profile()
+    p.ctas, p.intervals = np.zeros(0, CTA_DTYPE), np.zeros(0, INTERVAL_DTYPE)
+    path = tmp_path / f"e{ext}"
+    assert write_trace(p, path, fmt, layout="sm")["layout"] == "sm"
+    assert tp.query(str(path), [tp.BAD_STATS]) == [[]]
+    assert_same_profile(p, load_trace(path))
