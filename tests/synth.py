@@ -152,3 +152,68 @@ def wave_profile(n_ctas=8192, launches=2, sms=132, resident=6, warps=4, early=0.
         part["cycles"] = (part["end_ns"] - part["start_ns"]) * 3 // 2
         at += len(w)
     return Profile(kernels=[kernel], launches=la, ctas=ctas, intervals=iv, t0_ns=10**12, session={"name": "wave"})
+
+
+def steps_profile(steps=10, sms=132, seed=0):
+    """A decoded profile shaped like training steps, built without a GPU: per step a norm
+    (2,048 CTAs of 4 warps, 8 resident per SM), a matmul (528 CTAs of 8 warps, one resident)
+    and an attention (264 CTAs of 8 warps, two resident) on one stream, and a copy kernel
+    without scopes (132 CTAs) on a second stream that runs beside the matmul.  CTAs go to the
+    SM slot that frees first, as in ``wave_profile``; every warp of a scoped kernel records
+    two scopes."""
+    import heapq
+
+    from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
+    rng = np.random.default_rng(seed)
+    shapes = [("rms_norm_fwd", ["load", "normalize"], 4, 2048, 8, 1200),  # name, scopes, warps, CTAs, resident, ns
+              ("matmul_kernel", ["mainloop", "epilogue"], 8, 528, 1, 9000),
+              ("attn_fwd", ["qk", "pv"], 8, 264, 2, 14000),
+              ("copy_shard", [], 4, 132, 1, 30000)]
+    kernels = [KernelInfo(name=n, scopes=s, num_warps=w, granularity="warp" if s else "cta", unit_warps=1,
+                          capacity=4, meta={"kernel": n}) for n, s, w, _, _, _ in shapes]
+    speed = rng.uniform(0.95, 1.05, sms)
+    launches, rows, t = [], [], 0
+
+    def run(k, t0):  # the block scheduler for one launch from t0; returns its end
+        _, _, _, n, resident, mean = shapes[k]
+        li = len(launches)
+        free = [(t0 + 3 * s + 40 * r, s, r) for s in range(sms) for r in range(resident)]
+        heapq.heapify(free)
+        dur = rng.normal(mean, mean / 12, n).clip(mean / 2)
+        for c in range(n):
+            ts, s, r = heapq.heappop(free)
+            start = ts + int(rng.integers(20, 200))
+            rows.append((li, c, s, start, start + int(dur[c] * speed[s]), k))
+            heapq.heappush(free, (rows[-1][4], s, r))
+        end = max(row[4] for row in rows[-n:])
+        launches.append((li, k, n, 7 + (k == 3), t0, end))
+        return end
+
+    for _ in range(steps):
+        t = run(0, t) + 1500
+        side = run(3, t + 2000)  # the second stream, beside the matmul
+        t = run(1, t) + 1500
+        t = max(run(2, t), side) + 4000
+    la = np.zeros(len(launches), LAUNCH_DTYPE)
+    for i, (li, k, n, stream, t0, end) in enumerate(launches):
+        la[i] = (li, k, 0, n, 1, 1, n, stream, t0, end, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    rows = np.array(rows, np.int64)
+    ctas = np.zeros(len(rows), CTA_DTYPE)
+    ctas["launch"], ctas["cta"], ctas["smid"] = rows[:, 0], rows[:, 1], rows[:, 2]
+    ctas["start_ns"], ctas["end_ns"] = rows[:, 3], rows[:, 4]
+    ctas["start_clock"] = (1 << 40) + rows[:, 2] * 10_000_000 + rows[:, 3] * 3 // 2
+    ctas["end_clock"] = ctas["start_clock"] + (rows[:, 4] - rows[:, 3]) * 3 // 2
+    ctas["cycles_per_ns"], ctas["measured_cycles_per_ns"] = 1.5, 1.5
+    warps = np.array([w for _, _, w, _, _, _ in shapes])[rows[:, 5]]
+    scoped = np.array([bool(s) for _, s, _, _, _, _ in shapes])[rows[:, 5]]
+    ctas["finished_units"] = np.where(scoped, warps, 1)
+    cw = np.repeat(np.flatnonzero(scoped), warps[scoped])  # the CTA of each recording warp
+    unit = np.concatenate([np.arange(w) for w in warps[scoped]]) if len(cw) else cw
+    s, e = rows[cw, 3], rows[cw, 4]
+    mid = s + ((e - s) * rng.uniform(0.6, 0.8, len(cw))).astype(np.int64)
+    iv = np.zeros(2 * len(cw), INTERVAL_DTYPE)
+    for part, scope, lo, hi in ((iv[:len(cw)], 0, s + rng.integers(0, 5, len(cw)), mid),
+                                (iv[len(cw):], 1, mid, e - rng.integers(0, 30, len(cw)))):
+        part["launch"], part["cta"], part["unit"], part["scope"] = rows[cw, 0], rows[cw, 1], unit, scope
+        part["start_ns"], part["end_ns"], part["cycles"] = lo, hi, (hi - lo) * 3 // 2
+    return Profile(kernels=kernels, launches=la, ctas=ctas, intervals=iv, t0_ns=10**12, session={"name": "steps"})

@@ -516,6 +516,42 @@ def test_a_session_of_1024_launches_draws_its_shared_sm_rows(browser, tmp_path):
         cli.stop()
 
 
+def test_training_steps_on_two_streams_draw_two_launch_rows_and_the_shared_sm_rows(browser, tmp_path):
+    """Ten steps of a norm, a matmul and an attention on one stream and a copy kernel beside
+    the matmul on another (``tests/synth.py:steps_profile``): the default layout shares the SM
+    rows; the launches that overlap take a second launch row, and both rows draw."""
+    from synth import steps_profile
+
+    from proton_lite.trace import write_trace
+    stats = write_trace(steps_profile(), tmp_path / "steps.pftrace", "perfetto")
+    assert stats["layout"] == "sm", stats
+    cli = Cli("open", "steps.pftrace", "--offline", "--no-browser", "--port", "0", "--timeout", "60", cwd=tmp_path)
+    try:
+        url = cli.wait_for_line("Open ", timeout=120).split(None, 1)[1]
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(url, timeout=TIMEOUT_MS)
+        gpu = "GPU 0 · 40 launches of 4 kernels"
+        page.wait_for_selector(f'.pf-track[ref="{gpu}"]', timeout=TIMEOUT_MS)
+        no_error_dialog(page)
+        page.locator(".pf-sidebar-button").first.click()  # hide the sidebar
+        page.wait_for_timeout(500)
+        expand(page, gpu)
+        rows = wait_for_children(page, gpu)
+        assert rows[:2] == ["launches", "launches 2"] and rows[2:] == [f"SM {s}" for s in range(132)], rows[:4]
+        page.wait_for_timeout(1000)
+        lanes = on_screen_shares(page, gpu, rows[:2])
+        sms = on_screen_shares(page, gpu, rows[2:])
+        print(f"\nlaunch rows {lanes}; {len(sms)} SM rows on screen, {min(sms.values()):.0%}..{max(sms.values()):.0%}")
+        assert set(lanes) == {"launches", "launches 2"} and all(v > 0.02 for v in lanes.values()), lanes
+        assert len(sms) >= 10 and all(v > 0.1 for v in sms.values()), sms
+        save_for_docs(page, "many-launches-steps.png", tmp_path)
+        no_error_dialog(page)
+        page.close()
+        assert cli.finish(timeout=90) == 0, (cli.lines, cli.stderr)
+    finally:
+        cli.stop()
+
+
 def _is_ui_file(path: str) -> bool:
     from proton_lite.viewer.server import find_offline_ui
     root = find_offline_ui()
