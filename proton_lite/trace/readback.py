@@ -120,11 +120,10 @@ def _load_perfetto(data: bytes, path) -> Profile:
     if np.any(has & ~pk[pf.P_TIMESTAMP][0]):
         raise ValueError("a TrackEvent packet without a timestamp")
     t = t_all[has]
-    te = parse_messages(buf, lo[has], hi[has], {pf.TE_TYPE: 0, pf.TE_TRACK_UUID: 0, pf.TE_NAME_IID: 0,
-                                                pf.TE_ANNOTATIONS: 2})
+    te_lo, te_hi = lo[has], hi[has]
+    te = parse_messages(buf, te_lo, te_hi, {pf.TE_TYPE: 0, pf.TE_TRACK_UUID: 0, pf.TE_NAME_IID: 0,
+                                            pf.TE_ANNOTATIONS: 2})
     by_gpu = layout_of(meta)[0] == "sm"
-    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last
-        first = parse_messages(buf, lo[has], hi[has], {pf.TE_ANNOTATIONS: 2}, keep="first")[pf.TE_ANNOTATIONS]
     typ = te[pf.TE_TYPE][1].astype(np.int64)
     if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
@@ -163,15 +162,14 @@ def _load_perfetto(data: bytes, path) -> Profile:
     names = np.array([s for _, s in meta["names"]] or [0], np.int64)
     scope = names[np.clip(iid - 1, 0, len(names) - 1)]
     c, u = is_cta, ~is_cta
-    if by_gpu:
-        f_has, f_lo, f_hi = first
-        fa = parse_messages(buf, f_lo[f_has], f_hi[f_has], {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
-        f_name, f_value = np.zeros(len(typ), np.int64), np.zeros(len(typ), np.int64)
-        f_name[f_has] = fa[pf.DA_NAME_IID][1].astype(np.int64)
-        f_value[f_has] = fa[pf.DA_INT][1].view(np.int64)
-        if np.any(f_name[b][c] != pf.ANN_LAUNCH):
+    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last: read its first one
+        ev = b[c]
+        f_has, f_lo, f_hi = parse_messages(buf, te_lo[ev], te_hi[ev], {pf.TE_ANNOTATIONS: 2},
+                                           keep="first")[pf.TE_ANNOTATIONS]
+        fa = parse_messages(buf, f_lo, f_hi, {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
+        if not f_has.all() or np.any(fa[pf.DA_NAME_IID][1].astype(np.int64) != pf.ANN_LAUNCH):
             raise ValueError("a CTA slice without its 'launch' arg in a trace laid out by GPU")
-        cta_launch = f_value[b][c]
+        cta_launch = fa[pf.DA_INT][1].view(np.int64)
     else:
         cta_launch = rank(launch_i)[c]
     table, lo_ns, order = _cta_table(meta, {"launch": cta_launch, "smid": rank(sm_i)[c], "cta": av[b][c],
