@@ -32,9 +32,8 @@ from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
-from proton_lite.trace.plan import lane_name, launch_spans, plan_trace
-from proton_lite.trace.tree import (_launch_title, _scope_names, _scope_note, _several_devices, _sorted_launches,
-                                    _time_shift)
+from proton_lite.trace.plan import lane_name, launch_names, launch_spans, plan_trace
+from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _run_ordered, _workers
 from proton_lite.trace._proto import Rows
 from proton_lite.trace.rows import SLOT_NAME, cta_name, grid_of_ctas, resident_changes, unit_names, unit_tracks
@@ -79,15 +78,13 @@ def _counter_lines(pid: np.ndarray, t: np.ndarray, value: np.ndarray) -> bytes:
     return r.tobytes()
 
 
-def _launch_titles(profile: Profile, launches) -> list[str]:
-    """Each launch's title; in a merge of several captures, after its capture's name."""
-    show_device = _several_devices(launches)
-    titles = [_launch_title(profile.kernels[int(la["kernel"])], la, show_device) for la in launches]
-    capture = launch_captures(profile.session, launches["launch"])
-    if capture is not None:
-        names = capture_titles(profile.session["merged_from"])
-        titles = [f"{names[int(c)]} {t}" for c, t in zip(capture, titles)]
-    return titles
+def _after_capture(profile: Profile, titles: list[str], capture) -> list[str]:
+    """``titles`` after the name of their capture (``capture``: the capture of each) in a
+    merge of several captures (one per rank), where a process must say which; as they are else."""
+    if capture is None:
+        return titles
+    names = capture_titles(profile.session["merged_from"])
+    return [f"{names[int(c)]} {t}" for c, t in zip(capture, titles)]
 
 
 def write_chrome(profile: Profile, path: str | Path, workers: int | None = None, progress=None,
@@ -114,10 +111,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     n_pid = n_tops + lay.n_groups
     sm = ctas["smid"].astype(np.int64)
     head, processes = [], []
-    titles = list(tops.titles)
-    if tops.capture is not None:  # merged captures (one per rank): each top group's process says which
-        names = capture_titles(profile.session["merged_from"])
-        titles = [f"{names[int(c)]} {t}" for c, t in zip(tops.capture, titles)]
+    titles = _after_capture(profile, tops.titles, tops.capture)
     for g in range(n_tops):
         title = titles[g]
         pids = [(int(top_pid[g]), title, -1)]
@@ -198,7 +192,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     slice_cta = np.r_[iv_cta, np.arange(n_cta)].astype(np.int64)
     cid = ctas["cta"].astype(np.int64)
     gx, gy, multi = grid_of_ctas(launches, cta_lr)
-    launch_names = [_json(f"{kernels[int(la['kernel'])].name} #{int(la['launch'])}")[1:-1].encode() for la in launches]
+    launch_names_json = [_json(name)[1:-1].encode() for name in launch_names(kernels, launches)]
     cycles = np.r_[iv["cycles"].astype(np.int64), (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)]
     unit = np.r_[iv["unit"], np.zeros(n_cta, np.uint32)].astype(np.int64)
     lane = np.r_[iv["lane"], np.zeros(n_cta, np.uint16)].astype(np.int64)
@@ -216,7 +210,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
             if by_launch:  # "CTA 37"
                 cta_name(r, cid[c], gx[c], gy[c], multi[c])
             else:  # "matmul #3": the CTAs of a launch alike (and coloured alike)
-                r.table(launch_names, cta_lr[c])
+                r.table(launch_names_json, cta_lr[c])
             r.const(b'"')
         else:
             r.table(names, name_idx[o])
@@ -254,7 +248,8 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     if n_cta:
         np.add.at(sms, np.unique(np.stack([cta_lr, sm]), axis=1)[0], 1)
     span_tid = n_pid + 1 + n_rows + n_ut + (spans.row_top[spans.row] if by_launch else spans.row)
-    launch_titles = _launch_titles(profile, launches)
+    titles_of_launch = _after_capture(profile, launch_titles(kernels, launches),
+                                      launch_captures(profile.session, launches["launch"]))
     named = set()
     for k in np.argsort(spans.launch, kind="stable").tolist():
         li, pid, tid = int(spans.launch[k]), int(top_pid[spans.row_top[spans.row[k]]]), int(span_tid[k])
@@ -264,7 +259,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
             row = "launch" if by_launch else lane_name(int(spans.lane[k]))
             head.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"{row}"}}}}')
         which = "" if by_launch else f'"launch":{int(launch_no[li])},'
-        head.append(f'{{"ph":"X","name":{_json(launch_titles[li])},"ts":{_us(t0)},"dur":{_us(t1 - t0)},'
+        head.append(f'{{"ph":"X","name":{_json(titles_of_launch[li])},"ts":{_us(t0)},"dur":{_us(t1 - t0)},'
                     f'"pid":{pid},"tid":{tid},"args":{{{which}"ctas":{int(spans.ctas[k])},"sms":{int(sms[li])}}}}}')
 
     meta = _metadata(profile, launches, shift, processes=processes, ctas=_cta_extras(ctas, lay.extent_lo),

@@ -31,8 +31,7 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
-from proton_lite.trace.tree import (_launch_title, _scope_names, _scope_note, _several_devices, _sorted_launches,
-                                    _time_shift)
+from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _ordered, _workers
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
@@ -104,9 +103,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
-        kernel_names = [k.name for k in profile.kernels]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
-        cta_events = run(lambda: CtaEvents(launches, plan, shift, kernel_names).after_units(len(unit_list[0])))
+        cta_events = run(lambda: CtaEvents(launches, plan, shift, profile.kernels).after_units(len(unit_list[0])))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
@@ -151,9 +149,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             for d in descriptors:
                 put("descriptors", d.result())
             if spans is not None:  # the sm layout's launch slices: few, a sequence of their own
-                show_device = _several_devices(launches)
-                titles = [_launch_title(profile.kernels[int(la["kernel"])], la, show_device).encode()
-                          for la in launches]
+                titles = [t.encode() for t in launch_titles(profile.kernels, launches)]
                 put("head", sequence_start(SEQ_LAUNCHES, {}))
                 put("events", finish(launch_span_rows(spans, titles, launches["launch"].astype(np.int64),
                                                       tracks.lane_uuid, shift), compress))

@@ -21,7 +21,7 @@ import numpy as np
 from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import capture_titles
 from proton_lite.trace.nesting import _argsort_keys
-from proton_lite.trace.plan import LaunchSpans, TracePlan, lane_name
+from proton_lite.trace.plan import LaunchSpans, TracePlan, lane_name, launch_names
 from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
 from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CTAS, ANN_CYCLES, ANN_LAUNCH, CD_UNIT_NAME,
                                                CD_Y_AXIS_SHARE_KEY, CHILD_ORDERING_EXPLICIT, DA_INT, DA_NAME_IID,
@@ -222,7 +222,7 @@ class CtaEvents:
     named after its launch, ``kernel #launch`` (interned: ``names``, so that the UI colours
     the CTAs of a launch alike), and its BEGIN carries ``launch`` before ``cta``."""
 
-    def __init__(self, launches, plan: TracePlan, shift: int, kernel_names: list[str]):
+    def __init__(self, launches, plan: TracePlan, shift: int, kernels):
         """Made before the unit tracks are counted (on a worker, beside the writer's index
         step): the track uuids are those after 0 unit tracks until ``after_units``."""
         ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
@@ -266,8 +266,7 @@ class CtaEvents:
         if not self.by_launch:  # named "matmul #3" by an interned name per launch, with the launch as an arg
             self.lr = cta_lr
             self.launch_no = launches["launch"].astype(np.int64)
-        self.names = {} if self.by_launch else {
-            i + 1: f"{kernel_names[int(la['kernel'])]} #{int(la['launch'])}" for i, la in enumerate(launches)}
+        self.names = {} if self.by_launch else dict(enumerate(launch_names(kernels, launches), start=1))
 
     def after_units(self, n_units: int) -> "CtaEvents":
         """The uuids once ``n_units`` unit tracks come first (``layout_uuids``); call once."""

@@ -26,7 +26,7 @@ from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import launch_captures
 from proton_lite.trace.rows import SlotLayout, cta_extents, pack_slots, slot_layout
-from proton_lite.trace.tree import _cta_layout, _launch_rank, _launch_title, _several_devices
+from proton_lite.trace.tree import _cta_layout, _launch_rank, launch_titles
 
 LAYOUTS = ("auto", "launch", "sm")
 # Perfetto's UI v52 (headless Chromium, 2026-11-28): 27,960 tracks drew in 6.1 s, 55,920 in 12.8 s
@@ -49,9 +49,7 @@ def top_groups(profile: Profile, launches: np.ndarray, layout: str) -> TopGroups
     kernels = profile.kernels
     capture = launch_captures(profile.session, launches["launch"])
     if layout == "launch":
-        show_device = _several_devices(launches)
-        titles = [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
-        return TopGroups("launch", np.arange(len(launches)), titles, capture)
+        return TopGroups("launch", np.arange(len(launches)), launch_titles(kernels, launches), capture)
     if layout != "sm":
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
     cap = capture if capture is not None else np.zeros(len(launches), np.int64)
@@ -218,3 +216,8 @@ def launch_spans(plan: TracePlan, n_launches: int) -> LaunchSpans:
 
 def lane_name(lane: int) -> str:
     return LAUNCHES_ROW if lane == 0 else f"{LAUNCHES_ROW} {lane + 1}"
+
+
+def launch_names(kernels, launches) -> list[str]:
+    """``matmul #3``: the name of a launch's CTA slices in the sm layout (both writers)."""
+    return [f"{kernels[int(la['kernel'])].name} #{int(la['launch'])}" for la in launches]

@@ -24,6 +24,12 @@ def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
     return title + f" GPU {int(launch['device'])}" if show_device else title
 
 
+def launch_titles(kernels: list[KernelInfo], launches) -> list[str]:
+    """Every launch's title (``_launch_title``), naming its GPU where the launches ran on several."""
+    show_device = _several_devices(launches)
+    return [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
+
+
 def _several_devices(launches) -> bool:
     return len(launches) > 0 and len(np.unique(launches["device"])) > 1
 
