@@ -9,7 +9,8 @@
 # layer norm with the default build, the header at entry, one record stream per CTA), TIMER_READS=1 (issue 24:
 # timer_reads.py, then bench.py's layer norm and softmax (TIMER_BENCH_ONLY) with the epilogue's timer read per lane
 # and per warp, alternating twice),
-# FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, 2 x 2 rounds).
+# FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, FORMS_REPS (2) x 2 rounds),
+# STOP_LAYOUTS="launch,auto" (STOP_BENCH's trace layouts, alternating; the phases print each kind of task's busy time).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -49,7 +50,8 @@ if [ -n "${HOST_SCALE:-}" ]; then
 fi
 if [ -n "${STOP_BENCH:-}" ]; then  # issue 22: decode + .pftrace of 21 M records on this host's cores
   timeout ${STOP_TIMEOUT:-300} python3 tests/benchmarks/decode_speed.py --shape mixed --repeat 16 --reps 1 \
-    --workers ${STOP_WORKERS:-8,16} --keep /tmp/stop_bench --save "$OUT/stop.json" 2>&1 | grep -E "threads|cold|warm total"
+    --workers ${STOP_WORKERS:-8,16} --layout ${STOP_LAYOUTS:-auto} --keep /tmp/stop_bench --save "$OUT/stop.json" 2>&1 \
+    | grep -E "threads|cold|warm total"
 fi
 if [ -n "${GRAPH_BENCH:-}" ]; then  # issue 23: replay time of a 3-kernel graph, plain vs recorded
   timeout ${GRAPH_TIMEOUT:-200} python3 tests/benchmarks/graphs.py --json "$OUT/graphs_heavy.json" 2>&1 | tail -2
@@ -84,7 +86,7 @@ if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line
   done
 fi
 if [ -n "${FORMS_AB:-}" ]; then  # issue 24: fixed_cost.py with each of header_forms.py's forms in FORMS_AB, alternating twice
-  for rep in 1 2; do for form in $FORMS_AB; do
+  for rep in $(seq ${FORMS_REPS:-2}); do for form in $FORMS_AB; do
     TRITON_CACHE_DIR=/tmp/tc_ab_$form timeout ${FIXED_COST_TIMEOUT:-110} python3 tests/benchmarks/fixed_cost.py --rounds 2 \
       --form $form --out "$OUT/fixed_cost_${form}_$rep.json" 2>&1 | grep -E "forward|_fwd|mean" | sed "s/^/$form $rep /"
   done; done

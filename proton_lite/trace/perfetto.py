@@ -23,6 +23,7 @@ differs from the recorded depth (lanes > 0).  Field numbers: ``perfetto_fields``
 """
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,7 +105,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
-        cta_events = run(lambda: CtaEvents(launches, plan, shift, profile.kernels).after_units(len(unit_list[0])))
+        cta_events = run(clock.busy("cta_sort", lambda: CtaEvents(launches, plan, shift, profile.kernels)
+                                    .after_units(len(unit_list[0]))))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
@@ -125,10 +127,13 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
                 track = ut_first[k] + index[k][0][3] + 1
                 return encode_piece(FIRST_PIECE_SEQ + k, sels[k], columns, event_names, compress, where, track, iid)
-            return encode
+            return clock.busy("pieces", encode)
 
         def cta_task(sel: slice):
-            return lambda: (finish(cta_events.result().rows(sel), compress), 0)
+            def rows():
+                events = cta_events.result()  # waited for outside the task's busy time
+                return clock.busy("ctas", lambda: (finish(events.rows(sel), compress), 0))()
+            return rows
 
         sizes = {"head": 0, "descriptors": 0, "events": 0}
         arg_bytes = 0
@@ -197,16 +202,34 @@ class _Phases:
     """Wall seconds of the writer's steps (``phase_s`` in its stats: where a large trace's time
     goes, for ``tests/benchmarks/decode_speed.py``): slots (the CTAs' order and packing,
     ``plan``), pieces and head on this thread (the first also on the workers), index and
-    events wait for the workers."""
+    events wait for the workers; and ``busy_*``, the seconds the workers spent in each kind
+    of task, summed (the pieces' events, the CTA slices, their sort), which tells a phase
+    that waits on one long task from one whose tasks all got slower."""
 
     def __init__(self):
         self.spans: dict[str, float] = {}
         self._t = time.perf_counter()
+        self._busy: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def busy(self, kind: str, task):
+        """``task`` timed into ``busy_<kind>`` when it runs (on any thread)."""
+        def timed():
+            t0 = time.perf_counter()
+            try:
+                return task()
+            finally:
+                with self._lock:
+                    self._busy[kind] = self._busy.get(kind, 0.0) + time.perf_counter() - t0
+        return timed
 
     def mark(self, name: str) -> None:
         now = time.perf_counter()
         self.spans[name] = round(now - self._t, 4)
         self._t = now
+        if name == "events":
+            with self._lock:
+                self.spans.update((f"busy_{k}", round(v, 4)) for k, v in sorted(self._busy.items()))
 
 
 class _Done:
