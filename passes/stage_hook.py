@@ -40,7 +40,7 @@ from proton_lite.passes.ptx_staging import sparse_loops
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
-from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keeps_start_pair, rewrite,
+from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keeps_start_pair, lifetimes_only, rewrite,
                                                scan, shared_bytes, staging_offset, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
@@ -51,7 +51,8 @@ from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keep
 # 16: ... keeping only the start pair's low halves (two registers; the 64-bit pair delayed loads)
 # 17: straight-line kernels with scopes too (ptx_emit.py), except the session's record-cost kernel
 # 18: loops sized at launch stage their records in shared memory, copied in blocks (flush_slots)
-PASS_VERSION = "proton_lite-ptx-pass-18"
+# 19: straight-line kernels without scopes, one unit per CTA: one 32-byte lifetime block (compact)
+PASS_VERSION = "proton_lite-ptx-pass-19"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -126,8 +127,10 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         start, end = info.body
         pool_plan = plan_pool(ptx.split("\n"), start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
-    new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     at_exit = keeps_start_pair(ptx, info, layout)
+    headers = layout  # the layout of the entry form (CTA and unit headers)
+    layout = compact_layout(info, layout, at_exit)
+    new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     pipelined = _pipelining(ptx, info)  # of the PTX before the pass: the same for every form
 
     def kernel_metadata(info: PtxScan, layout: BufferLayout, at_exit: bool) -> dict:
@@ -144,14 +147,23 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
 
     metadata.update(kernel_metadata(info, layout, at_exit))
     if fallbacks is not None and at_exit:  # the header at entry, where the start pair made ptxas spill
-        entry = dict(metadata["proton_lite"], cta_header="entry")
-        fallbacks.append((rewrite(ptx, info, layout, triton_shared, None, start_at_exit=False), {"proton_lite": entry}))
+        fallbacks.append((rewrite(ptx, info, headers, triton_shared, None, start_at_exit=False),
+                          kernel_metadata(info, headers, False)))
     if fallbacks is not None and layout.flush_slots:
         # every record a global store, where the block's code made ptxas spill more (the
         # unpipelined matmul of test_gpu_pipelined.py: ~250 registers, spilling either way)
         direct, fresh = replace(layout, staging="global", flush_slots=0), scan(ptx)
         fallbacks.append((rewrite(ptx, fresh, direct, triton_shared, None), kernel_metadata(fresh, direct, False)))
     return new_ptx
+
+
+def compact_layout(info, layout: BufferLayout, at_exit: bool) -> BufferLayout:
+    """One 32-byte lifetime block per CTA (layout.py) where the kernel records only lifetimes,
+    one unit per CTA, and writes them at exit: two stores where the CTA and unit headers took
+    seven (issue 24, design.md)."""
+    if at_exit and lifetimes_only(info, layout) and layout.units == 1:
+        return replace(layout, compact=True)
+    return layout
 
 
 def _advisory(fn, *args):

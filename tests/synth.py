@@ -17,13 +17,24 @@ def kernel_meta(kid, name, scopes, layout: BufferLayout):
 CTA_HEADER = struct.Struct("<IIQQII")  # docs/format.md §1.2: magic, smid, start_gt, start_clk, version, units
 UNIT_HEADER = struct.Struct("<IIQQ")  # §1.3: count, magic, end_gt, end_clk
 RECORD = struct.Struct("<II")  # §1.4: tag, low 32 bits of the clock
+LIFETIME = struct.Struct("<IIQQII")  # §1.2a: ("LT" << 16) | smid, gt_length, end_gt, end_clk, clock_length, version
 
 
 def launch_buffer(layout: BufferLayout, ctas):
     """ctas: list of dicts with smid, start_gt, start_clk, units=[(count, end_gt, end_clk, [(tag, clk64)...])].
 
     Written with the byte offsets of docs/format.md §1.1-1.4, not with the decoder's dtypes,
-    so that a change of the decoder's view of the layout shows up as a failing decode."""
+    so that a change of the decoder's view of the layout shows up as a failing decode.  A
+    compact layout (§1.2a): one 32-byte lifetime block per CTA from its one unit's end."""
+    if layout.compact:
+        buf = bytearray(32 * len(ctas))
+        for i, c in enumerate(ctas):
+            if c is not None:
+                ((count, end_gt, end_clk, recs), ) = c["units"]
+                assert count == 0 and not recs
+                LIFETIME.pack_into(buf, 32 * i, (0x544C << 16) | c["smid"], end_gt - c["start_gt"], end_gt, end_clk,
+                                   end_clk - c["start_clk"], LAYOUT_VERSION)
+        return bytes(buf)
     unit_bytes = 24 + 8 * (layout.capacity + layout.sink_slots)  # §1.1
     stride = 32 + layout.units * unit_bytes
     assert layout.stride == stride, (layout.stride, stride)

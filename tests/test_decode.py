@@ -387,3 +387,45 @@ def test_ctas_living_past_the_32_bit_clock_window_place_every_record(tmp_path):
     assert got == [(0, 0, 5_899_999_000, 0.5), (0, 1, 1_500_000_000, 750_000.0), (0, 1, 500_000_000, 2_250_000.0),
                    (1, 0, 400_000, 2_500_000.0)], got
     assert (iv[iv["cta"] == 1]["cycles"] == 1_000_000).all()
+
+
+def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path):
+    """A kernel without scopes or loops and one unit per CTA writes a 32-byte lifetime block
+    per CTA (format.md §1.2a): the same CTAs written as CTA and unit headers and as lifetime
+    blocks decode to the same lifetimes, SMs and cycles; a CTA that never wrote its block, or
+    wrote another layout version, is missing in both."""
+    from dataclasses import replace
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout
+    from proton_lite.raw_format import RawWriter
+    headers = BufferLayout("cta", 8, 0, "global")
+    compact = replace(headers, compact=True)
+    assert compact.stride == 32 and compact.to_json()["compact"] is True and "compact" not in headers.to_json()
+    g0, c0 = 1_764_000_000_000_000_000, 5_000_000_000
+    ctas = [{"smid": i % 5, "start_gt": g0 + 900 * i, "start_clk": c0 + 1_780 * i,
+             "units": [(0, g0 + 900 * i + 1_500 + 7 * i, c0 + 1_780 * i + 2_970 + 13 * i, [])]} for i in range(12)]
+    ctas[3] = None  # never ran
+    wrap = (1 << 32) * 7 - 40  # low halves that wrap inside the CTA's life
+    ctas[5] = {"smid": 2, "start_gt": g0 + wrap % 10**6, "start_clk": wrap, "units": [(0, g0 + wrap % 10**6 + 1_000, wrap + 1_990, [])]}
+    profiles = []
+    for layout in (headers, compact):
+        path = str(tmp_path / f"{layout.stride}.plraw")
+        w = RawWriter(path, {"name": "synth"})
+        w.kernel(kernel_meta(0, "k", [], layout))
+        w.launch(0, 0, 0, (12, 1, 1), 12, 0, 0, launch_buffer(layout, ctas))
+        w.close()
+        profiles.append(decode(read_raw(path)))
+    a, b = (p.ctas for p in profiles)
+    assert len(a) == 11 and a.tobytes() == b.tobytes()
+    assert profiles[1].launches["missing_ctas"].tolist() == [1]
+    assert b["cta"].tolist() == [i for i in range(12) if i != 3]
+    assert (b["end_clock"] - b["start_clock"]).tolist() == [2_970 + 13 * i for i in range(12) if i not in (3, 5)][:4] + \
+        [1_990] + [2_970 + 13 * i for i in range(6, 12)]
+    raw = bytearray(launch_buffer(compact, ctas))
+    raw[32 * 7 + 28] = 2  # a layout version this decoder does not know
+    path = str(tmp_path / "v2.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", [], compact))
+    w.launch(0, 0, 0, (12, 1, 1), 12, 0, 0, bytes(raw))
+    w.close()
+    assert 7 not in decode(read_raw(path)).ctas["cta"].tolist()

@@ -121,7 +121,7 @@ def test_a_vetoed_compile_stays_plain_under_a_key_of_its_own(cache_dir):
 
 def test_auto_granularity_records_ctas_only_in_a_kernel_without_scopes(cache_dir):
     """A session's default: per warp where there are scopes, per CTA where there are none
-    (an 8-warp kernel's buffer shrinks from 288 to 56 bytes per CTA: a header and one unit header, no record slot)."""
+    (an 8-warp kernel's buffer shrinks from 288 to 32 bytes per CTA: one lifetime block, no record slot)."""
     src = ASTSource(K.vector_add_plain, {**K.signature(K.vector_add_plain), "BLOCK": "constexpr"}, {"BLOCK": 256})
     stage_hook.install()
     stage_hook.force(InstrumentConfig("auto").to_mode())
@@ -131,7 +131,8 @@ def test_auto_granularity_records_ctas_only_in_a_kernel_without_scopes(cache_dir
     finally:
         stage_hook.unforce()
         stage_hook.uninstall()
-    assert _entry(scopeless)["layout"]["granularity"] == "cta" and scopeless.metadata.profile_scratch_size == 56
+    assert _entry(scopeless)["layout"]["granularity"] == "cta" and scopeless.metadata.profile_scratch_size == 32
+    assert _entry(scopeless)["layout"]["compact"] is True and _entry(scopeless)["cta_header"] == "exit"
     assert _entry(scoped)["layout"]["granularity"] == "warp" and _entry(scoped)["scopes"] == ["load", "store"]
 
 

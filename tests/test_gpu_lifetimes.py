@@ -2,8 +2,8 @@
 scopes, and a straight-line kernel with scopes, whose records must lie inside its CTAs.
 
 A straight-line kernel reads the low halves of its CTA's start pair first and thread 0
-writes the header at exit, with the 64-bit pair rebuilt from its end pair; a kernel with a
-loop writes it at entry.  Both must give every CTA once, a start before each unit's end,
+writes the header at exit, with the 64-bit pair rebuilt from its end pair (one unit per CTA:
+all of it in a 32-byte lifetime block); a kernel with a loop writes it at entry.  Both must give every CTA once, a start before each unit's end,
 real SM ids, a clock rate per CTA within 5% of the GPU's highest (one word-per-lane exit read
 2.05 median, up to 5.6) and none flagged by the summary, CTAs inside the kernel's event time, and
 outputs equal to the plain run; with the exit inline and as a call."""
@@ -16,7 +16,7 @@ from gpu_env import require_torch  # noqa: E402
 torch = require_torch()
 
 import proton_lite  # noqa: E402
-from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
+from proton_lite.decode import cta_block_dtype, decode, expand_lifetimes  # noqa: E402
 from proton_lite.layout import CTA_MAGIC, UNIT_MAGIC, BufferLayout  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
 
@@ -60,7 +60,10 @@ def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas
         assert any("call.uni __proton_lite_exit_gated_silu_fwd" in p for p in ptxs)
     layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
     (la, ) = [la for la in cap.launches if cap.kernels[la.kernel_id] is kmeta]
-    blocks = np.frombuffer(la.buffer, dtype=cta_block_dtype(layout), count=ctas)
+    # one unit per CTA and the header at exit: a 32-byte lifetime block per CTA (format.md §1.2a)
+    assert layout.compact == (header == "exit") and len(la.buffer) == ctas * layout.stride
+    buffer = expand_lifetimes(la.buffer, ctas) if layout.compact else la.buffer
+    blocks = np.frombuffer(buffer, dtype=cta_block_dtype(layout.expanded()), count=ctas)
     assert (blocks["magic"] == CTA_MAGIC).all() and (blocks["unit"]["magic"] == UNIT_MAGIC).all()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert (blocks["smid"] < sms).all() and len(np.unique(blocks["smid"])) > 1

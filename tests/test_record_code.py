@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proton_lite.decode import cta_block_dtype
+from proton_lite.decode import cta_block_dtype, expand_lifetimes
 from proton_lite.layout import UNIT_MAGIC, BufferLayout, capacity_word, encode_tag
 from proton_lite.passes.ptx_instrument import fold_exit_branches, rewrite, scan, shared_bytes
 from ptx_sim import Kernel, Launch
@@ -47,7 +47,10 @@ def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int 
     Kernel(out).run(Launch(grid=CTAS, threads=layout.num_warps * 32, params={"k_param_1": 1 << 32},
                            global_mem=mem, shared_bytes=shared_bytes(layout) if layout.staging == "shared" else 0,
                            regs=regs, clock_base=clock_base))
-    blocks = np.frombuffer(bytes(mem[read.prefix:]), dtype=cta_block_dtype(read), count=CTAS)
+    data = bytes(mem[read.prefix:])
+    if read.compact:  # lifetime blocks, read as the headers they hold (the decoder's own step)
+        data, read = expand_lifetimes(data, CTAS), read.expanded()
+    blocks = np.frombuffer(data, dtype=cta_block_dtype(read), count=CTAS)
     return blocks, read
 
 
@@ -444,3 +447,68 @@ def test_the_four_store_exit_candidate_writes_what_the_leader_writes(monkeypatch
     ptx = fold_exit_branches(_ptx(body))
     out = rewrite(ptx, scan(ptx), layout, start_at_exit=True)
     assert out.count("st.global.v4.u32") == 2 * 6 and "st.global.u64" not in out  # per ret: 3 + 3 of 4 stores
+
+
+def test_the_one_store_diagnosis_writes_a_cta_s_sm_start_and_end_in_sixteen_bytes(monkeypatch):
+    """``header_forms.py --form onestore`` (issue 24, a diagnosis measured beside ``pass`` and
+    ``xnostore``): thread 0 of each CTA stores only its SM, its lifetime's length and its end
+    (``%globaltimer``), one 16-byte store at 16 bytes per CTA; its start is the leader's exit's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
+    import header_forms
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes.LifetimesCode, "_exit_code", ptx_lifetimes.LifetimesCode._exit_code)
+    layout = BufferLayout("cta", 8, 0, "global")
+    leader = run([FMA, FMA], layout, {})[0]
+    header_forms.use_form("onestore")
+    words = np.frombuffer(run([FMA, FMA], layout, {})[0].tobytes()[:16 * CTAS], "<u4").reshape(CTAS, 4)
+    end = words[:, 2].astype(np.int64) | (words[:, 3].astype(np.int64) << 32)
+    assert words[:, 0].tolist() == [c % 132 for c in range(CTAS)]
+    assert (end - words[:, 1] == leader["start_gt"].astype(np.int64)).all()
+    assert (words[:, 1] > 0).all()
+    ptx = fold_exit_branches(_ptx([FMA, FMA]))
+    out = rewrite(ptx, scan(ptx), layout, start_at_exit=True)
+    assert out.count("st.global") == 1 and "st.global.v4.u32" in out
+
+
+def test_the_two_store_candidate_keeps_every_anchor_in_one_sector(monkeypatch):
+    """``header_forms.py --form twostores`` (issue 24): thread 0 stores its CTA's SM, start and
+    end (timer and clock, the starts as differences to the ends) in one 32-byte sector, two
+    16-byte stores; the starts are the leader's exit's exactly, the ends a few instructions apart."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
+    import header_forms
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes.LifetimesCode, "_exit_code", ptx_lifetimes.LifetimesCode._exit_code)
+    layout = BufferLayout("cta", 8, 0, "global")
+    leader = run([FMA, FMA], layout, {})[0]
+    header_forms.use_form("twostores")
+    raw = run([FMA, FMA], layout, {})[0].tobytes()[:32 * CTAS]
+    w = np.frombuffer(raw, "<u4").reshape(CTAS, 8)
+    q = np.frombuffer(raw, "<u8").reshape(CTAS, 4)
+    assert (w[:, 0] >> 16).tolist() == [0x504C] * CTAS and (w[:, 0] & 0xFFFF).tolist() == [c % 132 for c in range(CTAS)]
+    assert (q[:, 1] - w[:, 1] == leader["start_gt"]).all() and (q[:, 2] - w[:, 6] == leader["start_clk"]).all()
+    for mine, leaders in ((q[:, 1], leader["unit"]["end_gt"][:, 0]), (q[:, 2], leader["unit"]["end_clk"][:, 0])):
+        assert (np.abs(mine.astype(np.int64) - leaders.astype(np.int64)) < 32).all()  # a few instructions apart
+
+
+@pytest.mark.parametrize("early", [0, 1])
+def test_a_compact_kernel_writes_one_lifetime_block_per_cta_in_two_stores(early):
+    """No scope, no loop, one unit per CTA (stage_hook.compact_layout): thread 0 writes its
+    CTA's lifetime block (format.md §1.2a) at every exit, two 16-byte stores, and it reads
+    back as the headers that the leader's exit writes: the same start, SM and magic, ends a
+    few instructions apart."""
+    from dataclasses import replace
+    headers = BufferLayout("cta", 8, 0, "global")
+    body = [FMA, "\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 ret;", FMA]
+    leader = run(body, headers, {"%r2": 1 - early})[0]
+    blocks, read = run(body, replace(headers, compact=True), {"%r2": 1 - early})
+    assert read == headers
+    for field in ("magic", "smid", "start_gt", "start_clk", "version", "units"):
+        assert (blocks[field] == leader[field]).all(), field
+    assert (blocks["unit"]["magic"] == UNIT_MAGIC).all() and (blocks["unit"]["count"] == 0).all()
+    for end in ("end_gt", "end_clk"):
+        assert (np.abs(blocks["unit"][end].astype(np.int64) - leader["unit"][end].astype(np.int64)) < 32).all()
+    ptx = fold_exit_branches(_ptx(body))
+    out = rewrite(ptx, scan(ptx), replace(headers, compact=True), start_at_exit=True)
+    assert out.count("st.global.v4.u32") == 2 * 2 and out.count("st.global") == 2 * 2  # per ret
+    with pytest.raises(ValueError, match="keeps its start pair until exit"):
+        rewrite(ptx, scan(ptx), replace(headers, compact=True), start_at_exit=False)

@@ -112,3 +112,27 @@ def test_the_form_that_spills_less_is_kept():
     assert (spills, form) == (0, 0) and squeezed not in builds  # no spill: the second form is never built
     spills, form, _ = best([squeezed, squeezed])
     assert spills > 0 and form == 0  # as much spilling: the first form stays
+
+
+@pytest.mark.parametrize("granularity,compact", [("cta", True), ("auto", True), ("warp", False)])
+def test_a_straight_line_kernel_without_scopes_gets_one_lifetime_block_per_cta(granularity, compact):
+    """One unit per CTA and the header at exit: the layout is compact (32 bytes a CTA, what
+    Triton allocates per CTA: ``profile_scratch_size``); the entry form the cubin stage may fall
+    back to writes the CTA and unit headers, and says so in its own metadata.  A unit per warp
+    keeps the headers."""
+    from proton_lite.layout import BufferLayout
+    from proton_lite.passes.config import InstrumentConfig
+    from proton_lite.passes.stage_hook import instrument_ptx
+    ptx = proton_lite.compile(*RMS, instrument=False, num_warps=8, divisible_by_16=("stride", )).asm["ptx"]
+    metadata, fallbacks = {"shared": 0}, []
+    out = instrument_ptx(ptx, metadata, InstrumentConfig(granularity=granularity), 8, fallbacks=fallbacks)
+    layout = BufferLayout.from_json(metadata["proton_lite"]["layout"])
+    assert layout.compact == compact and metadata["profile_scratch_size"] == layout.stride == (32 if compact else 32 + 8 * 24)
+    assert metadata["proton_lite"]["cta_header"] == "exit"
+    ((entry_ptx, entry_meta), ) = fallbacks
+    entry_layout = BufferLayout.from_json(entry_meta["proton_lite"]["layout"])
+    assert entry_meta["proton_lite"]["cta_header"] == "entry" and not entry_layout.compact
+    assert entry_meta["profile_scratch_size"] == entry_layout.stride == 32 + entry_layout.units * 24
+    assert (out.count("st.global.v4.u32") > 0) == compact and "st.global.v4.u32" not in entry_ptx
+    inst = proton_lite.compile(*RMS, instrument=True, num_warps=8, granularity=granularity, divisible_by_16=("stride", ))
+    assert inst.profile["layout"].get("compact", False) == compact

@@ -30,7 +30,10 @@ RELAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp
 
 
 def max_unit_count(buffer: np.ndarray, layout: BufferLayout, num_ctas: int) -> int:
-    """The most records any unit of this launch tried to write (the ``count`` fields)."""
+    """The most records any unit of this launch tried to write (the ``count`` fields; a
+    compact layout's lifetime blocks have none: such a kernel records none)."""
+    if layout.compact:
+        return 0
     blocks = np.frombuffer(buffer, np.uint8, num_ctas * layout.stride).reshape(num_ctas, layout.stride)
     best = 0
     for unit in range(layout.units):

@@ -26,7 +26,7 @@ form = sys.argv[1] if len(sys.argv) > 1 else "pass"
 header_forms.use_form(form)  # before the kernel compiles
 
 import proton_lite  # noqa: E402
-from proton_lite.decode import cta_block_dtype  # noqa: E402
+from proton_lite.decode import cta_block_dtype, expand_lifetimes  # noqa: E402
 from proton_lite.layout import BufferLayout  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
 
@@ -46,8 +46,10 @@ for i, la in enumerate(cap.launches):
     meta = cap.kernels[la.kernel_id]
     if meta["name"] != "gated_silu_fwd":
         continue
-    blocks = np.frombuffer(la.buffer, dtype=cta_block_dtype(BufferLayout.from_json(meta["proton_lite"]["layout"])),
-                           count=ROWS)
+    layout, buffer = BufferLayout.from_json(meta["proton_lite"]["layout"]), la.buffer
+    if layout.compact:  # one lifetime block per CTA (format.md §1.2a), read as the headers it holds
+        layout, buffer = layout.expanded(), expand_lifetimes(buffer, ROWS)
+    blocks = np.frombuffer(buffer, dtype=cta_block_dtype(layout), count=ROWS)
     sg, sc = blocks["start_gt"].astype(np.int64), blocks["start_clk"].astype(np.int64)
     eg, ec = blocks["unit"]["end_gt"][:, 0].astype(np.int64), blocks["unit"]["end_clk"][:, 0].astype(np.int64)
     rate = (ec - sc) / np.maximum(eg - sg, 1)
