@@ -35,7 +35,7 @@ of straight-line scope-less kernels: thread 0's exit stores only what a CTA's li
 its SM, start and end (16 bytes, one ``st.global.v4``, at a 16-byte stride; the decoder cannot
 read it), against ``xnostore`` (no store) and ``pass``: is the exit's cost its seven stores or
 any store at all? (H100, 2026-11-28: liger mean 1.0192 against 1.0264 shipped and 1.0182
-without stores: the seven); ``twostores`` a candidate: all that a lifetime records today (SM,
+without stores: the seven); ``twostores`` the candidate that pass 19 ships as the compact layout (layout.py): all that a lifetime records (SM,
 start and end, each as ``%globaltimer`` and ``%clock64``: the starts as 32-bit differences to
 the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``lateheader`` kernels with
 loops (the header at entry): the header's code moved below the first global load of the
@@ -154,7 +154,7 @@ def use_form(form: str) -> None:
 
         def four_stores(self, k, param):
             out = leader_exit(self, k, param)
-            if not (self.start_at_exit and self.layout.units == 1):
+            if not (self.start_at_exit and self.layout.units == 1) or self.layout.compact:  # (pass 19: 2 stores)
                 return out
             cut = out.index("mov.u32 %pl_r3, 0;") - 1  # up to the unit block's address: the reads and the block
             from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC
@@ -189,7 +189,7 @@ def use_form(form: str) -> None:
                      "mov.b64 {%pl_r16, %pl_r17}, %pl_d8;",
                      "st.global.v4.u32 [%pl_d0], {%pl_r10, %pl_r15, %pl_r16, %pl_r17};", f"$pl_done_{k}:"])
         ptx_lifetimes.LifetimesCode._exit_code = one_store
-    if form == "twostores":  # a candidate: everything the lifetime records today in one 32-byte sector per CTA
+    if form == "twostores":  # everything a lifetime records in one 32-byte sector per CTA (shipped: pass 19)
         leader_exit = ptx_lifetimes.LifetimesCode._exit_code
 
         def two_stores(self, k, param):
