@@ -470,26 +470,6 @@ def test_the_one_store_diagnosis_writes_a_cta_s_sm_start_and_end_in_sixteen_byte
     assert out.count("st.global") == 1 and "st.global.v4.u32" in out
 
 
-def test_the_two_store_candidate_keeps_every_anchor_in_one_sector(monkeypatch):
-    """``header_forms.py --form twostores`` (issue 24): thread 0 stores its CTA's SM, start and
-    end (timer and clock, the starts as differences to the ends) in one 32-byte sector, two
-    16-byte stores; the starts are the leader's exit's exactly, the ends a few instructions apart."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))
-    import header_forms
-    from proton_lite.passes import ptx_lifetimes
-    monkeypatch.setattr(ptx_lifetimes.LifetimesCode, "_exit_code", ptx_lifetimes.LifetimesCode._exit_code)
-    layout = BufferLayout("cta", 8, 0, "global")
-    leader = run([FMA, FMA], layout, {})[0]
-    header_forms.use_form("twostores")
-    raw = run([FMA, FMA], layout, {})[0].tobytes()[:32 * CTAS]
-    w = np.frombuffer(raw, "<u4").reshape(CTAS, 8)
-    q = np.frombuffer(raw, "<u8").reshape(CTAS, 4)
-    assert (w[:, 0] >> 16).tolist() == [0x504C] * CTAS and (w[:, 0] & 0xFFFF).tolist() == [c % 132 for c in range(CTAS)]
-    assert (q[:, 1] - w[:, 1] == leader["start_gt"]).all() and (q[:, 2] - w[:, 6] == leader["start_clk"]).all()
-    for mine, leaders in ((q[:, 1], leader["unit"]["end_gt"][:, 0]), (q[:, 2], leader["unit"]["end_clk"][:, 0])):
-        assert (np.abs(mine.astype(np.int64) - leaders.astype(np.int64)) < 32).all()  # a few instructions apart
-
-
 @pytest.mark.parametrize("early", [0, 1])
 def test_a_compact_kernel_writes_one_lifetime_block_per_cta_in_two_stores(early):
     """No scope, no loop, one unit per CTA (stage_hook.compact_layout): thread 0 writes its

@@ -34,8 +34,9 @@ is never true, so that everything they store is still computed); ``onestore`` a 
 of straight-line scope-less kernels: thread 0's exit stores only what a CTA's lifetime needs,
 its SM, start and end (16 bytes, one ``st.global.v4``, at a 16-byte stride; the decoder cannot
 read it), against ``xnostore`` (no store) and ``pass``: is the exit's cost its seven stores or
-any store at all? (H100, 2026-11-28: liger mean 1.0192 against 1.0264 shipped and 1.0182
-without stores: the seven); ``twostores`` the candidate that pass 19 ships as the compact layout (layout.py): all that a lifetime records (SM,
+any store at all? (H100, 2026-11-28: liger mean 1.0192 against 1.0264 with pass 18's headers and 1.0182
+without stores: the seven); ``twostores`` (measured beside them, now what pass 19 ships as the compact layout, layout.py;
+``git show 360de11:tests/benchmarks/header_forms.py`` has the form): all that a lifetime records (SM,
 start and end, each as ``%globaltimer`` and ``%clock64``: the starts as 32-bit differences to
 the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``lateheader`` kernels with
 loops (the header at entry): the header's code moved below the first global load of the
@@ -189,24 +190,6 @@ def use_form(form: str) -> None:
                      "mov.b64 {%pl_r16, %pl_r17}, %pl_d8;",
                      "st.global.v4.u32 [%pl_d0], {%pl_r10, %pl_r15, %pl_r16, %pl_r17};", f"$pl_done_{k}:"])
         ptx_lifetimes.LifetimesCode._exit_code = one_store
-    if form == "twostores":  # everything a lifetime records in one 32-byte sector per CTA (shipped: pass 19)
-        leader_exit = ptx_lifetimes.LifetimesCode._exit_code
-
-        def two_stores(self, k, param):
-            if not (self.start_at_exit and self.layout.units == 1):
-                return leader_exit(self, k, param)
-            block = [line.replace(f", {self.layout.stride};", ", 32;") for line in self._block_address(param)]
-            return (["// proton_lite: epilogue (twostores candidate)", "mov.u32 %pl_r0, %tid.x;",
-                     "setp.ne.u32 %pl_p0, %pl_r0, 0;", f"@%pl_p0 bra $pl_done_{k};",
-                     "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;", "mov.u32 %pl_r10, %smid;"]
-                    + block +
-                    ["cvt.u32.u64 %pl_r15, %pl_d8;", "sub.u32 %pl_r15, %pl_r15, %pl_r13;",
-                     "cvt.u32.u64 %pl_r16, %pl_d9;", "sub.u32 %pl_r16, %pl_r16, %pl_r14;",
-                     "or.b32 %pl_r10, %pl_r10, 0x504C0000;", "mov.u32 %pl_r21, 1;",
-                     "mov.b64 {%pl_r17, %pl_r18}, %pl_d8;", "mov.b64 {%pl_r19, %pl_r20}, %pl_d9;",
-                     "st.global.v4.u32 [%pl_d0], {%pl_r10, %pl_r15, %pl_r17, %pl_r18};",
-                     "st.global.v4.u32 [%pl_d0+16], {%pl_r19, %pl_r20, %pl_r16, %pl_r21};", f"$pl_done_{k}:"])
-        ptx_lifetimes.LifetimesCode._exit_code = two_stores
     if form == "u32reads":  # kernels with scopes: the epilogue's end timer from 32-bit halves (read per warp)
         from proton_lite.passes import ptx_emit
         scoped_epilogue = ptx_emit._Emitter.epilogue
@@ -276,7 +259,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
                                        "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore",
-                                       "lateheader", "onestore", "twostores"),
+                                       "lateheader", "onestore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
