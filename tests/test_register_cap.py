@@ -127,7 +127,8 @@ def test_a_straight_line_kernel_without_scopes_gets_one_lifetime_block_per_cta(g
     metadata, fallbacks = {"shared": 0}, []
     out = instrument_ptx(ptx, metadata, InstrumentConfig(granularity=granularity), 8, fallbacks=fallbacks)
     layout = BufferLayout.from_json(metadata["proton_lite"]["layout"])
-    assert layout.compact == compact and metadata["profile_scratch_size"] == layout.stride == (32 if compact else 32 + 8 * 24)
+    assert layout.compact == compact
+    assert metadata["profile_scratch_size"] == layout.stride == (32 if compact else 32 + 8 * 24)
     assert metadata["proton_lite"]["cta_header"] == "exit"
     ((entry_ptx, entry_meta), ) = fallbacks
     entry_layout = BufferLayout.from_json(entry_meta["proton_lite"]["layout"])

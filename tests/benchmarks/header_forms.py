@@ -34,9 +34,10 @@ is never true, so that everything they store is still computed); ``onestore`` a 
 of straight-line scope-less kernels: thread 0's exit stores only what a CTA's lifetime needs,
 its SM, start and end (16 bytes, one ``st.global.v4``, at a 16-byte stride; the decoder cannot
 read it), against ``xnostore`` (no store) and ``pass``: is the exit's cost its seven stores or
-any store at all? (H100, 2026-11-28: liger mean 1.0192 against 1.0264 with pass 18's headers and 1.0182
-without stores: the seven); ``twostores`` (measured beside them, now what pass 19 ships as the compact layout, layout.py;
-``git show 360de11:tests/benchmarks/header_forms.py`` has the form): all that a lifetime records (SM,
+any store at all? (H100, 2026-11-28: liger mean 1.0192 against 1.0264 with pass 18's headers
+and 1.0182 without stores: the seven); ``twostores`` (measured beside them, now what pass 19
+ships as the compact layout, layout.py; ``git show 360de11:tests/benchmarks/header_forms.py``
+has the form): all that a lifetime records (SM,
 start and end, each as ``%globaltimer`` and ``%clock64``: the starts as 32-bit differences to
 the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``lateheader`` kernels with
 loops (the header at entry): the header's code moved below the first global load of the
