@@ -117,9 +117,8 @@ def expand_lifetimes(buffer: bytes, num_ctas: int) -> bytes:
         sel["version"], 1
     block["start_gt"] = sel["end_gt"] - sel["gt_length"]
     block["start_clk"] = sel["end_clk"] - sel["clk_length"]
-    unit = block["unit"][:, 0]
+    unit = block["unit"][:, 0]  # a view into ``block``
     unit["magic"], unit["end_gt"], unit["end_clk"] = UNIT_MAGIC, sel["end_gt"], sel["end_clk"]
-    block["unit"][:, 0] = unit
     out[ran] = block
     return out.tobytes()
 
