@@ -973,3 +973,18 @@ def test_compile_reads_the_example_without_torch_and_names_a_missing_module(tmp_
     src.write_text("import triton\nimport no_such_module_here\n")
     rc, out, err = call(capsys, "compile", f"{src}:k", "--signature", "i32")
     assert rc == 2 and "needs the module 'no_such_module_here' at line 2, which is not installed here" in err, err
+
+
+def test_compile_reports_a_scope_less_kernel_s_lifetime_block(capsys, monkeypatch):
+    """A kernel without scopes or loops compiled as a session builds it: one 32-byte lifetime
+    block per CTA (format.md 1.2a), which the report names instead of a capacity."""
+    monkeypatch.setenv("COLUMNS", "100")
+    from kernels import vector_add_plain
+    args = ["compile", f"{KERNELS_PY}:vector_add_plain", "--signature",
+            ",".join(signature(vector_add_plain).values()), "--num-warps", "4", "--constexpr", "BLOCK=1024"]
+    rc, out, err = call(capsys, *args, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["lifetime_block"] is True and r["buffer_bytes_per_cta"] == 32 and r["record_sites"] == 0
+    rc, out, _ = call(capsys, *args)
+    assert rc == 0 and re.search(r"buffer per CTA\s+32 bytes: one lifetime block", out)

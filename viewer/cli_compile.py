@@ -136,6 +136,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         "record_sites": sites,
         "loop_record_sites": loop,
         "buffer_bytes_per_cta": ck.metadata.get("profile_scratch_size"),
+        # one 32-byte lifetime block per CTA (no scope, no loop, one unit per CTA: format.md 1.2a)
+        "lifetime_block": bool(layout.get("compact")),
         "shared_staging_bytes": pl.get("shared_staging_bytes"),
         "records_per_unit": {
             "exact": None if loop or sites is None else sites,
@@ -244,6 +246,9 @@ def render_compile_report(r: dict, console) -> None:
         kv.add_row("buffer per CTA", f"sized per launch: {CTA_HEADER_BYTES} + {r['units_per_cta']} x "
                                      f"({UNIT_HEADER_BYTES} + {RECORD_BYTES} x (records per {unit}{sinks})) bytes, "
                                      f"global (capacity {r['capacity']} if its bound cannot be evaluated for a launch)")
+    elif r.get("lifetime_block"):
+        kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes: one lifetime block (SM, start and end), "
+                                     "written by thread 0 at its exit")
     else:
         kv.add_row("buffer per CTA", f"{r['buffer_bytes_per_cta']} bytes (global; capacity {r['capacity']} "
                                      f"records per {unit}{sinks}, {r['buffer_mode']})")
