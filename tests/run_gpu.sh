@@ -4,7 +4,8 @@
 # CLOCKS=1, FIXED_COST=1 (issue 24: fixed_cost.py, then header_forms.py's forms on SwiGLU and DyT),
 # SHORT_FORMS=1 (issue 24: header_forms.py's diagnostic forms on the DyT and softmax forwards, ~7 min;
 # SHORT_FORMS_LIST and SHORT_OPS choose others),
-# SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process),
+# SWITCH_AB=1 (issue 22: liger_pairs.py with the C chunk switch and without, in one process; SWITCH_SPARES="8,4"
+# compares other numbers of spare chunks),
 # EXIT_AB=1 (issue 24: fixed_cost.py with the exit as a call and inline), LNORM_AB=1 (issue 24: bench.py's
 # layer norm with the default build, the header at entry, one record stream per CTA), TIMER_READS=1 (issue 24:
 # timer_reads.py, then bench.py's layer norm and softmax (TIMER_BENCH_ONLY) with the epilogue's timer read per lane
@@ -76,7 +77,7 @@ if [ -n "${SHORT_FORMS:-}" ]; then  # issue 24: which of our instructions the sh
   done; done; done
 fi
 if [ -n "${SWITCH_AB:-}" ]; then  # issue 22: the chunk switch in C against every switch in Python, in one process
-  timeout ${SWITCH_TIMEOUT:-400} python3 tests/benchmarks/liger_pairs.py --pairs ${SWITCH_PAIRS:-8} --spares 4,0 \
+  timeout ${SWITCH_TIMEOUT:-400} python3 tests/benchmarks/liger_pairs.py --pairs ${SWITCH_PAIRS:-8} --spares ${SWITCH_SPARES:-4,0} \
     ${SWITCH_ONLY:+--only "$SWITCH_ONLY"} --json "$OUT/liger_pairs_switch_ab.json" 2>&1 | grep -v -i warn | tail -10
 fi
 if [ -n "${EXIT_AB:-}" ]; then  # issue 24: the exit of scope-less straight-line kernels as a call, and inline
