@@ -95,7 +95,8 @@ def main():
             results.append({"library": "liger-kernel", **measure(name, call, names.__contains__, args, tmp,
                                                                  proton_ref)})
     out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rounds": args.rounds,
-           "reps": args.reps, "proton_error": proton_ref.error, "results": results}
+           "reps": args.reps, "proton_error": proton_ref.error, "results": results,
+           "autotuned": autotuned_configs("liger_kernel.ops")}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(f"{'workload':24s} {'kernel':40s} {'plain us':>9s} {'pl x':>7s} {'Proton x':>9s}")
@@ -109,8 +110,25 @@ def main():
                   for k in res["kernels"] if "pl_us" in k]
         if ratios:
             print(f"{library}: mean {sum(ratios) / len(ratios):.4f}, worst {max(ratios):.3f} over {len(ratios)} kernels")
+    for kernel, config in sorted(out["autotuned"].items()):  # runs compare alike only where these agree
+        print(f"autotuned {kernel}: {config}")
     if proton_ref.error:
         print("Proton:", proton_ref.error)
+
+
+def autotuned_configs(prefix: str) -> dict:
+    """The config each autotuned kernel of the modules under ``prefix`` chose (its name ->
+    its ``best_config``): liger's autotuners choose among up to 18 configs per process, and a
+    kernel's overhead differs between configs (DyT's forward read 1.01-1.06x plain between
+    runs on one H100 machine), so two runs' numbers compare only where these agree."""
+    chosen = {}
+    for mod in sorted(m for m in sys.modules if m.startswith(prefix)):
+        for obj in list(getattr(sys.modules.get(mod), "__dict__", {}).values()):
+            best = getattr(obj, "best_config", None)
+            fn = getattr(obj, "fn", None)
+            if best is not None and fn is not None:
+                chosen[getattr(fn, "__name__", str(fn))] = str(best)
+    return chosen
 
 
 if __name__ == "__main__":
