@@ -21,7 +21,7 @@ With one unit per CTA and the header at exit the layout is ``compact`` (layout.p
 writes everything above as one 32-byte lifetime block, two 16-byte stores of its SM, its end
 pair and the start pair's differences to it, where the leader's header and the CTA header
 took seven stores over 56 bytes; on the H100 that took liger-kernel's 20 kernels from
-1.024-1.028x plain to 1.021-1.022x (design.md).
+1.024-1.028x plain to 1.021-1.023x (design.md).
 
 Kernels with scopes and without loops (``ptx_emit._Emitter.prologue``/``epilogue``) keep the
 halves the same way since pass 17: thread 0 writes the CTA header after its unit's header,

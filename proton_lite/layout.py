@@ -83,7 +83,7 @@ It holds what the CTA header and its one unit's header hold (``expand_lifetimes`
 them): the starts are exact while a CTA lives less than 2^32 ns and cycles, which a CTA
 without loops does not approach.  What it saves is the exit's cost in short CTAs (issue 24:
 seven stores over 56 bytes made liger-kernel's 20 kernels 2.4-2.8% slower on the H100, two
-over 32 bytes 2.1-2.2%).
+over 32 bytes 2.1-2.3%).
 
 All fields are little-endian.  A CTA whose magic is missing never ran (or the buffer was
 not written); a unit whose magic is missing did not reach the end of the kernel.
