@@ -28,10 +28,10 @@ import numpy as np
 
 from proton_lite.clock_axis import align_devices
 from proton_lite.decode_assemble import assemble, interval_bounds, write_intervals
-from proton_lite.decode_batch import _decode_batch, cta_block_dtype  # noqa: F401  (cta_block_dtype: public)
+from proton_lite.cta_blocks import cta_block_dtype, cta_blocks, expand_lifetimes  # noqa: F401  (public)
+from proton_lite.decode_batch import _decode_batch
 from proton_lite.decode_pool import PoolState, read_prefix
-from proton_lite.layout import (CTA_MAGIC, LAUNCH_PREFIX_BYTES, LIFETIME_TAG, UNIT_MAGIC, BufferLayout,
-                                read_capacity_word)
+from proton_lite.layout import CTA_MAGIC, LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
 from proton_lite.profile_data import INTERVAL_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
 
@@ -103,26 +103,6 @@ def _sized_at_launch(launch, layout: BufferLayout, where: str):
     return layout, replace(launch, buffer=launch.buffer[LAUNCH_PREFIX_BYTES:]), pool if layout.pool else None
 
 
-def expand_lifetimes(buffer: bytes, num_ctas: int) -> bytes:
-    """A compact layout's 32-byte lifetime blocks (layout.py) as the CTA header and unit header
-    that the rest of the decoder reads (``BufferLayout.expanded``); a block without its tag
-    (a CTA whose thread 0 never reached its exit) stays zero, a CTA missing as before."""
-    lt = np.frombuffer(buffer, np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"),
-                                         ("end_clk", "<u8"), ("clk_length", "<u4"), ("version", "<u4")]), num_ctas)
-    out = np.zeros(num_ctas, cta_block_dtype(BufferLayout("cta", 1, 0, "global")))
-    ran = (lt["tag_smid"] >> 16) == LIFETIME_TAG
-    sel = lt[ran]
-    block = out[ran]  # a copy: filled, then put back
-    block["magic"], block["smid"], block["version"], block["units"] = CTA_MAGIC, sel["tag_smid"] & 0xFFFF, \
-        sel["version"], 1
-    block["start_gt"] = sel["end_gt"] - sel["gt_length"]
-    block["start_clk"] = sel["end_clk"] - sel["clk_length"]
-    unit = block["unit"][:, 0]  # a view into ``block``
-    unit["magic"], unit["end_gt"], unit["end_clk"] = UNIT_MAGIC, sel["end_gt"], sel["end_clk"]
-    out[ran] = block
-    return out.tobytes()
-
-
 def decode(capture: RawCapture, progress=None) -> Profile:
     """Decode a whole raw capture into a Profile (deterministic: same file, same arrays)."""
     kernel_ids = sorted(capture.kernels)
@@ -139,14 +119,11 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         if launch_layouts[i].sized_at_launch:
             launch_layouts[i], launches_in[i], pools[i] = _sized_at_launch(launch, launch_layouts[i], where)
         _check_size(launches_in[i], launch_layouts[i], where, pools[i])
-        if launch_layouts[i].compact:  # read as the CTA and unit headers they hold
-            launches_in[i] = replace(launch, buffer=expand_lifetimes(launch.buffer, launch.num_ctas))
-            launch_layouts[i] = launch_layouts[i].expanded()
 
     # the timer tick, from all start anchors of the capture (needs several CTAs)
     samples = []
     for launch, layout in zip(launches_in[:64], launch_layouts[:64]):
-        blocks = np.frombuffer(launch.buffer, dtype=cta_block_dtype(layout), count=launch.num_ctas)
+        blocks = cta_blocks(launch.buffer, layout, launch.num_ctas)
         started = blocks["magic"] == CTA_MAGIC
         samples.append(blocks["start_gt"][started])
         samples.append(blocks["unit"]["end_gt"][started].ravel())

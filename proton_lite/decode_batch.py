@@ -8,6 +8,7 @@ import numpy as np
 
 from proton_lite import native_decode
 from proton_lite.decode_pool import PoolState, pool_records
+from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes  # noqa: F401  (cta_block_dtype: public here too)
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, RECORD_BYTES, UNIT_HEADER_BYTES,
                                 UNIT_MAGIC, BufferLayout)
 
@@ -21,15 +22,6 @@ _MAX_CTA_NS = 3600 * 10**9  # a CTA end anchor later than this after its start i
 # thread 0 reads the start anchor (seen on the H100 in bench.py's vector add: 300 ns CTAs).
 _BEFORE_START = 1 << 24
 _BEFORE_START_NS = 10**7
-
-
-def cta_block_dtype(layout: BufferLayout) -> np.dtype:
-    unit = np.dtype([("count", "<u4"), ("magic", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
-                     ("rec", "<u4", (layout.capacity, 2)), ("sink", "<u4", (layout.sink_slots, 2))])
-    dt = np.dtype([("magic", "<u4"), ("smid", "<u4"), ("start_gt", "<u8"), ("start_clk", "<u8"),
-                   ("version", "<u4"), ("units", "<u4"), ("unit", unit, (layout.units, ))])
-    assert dt.itemsize == layout.stride, (dt.itemsize, layout.stride)
-    return dt
 
 
 def _dense_unique(keys: np.ndarray):
@@ -278,6 +270,8 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     n_ctas = np.array([la.num_ctas for la in batch], np.int64)
     n = int(n_ctas.sum())
     buf = batch[0].buffer if n_l == 1 else b"".join(la.buffer for la in batch)
+    if layout.compact:  # lifetime blocks, read as the headers they hold (records: none)
+        buf, layout = expand_lifetimes(buf, n), layout.expanded()
     blocks = np.frombuffer(buf, dtype=cta_block_dtype(layout), count=n)
     unit_all = blocks["unit"]
     # a CTA counts only if its header is whole (a kernel that scribbles over the profile

@@ -389,11 +389,14 @@ def test_ctas_living_past_the_32_bit_clock_window_place_every_record(tmp_path):
     assert (iv[iv["cta"] == 1]["cycles"] == 1_000_000).all()
 
 
-def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path):
+def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path, monkeypatch):
     """A kernel without scopes or loops and one unit per CTA writes a 32-byte lifetime block
     per CTA (format.md §1.2a): the same CTAs written as CTA and unit headers and as lifetime
-    blocks decode to the same lifetimes, SMs and cycles; a CTA that never wrote its block, or
+    blocks decode to the same lifetimes, SMs and cycles, also when several launches share a
+    batch (expanded batch by batch, on several threads); a CTA that never wrote its block, or
     wrote another layout version, is missing in both."""
+    import proton_lite.decode as D
+    monkeypatch.setattr(D, "BATCH_BYTES", 3 * 12 * 32 + 1)  # lifetime blocks: three launches a batch, then two
     from dataclasses import replace
     from synth import kernel_meta, launch_buffer
     from proton_lite.layout import BufferLayout
@@ -413,15 +416,19 @@ def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path):
         path = str(tmp_path / f"{layout.stride}.plraw")
         w = RawWriter(path, {"name": "synth"})
         w.kernel(kernel_meta(0, "k", [], layout))
-        w.launch(0, 0, 0, (12, 1, 1), 12, 0, 0, launch_buffer(layout, ctas))
+        for n in range(5):  # later launches later by 1 ms
+            later = [c and {**c, "start_gt": c["start_gt"] + n * 10**6,
+                            "units": [(0, c["units"][0][1] + n * 10**6, *c["units"][0][2:])]} for c in ctas]
+            w.launch(0, 0, n, (12, 1, 1), 12, 0, 0, launch_buffer(layout, later))
         w.close()
         profiles.append(decode(read_raw(path)))
     a, b = (p.ctas for p in profiles)
-    assert len(a) == 11 and a.tobytes() == b.tobytes()
-    assert profiles[1].launches["missing_ctas"].tolist() == [1]
-    assert b["cta"].tolist() == [i for i in range(12) if i != 3]
+    assert len(a) == 5 * 11 and a.tobytes() == b.tobytes()
+    assert profiles[1].launches["missing_ctas"].tolist() == [1] * 5
+    assert b["cta"].tolist() == [i for i in range(12) if i != 3] * 5
     cycles = {i: 1_990 if i == 5 else 2_970 + 13 * i for i in range(12) if i != 3}
     assert (b["end_clock"] - b["start_clock"]).tolist() == [cycles[int(c)] for c in b["cta"]]
+    assert len(D._batches(read_raw(path).launches, [compact] * 5)) == 2
     raw = bytearray(launch_buffer(compact, ctas))
     raw[32 * 7 + 28] = 2  # a layout version this decoder does not know
     path = str(tmp_path / "v2.plraw")
