@@ -119,3 +119,36 @@ def test_a_threads_reused_buffers_give_the_bytes_of_fresh_ones(compress):
     reused = [native_events.encode(5, *_events(n, k), compress, 1 << 12) for k, n in enumerate(sizes)]
     native_events.release()
     assert reused == fresh and len(fresh[2][0]) > len(fresh[0][0]) > len(fresh[1][0]) > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rows_are_laid_out_in_c_as_numpy_lays_them_out(seed):
+    """``Rows.tobytes`` in C (``trace/rows_c.py``): constants, varints of every width, optional
+    columns, tables of strings, decimals, one- and two-byte lengths, scalar numpy bytes: the
+    bytes of the numpy form, row for row; columns of another length are refused."""
+    _native_or_skip()
+    from proton_lite.trace._proto import Rows
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    r = Rows(n)
+    r.const(b"\x0a\x80")
+    r.varint(rng.integers(0, 1 << 62, n))
+    some = rng.random(n) < 0.3
+    r.varint(rng.integers(-5, 300, n), some)
+    wide = r.placeholder(wide=True)
+    at = r.mark()
+    r.table([b"", b"abc", b"x" * 200], rng.integers(0, 3, n), ~some)
+    r.decimal(rng.integers(-10**6, 10**6, n), signed=True)
+    r.set_length(wide, r.length_since(at))
+    short = r.placeholder()
+    at = r.mark()
+    r.column(rng.integers(0, 256, n).astype(np.uint8), some)
+    r.cols.append(np.uint8(7))  # a numpy scalar byte, as a constant
+    r.present.append(None)
+    r.set_length(short, r.length_since(at), ~some)
+    assert r.tobytes() == r.tobytes_numpy() and len(r.tobytes()) > n
+    mod = native_events.module()
+    with pytest.raises(ValueError, match="another length than the rows"):
+        mod.rows_bytes(n, np.zeros(1, np.uint8), (np.zeros(n + 1, np.uint8), ), (None, ))
+    with pytest.raises(ValueError, match="one constant per column"):
+        mod.rows_bytes(n, np.zeros(2, np.uint8), (None, ), (None, ))

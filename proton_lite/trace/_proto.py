@@ -172,10 +172,27 @@ class Rows:
         return self.length_since(0)
 
     def tobytes(self) -> bytes:
-        """The rows, one after another, each the present bytes of its columns.  Built
-        row-major: the byte matrix and the mask of present bytes are compacted in memory
-        order (a column-major build compacts with a stride of one row per byte: ~1.7x slower
-        for the event tables)."""
+        """The rows, one after another, each the present bytes of its columns: in C without
+        the GIL where ``native_events`` is built (``trace/rows_c.py``), else built row-major:
+        the byte matrix and the mask of present bytes are compacted in memory order (a
+        column-major build compacts with a stride of one row per byte: ~1.7x slower for the
+        event tables)."""
+        w = len(self.cols)
+        if not self.n or not w:
+            return b""
+        from proton_lite.trace import native_events  # (C built at first use; None without a compiler)
+        mod = native_events.module()
+        if mod is not None:
+            scalar = [not isinstance(c, np.ndarray) for c in self.cols]
+            consts = np.array([int(c) & 0xFF if s else 0 for c, s in zip(self.cols, scalar)], np.uint8)
+            arrays = tuple(None if s else np.ascontiguousarray(c).astype(np.uint8, copy=False)
+                           for c, s in zip(self.cols, scalar))
+            present = tuple(None if p is None else np.ascontiguousarray(p, np.bool_) for p in self.present)
+            return mod.rows_bytes(int(self.n), consts, arrays, present)
+        return self.tobytes_numpy()
+
+    def tobytes_numpy(self) -> bytes:
+        """``tobytes`` by numpy alone (where the extension is not built; the tests' reference)."""
         w = len(self.cols)
         if not self.n or not w:
             return b""

@@ -25,6 +25,8 @@ before thread 0's start anchor):
 - ``sparse``: 14,592 CTAs x 4 warps x ``outer`` > (``load``, ``compute``) x 4 (18 records)
   in the default loop capacity of 256: 1.05 M records in a 121 MB buffer.
 - ``small``: 1,024 launches of a 64-CTA ``vadd``: 1.05 M records, per-launch costs.
+- ``lifetimes``: a compiled program's kernels without scopes, 256 launches of 4,096 CTAs
+  in 24 kernels, each CTA a 32-byte lifetime block (no records: its rates count CTAs).
 - ``mixed`` (default): half a ``vadd``, half a ``matmul``, a quarter of ``nested`` and
   the 16-CTA calibration launch that every session ends with: 1.33 M records.
 
@@ -60,7 +62,9 @@ N_SMS = 132
 WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
-SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small")
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes")
+LIFETIME = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
+                     ("clock_length", "<u4"), ("version", "<u4")])  # docs/format.md §1.2a
 
 
 def _tags(pairs) -> np.ndarray:
@@ -122,6 +126,25 @@ def synth_launch(rng, layout: BufferLayout, n_ctas: int, tags: np.ndarray, long_
     return blocks.tobytes(), int(end_t.max())
 
 
+def synth_lifetimes(rng, n_ctas: int, gt0: int, sm_clk0: np.ndarray) -> tuple[bytes, int]:
+    """One launch of a kernel without scopes or loops: a 32-byte lifetime block per CTA
+    (docs/format.md §1.2a, packed from its offsets), CTAs of 1-3 µs in waves of 8 per SM."""
+    cta = np.arange(n_ctas)
+    sm, wave = cta % N_SMS, cta // (8 * N_SMS)
+    length = rng.integers(1_800, 5_400, n_ctas)  # cycles
+    start_clk = sm_clk0[sm] + wave * 6_000 + rng.integers(0, 300, n_ctas)
+    end_clk = start_clk + length
+    t0 = gt0 + (start_clk - sm_clk0[sm]) / RATE
+    start_gt = (t0 // TICK * TICK).astype(np.uint64)
+    end_gt = ((t0 + length / RATE) // TICK * TICK).astype(np.uint64)
+    b = np.zeros(n_ctas, LIFETIME)
+    b["tag_smid"] = (0x544C << 16) | sm
+    b["gt_length"] = end_gt - start_gt
+    b["end_gt"], b["end_clk"] = end_gt, end_clk.astype(np.uint64)
+    b["clock_length"], b["version"] = length, LAYOUT_VERSION
+    return b.tobytes(), int(end_gt.max())
+
+
 class Capture:
     def __init__(self, path: str, seed: int = 1) -> None:
         self.rng = np.random.default_rng(seed)
@@ -136,7 +159,10 @@ class Capture:
         if name not in self.kernels:
             self.kernels[name] = len(self.kernels)
             self.w.kernel(kernel_meta(self.kernels[name], name, list(scopes), layout))
-        buf, end = synth_launch(self.rng, layout, n_ctas, tags, long_tags, self.gt, self.sm_clk)
+        if layout.compact:
+            buf, end = synth_lifetimes(self.rng, n_ctas, self.gt, self.sm_clk)
+        else:
+            buf, end = synth_launch(self.rng, layout, n_ctas, tags, long_tags, self.gt, self.sm_clk)
         self.w.launch(self.kernels[name], 0, self.launches, (n_ctas, 1, 1), n_ctas, 7, 0, buf)
         gap = end + 20_000 - self.gt  # ns until the next launch starts
         self.sm_clk = self.sm_clk + int(gap * RATE)
@@ -184,6 +210,10 @@ def _add_shape(c: Capture, shape: str) -> None:
     elif shape == "small":  # many small launches, e.g. the kernels of a few training steps
         for _ in range(1024):
             vadd(64)
+    elif shape == "lifetimes":  # a compiled program's scope-less kernels: 256 launches of 4,096 CTAs, 1 M lifetimes
+        compact = BufferLayout("cta", 8, 0, "global", compact=True)
+        for i in range(256):
+            c.launch(f"triton_poi_fused_{i % 24}", [], compact, 4096, None)
     elif shape == "mixed":
         vadd(32768)
         matmul(512)
@@ -221,14 +251,18 @@ def child(raw: str, out: str, passes: int, workers: int, fmt: str, layout: str =
 
 
 def count_records(raw: str) -> int:
-    """Records kept in the capture's buffers (the calibration launch's included)."""
+    """Records kept in the capture's buffers (the calibration launch's included); for a
+    capture of kernels without scopes (lifetime blocks only), its CTA lifetimes instead."""
     cap = read_raw(raw)
-    n = 0
+    n = lifetimes = 0
     for launch in cap.launches:
         layout = BufferLayout.from_json(cap.kernels[launch.kernel_id]["proton_lite"]["layout"])
+        if layout.compact:
+            lifetimes += launch.num_ctas
+            continue
         units = np.frombuffer(launch.buffer, cta_block_dtype(layout), launch.num_ctas)["unit"]
         n += int(np.minimum(units["count"], layout.capacity).sum())
-    return n
+    return n or lifetimes
 
 
 def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto", records: int | None = None,
