@@ -11,7 +11,8 @@
 # timer_reads.py, then bench.py's layer norm and softmax (TIMER_BENCH_ONLY) with the epilogue's timer read per lane
 # and per warp, alternating twice),
 # FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, FORMS_REPS (2) x 2 rounds),
-# STOP_LAYOUTS="launch,auto" (STOP_BENCH's trace layouts, alternating; the phases print each kind of task's busy time).
+# STOP_LAYOUTS="launch,auto" (STOP_BENCH's trace layouts, alternating; the phases print each kind of task's busy time),
+# STOP_SHAPE=lifetimes STOP_REPEAT=4 (decode_speed.py's capture: 4 M scope-less CTA lifetimes instead of 21 M records).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -50,7 +51,7 @@ if [ -n "${HOST_SCALE:-}" ]; then
     2>&1 | grep -v -i warn | tail -60
 fi
 if [ -n "${STOP_BENCH:-}" ]; then  # issue 22: decode + .pftrace of 21 M records on this host's cores
-  timeout ${STOP_TIMEOUT:-300} python3 tests/benchmarks/decode_speed.py --shape mixed --repeat 16 --reps 1 \
+  timeout ${STOP_TIMEOUT:-300} python3 tests/benchmarks/decode_speed.py --shape ${STOP_SHAPE:-mixed} --repeat ${STOP_REPEAT:-16} --reps 1 \
     --workers ${STOP_WORKERS:-8,16} --layout ${STOP_LAYOUTS:-auto} --keep /tmp/stop_bench --save "$OUT/stop.json" 2>&1 \
     | grep -E "threads|cold|warm total"
 fi
