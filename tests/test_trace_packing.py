@@ -333,3 +333,34 @@ def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, group
     biggest_group = np.bincount(group).max()
     assert len(bounds) - 1 >= len(iv_cta) // (50 + biggest_group)
     assert sizes.max() <= 50 + biggest_group
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_resident_counts_change_where_a_brute_force_count_does_in_any_event_order(seed):
+    """``rows.resident_changes`` (the SM and launch occupancy counters): the events where a
+    key's count of resident CTAs changes and the count after each, as a running count per key
+    finds them, whether the events come in time order (the CTA sequence's, sorted by position)
+    or shuffled (sorted by time)."""
+    from proton_lite.trace.rows import resident_changes
+    rng = np.random.default_rng(seed)
+    n = 3000
+    key = rng.integers(0, 7, n)
+    start = rng.integers(0, 10**12, n) // 1000 * 1000  # shared ns: ends and starts that touch
+    end = start + rng.integers(0, 5, n) * 1000
+    k, t, d = np.r_[key, key], np.r_[start, end], np.r_[np.ones(n, int), -np.ones(n, int)]
+    by_time = np.lexsort((-d, t))  # at one ns: ends first, as the trace orders them
+    k, t, d = k[by_time], t[by_time], d[by_time]
+    want = {}
+    for kk in range(7):
+        count = 0
+        sel = np.flatnonzero(k == kk)
+        for tt in np.unique(t[sel]):
+            after = count + int(d[sel][t[sel] == tt].sum())
+            if after != count:
+                want[(kk, int(tt))] = after
+            count = after
+    ev, value = resident_changes(k, t, d)
+    assert {(int(k[e]), int(t[e])): int(v) for e, v in zip(ev, value)} == want
+    perm = rng.permutation(len(k))
+    ev2, value2 = resident_changes(k[perm], t[perm], d[perm])
+    assert {(int(k[perm][e]), int(t[perm][e])): int(v) for e, v in zip(ev2, value2)} == want

@@ -186,7 +186,11 @@ def resident_changes(key: np.ndarray, t: np.ndarray, delta: np.ndarray) -> tuple
     n = len(key)
     if not n:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = _argsort_keys([np.asarray(key, np.int64), np.asarray(t, np.int64)], lambda idx: [])
+    t = np.asarray(t, np.int64)
+    # events already in time order (the CTA sequence's): (key, position) is (key, t) order, and
+    # packs into few bits (ns since the epoch do not: a stable sort of every event, ~10x slower)
+    minor = np.arange(n, dtype=np.int64) if (t[1:] >= t[:-1]).all() else t
+    order = _argsort_keys([np.asarray(key, np.int64), minor], lambda idx: [])
     k, tt = key[order], t[order]
     value = np.cumsum(delta[order])
     last = np.r_[(k[1:] != k[:-1]) | (tt[1:] != tt[:-1]), True]  # the count after all events at (key, t)
