@@ -19,30 +19,40 @@ def cta_block_dtype(layout: BufferLayout) -> np.dtype:
 _ONE_UNIT = cta_block_dtype(BufferLayout("cta", 1, 0, "global"))  # what a lifetime block reads as
 
 
+LIFETIME_DTYPE = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
+                           ("clk_length", "<u4"), ("version", "<u4")])  # format.md §1.2a
+
+
 def expand_lifetimes(buffer: bytes, num_ctas: int) -> bytes:
     """A compact layout's 32-byte lifetime blocks (layout.py) as the CTA header and unit header
     that the rest of the decoder reads (``BufferLayout.expanded``); a block without its tag
     (a CTA whose thread 0 never reached its exit) stays zero, a CTA missing as before.  Done
     per batch of launches, on the decoding threads (memory: the batches in flight)."""
-    lt = np.frombuffer(buffer, np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"),
-                                         ("end_clk", "<u8"), ("clk_length", "<u4"), ("version", "<u4")]), num_ctas)
+    lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
     out = np.zeros(num_ctas, _ONE_UNIT)
     ran = (lt["tag_smid"] >> 16) == LIFETIME_TAG
-    sel = lt[ran]
-    block = out[ran]  # a copy: filled, then put back
-    block["magic"], block["smid"], block["version"], block["units"] = CTA_MAGIC, sel["tag_smid"] & 0xFFFF, \
-        sel["version"], 1
-    block["start_gt"] = sel["end_gt"] - sel["gt_length"]
-    block["start_clk"] = sel["end_clk"] - sel["clk_length"]
-    unit = block["unit"][:, 0]  # a view into ``block``
-    unit["magic"], unit["end_gt"], unit["end_clk"] = UNIT_MAGIC, sel["end_gt"], sel["end_clk"]
-    out[ran] = block
+    if not ran.all():  # (every CTA ran, as a rule: no copies through the mask)
+        lt = lt[ran]
+    unit = out["unit"][:, 0]  # views into ``out``
+    fields = ((out["magic"], CTA_MAGIC), (out["smid"], lt["tag_smid"] & 0xFFFF), (out["version"], lt["version"]),
+              (out["units"], 1), (out["start_gt"], lt["end_gt"] - lt["gt_length"]),
+              (out["start_clk"], lt["end_clk"] - lt["clk_length"]), (unit["magic"], UNIT_MAGIC),
+              (unit["end_gt"], lt["end_gt"]), (unit["end_clk"], lt["end_clk"]))
+    for column, value in fields:
+        if len(lt) == num_ctas:
+            column[:] = value
+        else:
+            column[ran] = value
     return out.tobytes()
 
 
-def cta_blocks(buffer: bytes, layout: BufferLayout, num_ctas: int) -> np.ndarray:
-    """A launch's CTA blocks as CTA and unit headers (``cta_block_dtype``), lifetime blocks
-    expanded."""
+def start_end_gt(buffer: bytes, layout: BufferLayout, num_ctas: int) -> tuple[np.ndarray, np.ndarray]:
+    """The started CTAs' start timer readings and their units' end readings (the decoder's
+    tick estimate), read in place, lifetime blocks included."""
     if layout.compact:
-        return np.frombuffer(expand_lifetimes(buffer, num_ctas), _ONE_UNIT, num_ctas)
-    return np.frombuffer(buffer, cta_block_dtype(layout), num_ctas)
+        lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
+        lt = lt[(lt["tag_smid"] >> 16) == LIFETIME_TAG]
+        return lt["end_gt"] - lt["gt_length"], lt["end_gt"]
+    blocks = np.frombuffer(buffer, cta_block_dtype(layout), num_ctas)
+    started = blocks["magic"] == CTA_MAGIC
+    return blocks["start_gt"][started], blocks["unit"]["end_gt"][started].ravel()

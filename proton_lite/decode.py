@@ -28,10 +28,10 @@ import numpy as np
 
 from proton_lite.clock_axis import align_devices
 from proton_lite.decode_assemble import assemble, interval_bounds, write_intervals
-from proton_lite.cta_blocks import cta_block_dtype, cta_blocks, expand_lifetimes  # noqa: F401  (public)
+from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes, start_end_gt  # noqa: F401  (public)
 from proton_lite.decode_batch import _decode_batch
 from proton_lite.decode_pool import PoolState, read_prefix
-from proton_lite.layout import CTA_MAGIC, LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
+from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
 from proton_lite.profile_data import INTERVAL_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
 
@@ -123,10 +123,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     # the timer tick, from all start anchors of the capture (needs several CTAs)
     samples = []
     for launch, layout in zip(launches_in[:64], launch_layouts[:64]):
-        blocks = cta_blocks(launch.buffer, layout, launch.num_ctas)
-        started = blocks["magic"] == CTA_MAGIC
-        samples.append(blocks["start_gt"][started])
-        samples.append(blocks["unit"]["end_gt"][started].ravel())
+        samples.extend(start_end_gt(launch.buffer, layout, launch.num_ctas))
     tick = estimate_tick_ns(np.concatenate(samples)) if samples else float("nan")
 
     max_khz = capture.session.get("sm_clock_max_khz")
