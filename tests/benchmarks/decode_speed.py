@@ -265,6 +265,13 @@ def count_records(raw: str) -> int:
     return n or lifetimes
 
 
+def count_lifetimes(raw: str) -> int:
+    """CTAs of the capture's compact launches (lifetime blocks)."""
+    cap = read_raw(raw)
+    return sum(la.num_ctas for la in cap.launches
+               if BufferLayout.from_json(cap.kernels[la.kernel_id]["proton_lite"]["layout"]).compact)
+
+
 def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto", records: int | None = None,
           layout: str = "auto") -> dict:
     """``reps`` fresh processes; in each, the first pass is what the CLI does (cold: new
@@ -275,7 +282,8 @@ def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto"
         p = subprocess.run([sys.executable, __file__, "--child", raw, out, str(workers), fmt, layout],
                            capture_output=True, text=True, check=True)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    print(f"  {records:,} records in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), {fmt} trace "
+    what = "records" if records != count_lifetimes(raw) else "CTA lifetimes (no records)"
+    print(f"  {records:,} {what} in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), {fmt} trace "
           f"{os.path.getsize(out) / 1e6:.2f} MB ({runs[0][0]['layout']} layout), threads: {workers or 'default'}")
     print(f"  {'':14} {'best s':>7} {'median s':>9} {'M rec/s best':>13} {'M rec/s median':>15}")
     summary = {"records": records, "raw_bytes": os.path.getsize(raw), "trace_bytes": os.path.getsize(out),
