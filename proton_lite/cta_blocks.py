@@ -17,8 +17,6 @@ def cta_block_dtype(layout: BufferLayout) -> np.dtype:
 
 
 _ONE_UNIT = cta_block_dtype(BufferLayout("cta", 1, 0, "global"))  # what a lifetime block reads as
-
-
 LIFETIME_DTYPE = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                            ("clk_length", "<u4"), ("version", "<u4")])  # format.md §1.2a
 

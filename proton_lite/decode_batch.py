@@ -8,7 +8,7 @@ import numpy as np
 
 from proton_lite import native_decode
 from proton_lite.decode_pool import PoolState, pool_records
-from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes  # noqa: F401  (cta_block_dtype: public here too)
+from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes
 from proton_lite.layout import (CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, RECORD_BYTES, UNIT_HEADER_BYTES,
                                 UNIT_MAGIC, BufferLayout)
 
