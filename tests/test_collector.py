@@ -1523,3 +1523,25 @@ def test_a_fault_while_many_threads_launch_keeps_or_counts_every_launch(tmp_path
         got = [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches]
         assert col.failed and set(got) <= expected and len(got) == len(set(got))
         assert len(got) + col.lost == len(expected) == col.launches
+
+
+def test_a_function_marked_as_autotuned_keeps_its_id_for_good():
+    """The autotuned set holds ids (cheap to look up at every launch, from C too): a marked
+    function is kept alive, so that no later object gets its id and passes for autotuned (a
+    test kernel collected between two tests once gave its id to another test's kernel)."""
+    import gc
+    import weakref
+
+    from proton_lite.runtime.trials import _AUTOTUNED, mark_trials
+
+    class Kernel:
+        pass
+
+    marked = Kernel()
+    mark_trials(marked)
+    alive = weakref.ref(marked)
+    del marked
+    gc.collect()
+    assert alive() is not None and id(alive()) in _AUTOTUNED
+    others = [Kernel() for _ in range(2000)]  # none of them can take the marked one's id
+    assert not any(id(o) in _AUTOTUNED for o in others if o is not alive())

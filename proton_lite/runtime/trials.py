@@ -23,6 +23,10 @@ _AUTOTUNED: set[int] = set()
 # such as FlagGems gives torch's ops Triton kernels); their launches are trials wherever the
 # benchmark is on the stack, whoever called JITFunction.run
 _TUNER_HELPERS: set[int] = set()
+# ... and the functions themselves, so that no id in those sets is ever reused by another
+# object (a JIT function of a library lives as long as the process anyway; a collected one's
+# id given to a new function made that function look autotuned)
+_KEPT: list = []
 _BENCH_CODE = 0  # id() of Autotuner._bench's own code, once known (0: none)
 _KEEP_CODES: list = []  # the code objects added by add_trial_functions
 
@@ -50,6 +54,7 @@ def note_compile(jit_fn) -> None:
         code = frame.f_code
         if id(code) in _trial_codes or (not _trial_codes and _named_like_a_trial(code)):
             _AUTOTUNED.add(id(jit_fn))
+            _KEPT.append(jit_fn)
             if id(code) == _BENCH_CODE:  # not inside the config's kernel_call
                 _TUNER_HELPERS.add(id(jit_fn))
             return
@@ -83,7 +88,9 @@ def add_trial_functions(*functions) -> None:
 
 def mark_trials(jit_fn) -> None:
     """Launches of ``jit_fn`` may be autotuning trials from now on (checked by frames)."""
-    _AUTOTUNED.add(id(jit_fn))
+    if id(jit_fn) not in _AUTOTUNED:
+        _AUTOTUNED.add(id(jit_fn))
+        _KEPT.append(jit_fn)
 
 
 def _autotuner_trial_codes() -> frozenset:
