@@ -13,6 +13,7 @@ its plain binaries plus its own launch hooks.
 
 Usage: python tests/benchmarks/fixed_cost.py [--out fixed_cost.json] [--rounds 4] [--reps 10] [--no-liger]
        [--form F]   (a form of header_forms.py, e.g. ``func``; run it with its own TRITON_CACHE_DIR)
+       [--only dyt,softmax,rms_norm]   (those workloads only)
 """
 import argparse
 import json
@@ -76,7 +77,10 @@ def main():
     ap.add_argument("--no-liger", action="store_true")
     ap.add_argument("--liger-scale", type=int, default=32, help="rows x this (256 -> 8,192 tokens)")
     ap.add_argument("--form", default="pass", help="one of header_forms.py's forms (its own Triton cache)")
+    ap.add_argument("--only", help="comma-separated workloads (ours and liger's op names, e.g. dyt,softmax): "
+                                   "more runs of a few kernels in the same device time")
     args = ap.parse_args()
+    wanted = set(args.only.split(",")) if args.only else None
     if args.form != "pass":
         from header_forms import use_form
         use_form(args.form)
@@ -84,6 +88,8 @@ def main():
     proton_ref = ProtonRef(tmp)
     results = []
     for name, (call, kernel) in own_workloads().items():
+        if wanted is not None and name not in wanted:
+            continue
         results.append({"library": "own", **measure(name, call, kernel.__eq__, args, tmp, proton_ref)})
     if not args.no_liger:
         liger, liger_names = liger_workloads()
@@ -92,6 +98,8 @@ def main():
             liger_ops.ROWS_SCALE = args.liger_scale
         names = liger_names() if liger else set()
         for name, call in liger.items():
+            if wanted is not None and name not in wanted:
+                continue
             results.append({"library": "liger-kernel", **measure(name, call, names.__contains__, args, tmp,
                                                                  proton_ref)})
     out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "rounds": args.rounds,
