@@ -250,9 +250,10 @@ def child(raw: str, out: str, passes: int, workers: int, fmt: str, layout: str =
     print(json.dumps(res))
 
 
-def count_records(raw: str) -> int:
-    """Records kept in the capture's buffers (the calibration launch's included); for a
-    capture of kernels without scopes (lifetime blocks only), its CTA lifetimes instead."""
+def count_records(raw: str) -> tuple[int, str]:
+    """Records kept in the capture's buffers (the calibration launch's included), and what is
+    counted: for a capture of kernels without scopes (lifetime blocks only), its CTA
+    lifetimes instead."""
     cap = read_raw(raw)
     n = lifetimes = 0
     for launch in cap.launches:
@@ -262,27 +263,20 @@ def count_records(raw: str) -> int:
             continue
         units = np.frombuffer(launch.buffer, cta_block_dtype(layout), launch.num_ctas)["unit"]
         n += int(np.minimum(units["count"], layout.capacity).sum())
-    return n or lifetimes
+    return (n, "records") if n or not lifetimes else (lifetimes, "CTA lifetimes (no records)")
 
 
-def count_lifetimes(raw: str) -> int:
-    """CTAs of the capture's compact launches (lifetime blocks)."""
-    cap = read_raw(raw)
-    return sum(la.num_ctas for la in cap.launches
-               if BufferLayout.from_json(cap.kernels[la.kernel_id]["proton_lite"]["layout"]).compact)
-
-
-def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto", records: int | None = None,
-          layout: str = "auto") -> dict:
+def bench(raw: str, out: str, reps: int, workers: int = 0, fmt: str = "perfetto",
+          counted: tuple[int, str] | None = None, layout: str = "auto") -> dict:
     """``reps`` fresh processes; in each, the first pass is what the CLI does (cold: new
-    process, fresh memory), a second pass in the same process shows the warm cost."""
-    records = count_records(raw) if records is None else records
+    process, fresh memory), a second pass in the same process shows the warm cost.
+    ``counted``: ``count_records(raw)``, where the caller has it already."""
+    records, what = count_records(raw) if counted is None else counted
     runs = []
     for _ in range(reps):
         p = subprocess.run([sys.executable, __file__, "--child", raw, out, str(workers), fmt, layout],
                            capture_output=True, text=True, check=True)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    what = "records" if records != count_lifetimes(raw) else "CTA lifetimes (no records)"
     print(f"  {records:,} {what} in the capture ({os.path.getsize(raw) / 1e6:.1f} MB), {fmt} trace "
           f"{os.path.getsize(out) / 1e6:.2f} MB ({runs[0][0]['layout']} layout), threads: {workers or 'default'}")
     print(f"  {'':14} {'best s':>7} {'median s':>9} {'M rec/s best':>13} {'M rec/s median':>15}")
@@ -339,10 +333,10 @@ def main() -> int:
         out = os.path.join(folder, f"decode_speed_{tag}" + (".pftrace" if args.format == "perfetto" else ".json"))
         t_build, _ = timed(build_capture, raw, shape, 1, args.repeat)
         print(f"{tag}: built in {t_build:.2f} s")
-        records = count_records(raw)
+        counted = count_records(raw)
         for w in (int(x) for x in args.workers.split(",")):
             for layout in args.layout.split(","):
-                saved.append(dict(bench(raw, out, args.reps, w, args.format, records, layout), shape=tag, cpus=cpus,
+                saved.append(dict(bench(raw, out, args.reps, w, args.format, counted, layout), shape=tag, cpus=cpus,
                                   layout=layout))
     if args.save:
         with open(args.save, "w") as f:
