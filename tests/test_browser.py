@@ -18,6 +18,7 @@ Run: ``pip install ".[test,browser]"``, ``apt-get install chromium``, then
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -285,6 +286,44 @@ def save_for_docs(page, name: str, tmp_path: Path, mouse_from_bottom: int = 40) 
     return shot
 
 
+def hide_sidebar(page) -> None:
+    page.locator(".pf-sidebar-button").first.click()
+    page.wait_for_timeout(500)
+
+
+def expand_first_slot(page, sm: str, warps: int = 4) -> list[str]:
+    """Expand the SM group ``sm`` and its slot 0, whose tracks must be its ``warps`` warps;
+    returns the SM's slots."""
+    expand(page, sm)
+    slots = wait_for_children(page, sm)
+    expand(page, f"{sm}/slot 0")
+    assert wait_for_children(page, f"{sm}/slot 0") == [f"warp {w}" for w in range(warps)]
+    page.wait_for_timeout(1000)
+    return slots
+
+
+@contextlib.contextmanager
+def opened(browser, tmp_path: Path, trace: str, ready: str):
+    """``proton-lite open TRACE --offline`` and Perfetto's UI at the address it prints, drawn
+    once the selector ``ready`` finds a track: yields (page, seconds from navigation to that); on
+    leaving, no error dialog, the page closed and the CLI ended by itself with exit 0."""
+    cli = Cli("open", trace, "--offline", "--no-browser", "--port", "0", "--timeout", "60", cwd=tmp_path)
+    try:
+        url = cli.wait_for_line("Open ", timeout=120).split(None, 1)[1]
+        page = browser.new_page(viewport=VIEWPORT)
+        t0 = time.monotonic()
+        page.goto(url, timeout=TIMEOUT_MS)
+        page.wait_for_selector(ready, timeout=TIMEOUT_MS)
+        load_s = time.monotonic() - t0
+        no_error_dialog(page)
+        yield page, load_s
+        no_error_dialog(page)
+        page.close()
+        assert cli.finish(timeout=90) == 0, (cli.lines, cli.stderr)
+    finally:
+        cli.stop()
+
+
 def test_offline_viewer_draws_the_capture_in_chromium(browser, tmp_path):
     capture = tmp_path / CAPTURE.name  # `open` writes NAME.pftrace next to the capture: keep it out of the repo
     shutil.copyfile(CAPTURE, capture)
@@ -334,8 +373,7 @@ def test_offline_viewer_draws_the_capture_in_chromium(browser, tmp_path):
         assert wait_for_children(page, cta) == [f"warp {w}" for w in range(warps)]
 
         # hide the sidebar, find warp 0's first slice by its pixels, select it and zoom to it
-        page.locator(".pf-sidebar-button").first.click()
-        page.wait_for_timeout(500)
+        hide_sidebar(page)
         lane = page.locator(f'.pf-track[ref="{cta}/warp 0"] .pf-track__canvas').first
         box = lane.bounding_box()
         assert box and box["width"] > 400, box
@@ -414,17 +452,10 @@ def test_collapsed_sm_groups_draw_resident_ctas_at_scale(browser, tmp_path):
     from proton_lite.trace import write_trace
     profile = wave_profile(n_ctas=8192, launches=2)
     write_trace(profile, tmp_path / "wave.pftrace", "perfetto")
-    cli = Cli("open", "wave.pftrace", "--offline", "--no-browser", "--port", "0", "--timeout", "60", cwd=tmp_path)
-    try:
-        url = cli.wait_for_line("Open ", timeout=120).split(None, 1)[1]
-        page = browser.new_page(viewport=VIEWPORT)
-        page.goto(url, timeout=TIMEOUT_MS)
-        page.wait_for_selector('.pf-track[ref^="#1 layer_norm_fwd "]', timeout=TIMEOUT_MS)
-        no_error_dialog(page)
+    with opened(browser, tmp_path, "wave.pftrace", '.pf-track[ref^="#1 layer_norm_fwd "]') as (page, _):
         launches = [r for r in track_refs(page) if r.startswith("#")]
         assert [r.split()[0] for r in launches] == ["#0", "#1"], launches
-        page.locator(".pf-sidebar-button").first.click()  # hide the sidebar
-        page.wait_for_timeout(500)
+        hide_sidebar(page)
         for ref in launches:  # collapsed launches: the GPU's resident CTAs, each over its half of the axis
             assert colored_share(page, canvas_box(page, ref)) > 0.1, ref
 
@@ -443,20 +474,12 @@ def test_collapsed_sm_groups_draw_resident_ctas_at_scale(browser, tmp_path):
 
         # one SM expanded: its slots, each drawing the CTAs packed into it, and one slot's warps
         sm0 = f"{launches[0]}/{sms[0]}"
-        expand(page, sm0)
-        slots = wait_for_children(page, sm0)
+        slots = expand_first_slot(page, sm0)
         assert slots == [f"slot {k}" for k in range(len(slots))] and 2 <= len(slots) <= 8, slots
-        expand(page, f"{sm0}/slot 0")
-        assert wait_for_children(page, f"{sm0}/slot 0") == [f"warp {w}" for w in range(4)]
-        page.wait_for_timeout(1000)
         for slot in slots:
             assert colored_share(page, canvas_box(page, f"{sm0}/{slot}")) > 0.1, slot
         no_error_dialog(page)
         save_for_docs(page, "wave-view-sm.png", tmp_path)
-        page.close()
-        assert cli.finish(timeout=90) == 0, (cli.lines, cli.stderr)
-    finally:
-        cli.stop()
 
 
 def test_a_session_of_1024_launches_draws_its_shared_sm_rows(browser, tmp_path):
@@ -475,19 +498,10 @@ def test_a_session_of_1024_launches_draws_its_shared_sm_rows(browser, tmp_path):
     n_sms = len(set(profile.ctas["smid"].tolist()))
     stats = write_trace(profile, tmp_path / "steps.pftrace", "perfetto")
     assert stats["layout"] == "sm" and stats["tracks"] < 1000, stats
-    cli = Cli("open", "steps.pftrace", "--offline", "--no-browser", "--port", "0", "--timeout", "60", cwd=tmp_path)
-    try:
-        url = cli.wait_for_line("Open ", timeout=120).split(None, 1)[1]
-        page = browser.new_page(viewport=VIEWPORT)
-        t0 = time.monotonic()
-        page.goto(url, timeout=TIMEOUT_MS)
-        gpu = "GPU 0 · 1,024 launches of 1 kernel"
-        page.wait_for_selector(f'.pf-track[ref="{gpu}"]', timeout=TIMEOUT_MS)
-        load_s = time.monotonic() - t0
-        no_error_dialog(page)
+    gpu = "GPU 0 · 1,024 launches of 1 kernel"
+    with opened(browser, tmp_path, "steps.pftrace", f'.pf-track[ref="{gpu}"]') as (page, load_s):
         assert [r for r in track_refs(page) if "/" not in r and r.startswith("GPU")] == [gpu]
-        page.locator(".pf-sidebar-button").first.click()  # hide the sidebar
-        page.wait_for_timeout(500)
+        hide_sidebar(page)
         assert colored_share(page, canvas_box(page, gpu)) > 0.1  # collapsed: the GPU's resident CTAs
         expand(page, gpu)
         rows = wait_for_children(page, gpu)
@@ -502,18 +516,10 @@ def test_a_session_of_1024_launches_draws_its_shared_sm_rows(browser, tmp_path):
         assert launches_share > 0.1 and len(shares) >= 10 and all(v > 0.1 for v in shares.values()), shares
         save_for_docs(page, "many-launches.png", tmp_path)
         sm0 = f"{gpu}/{rows[1]}"
-        expand(page, sm0)
-        assert wait_for_children(page, sm0) == ["slot 0"]  # one CTA at a time on it, launch after launch
-        expand(page, f"{sm0}/slot 0")
-        assert wait_for_children(page, f"{sm0}/slot 0") == [f"warp {w}" for w in range(4)]
-        page.wait_for_timeout(1000)
+        assert expand_first_slot(page, sm0) == ["slot 0"]  # one CTA at a time on it, launch after launch
         assert colored_share(page, canvas_box(page, f"{sm0}/slot 0"), saturation=12) > 0.1  # 1,024 thin CTAs
         no_error_dialog(page)
         save_for_docs(page, "many-launches-sm.png", tmp_path)
-        page.close()
-        assert cli.finish(timeout=90) == 0, (cli.lines, cli.stderr)
-    finally:
-        cli.stop()
 
 
 def test_training_steps_on_two_streams_draw_two_launch_rows_and_the_shared_sm_rows(browser, tmp_path):
@@ -525,16 +531,9 @@ def test_training_steps_on_two_streams_draw_two_launch_rows_and_the_shared_sm_ro
     from proton_lite.trace import write_trace
     stats = write_trace(steps_profile(), tmp_path / "steps.pftrace", "perfetto")
     assert stats["layout"] == "sm", stats
-    cli = Cli("open", "steps.pftrace", "--offline", "--no-browser", "--port", "0", "--timeout", "60", cwd=tmp_path)
-    try:
-        url = cli.wait_for_line("Open ", timeout=120).split(None, 1)[1]
-        page = browser.new_page(viewport=VIEWPORT)
-        page.goto(url, timeout=TIMEOUT_MS)
-        gpu = "GPU 0 · 40 launches of 4 kernels"
-        page.wait_for_selector(f'.pf-track[ref="{gpu}"]', timeout=TIMEOUT_MS)
-        no_error_dialog(page)
-        page.locator(".pf-sidebar-button").first.click()  # hide the sidebar
-        page.wait_for_timeout(500)
+    gpu = "GPU 0 · 40 launches of 4 kernels"
+    with opened(browser, tmp_path, "steps.pftrace", f'.pf-track[ref="{gpu}"]') as (page, _):
+        hide_sidebar(page)
         expand(page, gpu)
         rows = wait_for_children(page, gpu)
         assert rows[:2] == ["launches", "launches 2"] and rows[2:] == [f"SM {s}" for s in range(132)], rows[:4]
@@ -545,11 +544,6 @@ def test_training_steps_on_two_streams_draw_two_launch_rows_and_the_shared_sm_ro
         assert set(lanes) == {"launches", "launches 2"} and all(v > 0.02 for v in lanes.values()), lanes
         assert len(sms) >= 10 and all(v > 0.1 for v in sms.values()), sms
         save_for_docs(page, "many-launches-steps.png", tmp_path)
-        no_error_dialog(page)
-        page.close()
-        assert cli.finish(timeout=90) == 0, (cli.lines, cli.stderr)
-    finally:
-        cli.stop()
 
 
 def _is_ui_file(path: str) -> bool:
