@@ -52,9 +52,7 @@ def top_groups(profile: Profile, launches: np.ndarray, layout: str) -> TopGroups
         return TopGroups("launch", np.arange(len(launches)), launch_titles(kernels, launches), capture)
     if layout != "sm":
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
-    cap = capture if capture is not None else np.zeros(len(launches), np.int64)
-    keys, of_launch = np.unique((cap.astype(np.int64) << 32) | launches["device"].astype(np.int64),
-                                return_inverse=True)
+    keys, of_launch = _gpu_groups(capture, launches)
     titles = []
     for g, key in enumerate(keys.tolist()):
         mine = launches[of_launch == g]
@@ -62,6 +60,12 @@ def top_groups(profile: Profile, launches: np.ndarray, layout: str) -> TopGroups
         titles.append(f"GPU {key & 0xFFFFFFFF} · {n:,} launch{'es' if n != 1 else ''} of {k:,} "
                       f"kernel{'s' if k != 1 else ''}")
     return TopGroups("sm", of_launch.astype(np.int64), titles, keys >> 32 if capture is not None else None)
+
+
+def _gpu_groups(capture, launches: np.ndarray):
+    """The sm layout's top groups: (capture << 32 | device of each, the group of each launch)."""
+    cap = capture if capture is not None else np.zeros(len(launches), np.int64)
+    return np.unique((cap.astype(np.int64) << 32) | launches["device"].astype(np.int64), return_inverse=True)
 
 
 @dataclass
@@ -101,7 +105,8 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
 def choose_layout(profile: Profile, launches: np.ndarray) -> str:
     """``launch`` unless sharing the SMs' slots makes fewer top groups than launches and the
     launch layout's tracks (``launch_layout_tracks``) exceed AUTO_TRACKS."""
-    if len(top_groups(profile, launches, "sm").titles) >= len(launches):
+    keys, _ = _gpu_groups(launch_captures(profile.session, launches["launch"]), launches)
+    if len(keys) >= len(launches):  # (counted without titling the groups: top_groups does that once)
         return "launch"
     return "sm" if launch_layout_tracks(profile, launches, AUTO_TRACKS) > AUTO_TRACKS else "launch"
 
