@@ -68,7 +68,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
         cut = Pieces(lay.group, iv_cta, runs)
-        extras = run(lambda: _cta_extras(ctas, lay.extent_lo))  # packed and deflated while the pieces are indexed
+        extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))  # packed and deflated while the pieces are indexed
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
@@ -105,7 +105,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
-        cta_events = run(clock.busy("cta_sort", lambda: CtaEvents(launches, plan, shift, profile.kernels)
+        cta_events = run(clock.busy("cta_sort", lambda: CtaEvents(launches, plan, shift, profile.kernels, workers)
                                     .after_units(len(unit_list[0]))))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``

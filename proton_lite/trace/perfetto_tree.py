@@ -14,7 +14,6 @@ sequence 1 (millions) keep their short fixed one; the counters ride on the CTA s
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,7 +29,8 @@ from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CTAS, ANN_CYCLES, AN
                                                TD_PARENT, TD_RANK, TD_UUID, TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS,
                                                TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_NAME_IID, packet,
                                                slice_event_start)
-from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, resident_changes, unit_names
+from proton_lite.trace.cta_sequence import cta_sequence
+from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
 COUNTER_UNIT = "CTAs"
@@ -222,46 +222,22 @@ class CtaEvents:
     named after its launch, ``kernel #launch`` (interned: ``names``, so that the UI colours
     the CTAs of a launch alike), and its BEGIN carries ``launch`` before ``cta``."""
 
-    def __init__(self, launches, plan: TracePlan, shift: int, kernels):
+    def __init__(self, launches, plan: TracePlan, shift: int, kernels, workers: int = 1):
         """Made before the unit tracks are counted (on a worker, beside the writer's index
-        step): the track uuids are those after 0 unit tracks until ``after_units``."""
+        step): the track uuids are those after 0 unit tracks until ``after_units``;
+        ``workers``: threads for the events' sort in parts of time (``cta_sequence``).  Only
+        the order and the counts are made here; each event's fields are made by ``rows``, per
+        batch on the writer's threads."""
         ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
-        n = len(ctas)
-        row_uuid, sm_uuid, top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
-        start = ctas["start_ns"].astype(np.int64) + shift
-        end = ctas["end_ns"].astype(np.int64) + shift
-        zero = end <= start
-        t = np.r_[start, end]
-        phase = np.r_[np.full(n, 1), np.where(zero, 2, 0)]
-        track = np.r_[row_uuid[lay.row], row_uuid[lay.row]].astype(np.int64)
-        order = _argsort_keys([t, phase, track], lambda idx: [])  # ties: in CTA order
-        self.begin = order < n
-        self.cta_i = order % max(n, 1)
-        self.track, self.dts = track[order], np.diff(t[order], prepend=np.int64(0))
-        cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
-        self.value = np.where(self.begin, ctas["cta"].astype(np.int64)[self.cta_i], cycles[self.cta_i])
-        delta = np.where(self.begin, 1, -1)
-        t_ordered = t[order]
-
-        def sample(key, uuid):  # (events carrying a sample, counter track uuid of each, value)
-            k = key[self.cta_i]
-            ev, value = resident_changes(k, t_ordered, delta)
-            has = np.zeros(2 * n, bool)
-            has[ev] = True
-            v = np.zeros(2 * n, np.int64)
-            v[ev] = value
-            return has, uuid[k] if n else k, v
-        with ThreadPoolExecutor(2) as pool:  # the SMs' and the top groups' counters: two sorts at once
-            samples = list(pool.map(sample, (lay.group, plan.cta_top), (sm_uuid, top_uuid)))
-        # Perfetto's importer (v52) reads the value after a leading 0 in extra_counter_values
-        # as 0 too: an event with two samples puts a 0 last
-        (sm_has, sm_uuid, sm_v), (la_has, la_uuid, la_v) = samples
-        swap = ~sm_has | (la_has & (sm_v == 0))
-        self.counters = [(sm_has | la_has, np.where(swap, la_uuid, sm_uuid), np.where(swap, la_v, sm_v)),
-                         (sm_has & la_has, np.where(swap, sm_uuid, la_uuid), np.where(swap, sm_v, la_v))]
+        row_uuid, self.sm_uuid, self.top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
+        self.seq = cta_sequence(ctas["start_ns"].astype(np.int64) + shift, ctas["end_ns"].astype(np.int64) + shift,
+                                row_uuid[lay.row], [lay.group, plan.cta_top], workers)
+        self.keys = (lay.group, plan.cta_top)
+        self.n_units = 0
+        self.cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
         self.cid = ctas["cta"].astype(np.int64)
         self.gx, self.gy, self.multi = grid_of_ctas(launches, cta_lr)
-        self.n_samples = sum(int(c[0].sum()) for c in self.counters)
+        self.n_samples = sum(int(has.sum()) for has, _ in self.seq.marks)
         self.by_launch = plan.layout == "launch"
         if not self.by_launch:  # named "matmul #3" by an interned name per launch, with the launch as an arg
             self.lr = cta_lr
@@ -270,14 +246,28 @@ class CtaEvents:
 
     def after_units(self, n_units: int) -> "CtaEvents":
         """The uuids once ``n_units`` unit tracks come first (``layout_uuids``); call once."""
-        self.track = self.track + n_units
-        self.counters = [(has, uuid + n_units, value) for has, uuid, value in self.counters]
+        self.n_units = n_units
         return self
 
+    def counters(self, sel: slice, c: np.ndarray) -> list:
+        """The events' counter samples, (has, counter track uuid, value) twice: the SM's and
+        the top group's resident CTAs, where the event changes them."""
+        (sm_has, sm_v), (la_has, la_v) = ((has[sel], v[sel]) for has, v in self.seq.marks)
+        sm_uuid = self.sm_uuid[self.keys[0][c]] + self.n_units
+        la_uuid = self.top_uuid[self.keys[1][c]] + self.n_units
+        # Perfetto's importer (v52) reads the value after a leading 0 in extra_counter_values
+        # as 0 too: an event with two samples puts a 0 last
+        swap = ~sm_has | (la_has & (sm_v == 0))
+        return [(sm_has | la_has, np.where(swap, la_uuid, sm_uuid), np.where(swap, la_v, sm_v)),
+                (sm_has & la_has, np.where(swap, sm_uuid, la_uuid), np.where(swap, sm_v, la_v))]
+
     def rows(self, sel: slice) -> Rows:
-        begin, c = self.begin[sel], self.cta_i[sel]
+        seq = self.seq
+        begin, c = seq.begin[sel], seq.cta[sel]
+        lo = sel.start or 0
+        dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(0))
         r = Rows(len(begin))
-        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, self.dts[sel], ~begin, self.track[sel])
+        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, dts, ~begin, seq.track[sel] + self.n_units)
         if self.by_launch:  # "CTA 37"
             r.const(tag(TE_NAME, 2), begin)
             nlen = r.placeholder()
@@ -300,14 +290,15 @@ class CtaEvents:
         r.const(tag(DA_NAME_IID, 0))
         r.column(np.where(begin, ANN_CTA, ANN_CYCLES).astype(np.uint8))
         r.const(tag(DA_INT, 0))
-        r.varint(self.value[sel])
+        r.varint(np.where(begin, self.cid[c], self.cycles[c]))
         r.set_length(alen, r.length_since(a0))
-        for has, uuid, _ in self.counters:  # the tracks of the samples, then their values (in that order)
-            r.const(tag(TE_EXTRA_COUNTER_TRACKS, 0), has[sel])
-            r.varint(uuid[sel], has[sel])
-        for has, _, value in self.counters:
-            r.const(tag(TE_EXTRA_COUNTER_VALUES, 0), has[sel])
-            r.varint(value[sel], has[sel])
+        counters = self.counters(sel, c)
+        for has, uuid, _ in counters:  # the tracks of the samples, then their values (in that order)
+            r.const(tag(TE_EXTRA_COUNTER_TRACKS, 0), has)
+            r.varint(uuid, has)
+        for has, _, value in counters:
+            r.const(tag(TE_EXTRA_COUNTER_VALUES, 0), has)
+            r.varint(value, has)
         r.set_length(tlen, r.length_since(t0))
         r.set_length(plen, r.length_since(p0))
         return r

@@ -26,6 +26,7 @@ from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.trace.interval_runs import key_parts, reduce_runs
 from proton_lite.trace.nesting import _argsort_keys, _unique
 from proton_lite.trace._proto import Rows
+from proton_lite.trace import slots_c
 
 SLOT_NAME = "slot"  # the track of a slot is "slot 2"
 
@@ -126,6 +127,13 @@ def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray, run
 
 
 def pack_slots(group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Slot of each CTA: greedy interval partitioning within each group (``pack_slots_numpy``),
+    by one sweep in C where the extension is built and the groups come in runs."""
+    slot = slots_c.pack_slots(group, lo, hi)
+    return slot if slot is not None else pack_slots_numpy(group, lo, hi)
+
+
+def pack_slots_numpy(group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Slot of each CTA: greedy interval partitioning within each group.
 
     CTAs in order of (group, lo, hi, index) each take the lowest-numbered slot whose last
@@ -199,6 +207,19 @@ def resident_changes(key: np.ndarray, t: np.ndarray, delta: np.ndarray) -> tuple
     before[np.r_[True, k[1:] != k[:-1]]] = 0
     changed = value != before
     return ev[changed], value[changed]
+
+
+def resident_marks(key: np.ndarray, t: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``resident_changes`` as two columns over the events: (whether the event carries a
+    change, the count after it); one pass in C for time-ordered events where it is built."""
+    marks = slots_c.resident_marks(key, t, delta)
+    if marks is not None:
+        return marks
+    ev, value = resident_changes(key, t, delta)
+    has, v = np.zeros(len(key), bool), np.zeros(len(key), np.int64)
+    has[ev] = True
+    v[ev] = value
+    return has, v
 
 
 def cta_by_time(cta_row: np.ndarray, cta_lo: np.ndarray, iv_row: np.ndarray, iv_start: np.ndarray) -> np.ndarray:

@@ -104,12 +104,17 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
         # and the launch order's runs (each launch's SMs ascending) make it a merge of sorted runs
         width = int(ctas["smid"].max()) + 1
         key = np.asarray(top, np.int64)[lr[order]] * width + ctas["smid"][order]
+        if int(key.max()) < 1 << 16:  # (GPU, SM) pairs: numpy's stable sort of 16-bit keys is a radix sort
+            key = key.astype(np.uint16)
         order = order[np.argsort(key, kind="stable")]
     ctas_s, lr_s = take_parts(ctas, order, pmap), lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]
     run = run_starts(i_launch, i_cta, pmap)
-    rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)
+    if len(iv) or not _distinct_ctas(lr_s, ctas_s["cta"]):
+        rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)  # raises on duplicates
+    else:  # no interval (kernels without scopes): nothing to look up
+        rank = np.zeros(0, np.int64)
     return ctas_s, lr_s, repeat_runs(rank, run, len(iv), pmap), (run, rank)
 
 
@@ -123,6 +128,18 @@ def _cta_order(ctas: np.ndarray, lr: np.ndarray, pmap=map) -> np.ndarray:
         a, e = b
         return a + np.lexsort((ctas["cta"][a:e], ctas["smid"][a:e], lr[a:e]))
     return np.concatenate(list(pmap(part, key_parts(lr, CTA_PART))))
+
+
+def _distinct_ctas(lr: np.ndarray, cid: np.ndarray) -> bool:
+    """Whether no two CTA rows share (launch rank, CTA id), counted in a table where the ids
+    are dense enough (False otherwise: ``_cta_rank`` decides)."""
+    if not len(lr):
+        return True
+    width = int(cid.max()) + 1
+    bound = (int(lr.max()) + 1) * width
+    if bound > _dense_limit(lr):
+        return False
+    return int(np.bincount(lr.astype(np.int64) * width + cid, minlength=1).max()) <= 1
 
 
 def _cta_rank(launches, ctas_s, lr_s, launch_ids, cta_ids, first):

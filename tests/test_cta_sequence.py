@@ -1,0 +1,172 @@
+"""The stop's CTA-lifetime steps in C and in parts of time give what their numpy definitions give.
+
+``slots_c.pack_slots`` (a greedy sweep with heaps) against ``rows.pack_slots_numpy`` (pointer
+doubling) and against the packing's own rule checked here; ``slots_c.resident_marks`` with
+counts carried in from an earlier part; ``cta_sequence`` cut into parts of time on several
+threads against one sort and a count made here event by event; and a whole trace of CTA
+lifetimes, sorted in parts, byte for byte the trace the numpy path writes.
+"""
+import numpy as np
+import pytest
+from test_trace import _kernel
+
+from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
+from proton_lite.trace import cta_sequence as cs
+from proton_lite.trace import meta, native_events, slots_c
+from proton_lite.trace.plan import _unique_small
+from proton_lite.trace.perfetto import write_perfetto
+from proton_lite.trace.readback import load_trace
+from proton_lite.trace.rows import pack_slots_numpy, resident_changes
+
+
+def _native_or_skip():
+    if native_events.module() is None:
+        pytest.skip(f"the C extension did not build here: {native_events.error()}")
+
+
+def _spans(rng, n, horizon, longest):
+    lo = rng.integers(0, horizon, n)
+    return lo, lo + 1 + rng.integers(0, longest, n)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_c_packing_is_the_numpy_packing_and_first_fit(seed):
+    _native_or_skip()
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(200, 4000))
+    group = np.sort(rng.integers(0, int(rng.integers(1, 30)), n))  # in runs, CTAs not in time order within
+    lo, hi = _spans(rng, n, int(rng.integers(5, 3000)), int(rng.integers(1, 400)))
+    slot = slots_c.pack_slots(group, lo, hi)
+    assert np.array_equal(slot, pack_slots_numpy(group, lo, hi))
+    for g in np.unique(group):  # the rule itself: in (lo, hi, index) order, the lowest slot free at lo
+        idx = np.flatnonzero(group == g)
+        ends: list[int] = []
+        for i in idx[np.lexsort((idx, hi[idx], lo[idx]))]:
+            free = [s for s, e in enumerate(ends) if e <= lo[i]]
+            if free:
+                ends[free[0]] = hi[i]
+            else:
+                ends.append(hi[i])
+            assert slot[i] == (free[0] if free else len(ends) - 1)
+
+
+def test_c_packing_leaves_groups_out_of_runs_to_numpy():
+    group = np.array([1, 0, 1])
+    assert slots_c.pack_slots(group, np.zeros(3, np.int64), np.ones(3, np.int64)) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_resident_counts_carried_into_a_later_part_are_those_of_the_whole(seed):
+    _native_or_skip()
+    rng = np.random.default_rng(seed)
+    n, keys = 3000, 7
+    start, end = _spans(rng, n, 500, 60)
+    key = rng.integers(0, keys, n)
+    t = np.r_[start, end]
+    order = np.argsort(t, kind="stable")
+    t, k, d = t[order], np.r_[key, key][order], np.r_[np.ones(n, np.int64), -np.ones(n, np.int64)][order]
+    ev, value = resident_changes(k, t, d)
+    has_all, v_all = slots_c.resident_marks(k, t, d)
+    assert np.array_equal(np.flatnonzero(has_all), np.sort(ev)) and np.array_equal(v_all[np.sort(ev)],
+                                                                                     value[np.argsort(ev)])
+    cut = int(np.searchsorted(t, 250))  # a part boundary between two times
+    init = np.bincount(k[:cut], weights=d[:cut], minlength=keys).astype(np.int64)
+    has1, v1 = slots_c.resident_marks(k[:cut], t[:cut], d[:cut], np.zeros(keys, np.int64))
+    has2, v2 = slots_c.resident_marks(k[cut:], t[cut:], d[cut:], init)
+    assert np.array_equal(np.r_[has1, has2], has_all) and np.array_equal(np.r_[v1, v2], v_all)
+
+
+def _reference(start, end, track, keys):
+    """The sequence by one lexsort and the counts by walking the events one by one."""
+    n = len(start)
+    t = np.r_[start, end]
+    phase = np.r_[np.ones(n, np.int64), np.where(end <= start, 2, 0)]
+    ev = np.lexsort((np.arange(2 * n), np.r_[track, track], phase, t))
+    marks = []
+    for key in keys:
+        k = np.r_[key, key][ev]
+        count: dict = {}
+        has, value = np.zeros(2 * n, bool), np.zeros(2 * n, np.int64)
+        for j in range(2 * n):
+            count[k[j]] = count.get(k[j], 0) + (1 if ev[j] < n else -1)
+            last_of_time = all(not (k[i] == k[j]) for i in range(j + 1, 2 * n) if t[ev[i]] == t[ev[j]])
+            before = count[k[j]] - sum((1 if ev[i] < n else -1) for i in range(j + 1) if k[i] == k[j] and
+                                       t[ev[i]] == t[ev[j]])
+            if last_of_time and count[k[j]] != before:
+                has[j], value[j] = True, count[k[j]]
+        marks.append((has, value))
+    return ev, t[ev], marks
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_cta_sequence_in_parts_is_one_sort_and_a_count_by_hand(seed):
+    _native_or_skip()
+    rng = np.random.default_rng(seed)
+    n = 300
+    start, end = _spans(rng, n, 120, 40)  # many equal times: ties between ends, begins and tracks
+    end = np.where(rng.random(n) < 0.1, start, end)  # zero-length CTAs
+    track, sm = rng.integers(0, 9, n), rng.integers(0, 5, n)
+    seq = cs.cta_sequence(start, end, track, [sm, sm // 3], workers=3, part_events=37)
+    ev, t, marks = _reference(start, end, track, [sm, sm // 3])
+    assert np.array_equal(seq.begin, ev < n) and np.array_equal(seq.cta, ev % n) and np.array_equal(seq.t, t)
+    assert np.array_equal(seq.track, np.r_[track, track][ev])
+    for (has, value), (r_has, r_value) in zip(seq.marks, marks):
+        assert np.array_equal(has, r_has) and np.array_equal(np.where(has, value, 0), r_value)
+
+
+def _lifetimes_profile(n_ctas=6000, sms=16, seed=0) -> Profile:
+    """Two launches of a kernel without scopes: CTA lifetimes only, in waves with equal times."""
+    rng = np.random.default_rng(seed)
+    launches = np.zeros(2, LAUNCH_DTYPE)
+    launches["launch"], launches["grid_x"], launches["grid_y"], launches["grid_z"] = [0, 1], n_ctas, 1, 1
+    c = np.arange(n_ctas)
+    ctas = np.zeros(2 * n_ctas, CTA_DTYPE)
+    for la in range(2):
+        part = ctas[la * n_ctas:(la + 1) * n_ctas]
+        start = la * 10**6 + (c // (4 * sms)) * 900 + rng.integers(0, 4, n_ctas) * 10
+        part["launch"], part["cta"], part["smid"] = la, c, rng.permutation(c) % sms
+        part["start_ns"], part["end_ns"] = start, start + 800 + rng.integers(0, 3, n_ctas) * 50
+        part["start_clock"] = (1 << 40) + start * 2
+        part["end_clock"] = part["start_clock"] + (part["end_ns"] - start) * 2
+        part["cycles_per_ns"], part["measured_cycles_per_ns"], part["finished_units"] = 2.0, 1.999, 1
+    return Profile(kernels=[_kernel("k", [], warps=8, gran="cta")], launches=launches, ctas=ctas,
+                   intervals=np.zeros(0, INTERVAL_DTYPE), t0_ns=10**12, session={})
+
+
+@pytest.mark.parametrize("layout", ["launch", "sm"])
+def test_a_trace_of_lifetimes_sorted_in_parts_is_the_numpy_paths_trace(tmp_path, monkeypatch, layout):
+    _native_or_skip()
+    p = _lifetimes_profile()
+    monkeypatch.setattr(cs, "PART_EVENTS", 1000)  # 24 parts
+    write_perfetto(p, tmp_path / "parts.pftrace", workers=3, layout=layout)
+    monkeypatch.setattr(native_events, "deflate", native_events.module().deflate)
+    monkeypatch.setattr(native_events, "module", lambda: None)  # one part, numpy packing and counts
+    write_perfetto(p, tmp_path / "numpy.pftrace", workers=3, layout=layout)
+    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "numpy.pftrace").read_bytes()
+
+
+def test_packed_columns_in_pieces_read_back_exactly(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    n = 50_000
+    cols = {"clock": rng.integers(0, 1 << 62, n, dtype=np.uint64), "rate": rng.random(n),
+            "big": rng.integers(-5, 5, n).astype(">i4"), "nan": np.full(n, np.nan)}
+    one = meta._pack_columns(cols)
+    monkeypatch.setattr(meta, "PACK_PIECE", 4096)
+    pieces = meta._pack_columns(cols, workers=3)
+    assert isinstance(one["data"], str) and isinstance(pieces["data"], list) and len(pieces["data"]) > 50
+    for packed in (one, pieces):
+        back = meta._unpack_columns(packed)
+        for name, a in cols.items():
+            assert np.array_equal(back[name], a, equal_nan=True) and back[name].dtype == a.dtype.newbyteorder("<")
+    p = _lifetimes_profile(n_ctas=3000)  # and through a trace: the CTAs' extras come back
+    write_perfetto(p, tmp_path / "t.pftrace", workers=2)
+    back = load_trace(tmp_path / "t.pftrace").ctas
+    assert np.array_equal(np.sort(back["start_clock"]), np.sort(p.ctas["start_clock"]))
+
+
+def test_unique_by_counting_is_numpys_unique():
+    rng = np.random.default_rng(1)
+    for bound in (1, 7, 1000, 1 << 20):
+        keys = rng.integers(0, bound, 5000)
+        for got, want in zip(_unique_small(keys, bound), np.unique(keys, return_inverse=True)):
+            assert np.array_equal(got, want)
