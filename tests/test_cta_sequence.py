@@ -115,10 +115,13 @@ def test_the_cta_sequence_in_parts_is_one_sort_and_a_count_by_hand(seed):
 
 
 def _lifetimes_profile(n_ctas=6000, sms=16, seed=0) -> Profile:
-    """Two launches of a kernel without scopes: CTA lifetimes only, in waves with equal times."""
+    """Two launches of a kernel without scopes: CTA lifetimes only, in waves with equal times;
+    the second launch's grid is 3-D (its CTAs are named with coordinates), and one CTA's
+    clock ran backwards (its cycles, negative, take a 10-byte varint)."""
     rng = np.random.default_rng(seed)
     launches = np.zeros(2, LAUNCH_DTYPE)
-    launches["launch"], launches["grid_x"], launches["grid_y"], launches["grid_z"] = [0, 1], n_ctas, 1, 1
+    launches["launch"], launches["grid_x"], launches["grid_y"], launches["grid_z"] = [0, 1], [n_ctas, 100], \
+        [1, n_ctas // 200], [1, 2]
     c = np.arange(n_ctas)
     ctas = np.zeros(2 * n_ctas, CTA_DTYPE)
     for la in range(2):
@@ -129,12 +132,15 @@ def _lifetimes_profile(n_ctas=6000, sms=16, seed=0) -> Profile:
         part["start_clock"] = (1 << 40) + start * 2
         part["end_clock"] = part["start_clock"] + (part["end_ns"] - start) * 2
         part["cycles_per_ns"], part["measured_cycles_per_ns"], part["finished_units"] = 2.0, 1.999, 1
+    ctas["end_clock"][7] = ctas["start_clock"][7] - 5
     return Profile(kernels=[_kernel("k", [], warps=8, gran="cta")], launches=launches, ctas=ctas,
                    intervals=np.zeros(0, INTERVAL_DTYPE), t0_ns=10**12, session={})
 
 
 @pytest.mark.parametrize("layout", ["launch", "sm"])
 def test_a_trace_of_lifetimes_sorted_in_parts_is_the_numpy_paths_trace(tmp_path, monkeypatch, layout):
+    """Sorted in parts, packed and counted in C, its packets laid out in C (``cta_events_c``):
+    the bytes of the numpy path, which does each in one piece."""
     _native_or_skip()
     p = _lifetimes_profile()
     monkeypatch.setattr(cs, "PART_EVENTS", 1000)  # 24 parts

@@ -50,17 +50,25 @@ def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: li
     n = len(start)
     part_events = part_events or PART_EVENTS
     start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
-    t = np.r_[start, end]
-    phase = np.r_[np.ones(n, np.int64), np.where(end <= start, 2, 0)]
-    track2 = np.r_[track, track].astype(np.int64)
+    track = np.asarray(track, np.int64)
     keys = [np.asarray(k, np.int64) for k in keys]
     n_keys = [int(k.max()) + 1 if n else 0 for k in keys]
     parts = min(MAX_PARTS, -(-2 * n // part_events)) if slots_c._module() is not None else 1
+    # event e < n is CTA e's BEGIN, e >= n CTA e - n's END; their columns are made per part only
+    pool = ThreadPoolExecutor(max(1, min(workers, parts)))
     if parts > 1:
-        sample = np.sort(t[:: max(1, 2 * n // (parts * 64))])
+        step = max(1, n // (parts * 32))
+        sample = np.sort(np.r_[start[::step], end[::step]])
         edges = np.unique(sample[(np.arange(1, parts) * len(sample)) // parts])
-        part = np.searchsorted(edges, t, side="right").astype(np.uint16)
         parts = len(edges) + 1
+        cut = [(lo, min(lo + part_events, n)) for lo in range(0, n, part_events)]
+        part = np.empty(2 * n, np.uint16)
+
+        def bucket(b):
+            lo, hi = b
+            part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
+            part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
+        list(pool.map(bucket, cut))
         by_part = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
         bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
     else:
@@ -76,15 +84,17 @@ def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: li
     def fill(j: int, init: list[np.ndarray]) -> None:
         lo, hi = int(bounds[j]), int(bounds[j + 1])
         idx = by_part[lo:hi]
-        ev = idx[_argsort_keys([t[idx], phase[idx], track2[idx]], lambda i: [])]  # ties: in CTA order
-        begin, cta = ev < n, ev % max(n, 1)
-        tt = t[ev]
-        out.begin[lo:hi], out.cta[lo:hi], out.track[lo:hi], out.t[lo:hi] = begin, cta, track2[ev], tt
+        is_begin, c = idx < n, idx % max(n, 1)
+        t = np.where(is_begin, start[c], end[c])
+        phase = np.where(is_begin, 1, np.where(end[c] <= start[c], 2, 0))
+        o = _argsort_keys([t, phase, track[c]], lambda i: [])  # ties: in CTA order
+        begin, cta, tt = is_begin[o], c[o], t[o]
+        out.begin[lo:hi], out.cta[lo:hi], out.track[lo:hi], out.t[lo:hi] = begin, cta, track[cta], tt
         delta = np.where(begin, 1, -1)
         for (has, value), k, k0 in zip(out.marks, keys, init):
             has[lo:hi], value[lo:hi] = _marks(k[cta], tt, delta, k0)
 
-    with ThreadPoolExecutor(max(1, min(workers, parts))) as pool:
+    with pool:
         per_part = list(pool.map(sums, range(parts))) if parts > 1 else [[np.zeros(nk, np.int64) for nk in n_keys]]
         init = [np.cumsum([np.zeros(nk, np.int64)] + [s[i] for s in per_part[:-1]], axis=0)
                 for i, nk in enumerate(n_keys)]

@@ -132,7 +132,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         def cta_task(sel: slice):
             def rows():
                 events = cta_events.result()  # waited for outside the task's busy time
-                return clock.busy("ctas", lambda: (finish(events.rows(sel), compress), 0))()
+                return clock.busy("ctas", lambda: (events.packets(sel, compress), 0))()
             return rows
 
         sizes = {"head": 0, "descriptors": 0, "events": 0}

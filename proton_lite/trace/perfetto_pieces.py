@@ -179,7 +179,13 @@ def finish(rows: Rows, compress: bool) -> bytes:
     data = rows.tobytes()
     if not compress or not data:
         return data
-    ends = np.cumsum(rows.row_lengths())
+    return deflated(data, np.cumsum(rows.row_lengths()))
+
+
+def deflated(data: bytes, ends: np.ndarray) -> bytes:
+    """Packets ``data`` (each ending at an offset in ``ends``) deflated into
+    ``compressed_packets`` batches of whole packets, at most MAX_RAW_BATCH bytes each (a
+    packet larger than that alone)."""
     out, lo = [], 0
     while lo < len(data):
         hi = int(ends[np.searchsorted(ends, lo + MAX_RAW_BATCH, side="right") - 1])

@@ -29,7 +29,10 @@ from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CTAS, ANN_CYCLES, AN
                                                TD_PARENT, TD_RANK, TD_UUID, TE_ANNOTATIONS, TE_EXTRA_COUNTER_TRACKS,
                                                TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_NAME_IID, packet,
                                                slice_event_start)
+from proton_lite.trace import native_events
+from proton_lite.trace.cta_events_c import cta_packets
 from proton_lite.trace.cta_sequence import cta_sequence
+from proton_lite.trace.perfetto_pieces import deflated, finish
 from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
@@ -230,9 +233,9 @@ class CtaEvents:
         batch on the writer's threads."""
         ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
         row_uuid, self.sm_uuid, self.top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
-        self.seq = cta_sequence(ctas["start_ns"].astype(np.int64) + shift, ctas["end_ns"].astype(np.int64) + shift,
-                                row_uuid[lay.row], [lay.group, plan.cta_top], workers)
         self.keys = (lay.group, plan.cta_top)
+        self.seq = cta_sequence(ctas["start_ns"].astype(np.int64) + shift, ctas["end_ns"].astype(np.int64) + shift,
+                                row_uuid[lay.row], list(self.keys), workers)
         self.n_units = 0
         self.cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
         self.cid = ctas["cta"].astype(np.int64)
@@ -261,7 +264,27 @@ class CtaEvents:
         return [(sm_has | la_has, np.where(swap, la_uuid, sm_uuid), np.where(swap, la_v, sm_v)),
                 (sm_has & la_has, np.where(swap, sm_uuid, la_uuid), np.where(swap, sm_v, la_v))]
 
+    def packets(self, sel: slice, compress: bool) -> bytes:
+        """The events ``sel`` as the file's bytes (deflated batches where ``compress``): laid
+        out in C where the extension is built (``cta_events_c``), else by ``rows``."""
+        mod = native_events.module()
+        if mod is None:
+            return finish(self.rows(sel), compress)
+        seq = self.seq
+        begin, c = seq.begin[sel], seq.cta[sel]
+        lo = sel.start or 0
+        dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(0))
+        if self.by_launch:
+            a, b, cc, d = self.cid[c], self.gx[c], self.gy[c], self.multi[c]
+        else:
+            a, b, cc, d = self.lr[c] + 1, self.launch_no[self.lr[c]], None, None
+        value = np.where(begin, self.cid[c], self.cycles[c])
+        data, ends = cta_packets(mod, SEQ_CTAS, self.by_launch, dts, begin, seq.track[sel] + self.n_units, a, b, cc,
+                                 d, value, self.counters(sel, c))
+        return deflated(data, ends) if compress and data else data
+
     def rows(self, sel: slice) -> Rows:
+        """The events ``sel`` as numpy byte columns (where the C layout is not built)."""
         seq = self.seq
         begin, c = seq.begin[sel], seq.cta[sel]
         lo = sel.start or 0
