@@ -64,22 +64,12 @@ def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState |
 # Small enough that a large capture gives every thread several batches: at 32 MiB the
 # 307 MB capture of decode_speed.py made 13 batches for 16 threads, the largest setting the pace.
 DECODE_WORKERS = max(1, min(16, os.cpu_count() or 1))  # threads decoding batches at once
-BATCH_BYTES = 8 << 20  # at most, per batch
-MIN_BATCH_BYTES = 1 << 20  # at least, where a capture is cut into 4 batches per thread
+BATCH_BYTES = 8 << 20
 
 
-def batch_bytes(launches: list) -> int:
-    """Bytes per batch: BATCH_BYTES, or less where that leaves fewer than 4 batches per
-    decoding thread (4 M CTA lifetimes, 134 MB, made 17-24 batches for 16 threads: the last
-    round of batches ran on a few threads while the others waited)."""
-    total = sum(len(launch.buffer) for launch in launches)
-    return min(BATCH_BYTES, max(MIN_BATCH_BYTES, total // (4 * DECODE_WORKERS)))
-
-
-def _batches(launches: list, launch_layouts: list, size_limit: int | None = None):
-    """Launch indices grouped by kernel and layout, in launch order, each group at most
-    ``size_limit`` bytes (BATCH_BYTES; a larger launch alone); a launch with a pool alone."""
-    limit = BATCH_BYTES if size_limit is None else size_limit
+def _batches(launches: list, launch_layouts: list):
+    """Launch indices grouped by kernel and layout, in launch order, each group small enough to
+    copy; a launch with a pool alone."""
     by_kernel: dict = {}
     for i, launch in enumerate(launches):
         key = (launch.kernel_id, launch_layouts[i].capacity, i if launch_layouts[i].pool else -1)
@@ -89,7 +79,7 @@ def _batches(launches: list, launch_layouts: list, size_limit: int | None = None
         cur, size = [], 0
         for i in idx:
             b = len(launches[i].buffer)
-            if cur and (size + b > limit or 2 * b >= limit):
+            if cur and (size + b > BATCH_BYTES or 2 * b >= BATCH_BYTES):
                 out.append(cur)
                 cur, size = [], 0
             cur.append(i)
@@ -138,7 +128,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     max_khz = capture.session.get("sm_clock_max_khz")
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
-    batches = _batches(launches_in, launch_layouts, batch_bytes(launches_in))
+    batches = _batches(launches_in, launch_layouts)
 
     # the intervals' one array, each launch's room in it from its units' counts: every batch
     # writes its rows there as it is decoded, so no batch's pairs wait for the others

@@ -315,16 +315,6 @@ def test_batches_decoded_on_several_threads_give_the_same_bytes(tmp_path, monkey
     for name in ("launches", "ctas", "intervals"):
         assert getattr(serial, name).tobytes() == getattr(threaded, name).tobytes()
     assert len(serial.intervals) == 3 * 24 * 2 * (1 + 2 + 4 + 8)  # launches x CTAs x scopes x units
-    # a capture cut into 4 batches per thread (``batch_bytes``): about a launch a batch here, where
-    # the default size makes one batch per kernel; same bytes
-    monkeypatch.setattr(D, "MIN_BATCH_BYTES", 1)
-    launches = list(capture.launches)
-    layouts = [BufferLayout.from_json(capture.kernels[la.kernel_id]["proton_lite"]["layout"]) for la in launches]
-    assert D.batch_bytes(launches) == sum(len(la.buffer) for la in launches) // 16
-    assert len(D._batches(launches, layouts)) == 4 and len(D._batches(launches, layouts, D.batch_bytes(launches))) >= 10
-    small = D.decode(capture)
-    for name in ("launches", "ctas", "intervals"):
-        assert getattr(serial, name).tobytes() == getattr(small, name).tobytes()
 
 
 def test_the_buffer_copies_own_records_are_intervals_of_their_scope_not_the_kernel_s_records(tmp_path):
