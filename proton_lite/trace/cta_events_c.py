@@ -6,7 +6,8 @@ capture of kernels without scopes, 4 M CTA lifetimes, that was 11-13 s of thread
 the 16-core GPU host (2026-11-28), ~3 us an event, where the interval events' C encoder
 takes ~0.4.  Here the columns that numpy computes well (times, tracks, counter samples) are
 still made by numpy; the bytes are laid out in one C pass without the GIL, the same bytes
-field for field (``tests/test_trace_native.py`` writes whole traces both ways).
+field for field (``tests/test_trace_native.py`` and ``tests/test_cta_sequence.py`` write whole
+traces both ways).
 """
 from __future__ import annotations
 
@@ -64,7 +65,9 @@ static PyObject *cta_packets(PyObject *self, PyObject *args) {
                 multi = d[i] != 0;
                 name = 4 + decimal_len((uint64_t)a[i]);
                 if (multi) {
-                    x = (uint64_t)(a[i] % b[i]); y = (uint64_t)(a[i] / b[i] % c[i]); z = (uint64_t)(a[i] / (b[i] * c[i]));
+                    x = (uint64_t)(a[i] % b[i]);
+                    y = (uint64_t)(a[i] / b[i] % c[i]);
+                    z = (uint64_t)(a[i] / (b[i] * c[i]));
                     name += 5 + decimal_len(x) + decimal_len(y) + decimal_len(z);
                 }
             }

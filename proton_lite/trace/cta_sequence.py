@@ -37,10 +37,6 @@ class CtaSequence:
     t: np.ndarray
     marks: list
 
-    @property
-    def dts(self) -> np.ndarray:
-        return np.diff(self.t, prepend=np.int64(0))
-
 
 def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: list[np.ndarray],
                  workers: int = 1, part_events: int | None = None) -> CtaSequence:
@@ -55,7 +51,6 @@ def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: li
     n_keys = [int(k.max()) + 1 if n else 0 for k in keys]
     parts = min(MAX_PARTS, -(-2 * n // part_events)) if slots_c._module() is not None else 1
     # event e < n is CTA e's BEGIN, e >= n CTA e - n's END; their columns are made per part only
-    pool = ThreadPoolExecutor(max(1, min(workers, parts)))
     if parts > 1:
         step = max(1, n // (parts * 32))
         sample = np.sort(np.r_[start[::step], end[::step]])
@@ -68,7 +63,8 @@ def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: li
             lo, hi = b
             part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
             part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
-        list(pool.map(bucket, cut))
+        with ThreadPoolExecutor(max(1, min(workers, len(cut)))) as pool:
+            list(pool.map(bucket, cut))
         by_part = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
         bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
     else:
@@ -94,7 +90,7 @@ def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: li
         for (has, value), k, k0 in zip(out.marks, keys, init):
             has[lo:hi], value[lo:hi] = _marks(k[cta], tt, delta, k0)
 
-    with pool:
+    with ThreadPoolExecutor(max(1, min(workers, parts))) as pool:
         per_part = list(pool.map(sums, range(parts))) if parts > 1 else [[np.zeros(nk, np.int64) for nk in n_keys]]
         init = [np.cumsum([np.zeros(nk, np.int64)] + [s[i] for s in per_part[:-1]], axis=0)
                 for i, nk in enumerate(n_keys)]

@@ -68,7 +68,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
         cut = Pieces(lay.group, iv_cta, runs)
-        extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))  # packed and deflated while the pieces are indexed
+        # packed and deflated while the pieces are indexed
+        extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1

@@ -14,7 +14,6 @@ sequence 1 (millions) keep their short fixed one; the counters ride on the CTA s
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from proton_lite.profile_data import Profile
@@ -229,8 +228,8 @@ class CtaEvents:
         """Made before the unit tracks are counted (on a worker, beside the writer's index
         step): the track uuids are those after 0 unit tracks until ``after_units``;
         ``workers``: threads for the events' sort in parts of time (``cta_sequence``).  Only
-        the order and the counts are made here; each event's fields are made by ``rows``, per
-        batch on the writer's threads."""
+        the order and the counts are made here; each event's fields and bytes are made by
+        ``packets``, per batch on the writer's threads."""
         ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
         row_uuid, self.sm_uuid, self.top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
         self.keys = (lay.group, plan.cta_top)

@@ -9,7 +9,7 @@ by pointer doubling over every CTA left (levels x log n passes), and
 ``rows.resident_changes`` sorts every event by key.  Here the packing is the greedy sweep it
 is defined by, with two heaps (O(n log slots)), and the counters one pass over the
 time-ordered events with a count per key.  Both give the numpy forms' results exactly
-(``tests/test_trace_native.py``), release the GIL, and fall back to numpy where the
+(``tests/test_cta_sequence.py``), release the GIL, and fall back to numpy where the
 extension is not built or the input is not in the order they need.
 """
 from __future__ import annotations
