@@ -21,11 +21,12 @@ LIFETIME_DTYPE = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt",
                            ("clk_length", "<u4"), ("version", "<u4")])  # format.md §1.2a
 
 
-def expand_lifetimes(buffer: bytes, num_ctas: int) -> bytes:
+def expand_lifetimes(buffer: bytes, num_ctas: int) -> np.ndarray:
     """A compact layout's 32-byte lifetime blocks (layout.py) as the CTA header and unit header
-    that the rest of the decoder reads (``BufferLayout.expanded``); a block without its tag
-    (a CTA whose thread 0 never reached its exit) stays zero, a CTA missing as before.  Done
-    per batch of launches, on the decoding threads (memory: the batches in flight)."""
+    that the rest of the decoder reads (``BufferLayout.expanded``), as a bytes-like uint8 array
+    (no copy into ``bytes``); a block without its tag (a CTA whose thread 0 never reached its
+    exit) stays zero, a CTA missing as before.  Done per batch of launches, on the decoding
+    threads (memory: the batches in flight)."""
     lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
     out = np.zeros(num_ctas, _ONE_UNIT)
     ran = (lt["tag_smid"] >> 16) == LIFETIME_TAG
@@ -41,7 +42,7 @@ def expand_lifetimes(buffer: bytes, num_ctas: int) -> bytes:
             column[:] = value
         else:
             column[ran] = value
-    return out.tobytes()
+    return out.view(np.uint8)
 
 
 def start_end_gt(buffer: bytes, layout: BufferLayout, num_ctas: int) -> tuple[np.ndarray, np.ndarray]:

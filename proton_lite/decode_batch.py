@@ -233,15 +233,27 @@ def _near_launch_median(start_gt: np.ndarray, valid: np.ndarray, n_ctas: np.ndar
     cand = np.flatnonzero(valid)
     if not cand.size:
         return valid
-    order = cand[np.lexsort((start_gt[cand], launch[cand]))]
     count = np.bincount(launch[cand], minlength=len(n_ctas))
     mid = np.cumsum(count) - count + count // 2
     median = np.zeros(len(n_ctas), np.uint64)
     has = count > 0
-    median[has] = start_gt[order[mid[has]]]
+    median[has] = _sorted_by_launch(start_gt[cand], launch[cand])[mid[has]]
     med = median[launch]
     limit = np.uint64(_MAX_CTA_NS)
     return ((start_gt - med) < limit) | ((med - start_gt) < limit)  # |start - median| < limit, in uint64
+
+
+def _sorted_by_launch(start_gt: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """The start readings sorted by (launch, reading): as (launch, offset from the smallest)
+    packed in one int64 and sorted by value where they fit (4 M CTAs: ~3x faster than a
+    lexsort), else by a lexsort (a scribbled anchor years away)."""
+    lo = start_gt.min()
+    off = start_gt - lo
+    shift = int(off.max()).bit_length()
+    if shift + int(launch.max()).bit_length() <= 62:
+        keys = np.sort((launch.astype(np.int64) << shift) | off.astype(np.int64))
+        return (keys & ((1 << shift) - 1)).astype(np.uint64) + lo
+    return start_gt[np.lexsort((start_gt, launch))]
 
 
 def room_error(launch_id: int, rows: int, room: int) -> RuntimeError:
