@@ -46,6 +46,17 @@ def sm_fits(smid: np.ndarray, clk: np.ndarray, gt: np.ndarray, tick: float):
     """
     uniq, inv = _dense_unique(smid)
     k = len(uniq)
+    if native_decode.module() is not None:  # the same arithmetic in C, without the GIL
+        c_ref, g_ref, slope, intercept, rmax = native_decode.sm_fit(inv, k, clk, gt)
+    else:
+        c_ref, g_ref, slope, intercept, rmax = _sm_fit_numpy(inv, k, clk, gt)
+    steady = np.isfinite(slope) & (slope > 0) & (rmax <= 2 * tick + 64)
+    return inv, c_ref, g_ref.astype(np.float64) + intercept, slope, steady
+
+
+def _sm_fit_numpy(inv: np.ndarray, k: int, clk: np.ndarray, gt: np.ndarray):
+    """Per group: (c_ref, g_ref, slope, intercept, the largest residual), numpy's form of
+    ``native_decode.sm_fit`` (``sm_fits``)."""
     c_ref = np.full(k, np.iinfo(np.uint64).max, dtype=np.uint64)
     np.minimum.at(c_ref, inv, clk.astype(np.uint64))
     g_ref = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
@@ -65,8 +76,7 @@ def sm_fits(smid: np.ndarray, clk: np.ndarray, gt: np.ndarray, tick: float):
     resid = np.abs(y - (intercept[inv] + slope[inv] * x))
     rmax = np.zeros(k)
     np.maximum.at(rmax, inv, np.nan_to_num(resid, nan=np.inf))
-    steady = np.isfinite(slope) & (slope > 0) & (rmax <= 2 * tick + 64)
-    return inv, c_ref, g_ref.astype(np.float64) + intercept, slope, steady
+    return c_ref, g_ref, slope, intercept, rmax
 
 
 def _records(buf, layout: BufferLayout, cta_ids: np.ndarray, counts: np.ndarray, kept: np.ndarray):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.native_build import BUFFERS_C, CExtension
+from proton_lite.native_fit_c import FIT_C
 from proton_lite.native_rows_c import ROWS_C
 from proton_lite.profile_data import INTERVAL_DTYPE
 
@@ -32,7 +33,7 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 """ + BUFFERS_C + r"""
-""" + ROWS_C + r"""
+""" + ROWS_C + FIT_C + r"""
 
 /* pair(words, group, n_scopes, e_out, x_out, level_out) -> number of pairs.  words: the
    records (tag in the low 32 bits), group: each record's (CTA, unit), non-decreasing.  As
@@ -155,6 +156,7 @@ static PyMethodDef methods[] = {
     {"pair_rows", pair_rows, METH_VARARGS, "each pair's row straight into the output, without the GIL"},
     {"settle", settle, METH_VARARGS, "launches' raw rows moved together and their times finished, without the GIL"},
     {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
+    {"sm_fit", sm_fit, METH_VARARGS, "decode_batch.sm_fits's per-group line fits, without the GIL"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_decode", NULL, -1, methods};
@@ -239,3 +241,13 @@ def records(buf, layout, rows_at, counts, kept):
                                      layout.unit_bytes // RECORD_BYTES, UNIT_HEADER_BYTES // RECORD_BYTES,
                                      layout.capacity, layout.mode == "circular")
     return words, group, first[:ng].copy()
+
+
+def sm_fit(inv: np.ndarray, k: int, clk: np.ndarray, gt: np.ndarray):
+    """``decode_batch.sm_fits``'s sums in C (``native_fit_c``): per group, (c_ref, g_ref, slope,
+    intercept, the largest residual) (``module()`` must not be None)."""
+    c_ref, g_ref = np.empty(k, np.uint64), np.empty(k, np.int64)
+    slope, intercept, rmax = np.empty(k), np.empty(k), np.empty(k)
+    _EXTENSION.module().sm_fit(np.ascontiguousarray(inv, np.int64), np.ascontiguousarray(clk, np.uint64),
+                               np.ascontiguousarray(gt, np.int64), c_ref, g_ref, slope, intercept, rmax)
+    return c_ref, g_ref, slope, intercept, rmax

@@ -174,3 +174,25 @@ def test_records_are_the_numpy_records(mode):
     for e, g in zip(expected, got):
         assert g.tobytes() == np.asarray(e, g.dtype).tobytes()
     assert (counts > layout.capacity).any() and len(got[0]) == int(kept.sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sm_fits_are_the_numpy_fits_to_the_bit(seed):
+    """``native_decode.sm_fit`` against ``decode_batch._sm_fit_numpy``: per group the same
+    reference clock and timer, slope, intercept and largest residual, bit for bit; groups whose
+    clock never moves (no line: NaN) and a clock reading past 2**63 (wrapping) included."""
+    from proton_lite.decode_batch import _dense_unique, _sm_fit_numpy
+    rng = np.random.default_rng(seed)
+    for trial in range(40):
+        m, groups = int(rng.integers(1, 4000)), int(rng.integers(1, 300))
+        uniq, inv = _dense_unique(rng.integers(0, groups, m))
+        clk = np.uint64(10**12) + rng.integers(0, 10**9, m).astype(np.uint64)
+        gt = (1_764_000_000_000_000_000 + (clk.astype(np.int64) - 10**12) / rng.uniform(0.5, 2.5)
+              + rng.integers(-40, 40, m)).astype(np.int64)
+        if trial % 5 == 0:
+            clk[:] = clk[0]
+        if trial % 7 == 0:
+            clk[rng.integers(0, m)] = np.uint64(2**64 - 5)
+        got, want = native_decode.sm_fit(inv, len(uniq), clk, gt), _sm_fit_numpy(inv, len(uniq), clk, gt)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
