@@ -18,7 +18,9 @@ Two layouts, the same tree below the top (SM groups > slots > unit tracks, ``row
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -77,7 +79,14 @@ class TracePlan:
     iv_cta: np.ndarray  # CTA rank of each interval
     runs: tuple  # runs of one CTA's intervals: (first interval, CTA rank)
     lay: SlotLayout
-    row_kernel: np.ndarray  # kernel of each slot's CTAs (-1: kernels whose unit tracks are named differently)
+    row_kernels: Callable[[], np.ndarray] = field(repr=False)  # makes ``row_kernel``
+
+    @functools.cached_property
+    def row_kernel(self) -> np.ndarray:
+        """The kernel of each slot's CTAs (-1: kernels whose unit tracks are named differently),
+        made at first use: only unit tracks' names need it, and a capture of kernels without
+        scopes has none (4 M CTAs: 0.1 s of the plan on one thread)."""
+        return self.row_kernels()
 
     @property
     def layout(self) -> str:
@@ -99,7 +108,7 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
     ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None)
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
     lay = slot_layout(profile, ctas, tops.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
-    return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, _row_kernels(profile, launches, cta_lr, lay))
+    return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
 
 
 def choose_layout(profile: Profile, launches: np.ndarray) -> str:
