@@ -13,7 +13,7 @@ from test_trace import _kernel
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 from proton_lite.trace import cta_sequence as cs
 from proton_lite.trace import meta, native_events, slots_c
-from proton_lite.trace.plan import _unique_small
+from proton_lite.trace.nesting import _unique
 from proton_lite.trace.perfetto import write_perfetto
 from proton_lite.trace.readback import load_trace
 from proton_lite.trace.rows import pack_slots_numpy, resident_changes
@@ -170,9 +170,9 @@ def test_packed_columns_in_pieces_read_back_exactly(tmp_path, monkeypatch):
     assert np.array_equal(np.sort(back["start_clock"]), np.sort(p.ctas["start_clock"]))
 
 
-def test_unique_by_counting_is_numpys_unique():
+def test_unique_by_a_presence_table_is_numpys_unique():
     rng = np.random.default_rng(1)
     for bound in (1, 7, 1000, 1 << 20):
         keys = rng.integers(0, bound, 5000)
-        for got, want in zip(_unique_small(keys, bound), np.unique(keys, return_inverse=True)):
+        for got, want in zip(_unique(keys, bound), np.unique(keys, return_inverse=True)):
             assert np.array_equal(got, want)
