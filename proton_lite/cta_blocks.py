@@ -29,7 +29,7 @@ def expand_lifetimes(buffer: bytes, num_ctas: int) -> np.ndarray:
     threads (memory: the batches in flight)."""
     lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
     out = np.zeros(num_ctas, _ONE_UNIT)
-    ran = (lt["tag_smid"] >> 16) == LIFETIME_TAG
+    ran = _written(lt)
     if not ran.all():  # (every CTA ran, as a rule: no copies through the mask)
         lt = lt[ran]
     unit = out["unit"][:, 0]  # views into ``out``
@@ -45,12 +45,17 @@ def expand_lifetimes(buffer: bytes, num_ctas: int) -> np.ndarray:
     return out.view(np.uint8)
 
 
+def _written(lt: np.ndarray) -> np.ndarray:
+    """Which lifetime blocks a CTA wrote (their tag: thread 0 reached its exit)."""
+    return (lt["tag_smid"] >> 16) == LIFETIME_TAG
+
+
 def start_end_gt(buffer: bytes, layout: BufferLayout, num_ctas: int) -> tuple[np.ndarray, np.ndarray]:
     """The started CTAs' start timer readings and their units' end readings (the decoder's
     tick estimate), read in place, lifetime blocks included."""
     if layout.compact:
         lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
-        lt = lt[(lt["tag_smid"] >> 16) == LIFETIME_TAG]
+        lt = lt[_written(lt)]
         return lt["end_gt"] - lt["gt_length"], lt["end_gt"]
     blocks = np.frombuffer(buffer, cta_block_dtype(layout), num_ctas)
     started = blocks["magic"] == CTA_MAGIC

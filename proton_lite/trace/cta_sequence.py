@@ -51,46 +51,44 @@ def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: li
     n_keys = [int(k.max()) + 1 if n else 0 for k in keys]
     parts = min(MAX_PARTS, -(-2 * n // part_events)) if slots_c._module() is not None else 1
     # event e < n is CTA e's BEGIN, e >= n CTA e - n's END; their columns are made per part only
-    if parts > 1:
-        step = max(1, n // (parts * 32))
-        sample = np.sort(np.r_[start[::step], end[::step]])
-        edges = np.unique(sample[(np.arange(1, parts) * len(sample)) // parts])
-        parts = len(edges) + 1
-        cut = [(lo, min(lo + part_events, n)) for lo in range(0, n, part_events)]
-        part = np.empty(2 * n, np.uint16)
-
-        def bucket(b):
-            lo, hi = b
-            part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
-            part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
-        with ThreadPoolExecutor(max(1, min(workers, len(cut)))) as pool:
-            list(pool.map(bucket, cut))
-        by_part = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
-        bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
-    else:
-        by_part, bounds = np.arange(2 * n), np.array([0, 2 * n])
     out = CtaSequence(np.empty(2 * n, bool), np.empty(2 * n, np.int64), np.empty(2 * n, np.int64),
                       np.empty(2 * n, np.int64), [(np.empty(2 * n, bool), np.empty(2 * n, np.int64)) for _ in keys])
-
-    def sums(j: int) -> list[np.ndarray]:  # each key's count change over part j
-        ev = by_part[bounds[j]:bounds[j + 1]]
-        cta, d = ev % max(n, 1), np.where(ev < n, 1, -1)
-        return [np.bincount(k[cta], weights=d, minlength=nk).astype(np.int64) for k, nk in zip(keys, n_keys)]
-
-    def fill(j: int, init: list[np.ndarray]) -> None:
-        lo, hi = int(bounds[j]), int(bounds[j + 1])
-        idx = by_part[lo:hi]
-        is_begin, c = idx < n, idx % max(n, 1)
-        t = np.where(is_begin, start[c], end[c])
-        phase = np.where(is_begin, 1, np.where(end[c] <= start[c], 2, 0))
-        o = _argsort_keys([t, phase, track[c]], lambda i: [])  # ties: in CTA order
-        begin, cta, tt = is_begin[o], c[o], t[o]
-        out.begin[lo:hi], out.cta[lo:hi], out.track[lo:hi], out.t[lo:hi] = begin, cta, track[cta], tt
-        delta = np.where(begin, 1, -1)
-        for (has, value), k, k0 in zip(out.marks, keys, init):
-            has[lo:hi], value[lo:hi] = _marks(k[cta], tt, delta, k0)
-
     with ThreadPoolExecutor(max(1, min(workers, parts))) as pool:
+        if parts > 1:
+            step = max(1, n // (parts * 32))
+            sample = np.sort(np.r_[start[::step], end[::step]])
+            edges = np.unique(sample[(np.arange(1, parts) * len(sample)) // parts])
+            parts = len(edges) + 1
+            part = np.empty(2 * n, np.uint16)
+
+            def bucket(lo: int):
+                hi = min(lo + part_events, n)
+                part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
+                part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
+            list(pool.map(bucket, range(0, n, part_events)))
+            by_part = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
+            bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
+        else:
+            by_part, bounds = np.arange(2 * n), np.array([0, 2 * n])
+
+        def sums(j: int) -> list[np.ndarray]:  # each key's count change over part j
+            ev = by_part[bounds[j]:bounds[j + 1]]
+            cta, d = ev % max(n, 1), np.where(ev < n, 1, -1)
+            return [np.bincount(k[cta], weights=d, minlength=nk).astype(np.int64) for k, nk in zip(keys, n_keys)]
+
+        def fill(j: int, init: list[np.ndarray]) -> None:
+            lo, hi = int(bounds[j]), int(bounds[j + 1])
+            idx = by_part[lo:hi]
+            is_begin, c = idx < n, idx % max(n, 1)
+            t = np.where(is_begin, start[c], end[c])
+            phase = np.where(is_begin, 1, np.where(end[c] <= start[c], 2, 0))
+            o = _argsort_keys([t, phase, track[c]], lambda i: [])  # ties: in CTA order
+            begin, cta, tt = is_begin[o], c[o], t[o]
+            out.begin[lo:hi], out.cta[lo:hi], out.track[lo:hi], out.t[lo:hi] = begin, cta, track[cta], tt
+            delta = np.where(begin, 1, -1)
+            for (has, value), k, k0 in zip(out.marks, keys, init):
+                has[lo:hi], value[lo:hi] = _marks(k[cta], tt, delta, k0)
+
         per_part = list(pool.map(sums, range(parts))) if parts > 1 else [[np.zeros(nk, np.int64) for nk in n_keys]]
         init = [np.cumsum([np.zeros(nk, np.int64)] + [s[i] for s in per_part[:-1]], axis=0)
                 for i, nk in enumerate(n_keys)]

@@ -269,27 +269,29 @@ class CtaEvents:
         mod = native_events.module()
         if mod is None:
             return finish(self.rows(sel), compress)
-        seq = self.seq
-        begin, c = seq.begin[sel], seq.cta[sel]
-        lo = sel.start or 0
-        dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(0))
+        begin, c, dts, track, value = self._columns(sel)
         if self.by_launch:
             a, b, cc, d = self.cid[c], self.gx[c], self.gy[c], self.multi[c]
         else:
             a, b, cc, d = self.lr[c] + 1, self.launch_no[self.lr[c]], None, None
-        value = np.where(begin, self.cid[c], self.cycles[c])
-        data, ends = cta_packets(mod, SEQ_CTAS, self.by_launch, dts, begin, seq.track[sel] + self.n_units, a, b, cc,
-                                 d, value, self.counters(sel, c))
+        data, ends = cta_packets(mod, SEQ_CTAS, self.by_launch, dts, begin, track, a, b, cc, d, value,
+                                 self.counters(sel, c))
         return deflated(data, ends) if compress and data else data
 
-    def rows(self, sel: slice) -> Rows:
-        """The events ``sel`` as numpy byte columns (where the C layout is not built)."""
+    def _columns(self, sel: slice):
+        """(BEGIN or not, CTA, timestamp delta, track uuid, the arg: CTA id or cycles) of the
+        events ``sel``, the fields both layouts of a packet share."""
         seq = self.seq
         begin, c = seq.begin[sel], seq.cta[sel]
         lo = sel.start or 0
         dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(0))
+        return begin, c, dts, seq.track[sel] + self.n_units, np.where(begin, self.cid[c], self.cycles[c])
+
+    def rows(self, sel: slice) -> Rows:
+        """The events ``sel`` as numpy byte columns (where the C layout is not built)."""
+        begin, c, dts, track, value = self._columns(sel)
         r = Rows(len(begin))
-        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, dts, ~begin, seq.track[sel] + self.n_units)
+        plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, dts, ~begin, track)
         if self.by_launch:  # "CTA 37"
             r.const(tag(TE_NAME, 2), begin)
             nlen = r.placeholder()
@@ -312,7 +314,7 @@ class CtaEvents:
         r.const(tag(DA_NAME_IID, 0))
         r.column(np.where(begin, ANN_CTA, ANN_CYCLES).astype(np.uint8))
         r.const(tag(DA_INT, 0))
-        r.varint(np.where(begin, self.cid[c], self.cycles[c]))
+        r.varint(value)
         r.set_length(alen, r.length_since(a0))
         counters = self.counters(sel, c)
         for has, uuid, _ in counters:  # the tracks of the samples, then their values (in that order)
