@@ -6,6 +6,9 @@ counts carried in from an earlier part; ``cta_sequence`` cut into parts of time 
 threads against one sort and a count made here event by event; and a whole trace of CTA
 lifetimes, sorted in parts, byte for byte the trace the numpy path writes.
 """
+import base64
+import zlib
+
 import numpy as np
 import pytest
 from test_trace import _kernel
@@ -114,6 +117,30 @@ def test_the_cta_sequence_in_parts_is_one_sort_and_a_count_by_hand(seed):
         assert np.array_equal(has, r_has) and np.array_equal(np.where(has, value, 0), r_value)
 
 
+def test_parts_left_empty_by_equal_times_are_written_as_nothing():
+    """CTAs that all start at one instant leave most parts of time empty: the sequence and its
+    counts are still one sort and a count by hand, and each part starts after the time of the
+    last event before it (its timestamps are deltas from it)."""
+    _native_or_skip()
+    n = 300
+    start = np.zeros(n, np.int64)
+    start[:5] = 7
+    end = start + np.where(np.arange(n) % 3 == 0, 0, 50)  # a third of zero length
+    track, sm = np.arange(n) % 4, np.arange(n) % 5
+    parts = cs.CtaParts(start, end, track, [sm, sm // 2], workers=2, part_events=20, shift=1000)
+    assert parts.n_parts == 30 and (np.diff(parts.bounds) == 0).sum() >= 25
+    seqs = [parts.part(j) for j in range(parts.n_parts)]
+    last = 0
+    for seq in seqs:
+        assert seq.prev_t == last
+        last = int(seq.t[-1]) if len(seq.t) else last
+    ev, t, marks = _reference(start, end, track, [sm, sm // 2])
+    whole = cs.cta_sequence(start, end, track, [sm, sm // 2], workers=2, part_events=20, shift=1000)
+    assert np.array_equal(whole.cta, ev % n) and np.array_equal(whole.t, t + 1000)
+    for (has, value), (r_has, r_value) in zip(whole.marks, marks):
+        assert np.array_equal(has, r_has) and np.array_equal(np.where(has, value, 0), r_value)
+
+
 def _lifetimes_profile(n_ctas=6000, sms=16, seed=0) -> Profile:
     """Two launches of a kernel without scopes: CTA lifetimes only, in waves with equal times;
     the second launch's grid is 3-D (its CTAs are named with coordinates), and one CTA's
@@ -139,27 +166,42 @@ def _lifetimes_profile(n_ctas=6000, sms=16, seed=0) -> Profile:
 
 @pytest.mark.parametrize("layout", ["launch", "sm"])
 def test_a_trace_of_lifetimes_sorted_in_parts_is_the_numpy_paths_trace(tmp_path, monkeypatch, layout):
-    """Sorted in parts, packed and counted in C, its packets laid out in C (``cta_events_c``):
-    the bytes of the numpy path, which does each in one piece."""
+    """Cut into parts of time, each sorted, counted and laid out in C (``cta_events_c``) by the
+    task that encodes it: the packets of the numpy path, which makes the sequence in one
+    piece (deflated, the batches are cut at other packets: the same trace read back)."""
     _native_or_skip()
     p = _lifetimes_profile()
     monkeypatch.setattr(cs, "PART_EVENTS", 1000)  # 24 parts
-    write_perfetto(p, tmp_path / "parts.pftrace", workers=3, layout=layout)
-    monkeypatch.setattr(native_events, "deflate", native_events.module().deflate)
-    monkeypatch.setattr(native_events, "module", lambda: None)  # one part, numpy packing and counts
-    write_perfetto(p, tmp_path / "numpy.pftrace", workers=3, layout=layout)
-    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "numpy.pftrace").read_bytes()
+    assert cs.planned_parts(len(p.ctas)) == 24
+    for compress in (False, True):
+        write_perfetto(p, tmp_path / f"parts{compress}.pftrace", workers=3, layout=layout, compress=compress)
+    with monkeypatch.context() as m:
+        m.setattr(native_events, "deflate", native_events.module().deflate)
+        m.setattr(native_events, "module", lambda: None)  # one part, numpy packing and counts
+        for compress in (False, True):
+            write_perfetto(p, tmp_path / f"numpy{compress}.pftrace", workers=3, layout=layout, compress=compress)
+    assert (tmp_path / "partsFalse.pftrace").read_bytes() == (tmp_path / "numpyFalse.pftrace").read_bytes()
+    a, b = load_trace(tmp_path / "partsTrue.pftrace"), load_trace(tmp_path / "numpyTrue.pftrace")
+    for name in ("ctas", "launches", "intervals"):
+        assert getattr(a, name).tobytes() == getattr(b, name).tobytes()
+    assert np.array_equal(np.sort(a.ctas["start_ns"]), np.sort(p.ctas["start_ns"]))
 
 
 def test_packed_columns_in_pieces_read_back_exactly(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     n = 50_000
+    rows = np.zeros(n, CTA_DTYPE)  # fields of a structured array: strided views, packed without a copy
+    rows["start_clock"], rows["finished_units"] = rng.integers(0, 1 << 62, n, dtype=np.uint64), rng.integers(0, 9, n)
     cols = {"clock": rng.integers(0, 1 << 62, n, dtype=np.uint64), "rate": rng.random(n),
-            "big": rng.integers(-5, 5, n).astype(">i4"), "nan": np.full(n, np.nan)}
+            "big": rng.integers(-5, 5, n).astype(">i4"), "nan": np.full(n, np.nan),
+            "strided": rows["start_clock"], "strided_u4": rows["finished_units"]}
     one = meta._pack_columns(cols)
     monkeypatch.setattr(meta, "PACK_PIECE", 4096)
+    monkeypatch.setattr(meta, "PACK_ROWS", 4096)
     pieces = meta._pack_columns(cols, workers=3)
     assert isinstance(one["data"], str) and isinstance(pieces["data"], list) and len(pieces["data"]) > 50
+    inflate = lambda data: b"".join(zlib.decompress(base64.b64decode(d)) for d in data)  # noqa: E731
+    assert inflate(pieces["data"]) == inflate([one["data"]])  # the same bytes, in streams of byte planes
     for packed in (one, pieces):
         back = meta._unpack_columns(packed)
         for name, a in cols.items():

@@ -185,7 +185,8 @@ def test_bytes_do_not_depend_on_threads_chunks_or_input_order(tmp_path, monkeypa
              "chrome": lambda p, path, w: chrome.write_chrome(p, path, workers=w)}[fmt]
     p = big_profile(n_ctas=2048, iters=0)
     write(p, tmp_path / f"one{ext}", 1)
-    monkeypatch.setattr(pf, "CHUNK", 999)  # many tasks, out of step with everything
+    import proton_lite.trace.cta_sequence as cs
+    monkeypatch.setattr(cs, "PART_EVENTS", 999)  # many tasks, out of step with everything
     monkeypatch.setattr(chrome, "CHUNK", 999)
     shuffled = np.random.default_rng(1).permutation(len(p.intervals))
     q = Profile(p.kernels, p.launches, p.ctas[::-1].copy(), p.intervals[shuffled], p.t0_ns, p.session)
@@ -199,7 +200,8 @@ def test_many_small_compressed_batches_and_pieces(tmp_path, monkeypatch):
     processor imports them without an error and the profile reads back whole."""
     import proton_lite.trace.perfetto as pf
     import proton_lite.trace.perfetto_pieces as pieces
-    monkeypatch.setattr(pf, "CHUNK", 50)
+    import proton_lite.trace.cta_sequence as cs
+    monkeypatch.setattr(cs, "PART_EVENTS", 50)
     monkeypatch.setattr(pieces, "CHUNK", 50)
     monkeypatch.setattr(pieces, "MAX_RAW_BATCH", 300)
     monkeypatch.setattr(pieces, "PIECE", 20)
@@ -539,9 +541,9 @@ def test_writers_report_progress_and_write_the_same_bytes(tmp_path, monkeypatch,
     """The progress callback (behind `trace`'s progress bar) sees every batch, in order, and
     changes nothing in the file."""
     import proton_lite.trace.chrome as chrome_mod
-    import proton_lite.trace.perfetto as perfetto_mod
+    import proton_lite.trace.cta_sequence as cs
     import proton_lite.trace.perfetto_pieces as pieces_mod
-    monkeypatch.setattr(perfetto_mod, "CHUNK", 256)
+    monkeypatch.setattr(cs, "PART_EVENTS", 256)
     monkeypatch.setattr(pieces_mod, "PIECE", 256)
     monkeypatch.setattr(chrome_mod, "CHUNK", 256)
     from proton_lite.decode import decode

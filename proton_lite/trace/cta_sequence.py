@@ -1,14 +1,22 @@
 """The CTA sequence's events (each CTA's BEGIN and END on its slot track) in time order, with
-the resident-CTA counts they carry, computed in parts of time on several threads.
+the resident-CTA counts they carry, made part by part of time, each part when it is encoded.
 
-Why: the sequence is one time-ordered stream (its timestamps are deltas), and a capture of
-kernels without scopes is little else: 4 M CTA lifetimes are 8 M events whose sort and
-counts took 2.9 s on one thread of the 16-core GPU host (2026-11-28), the longest task of
-the stop.  Events are cut into parts by time (bounds from a sample of the times), each part
-sorted on its own thread: parts hold disjoint time ranges, so laid end to end they are the
-whole sort.  A key's resident count continues across parts from the sums of the parts
-before it, and a (key, time)'s events never straddle two parts, so each part's counts are
-those of the whole (``slots_c.resident_marks``).  Without the C extension: one part.
+Why in parts: the sequence is one time-ordered stream (its timestamps are deltas), and a
+capture of kernels without scopes is little else: 4 M CTA lifetimes are 8 M events whose
+sort and counts took 2.9 s on one thread of the 16-core GPU host (2026-11-28).  Events are
+cut into parts by time (bounds from a sample of the times), each sorted on its own thread:
+parts hold disjoint time ranges, so laid end to end they are the whole sort, and a (key,
+time)'s events never straddle two parts.
+
+Why each part only when asked for: made all at once, the sorted events and their counts took
+~50 bytes an event, 430 MB for those 4 M CTAs, more than the rest of the trace writer and
+three times the capture (issue 22 bounds the stop's memory by about twice the raw size).
+Here only the events' part order stays (4 bytes an event) with a few numbers per part: the
+time of the event before it (timestamps are deltas) and, per key whose count a part's events
+carry, the count before the part, summed from the parts before it.  ``CtaParts.part(j)`` then
+makes part j's events on whichever thread encodes them; at PART_EVENTS a part, the parts in
+flight at once take a few MB each.  Without the C extension: one part (numpy's counts start
+from 0 only).
 """
 from __future__ import annotations
 
@@ -21,81 +29,140 @@ from proton_lite.trace import slots_c
 from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.rows import resident_marks
 
-PART_EVENTS = 1 << 19  # events per part of time, about
-MAX_PARTS = 64
+PART_EVENTS = 1 << 17  # events per part of time, about
+MAX_PARTS = (1 << 16) - 1  # part ids are 16-bit
+SAMPLE = 1 << 19  # times sampled for the parts' bounds, at most
+
+
+def planned_parts(n_ctas: int, part_events: int | None = None) -> int:
+    """How many parts ``CtaParts`` cuts the events of ``n_ctas`` CTAs into (some may be
+    empty): known before the CTAs are sorted, so that the writer can queue a task per part."""
+    if slots_c._module() is None:
+        return 1
+    return max(1, min(MAX_PARTS, -(-2 * n_ctas // (part_events or PART_EVENTS))))
 
 
 @dataclass
 class CtaSequence:
-    """Events ``e`` in time order (at equal times: ends, begins, then the end of a
-    zero-length slice; then by track, then CTA order): ``begin[e]`` (else an END),
+    """Events ``e`` of one part in time order (at equal times: ends, begins, then the end of
+    a zero-length slice; then by track, then CTA order): ``begin[e]`` (else an END),
     ``cta[e]`` the CTA, ``track[e]``, ``t[e]``, and per key column given, (whether ``e``
-    carries a change of its key's resident count, the count after it)."""
+    carries a change of its key's resident count, the count after it); ``prev_t``: the time
+    of the event before the part's first (0 before the first part)."""
     begin: np.ndarray
     cta: np.ndarray
     track: np.ndarray
     t: np.ndarray
     marks: list
+    prev_t: int = 0
 
 
-def cta_sequence(start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: list[np.ndarray],
-                 workers: int = 1, part_events: int | None = None) -> CtaSequence:
-    """The CTAs' events: CTA ``i`` starts at ``start[i]`` and ends at ``end[i]`` (ns) on
+class CtaParts:
+    """The CTAs' events cut into ``n_parts`` parts of time; ``part(j)`` makes part j's.
+
+    CTA ``i`` starts at ``start[i] + shift`` and ends at ``end[i] + shift`` (ns) on
     ``track[i]``; ``keys``: per key column, each CTA's key (an SM group, a top group), whose
     resident counts the events carry; ``part_events``: events per part (``PART_EVENTS``)."""
-    n = len(start)
-    part_events = part_events or PART_EVENTS
-    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
-    track = np.asarray(track, np.int64)
-    keys = [np.asarray(k, np.int64) for k in keys]
-    n_keys = [int(k.max()) + 1 if n else 0 for k in keys]
-    parts = min(MAX_PARTS, -(-2 * n // part_events)) if slots_c._module() is not None else 1
-    # event e < n is CTA e's BEGIN, e >= n CTA e - n's END; their columns are made per part only
-    out = CtaSequence(np.empty(2 * n, bool), np.empty(2 * n, np.int64), np.empty(2 * n, np.int64),
-                      np.empty(2 * n, np.int64), [(np.empty(2 * n, bool), np.empty(2 * n, np.int64)) for _ in keys])
-    with ThreadPoolExecutor(max(1, min(workers, parts))) as pool:
-        if parts > 1:
-            step = max(1, n // (parts * 32))
-            sample = np.sort(np.r_[start[::step], end[::step]])
-            edges = np.unique(sample[(np.arange(1, parts) * len(sample)) // parts])
-            parts = len(edges) + 1
-            part = np.empty(2 * n, np.uint16)
 
-            def bucket(lo: int):
-                hi = min(lo + part_events, n)
-                part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
-                part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
-            list(pool.map(bucket, range(0, n, part_events)))
-            by_part = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
-            bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
-        else:
-            by_part, bounds = np.arange(2 * n), np.array([0, 2 * n])
+    def __init__(self, start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: list[np.ndarray],
+                 workers: int = 1, part_events: int | None = None, shift: int = 0):
+        n = self.n = len(start)
+        self.start, self.end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+        self.shift = int(shift)  # added where the times are read, so that the columns are not copied
+        self.track = np.asarray(track, np.int64)
+        self.keys = [np.asarray(k, np.int64) for k in keys]
+        self.n_keys = [int(k.max()) + 1 if n else 0 for k in self.keys]
+        self.n_parts = parts = planned_parts(n, part_events)
+        # event e < n is CTA e's BEGIN, e >= n CTA e - n's END
+        self.by_part, self.bounds = None, np.array([0] + [2 * n] * parts)
+        self.prev_t = np.zeros(parts, np.int64)
+        self.inits: list | None = None  # per part, per key column: (keys present, their counts before)
+        if parts == 1:
+            return
+        with ThreadPoolExecutor(max(1, min(workers, parts))) as pool:
+            self._cut(pool, parts)
+            self._carry(list(pool.map(self._part_sums, range(parts))))
 
-        def sums(j: int) -> list[np.ndarray]:  # each key's count change over part j
-            ev = by_part[bounds[j]:bounds[j + 1]]
-            cta, d = ev % max(n, 1), np.where(ev < n, 1, -1)
-            return [np.bincount(k[cta], weights=d, minlength=nk).astype(np.int64) for k, nk in zip(keys, n_keys)]
+    def _cut(self, pool, parts: int) -> None:
+        """Each event's part (by time, bounds from a sample) and the events in part order."""
+        n, start, end = self.n, self.start, self.end
+        step = max(1, n // min(parts * 32, SAMPLE))
+        sample = np.sort(np.r_[start[::step], end[::step]])
+        edges = np.unique(sample[(np.arange(1, parts) * len(sample)) // parts])  # <= parts - 1 bounds
+        part = np.empty(2 * n, np.uint16)
 
-        def fill(j: int, init: list[np.ndarray]) -> None:
-            lo, hi = int(bounds[j]), int(bounds[j + 1])
-            idx = by_part[lo:hi]
-            is_begin, c = idx < n, idx % max(n, 1)
-            t = np.where(is_begin, start[c], end[c])
-            phase = np.where(is_begin, 1, np.where(end[c] <= start[c], 2, 0))
-            o = _argsort_keys([t, phase, track[c]], lambda i: [])  # ties: in CTA order
-            begin, cta, tt = is_begin[o], c[o], t[o]
-            out.begin[lo:hi], out.cta[lo:hi], out.track[lo:hi], out.t[lo:hi] = begin, cta, track[cta], tt
-            delta = np.where(begin, 1, -1)
-            for (has, value), k, k0 in zip(out.marks, keys, init):
-                has[lo:hi], value[lo:hi] = _marks(k[cta], tt, delta, k0)
+        def bucket(lo: int):
+            hi = min(lo + (1 << 20), n)
+            part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
+            part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
+        list(pool.map(bucket, range(0, n, 1 << 20)))
+        order = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
+        self.by_part = order.astype(np.int32) if 2 * n < 2**31 else order
+        self.bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
 
-        per_part = list(pool.map(sums, range(parts))) if parts > 1 else [[np.zeros(nk, np.int64) for nk in n_keys]]
-        init = [np.cumsum([np.zeros(nk, np.int64)] + [s[i] for s in per_part[:-1]], axis=0)
-                for i, nk in enumerate(n_keys)]
-        list(pool.map(lambda j: fill(j, [c[j] for c in init]), range(parts)))
-    return out
+    def _events(self, j: int):
+        """(is BEGIN, CTA) of part j's events, in index order."""
+        lo, hi = int(self.bounds[j]), int(self.bounds[j + 1])
+        idx = self.by_part[lo:hi].astype(np.int64) if self.by_part is not None else np.arange(lo, hi)
+        is_begin = idx < self.n
+        return is_begin, np.where(is_begin, idx, idx - self.n)
+
+    def _part_sums(self, j: int):
+        """Part j's latest time and, per key column, the keys its events touch and each one's
+        count change over the part."""
+        is_begin, c = self._events(j)
+        t_max = int(np.where(is_begin, self.start[c], self.end[c]).max()) + self.shift if len(c) else None
+        d = np.where(is_begin, 1, -1)
+        out = []
+        for k, nk in zip(self.keys, self.n_keys):
+            kc = k[c]
+            present = np.flatnonzero(np.bincount(kc, minlength=nk))
+            change = np.bincount(kc, weights=d, minlength=nk).astype(np.int64)
+            out.append((present, change[present]))
+        return t_max, out
+
+    def _carry(self, sums: list) -> None:
+        """Each part's previous time and its keys' counts before it, in one sweep over the parts."""
+        running = [np.zeros(nk, np.int64) for nk in self.n_keys]
+        last, inits = 0, []
+        for j, (t_max, per_key) in enumerate(sums):
+            self.prev_t[j] = last
+            last = last if t_max is None else t_max  # parts hold disjoint, increasing time ranges
+            inits.append([(present, run[present]) for run, (present, _) in zip(running, per_key)])
+            for run, (present, change) in zip(running, per_key):
+                run[present] += change
+        self.inits = inits
+
+    def part(self, j: int) -> CtaSequence:
+        """Part j's events in time order, with their counts."""
+        is_begin, c = self._events(j)
+        t = np.where(is_begin, self.start[c], self.end[c]) + self.shift
+        phase = np.where(is_begin, 1, np.where(self.end[c] <= self.start[c], 2, 0))
+        o = _argsort_keys([t, phase, self.track[c]], lambda i: [])  # ties: in CTA order
+        begin, cta, tt = is_begin[o], c[o], t[o]
+        delta = np.where(begin, 1, -1)
+        marks = []
+        for i, (k, nk) in enumerate(zip(self.keys, self.n_keys)):
+            init = None
+            if self.inits is not None:
+                present, before = self.inits[j][i]
+                init = np.zeros(nk, np.int64)
+                init[present] = before
+            marks.append(_marks(k[cta], tt, delta, init))
+        return CtaSequence(begin, cta, self.track[cta], tt, marks, int(self.prev_t[j]))
 
 
-def _marks(key: np.ndarray, t: np.ndarray, delta: np.ndarray, init: np.ndarray):
-    marks = slots_c.resident_marks(key, t, delta, init)  # without the C: one part, ``init`` all 0
+def cta_sequence(start, end, track, keys, workers: int = 1, part_events: int | None = None,
+                 shift: int = 0) -> CtaSequence:
+    """The whole sequence, its parts laid end to end (tests; the writer asks part by part)."""
+    parts = CtaParts(start, end, track, keys, workers, part_events, shift)
+    seqs = [parts.part(j) for j in range(parts.n_parts)]
+    cat = lambda f: np.concatenate([f(s) for s in seqs])  # noqa: E731
+    return CtaSequence(cat(lambda s: s.begin), cat(lambda s: s.cta), cat(lambda s: s.track), cat(lambda s: s.t),
+                       [(cat(lambda s, i=i: s.marks[i][0]), cat(lambda s, i=i: s.marks[i][1]))
+                        for i in range(len(parts.keys))])
+
+
+def _marks(key: np.ndarray, t: np.ndarray, delta: np.ndarray, init: np.ndarray | None):
+    marks = slots_c.resident_marks(key, t, delta, init)  # without the C: one part, ``init`` None
     return marks if marks is not None else resident_marks(key, t, delta)

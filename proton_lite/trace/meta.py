@@ -63,39 +63,54 @@ def _launches_from_meta(meta: dict) -> np.ndarray:
     return out
 
 
-PACK_PIECE = 8 << 20  # bytes per zlib stream of packed columns larger than that
+PACK_PIECE = 8 << 20  # shuffled bytes beyond which the packed columns are deflated in pieces
+PACK_ROWS = 1 << 18  # rows of a column per piece: a piece is one byte plane of that many rows
 
 
 def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1) -> dict:
     """Numeric columns as one compact JSON-able value (exact; dtypes kept).
 
-    Integer columns are delta-coded (wrapping), every column byte-shuffled, the lot
-    deflated (a zlib stream) and base64-encoded: per-CTA clocks and rates cost a few bytes each.
-    Beyond ``PACK_PIECE`` bytes, ``data`` is a list of such streams of consecutive pieces,
-    deflated on ``workers`` threads (4 M CTAs: ~120 MB, a second on one thread).
+    Integer columns are delta-coded (wrapping), every column byte-shuffled (its byte planes
+    one after the other), the lot deflated (a zlib stream) and base64-encoded: per-CTA
+    clocks and rates cost a few bytes each.  Beyond ``PACK_PIECE`` bytes, ``data`` is a list
+    of streams whose contents, joined, are the same bytes: each one byte plane of PACK_ROWS
+    rows, made on ``workers`` threads from the rows of the column that it needs, so that the
+    whole (4 M CTAs: 144 MB) is never held; columns may be ``cta_view.LazyColumn``s, which
+    gather only the rows sliced from them.
     """
     import base64
 
     from proton_lite.trace.native_events import deflate
 
-    def shuffled(name: str) -> bytes:
-        a = np.ascontiguousarray(arrays[name])
-        a = a.astype(_little(a.dtype), copy=False)
-        if a.dtype.kind in "iu" and len(a):
-            u = a.view(f"u{a.dtype.itemsize}")
-            a = np.concatenate([u[:1], u[1:] - u[:-1]])
-        return a.view(np.uint8).reshape(len(a), a.dtype.itemsize).T.tobytes()
-
-    def packed(piece) -> str:  # trace/deflate.py: zlib's level 6 was 19% smaller, 5x slower than level 1
-        return base64.b64encode(deflate(piece)).decode("ascii")
     names = sorted(arrays)
-    cols = [[name, _little(arrays[name].dtype).str] for name in names]
+    columns = [arrays[name] for name in names]
+    little = [_little(np.dtype(c.dtype)) for c in columns]
+    n = len(columns[0]) if names else 0
+
+    def planes(i: int, a: int, e: int) -> list[bytes]:
+        """Rows [a, e) of column i: each byte plane's bytes (little-endian, integers as deltas)."""
+        w = np.asarray(columns[i][max(a - 1, 0):e]).astype(little[i], copy=False).view(f"u{little[i].itemsize}")
+        if little[i].kind in "iu":  # wrapping deltas, the first row kept
+            w = w[1:] - w[:-1] if a else np.r_[w[:1], w[1:] - w[:-1]]
+        elif a:
+            w = w[1:]
+        return [(w >> (8 * b)).astype(np.uint8).tobytes() for b in range(little[i].itemsize)]
+
+    def packed(data: bytes) -> str:  # trace/deflate.py: zlib's level 6 was 19% smaller, 5x slower than level 1
+        return base64.b64encode(deflate(data)).decode("ascii")
+    cols = [[name, dt.str] for name, dt in zip(names, little)]
+    if n * sum(dt.itemsize for dt in little) <= PACK_PIECE:
+        return {"rows": n, "columns": cols, "data": packed(b"".join(b"".join(planes(i, 0, n)) for i in range(len(names))))}
+    blocks = [(i, a) for i in range(len(names)) for a in range(0, n, PACK_ROWS)]
+
+    def block(task) -> list[str]:
+        i, a = task
+        return [packed(p) for p in planes(i, a, min(a + PACK_ROWS, n))]
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        blob = memoryview(b"".join(pool.map(shuffled, names)))
-        pieces = [blob[i:i + PACK_PIECE] for i in range(0, len(blob), PACK_PIECE)] or [blob]
-        data = list(pool.map(packed, pieces))
-    n = len(next(iter(arrays.values()))) if arrays else 0
-    return {"rows": n, "columns": cols, "data": data[0] if len(data) == 1 else data}
+        done = dict(zip(blocks, pool.map(block, blocks)))
+    # in the order of the shuffled bytes: column, byte plane, rows
+    data = [done[(i, a)][b] for i, dt in enumerate(little) for b in range(dt.itemsize) for a in range(0, n, PACK_ROWS)]
+    return {"rows": n, "columns": cols, "data": data}
 
 
 def _little(dt: np.dtype) -> np.dtype:
@@ -125,10 +140,11 @@ def _cta_extras(ctas_sorted: np.ndarray, extent_lo: np.ndarray, workers: int = 1
     """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
     before its start each CTA's slot extent begins (the reader needs it to give intervals
     their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start)."""
-    return _pack_columns({"start_clock": ctas_sorted["start_clock"],
-                          "cycles_per_ns": ctas_sorted["cycles_per_ns"],
-                          "measured_cycles_per_ns": ctas_sorted["measured_cycles_per_ns"],
-                          "finished_units": ctas_sorted["finished_units"],
+    column = getattr(ctas_sorted, "column", ctas_sorted.__getitem__)  # a CtaView's, gathered piece by piece
+    return _pack_columns({"start_clock": column("start_clock"),
+                          "cycles_per_ns": column("cycles_per_ns"),
+                          "measured_cycles_per_ns": column("measured_cycles_per_ns"),
+                          "finished_units": column("finished_units"),
                           "extent_lead_ns": ctas_sorted["start_ns"].astype(np.int64) - extent_lo}, workers)
 
 

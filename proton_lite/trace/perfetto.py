@@ -37,7 +37,7 @@ from proton_lite.trace.workers import _ordered, _workers
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
-from proton_lite.trace.perfetto_pieces import (CHUNK, IntervalColumns, Pieces, encode_piece, finish, index_piece,
+from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, index_piece,
                                                sequence_start)
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
 from proton_lite.trace.plan import launch_spans, plan_trace
@@ -106,7 +106,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
-        cta_events = run(clock.busy("cta_sort", lambda: CtaEvents(launches, plan, shift, profile.kernels, workers)
+        cta_events = run(clock.busy("cta_parts", lambda: CtaEvents(launches, plan, shift, profile.kernels, workers)
                                     .after_units(len(unit_list[0]))))
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
@@ -130,10 +130,10 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 return encode_piece(FIRST_PIECE_SEQ + k, sels[k], columns, event_names, compress, where, track, iid)
             return clock.busy("pieces", encode)
 
-        def cta_task(sel: slice):
+        def cta_task(task: tuple):
             def rows():
                 events = cta_events.result()  # waited for outside the task's busy time
-                return clock.busy("ctas", lambda: (events.packets(sel, compress), 0))()
+                return clock.busy("ctas", lambda: (events.packets(task, compress), 0))()
             return rows
 
         sizes = {"head": 0, "descriptors": 0, "events": 0}
@@ -148,7 +148,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             # fewer tasks than threads (2 threads: 0.12-0.16 s of a 0.7-0.8 s write)
             tasks = [piece_task(k) for k in range(len(cut))]
             n_pieces = len(tasks)
-            ctas_ahead = [run(cta_task(slice(lo, lo + CHUNK))) for lo in range(0, 2 * n_cta, CHUNK)]
+            ctas_ahead = [run(cta_task(task)) for task in CtaEvents.tasks(n_cta)]
             tasks += [lambda f=f: f.result() for f in ctas_ahead]
             results = _ordered(run, tasks, workers + 2)  # the first pieces run while the head is made
             put("head", packet(field_bytes(META_FIELD, meta.result())))
@@ -204,8 +204,9 @@ class _Phases:
     goes, for ``tests/benchmarks/decode_speed.py``): slots (the CTAs' order and packing,
     ``plan``), pieces and head on this thread (the first also on the workers), index and
     events wait for the workers; and ``busy_*``, the seconds the workers spent in each kind
-    of task, summed (the pieces' events, the CTA slices, their sort), which tells a phase
-    that waits on one long task from one whose tasks all got slower."""
+    of task, summed (the pieces' events, the CTA slices made part by part of time, the cut
+    into those parts), which tells a phase that waits on one long task from one whose tasks
+    all got slower."""
 
     def __init__(self):
         self.spans: dict[str, float] = {}

@@ -14,6 +14,8 @@ sequence 1 (millions) keep their short fixed one; the counters ride on the CTA s
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from proton_lite.profile_data import Profile
@@ -30,9 +32,9 @@ from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CTAS, ANN_CYCLES, AN
                                                slice_event_start)
 from proton_lite.trace import native_events
 from proton_lite.trace.cta_events_c import cta_packets
-from proton_lite.trace.cta_sequence import cta_sequence
+from proton_lite.trace.cta_sequence import CtaParts, CtaSequence, planned_parts
 from proton_lite.trace.perfetto_pieces import deflated, finish
-from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_ctas, unit_names
+from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_launches, unit_names
 
 CHUNK = 1 << 18  # descriptors encoded per task
 COUNTER_UNIT = "CTAs"
@@ -120,7 +122,7 @@ class Tracks:
         if capture is not None:
             self.count += len(origins)
         sm_top = plan.cta_top[lay.group_first]
-        sm_id = plan.ctas["smid"][lay.group_first].astype(np.int64)
+        sm_id = plan.ctas.take("smid", lay.group_first).astype(np.int64)
         by_launch = tops.layout == "launch"
         top_rank = launches["launch"].astype(np.int64) if by_launch else np.arange(n_tops)
         axis_keys = [f"SMs of #{int(n)}".encode() for n in launches["launch"]] if by_launch else \
@@ -227,86 +229,109 @@ class CtaEvents:
     def __init__(self, launches, plan: TracePlan, shift: int, kernels, workers: int = 1):
         """Made before the unit tracks are counted (on a worker, beside the writer's index
         step): the track uuids are those after 0 unit tracks until ``after_units``;
-        ``workers``: threads for the events' sort in parts of time (``cta_sequence``).  Only
-        the order and the counts are made here; each event's fields and bytes are made by
-        ``packets``, per batch on the writer's threads."""
-        ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
+        ``workers``: threads for cutting the events into parts of time (``CtaParts``).  Only
+        the parts are cut here; each part's events, fields and bytes are made by ``packets``,
+        one task of the writer's per part (``tasks``), and dropped once encoded."""
+        ctas, lay = plan.ctas, plan.lay
         row_uuid, self.sm_uuid, self.top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
         self.keys = (lay.group, plan.cta_top)
-        self.seq = cta_sequence(ctas["start_ns"].astype(np.int64) + shift, ctas["end_ns"].astype(np.int64) + shift,
-                                row_uuid[lay.row], list(self.keys), workers)
+        self.parts = CtaParts(ctas["start_ns"], ctas["end_ns"], row_uuid[lay.row], list(self.keys), workers,
+                              shift=shift)
         self.n_units = 0
-        self.cycles = (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)
-        self.cid = ctas["cta"].astype(np.int64)
-        self.gx, self.gy, self.multi = grid_of_ctas(launches, cta_lr)
-        self.n_samples = sum(int(has.sum()) for has, _ in self.seq.marks)
+        self.ctas, self.lr = ctas, plan.cta_lr  # each part's fields are gathered from these
+        self.gx, self.gy, self.multi = grid_of_launches(launches)
+        self.n_samples = 0  # counter samples written, summed as the parts are encoded
+        self._lock = threading.Lock()
         self.by_launch = plan.layout == "launch"
-        if not self.by_launch:  # named "matmul #3" by an interned name per launch, with the launch as an arg
-            self.lr = cta_lr
-            self.launch_no = launches["launch"].astype(np.int64)
+        self.launch_no = launches["launch"].astype(np.int64)
         self.names = {} if self.by_launch else dict(enumerate(launch_names(kernels, launches), start=1))
+
+    @staticmethod
+    def tasks(n_ctas: int) -> list[tuple[int, slice]]:
+        """The writer's tasks for ``n_ctas`` CTAs, known before the events are cut: (part, its
+        events): a part each where the parts are made in C, else slices of CHUNK events of
+        the one part."""
+        parts = planned_parts(n_ctas)
+        if parts > 1:
+            return [(j, slice(None)) for j in range(parts)]
+        return [(0, slice(lo, lo + CHUNK)) for lo in range(0, 2 * n_ctas, CHUNK)]
 
     def after_units(self, n_units: int) -> "CtaEvents":
         """The uuids once ``n_units`` unit tracks come first (``layout_uuids``); call once."""
         self.n_units = n_units
         return self
 
-    def counters(self, sel: slice, c: np.ndarray) -> list:
+    def _part(self, j: int) -> CtaSequence:
+        if self.parts.n_parts > 1:
+            return self.parts.part(j)
+        with self._lock:  # the one part, made once and shared by the slices of it
+            if not hasattr(self, "_whole"):
+                self._whole = self.parts.part(0)
+            return self._whole
+
+    def counters(self, seq: CtaSequence, sel: slice, c: np.ndarray) -> list:
         """The events' counter samples, (has, counter track uuid, value) twice: the SM's and
         the top group's resident CTAs, where the event changes them."""
-        (sm_has, sm_v), (la_has, la_v) = ((has[sel], v[sel]) for has, v in self.seq.marks)
+        (sm_has, sm_v), (la_has, la_v) = ((has[sel], v[sel]) for has, v in seq.marks)
         sm_uuid = self.sm_uuid[self.keys[0][c]] + self.n_units
         la_uuid = self.top_uuid[self.keys[1][c]] + self.n_units
         # Perfetto's importer (v52) reads the value after a leading 0 in extra_counter_values
         # as 0 too: an event with two samples puts a 0 last
         swap = ~sm_has | (la_has & (sm_v == 0))
+        with self._lock:
+            self.n_samples += int(sm_has.sum()) + int(la_has.sum())
         return [(sm_has | la_has, np.where(swap, la_uuid, sm_uuid), np.where(swap, la_v, sm_v)),
                 (sm_has & la_has, np.where(swap, sm_uuid, la_uuid), np.where(swap, sm_v, la_v))]
 
-    def packets(self, sel: slice, compress: bool) -> bytes:
-        """The events ``sel`` as the file's bytes (deflated batches where ``compress``): laid
-        out in C where the extension is built (``cta_events_c``), else by ``rows``."""
+    def packets(self, task: tuple[int, slice], compress: bool) -> bytes:
+        """The events of ``task`` (``tasks``) as the file's bytes (deflated batches where
+        ``compress``): laid out in C where the extension is built (``cta_events_c``), else by
+        ``rows``."""
+        seq, sel = self._part(task[0]), task[1]
         mod = native_events.module()
         if mod is None:
-            return finish(self.rows(sel), compress)
-        begin, c, dts, track, value = self._columns(sel)
+            return finish(self.rows(seq, sel), compress)
+        begin, c, dts, track, value = self._columns(seq, sel)
+        lr = self.lr[c].astype(np.int64)
         if self.by_launch:
-            a, b, cc, d = self.cid[c], self.gx[c], self.gy[c], self.multi[c]
+            a, b, cc, d = self.ctas.take("cta", c), self.gx[lr], self.gy[lr], self.multi[lr]
         else:
-            a, b, cc, d = self.lr[c] + 1, self.launch_no[self.lr[c]], None, None
+            a, b, cc, d = lr + 1, self.launch_no[lr], None, None
         data, ends = cta_packets(mod, SEQ_CTAS, self.by_launch, dts, begin, track, a, b, cc, d, value,
-                                 self.counters(sel, c))
+                                 self.counters(seq, sel, c))
         return deflated(data, ends) if compress and data else data
 
-    def _columns(self, sel: slice):
+    def _columns(self, seq: CtaSequence, sel: slice):
         """(BEGIN or not, CTA, timestamp delta, track uuid, the arg: CTA id or cycles) of the
-        events ``sel``, the fields both layouts of a packet share."""
-        seq = self.seq
+        events ``sel`` of a part, the fields both layouts of a packet share."""
         begin, c = seq.begin[sel], seq.cta[sel]
         lo = sel.start or 0
-        dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(0))
-        return begin, c, dts, seq.track[sel] + self.n_units, np.where(begin, self.cid[c], self.cycles[c])
+        dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(seq.prev_t))
+        cid = self.ctas.take("cta", c).astype(np.int64)
+        cycles = (self.ctas.take("end_clock", c) - self.ctas.take("start_clock", c)).view(np.int64)
+        return begin, c, dts, seq.track[sel] + self.n_units, np.where(begin, cid, cycles)
 
-    def rows(self, sel: slice) -> Rows:
-        """The events ``sel`` as numpy byte columns (where the C layout is not built)."""
-        begin, c, dts, track, value = self._columns(sel)
+    def rows(self, seq: CtaSequence, sel: slice) -> Rows:
+        """The events ``sel`` of a part as numpy byte columns (where the C layout is not built)."""
+        begin, c, dts, track, value = self._columns(seq, sel)
+        lr = self.lr[c].astype(np.int64)
         r = Rows(len(begin))
         plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, dts, ~begin, track)
         if self.by_launch:  # "CTA 37"
             r.const(tag(TE_NAME, 2), begin)
             nlen = r.placeholder()
             n0 = r.mark()
-            cta_name(r, self.cid[c], self.gx[c], self.gy[c], self.multi[c], begin)
+            cta_name(r, self.ctas.take("cta", c).astype(np.int64), self.gx[lr], self.gy[lr], self.multi[lr], begin)
             r.set_length(nlen, r.length_since(n0), begin)
         else:  # the launch's interned name (``names``): one varint
             r.const(tag(TE_NAME_IID, 0), begin)
-            r.varint(self.lr[c] + 1, begin)
+            r.varint(lr + 1, begin)
         if not self.by_launch:  # the reader keeps an event's last annotation: the CTA id goes after
             r.const(tag(TE_ANNOTATIONS, 2), begin)
             llen = r.placeholder()
             l0 = r.mark()
             r.const(tag(DA_NAME_IID, 0) + bytes([ANN_LAUNCH]) + tag(DA_INT, 0), begin)
-            r.varint(self.launch_no[self.lr[c]], begin)
+            r.varint(self.launch_no[lr], begin)
             r.set_length(llen, r.length_since(l0), begin)
         r.const(tag(TE_ANNOTATIONS, 2))  # BEGIN: the CTA id; END: its cycles
         alen = r.placeholder()
@@ -316,7 +341,7 @@ class CtaEvents:
         r.const(tag(DA_INT, 0))
         r.varint(value)
         r.set_length(alen, r.length_since(a0))
-        counters = self.counters(sel, c)
+        counters = self.counters(seq, sel, c)
         for has, uuid, _ in counters:  # the tracks of the samples, then their values (in that order)
             r.const(tag(TE_EXTRA_COUNTER_TRACKS, 0), has)
             r.varint(uuid, has)

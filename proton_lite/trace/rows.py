@@ -311,8 +311,12 @@ def cta_name(r: Rows, cid, gx, gy, multi, present=None) -> None:
     r.const(b")", m)
 
 
-def grid_of_ctas(launches: np.ndarray, cta_lr: np.ndarray):
-    """(grid x, grid y, whether the grid is 2-D/3-D) of each CTA, for ``cta_name``."""
+def grid_of_launches(launches: np.ndarray):
+    """(grid x, grid y, whether the grid is 2-D/3-D) of each launch, for ``cta_name``."""
     grid = np.maximum(np.stack([launches["grid_x"], launches["grid_y"], launches["grid_z"]], 1).astype(np.int64), 1)
-    gx, gy, gz = (grid[cta_lr, k] for k in range(3))
-    return gx, gy, gy * gz > 1
+    return grid[:, 0], grid[:, 1], grid[:, 1] * grid[:, 2] > 1
+
+
+def grid_of_ctas(launches: np.ndarray, cta_lr: np.ndarray):
+    """``grid_of_launches`` for each CTA (its launch rank ``cta_lr``)."""
+    return tuple(a[cta_lr] for a in grid_of_launches(launches))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace.interval_runs import key_parts, repeat_runs, run_starts, take_parts
+from proton_lite.trace.cta_view import CtaView
+from proton_lite.trace.interval_runs import key_parts, repeat_runs, run_starts
 
 CTA_PART = 1 << 16  # CTAs per part sorted on a worker
 
@@ -91,7 +92,8 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
     ``top`` (the top group of each launch rank, ``plan.top_groups``): sorted by (top group,
     SM, launch, CTA id) instead, the order of the layout whose SM groups span launches.
 
-    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank, runs).  Intervals usually
+    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank, runs); ``ctas_sorted`` is a
+    ``CtaView`` (columns gathered when asked, no sorted copy).  Intervals usually
     come in runs of one CTA (the decoder and the reader write them so): each run is looked
     up once and the ranks repeated over it; ``runs`` is (first interval of each run, its CTA
     rank), for the steps that work per run.  ``pmap`` runs the passes over all intervals in
@@ -107,7 +109,7 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
         if int(key.max()) < 1 << 16:  # (GPU, SM) pairs: numpy's stable sort of 16-bit keys is a radix sort
             key = key.astype(np.uint16)
         order = order[np.argsort(key, kind="stable")]
-    ctas_s, lr_s = take_parts(ctas, order, pmap), lr[order]
+    ctas_s, lr_s = CtaView(ctas, order, pmap), lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]
     run = run_starts(i_launch, i_cta, pmap)

@@ -1,0 +1,68 @@
+"""The profile's CTAs in a trace plan's order, a column at a time, without a sorted copy.
+
+Why: the writers place CTAs in the layout's order (``tree._cta_layout``).  A sorted copy of
+the CTA array is 64 bytes a CTA, 256 MB for a capture of 4 M CTA lifetimes, held for the
+whole write, where each step reads a few of its columns (issue 22 bounds the stop's memory
+by about twice the capture's size; the capture holds 32 bytes a CTA).  Here a column is
+gathered when a step asks for it (``view["cta"]``, ~10 ms for 4 M CTAs) and freed by that
+step, but for the three that most steps read (times and SM), kept; a part of it by ``take``; a lazy ``column`` for what is read piece by piece
+(``meta._pack_columns``).  Where the order is the profile's own (the launch layout of a
+decoded capture), columns are views of the profile's array and nothing is gathered.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from proton_lite.trace.interval_runs import take_parts
+
+
+KEPT = ("start_ns", "end_ns", "smid")  # read by most steps: gathered once, on the plan's threads
+
+
+class CtaView:
+    """``source`` (a CTA_DTYPE array) in the order ``order``; the KEPT columns gathered at once
+    on ``pmap`` (20 bytes a CTA), the rest when asked."""
+
+    def __init__(self, source: np.ndarray, order: np.ndarray, pmap=map):
+        self.source = source
+        self.dtype = source.dtype
+        identity = len(order) == len(source) and bool(np.array_equal(order, np.arange(len(order))))
+        self.order = None if identity else np.asarray(order, np.int64)
+        self._n = len(order)
+        self._kept = {name: self._gather(name, pmap) for name in KEPT if name in source.dtype.names}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """Column ``name`` in the view's order (a view of the profile's where the order is its own)."""
+        kept = self._kept.get(name)
+        return kept if kept is not None else self._gather(name, map)  # on the calling thread (a worker's)
+
+    def _gather(self, name: str, pmap) -> np.ndarray:
+        col = self.source[name]
+        return col if self.order is None else take_parts(col, self.order, pmap)
+
+    def take(self, name: str, idx) -> np.ndarray:
+        """Column ``name`` at view positions ``idx`` (an index array or a slice)."""
+        kept = self._kept.get(name)
+        if kept is not None:
+            return kept[idx]
+        return self.source[name][idx if self.order is None else self.order[idx]]
+
+    def column(self, name: str) -> "LazyColumn":
+        return LazyColumn(self, name)
+
+
+class LazyColumn:
+    """One column of a ``CtaView`` that gathers only the rows sliced from it."""
+
+    def __init__(self, view: CtaView, name: str):
+        self.view, self.name = view, name
+        self.dtype = view.dtype[name]
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return self.view.take(self.name, rows)
