@@ -13,7 +13,8 @@
 # FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, FORMS_REPS (2) x 2 rounds;
 # FORMS_ONLY="dyt,softmax" those workloads only),
 # STOP_LAYOUTS="launch,auto" (STOP_BENCH's trace layouts, alternating; the phases print each kind of task's busy time),
-# STOP_SHAPE=lifetimes STOP_REPEAT=4 (decode_speed.py's capture: 4 M scope-less CTA lifetimes instead of 21 M records).
+# STOP_SHAPE=lifetimes STOP_REPEAT=4 (decode_speed.py's capture: 4 M scope-less CTA lifetimes instead of 21 M records),
+# STOP_MEMORY=1 (with STOP_BENCH: decode_memory.py's peak of the stop against the capture's size, 16 threads).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -55,6 +56,11 @@ if [ -n "${STOP_BENCH:-}" ]; then  # issue 22: decode + .pftrace of 21 M records
   timeout ${STOP_TIMEOUT:-300} python3 tests/benchmarks/decode_speed.py --shape ${STOP_SHAPE:-mixed} --repeat ${STOP_REPEAT:-16} --reps 1 \
     --workers ${STOP_WORKERS:-8,16} --layout ${STOP_LAYOUTS:-auto} --keep /tmp/stop_bench --save "$OUT/stop.json" 2>&1 \
     | grep -E "threads|cold|warm total"
+  if [ -n "${STOP_MEMORY:-}" ]; then  # issue 22: the stop's peak memory against the capture's size
+    for raw in /tmp/stop_bench/*.plraw; do
+      timeout 200 python3 tests/benchmarks/decode_memory.py "$raw" --workers ${STOP_MEMORY_WORKERS:-16} 2>&1 | tee -a "$OUT/stop_memory.txt"
+    done
+  fi
 fi
 if [ -n "${GRAPH_BENCH:-}" ]; then  # issue 23: replay time of a 3-kernel graph, plain vs recorded
   timeout ${GRAPH_TIMEOUT:-200} python3 tests/benchmarks/graphs.py --json "$OUT/graphs_heavy.json" 2>&1 | tail -2

@@ -1,9 +1,11 @@
-"""Memory of a decode (CPU only): how much a fresh process grows while ``decode`` turns a raw
-capture into a profile, against the capture's size (issue 22: about twice the raw size).
+"""Memory of a stop's decode and trace (CPU only): how much a fresh process grows while
+``decode`` turns a raw capture into a profile and ``write_perfetto`` writes its trace, against
+the capture's size (issue 22: about twice the raw size).
 
 Each worker count runs in a process of its own: the peak resident size after the capture is
-read (memory-mapped, checksummed) and after the decode; the growth is the decode's memory,
-next to what the profile keeps (its intervals and CTAs).
+read (memory-mapped, checksummed), after the decode and after the trace is written; the
+growth over the read capture is the stop's memory, next to what the profile keeps (its
+intervals and CTAs).
 
 Usage: python tests/benchmarks/decode_memory.py CAPTURE.plraw [--workers 2,16]
        (e.g. the 21 M-record capture that ``decode_speed.py --repeat 16 --keep DIR`` leaves)
@@ -29,6 +31,13 @@ kept = (profile.intervals.nbytes + profile.ctas.nbytes) / 2**20
 raw = os.path.getsize(sys.argv[1]) / 2**20
 print(f"{sys.argv[2]:>3s} threads: decode {seconds:5.2f} s, +{after - before:6.0f} MiB over the read capture "
       f"({(after - before) / raw:.2f}x its {raw:.0f} MiB); the profile keeps {kept:.0f} MiB ({kept / raw:.2f}x)")
+from proton_lite.trace.perfetto import write_perfetto
+t = time.perf_counter()
+write_perfetto(profile, sys.argv[4], workers=int(sys.argv[2]))
+seconds = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"{'':>3s}          then the trace {seconds:5.2f} s: peak +{peak - before:6.0f} MiB over the read capture "
+      f"({(peak - before) / raw:.2f}x)")
 """
 
 
@@ -39,7 +48,9 @@ def main() -> None:
     a = ap.parse_args()
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     for w in a.workers.split(","):
-        r = subprocess.run([sys.executable, "-c", _CHILD, a.capture, w.strip(), root], capture_output=True, text=True)
+        trace = os.path.splitext(a.capture)[0] + ".memory.pftrace"
+        r = subprocess.run([sys.executable, "-c", _CHILD, a.capture, w.strip(), root, trace], capture_output=True,
+                           text=True)
         print(r.stdout.strip() or r.stderr.strip()[-500:])
 
 
