@@ -218,3 +218,20 @@ def test_unique_by_a_presence_table_is_numpys_unique():
         keys = rng.integers(0, bound, 5000)
         for got, want in zip(_unique(keys, bound), np.unique(keys, return_inverse=True)):
             assert np.array_equal(got, want)
+
+
+def test_the_cta_view_reads_what_a_sorted_copy_holds():
+    """``CtaView`` in place of a sorted copy of the CTA rows: every column, any rows of it and
+    a lazy column's slices are the copy's; in the profile's own order, views of its array."""
+    from proton_lite.trace.cta_view import CtaView
+    rng = np.random.default_rng(2)
+    p = _lifetimes_profile(n_ctas=700)
+    for order in (rng.permutation(len(p.ctas)), np.arange(len(p.ctas))):
+        copy, view = p.ctas[order], CtaView(p.ctas, order, map)
+        idx = rng.integers(0, len(order), 50)
+        for name in CTA_DTYPE.names:
+            assert np.array_equal(view[name], copy[name]) and np.array_equal(view.take(name, idx), copy[name][idx])
+            assert np.array_equal(view.column(name)[100:333], copy[name][100:333])
+        assert len(view) == len(copy)
+        assert np.shares_memory(view["cta"], p.ctas) == (view.order is None)
+    assert CtaView(p.ctas, np.arange(len(p.ctas))).order is None

@@ -27,6 +27,7 @@ import numpy as np
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import launch_captures
+from proton_lite.trace.cta_view import CtaView
 from proton_lite.trace.rows import SlotLayout, cta_extents, pack_slots, slot_layout
 from proton_lite.trace.nesting import _unique
 from proton_lite.trace.tree import _cta_layout, _launch_rank, launch_titles
@@ -75,7 +76,7 @@ def _gpu_groups(capture, launches: np.ndarray):
 class TracePlan:
     """Everything the writers place, CTAs in the layout's order (``_cta_layout``)."""
     tops: TopGroups
-    ctas: np.ndarray
+    ctas: CtaView  # the CTAs in the layout's order (columns gathered when asked)
     cta_lr: np.ndarray  # launch rank of each CTA
     iv_cta: np.ndarray  # CTA rank of each interval
     runs: tuple  # runs of one CTA's intervals: (first interval, CTA rank)
