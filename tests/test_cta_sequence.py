@@ -2,7 +2,7 @@
 
 ``slots_c.pack_slots`` (a greedy sweep with heaps) against ``rows.pack_slots_numpy`` (pointer
 doubling) and against the packing's own rule checked here; ``slots_c.resident_marks`` with
-counts carried in from an earlier part; ``cta_sequence`` cut into parts of time on several
+counts carried in from an earlier part; ``CtaParts`` cut into parts of time on several
 threads against one sort and a count made here event by event; and a whole trace of CTA
 lifetimes, sorted in parts, byte for byte the trace the numpy path writes.
 """
@@ -79,6 +79,16 @@ def test_resident_counts_carried_into_a_later_part_are_those_of_the_whole(seed):
     assert np.array_equal(np.r_[has1, has2], has_all) and np.array_equal(np.r_[v1, v2], v_all)
 
 
+def _whole(start, end, track, keys, workers=1, part_events=None, shift=0) -> cs.CtaSequence:
+    """The whole sequence, ``CtaParts``' parts laid end to end (the writer asks part by part)."""
+    parts = cs.CtaParts(start, end, track, keys, workers, part_events, shift)
+    seqs = [parts.part(j) for j in range(parts.n_parts)]
+    cat = lambda f: np.concatenate([f(s) for s in seqs])  # noqa: E731
+    return cs.CtaSequence(cat(lambda s: s.begin), cat(lambda s: s.cta), cat(lambda s: s.track), cat(lambda s: s.t),
+                          [(cat(lambda s, i=i: s.marks[i][0]), cat(lambda s, i=i: s.marks[i][1]))
+                           for i in range(len(keys))])
+
+
 def _reference(start, end, track, keys):
     """The sequence by one lexsort and the counts by walking the events one by one."""
     n = len(start)
@@ -109,7 +119,7 @@ def test_the_cta_sequence_in_parts_is_one_sort_and_a_count_by_hand(seed):
     start, end = _spans(rng, n, 120, 40)  # many equal times: ties between ends, begins and tracks
     end = np.where(rng.random(n) < 0.1, start, end)  # zero-length CTAs
     track, sm = rng.integers(0, 9, n), rng.integers(0, 5, n)
-    seq = cs.cta_sequence(start, end, track, [sm, sm // 3], workers=3, part_events=37)
+    seq = _whole(start, end, track, [sm, sm // 3], workers=3, part_events=37)
     ev, t, marks = _reference(start, end, track, [sm, sm // 3])
     assert np.array_equal(seq.begin, ev < n) and np.array_equal(seq.cta, ev % n) and np.array_equal(seq.t, t)
     assert np.array_equal(seq.track, np.r_[track, track][ev])
@@ -135,7 +145,7 @@ def test_parts_left_empty_by_equal_times_are_written_as_nothing():
         assert seq.prev_t == last
         last = int(seq.t[-1]) if len(seq.t) else last
     ev, t, marks = _reference(start, end, track, [sm, sm // 2])
-    whole = cs.cta_sequence(start, end, track, [sm, sm // 2], workers=2, part_events=20, shift=1000)
+    whole = _whole(start, end, track, [sm, sm // 2], workers=2, part_events=20, shift=1000)
     assert np.array_equal(whole.cta, ev % n) and np.array_equal(whole.t, t + 1000)
     for (has, value), (r_has, r_value) in zip(whole.marks, marks):
         assert np.array_equal(has, r_has) and np.array_equal(np.where(has, value, 0), r_value)

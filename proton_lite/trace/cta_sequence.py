@@ -152,17 +152,6 @@ class CtaParts:
         return CtaSequence(begin, cta, self.track[cta], tt, marks, int(self.prev_t[j]))
 
 
-def cta_sequence(start, end, track, keys, workers: int = 1, part_events: int | None = None,
-                 shift: int = 0) -> CtaSequence:
-    """The whole sequence, its parts laid end to end (tests; the writer asks part by part)."""
-    parts = CtaParts(start, end, track, keys, workers, part_events, shift)
-    seqs = [parts.part(j) for j in range(parts.n_parts)]
-    cat = lambda f: np.concatenate([f(s) for s in seqs])  # noqa: E731
-    return CtaSequence(cat(lambda s: s.begin), cat(lambda s: s.cta), cat(lambda s: s.track), cat(lambda s: s.t),
-                       [(cat(lambda s, i=i: s.marks[i][0]), cat(lambda s, i=i: s.marks[i][1]))
-                        for i in range(len(parts.keys))])
-
-
 def _marks(key: np.ndarray, t: np.ndarray, delta: np.ndarray, init: np.ndarray | None):
     marks = slots_c.resident_marks(key, t, delta, init)  # without the C: one part, ``init`` None
     return marks if marks is not None else resident_marks(key, t, delta)

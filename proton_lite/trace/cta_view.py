@@ -5,8 +5,8 @@ the CTA array is 64 bytes a CTA, 256 MB for a capture of 4 M CTA lifetimes, held
 whole write, where each step reads a few of its columns (issue 22 bounds the stop's memory
 by about twice the capture's size; the capture holds 32 bytes a CTA).  Here a column is
 gathered when a step asks for it (``view["cta"]``, ~10 ms for 4 M CTAs) and freed by that
-step, but for the three that most steps read (times and SM), kept; a part of it by ``take``; a lazy ``column`` for what is read piece by piece
-(``meta._pack_columns``).  Where the order is the profile's own (the launch layout of a
+step (the three that most steps read, times and SM, are kept); the rows a task needs by
+``take``; a lazy ``column`` for what is read piece by piece (``meta._pack_columns``).  Where the order is the profile's own (the launch layout of a
 decoded capture), columns are views of the profile's array and nothing is gathered.
 """
 from __future__ import annotations

@@ -100,7 +100,8 @@ def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1) -> dict:
         return base64.b64encode(deflate(data)).decode("ascii")
     cols = [[name, dt.str] for name, dt in zip(names, little)]
     if n * sum(dt.itemsize for dt in little) <= PACK_PIECE:
-        return {"rows": n, "columns": cols, "data": packed(b"".join(b"".join(planes(i, 0, n)) for i in range(len(names))))}
+        whole = b"".join(b"".join(planes(i, 0, n)) for i in range(len(names)))
+        return {"rows": n, "columns": cols, "data": packed(whole)}
     blocks = [(i, a) for i in range(len(names)) for a in range(0, n, PACK_ROWS)]
 
     def block(task) -> list[str]:
@@ -136,11 +137,11 @@ def _unpack_columns(packed: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def _cta_extras(ctas_sorted: np.ndarray, extent_lo: np.ndarray, workers: int = 1) -> dict:
+def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
     """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
     before its start each CTA's slot extent begins (the reader needs it to give intervals
     their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start)."""
-    column = getattr(ctas_sorted, "column", ctas_sorted.__getitem__)  # a CtaView's, gathered piece by piece
+    column = ctas_sorted.column  # ``plan.ctas``, a CtaView: each column gathered piece by piece
     return _pack_columns({"start_clock": column("start_clock"),
                           "cycles_per_ns": column("cycles_per_ns"),
                           "measured_cycles_per_ns": column("measured_cycles_per_ns"),
