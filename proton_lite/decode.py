@@ -27,12 +27,12 @@ from dataclasses import replace
 import numpy as np
 
 from proton_lite.clock_axis import align_devices
-from proton_lite.decode_assemble import assemble, interval_bounds, write_intervals
+from proton_lite.decode_assemble import assemble, interval_bounds, write_ctas, write_intervals
 from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes, start_end_gt  # noqa: F401  (public)
 from proton_lite.decode_batch import _decode_batch
 from proton_lite.decode_pool import PoolState, read_prefix
 from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
-from proton_lite.profile_data import INTERVAL_DTYPE, KernelInfo, Profile
+from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
 
 
@@ -65,6 +65,10 @@ def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState |
 # 307 MB capture of decode_speed.py made 13 batches for 16 threads, the largest setting the pace.
 DECODE_WORKERS = max(1, min(16, os.cpu_count() or 1))  # threads decoding batches at once
 BATCH_BYTES = 8 << 20
+# A batch's columns are ~11 times its bytes where it holds only 32-byte CTA lifetime blocks
+# (compact layouts: ~350 bytes a CTA), ~4 times for records: such batches are cut 8 times
+# smaller, so that the batches in flight on 16 threads hold ~180 MB, not ~1.4 GB.
+COMPACT_BATCH_SHARE = 8
 
 
 def _batches(launches: list, launch_layouts: list):
@@ -77,9 +81,10 @@ def _batches(launches: list, launch_layouts: list):
     out = []
     for idx in by_kernel.values():
         cur, size = [], 0
+        limit = BATCH_BYTES // COMPACT_BATCH_SHARE if launch_layouts[idx[0]].compact else BATCH_BYTES
         for i in idx:
             b = len(launches[i].buffer)
-            if cur and (size + b > BATCH_BYTES or 2 * b >= BATCH_BYTES):
+            if cur and (size + b > limit or 2 * b >= limit):
                 out.append(cur)
                 cur, size = [], 0
             cur.append(i)
@@ -136,6 +141,10 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     first = np.cumsum(bounds) - bounds
     out = np.empty(int(bounds.sum()), INTERVAL_DTYPE)
     launch_ids = np.array([launch.launch_index for launch in launches_in], np.uint32)
+    # and the CTAs' (room for every CTA of every launch; a CTA whose header is missing leaves a gap)
+    cta_room = np.array([launch.num_ctas for launch in launches_in], np.int64)
+    cta_first = np.cumsum(cta_room) - cta_room
+    cta_out = np.empty(int(cta_room.sum()), CTA_DTYPE)
 
     def decode_one(idx):
         kid = launches_in[idx[0]].kernel_id
@@ -143,6 +152,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         r = _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
                           max_rate, pools[idx[0]], sink=(out, first[at], bounds[at], launch_ids[at]))
         write_intervals(r, idx, out, first, bounds, launch_ids)  # where the C steps did not write them
+        write_ctas(r, idx, cta_out, cta_first, launch_ids)
         return r
 
     # batches are independent and numpy releases the GIL in their large array work: several at
@@ -151,7 +161,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:
         return align_devices(assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick,
-                                      decode_one, pool, progress, out, first))
+                                      decode_one, pool, progress, out, first, cta_out,
+                                      cta_first))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

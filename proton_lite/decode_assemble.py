@@ -1,10 +1,11 @@
 """The decoded batches assembled into one Profile, in launch order (``decode`` calls this).
 
 Per launch: its row in ``launches`` (counts of records, drops, unmatched, missing CTAs), its
-times on the session's one axis (ns after ``t0``, the earliest user CTA); CTAs written
-straight to their place in launch order (``_in_launch_order``); intervals written by each
-batch at its launches' room in one array as it is decoded (``write_intervals``), then moved
-together and their times finished (``_settle``). The record-cost
+times on the session's one axis (ns after ``t0``, the earliest user CTA). CTAs and intervals
+are written by each batch at its launches' room in one array each as it is decoded
+(``write_ctas``, ``write_intervals``), then moved together and their times finished
+(``_settle_ctas``, ``_settle``): a decode holds the profile once plus the batches in flight,
+never every batch's columns until the last one is done. The record-cost
 launches (``runtime/calibrate.py``) leave the profile: their cycles per record go into the
 session metadata.
 """
@@ -14,7 +15,7 @@ import numpy as np
 
 from proton_lite import native_decode
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
-from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile, copy_intervals
+from proton_lite.profile_data import INTERVAL_DTYPE, LAUNCH_DTYPE, Profile, copy_intervals
 
 
 def interval_bounds(launches, layouts, pools) -> np.ndarray:
@@ -76,6 +77,71 @@ def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, boun
         dest["cycles"] = p["cycles"][sl]
 
 
+def write_ctas(r: dict, idx: list, out: np.ndarray, first: np.ndarray, launch_ids: np.ndarray) -> None:
+    """A decoded batch's CTA rows written at their launches' places in ``out`` (``first``: each
+    launch's first row; room for all its CTAs), with their times left as float64 ns after each
+    launch's reference, as the intervals' are (``_settle_ctas`` finishes them); the batch's
+    columns are dropped, each launch's earliest start and latest end kept (``cta_min``,
+    ``cta_max``) to place the session's time 0."""
+    c, rows, row_start = r.pop("ctas"), r["rows"], r["row_start"]
+    full = rows > 0
+    r["cta_min"], r["cta_max"] = np.zeros(len(rows)), np.zeros(len(rows))
+    if full.any():
+        r["cta_min"][full] = np.minimum.reduceat(c["start"], row_start[full])
+        r["cta_max"][full] = np.maximum.reduceat(c["end"], row_start[full])
+    dest = first[np.asarray(idx, np.int64)]
+    j = 0
+    while j < len(idx):  # blocks of the batch's launches that lie together in ``out`` too
+        k = j
+        while k + 1 < len(idx) and dest[k + 1] == dest[k] + rows[k]:
+            k += 1
+        a, e = int(row_start[j]), int(row_start[k] + rows[k])
+        if e > a:
+            block = out[dest[j]:dest[j] + e - a]
+            block["launch"] = launch_ids[idx[j]] if j == k else \
+                np.repeat(launch_ids[np.asarray(idx[j:k + 1])], rows[j:k + 1])
+            for name, column in (("cta", "cta"), ("smid", "smid"), ("start_clock", "start_clock"),
+                                 ("end_clock", "end_clock"), ("cycles_per_ns", "cycles_per_ns"),
+                                 ("measured_cycles_per_ns", "measured"), ("finished_units", "finished_units")):
+                block[name] = c[column][a:e]
+            block["start_ns"].view(np.float64)[:] = c["start"][a:e]
+            block["end_ns"].view(np.float64)[:] = c["end"][a:e]
+        j = k + 1
+
+
+SETTLE_ROWS = 1 << 16  # CTA rows whose times one task finishes
+
+
+def _settle_ctas(out: np.ndarray, first, rows, offset, keep, run=map) -> int:
+    """The kept launches' CTA rows finished in place (times ``rint(t + offset)``, in parts on
+    ``run``) and moved together in launch order; returns how many there are."""
+    live = np.flatnonzero(np.asarray(keep, bool) & (np.asarray(rows) > 0))
+    parts, part, size = [], [], 0
+    for i in live.tolist():
+        part.append(i)
+        size += int(rows[i])
+        if size >= SETTLE_ROWS:
+            parts.append(part)
+            part, size = [], 0
+    if part:
+        parts.append(part)
+
+    def finish(part):
+        for i in part:
+            block = out[int(first[i]):int(first[i]) + int(rows[i])]
+            for name in ("start_ns", "end_ns"):
+                block[name] = np.rint(block[name].view(np.float64) + offset[i]).astype(np.int64)
+    for _ in run(finish, parts):
+        pass
+    dst = 0
+    for i in live.tolist():
+        src, n = int(first[i]), int(rows[i])
+        if src != dst:
+            out[dst:dst + n] = out[src:src + n]  # numpy copies overlapping parts safely
+        dst += n
+    return dst
+
+
 def _settle(out: np.ndarray, first, rows, offset, keep) -> int:
     """``native_decode.settle``, or the same in numpy: the kept launches' rows moved together
     in launch order, their times ``rint(t + offset)`` (an end never before its start)."""
@@ -96,9 +162,10 @@ def _settle(out: np.ndarray, first, rows, offset, keep) -> int:
 
 
 def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one, pool,
-             progress, out: np.ndarray, first: np.ndarray) -> Profile:
+             progress, out: np.ndarray, first: np.ndarray, cta_out: np.ndarray, cta_first: np.ndarray) -> Profile:
     """The batches decoded (on ``pool``'s threads where there is one) and assembled in launch order;
-    ``decode_one`` writes each batch's intervals into ``out`` at ``first`` (``write_intervals``)."""
+    ``decode_one`` writes each batch's intervals into ``out`` at ``first`` (``write_intervals``)
+    and its CTAs into ``cta_out`` at ``cta_first`` (``write_ctas``)."""
     n_launch = len(launches_in)
     run = pool.map if pool is not None else map
     results = []
@@ -124,10 +191,7 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
                                   "torn_chunks")):
             stat[k, pos] = r[name]
         n_rows[pos] = r["rows"]
-        full = r["rows"] > 0
-        if full.any():
-            cta_min[pos[full]] = np.minimum.reduceat(r["ctas"]["start"], r["row_start"][full])
-            cta_max[pos[full]] = np.maximum.reduceat(r["ctas"]["end"], r["row_start"][full])
+        cta_min[pos], cta_max[pos] = r["cta_min"], r["cta_max"]
     has = n_rows > 0
     t0_int = min((refs[i] + int(np.floor(cta_min[i])) for i in np.flatnonzero(has).tolist()), default=0)
     offset = np.array([float(r - t0_int) for r in refs])  # launch i's times (float ns after its own reference)
@@ -157,27 +221,9 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
     else:
         drop = np.zeros(n_launch, bool)
 
-    # CTAs, in launch order
-    cta_lpos = [np.asarray(idx)[r["ctas"]["launch"]] for idx, r in zip(batches, results)]
-
-    def cta_rows(k: int, rows, a) -> np.ndarray:
-        c = results[k]["ctas"]
-        sel = (lambda a: a) if rows is None else (lambda a: a[rows])
-        lpos = sel(cta_lpos[k])
-        a = np.zeros(len(lpos), dtype=CTA_DTYPE) if a is None else a  # every field is set below
-        a["launch"] = launches["launch"][lpos]
-        a["cta"] = sel(c["cta"])
-        a["smid"] = sel(c["smid"])
-        off = offset[lpos]
-        a["start_ns"] = rel(sel(c["start"]), off)
-        a["end_ns"] = rel(sel(c["end"]), off)
-        a["start_clock"] = sel(c["start_clock"])
-        a["end_clock"] = sel(c["end_clock"])
-        a["cycles_per_ns"] = sel(c["cycles_per_ns"])
-        a["measured_cycles_per_ns"] = sel(c["measured"])
-        a["finished_units"] = sel(c["finished_units"])
-        return a
-    ctas = _in_launch_order(cta_lpos, ~drop, CTA_DTYPE, cta_rows, run, batches)
+    # CTAs: each batch wrote its rows at their places in ``cta_out`` (write_ctas); the kept
+    # launches' rows are finished and moved together, in place
+    ctas = cta_out[:_settle_ctas(cta_out, cta_first, n_rows, offset, ~drop, run)]
     shift = int(ctas["start_ns"].min()) if cal is not None and len(ctas) else 0
     if shift:
         ctas["start_ns"] -= shift
@@ -224,70 +270,6 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         launches["end_ns"] -= shift
     return Profile(kernels=kernels[:cal] + kernels[cal + 1:], launches=launches, ctas=ctas, intervals=intervals,
                    t0_ns=t0_int + shift, session=session)
-
-
-BLOCK_ROWS = 4096  # below this many rows per block on average, one scatter beats a build per block
-
-
-def _in_launch_order(lpos: list, keep: np.ndarray, dtype, build, run, batch_launches: list) -> np.ndarray:
-    """The rows of every batch, in launch order, in one array allocated once.
-
-    ``lpos[k]``: the launch (position in the capture) of each row of batch ``k``, whose
-    launches are ``batch_launches[k]``; ``keep``: which launches to take; ``build(k, rows,
-    dest)`` makes batch ``k``'s structured rows (``rows``: None for all, a slice or a mask)
-    in ``dest`` (their place in the output, every field to be set) or, where ``dest`` is
-    None, in a new array it returns.  A launch's rows all come from one batch and keep its
-    order, so each batch writes its launches at their final place, in parallel (``run`` is a map over the batches, on
-    threads).  Where the batch's launches come in order (the usual case, found per run of
-    one launch, not per row), each block of launches that sit together in the output is
-    built in place; otherwise the batch is built once and scattered.
-    """
-    n_launch = len(keep)
-    counts = np.zeros(n_launch, np.int64)
-    for c in run(lambda lp: np.bincount(lp, minlength=n_launch), lpos):
-        counts += c
-    counts[~keep] = 0
-    first = np.cumsum(counts) - counts
-    out = np.empty(int(counts.sum()), dtype)
-
-    def blocks(lp):
-        """(start, end) in the batch and output start of each block, or None if out of order."""
-        starts = np.r_[0, np.flatnonzero(lp[1:] != lp[:-1]) + 1]  # runs of one launch
-        run_lp = lp[starts]
-        if np.any(run_lp[1:] <= run_lp[:-1]):
-            return None
-        ends = np.r_[starts[1:], len(lp)]
-        kept = keep[run_lp]
-        starts, ends, run_lp = starts[kept], ends[kept], run_lp[kept]
-        if not len(starts):
-            return []
-        joined = (starts[1:] == ends[:-1]) & (first[run_lp[1:]] == first[run_lp[:-1]] + ends[:-1] - starts[:-1])
-        brk = np.flatnonzero(~joined) + 1
-        b_start, b_end = starts[np.r_[0, brk]], ends[np.r_[brk - 1, len(starts) - 1]]
-        if len(b_start) > 1 and len(lp) < BLOCK_ROWS * len(b_start):
-            return None
-        return list(zip(b_start.tolist(), b_end.tolist(), first[run_lp[np.r_[0, brk]]].tolist()))
-
-    def place(k: int) -> None:
-        lp = lpos[k]
-        plan = blocks(lp) if len(lp) else []
-        if plan is not None:
-            for s, e, lo in plan:
-                build(k, slice(s, e), out[lo:lo + e - s])
-        else:
-            rows = None
-            if not keep[np.asarray(batch_launches[k], np.int64)].all():
-                rows = keep[lp]
-                lp = lp[rows]
-            if len(lp):
-                order = np.argsort(lp, kind="stable")  # stable per launch
-                lp = lp[order]
-                run_start = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
-                pos = first[lp] + np.arange(len(lp)) - np.repeat(run_start, np.diff(np.r_[run_start, len(lp)]))
-                out[pos] = build(k, rows, None)[order]
-    for _ in run(place, range(len(lpos))):
-        pass
-    return out
 
 
 def _count_own_records(launches: np.ndarray, kernels: list, intervals: np.ndarray) -> None:

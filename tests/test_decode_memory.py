@@ -119,3 +119,67 @@ def test_a_launch_with_more_intervals_than_its_room_is_an_error_not_an_overwrite
     monkeypatch.setattr(D, "interval_bounds", lambda *a: A.interval_bounds(*a) - 1)
     with pytest.raises(RuntimeError, match="more than its units' counts allow"):
         D.decode(capture)
+
+
+def _lifetimes(path, launches=8, ctas=40, missing=()):
+    """Launches of a kernel without scopes (32-byte lifetime blocks, format.md §1.2a), each
+    1 ms after the one before; the (launch, CTA) pairs in ``missing`` never ran."""
+    from dataclasses import replace
+    headers = BufferLayout("cta", 8, 0, "global")
+    compact = replace(headers, compact=True)
+    w = RawWriter(path, {"name": "lifetimes"})
+    w.kernel(kernel_meta(0, "k", [], compact))
+    g0, c0 = 1_764_000_000_000_000_000, 5_000_000_000
+    for n in range(launches):
+        blocks = [None if (n, i) in missing else
+                  {"smid": i % 6, "start_gt": g0 + n * 10**6 + 700 * i, "start_clk": c0 + n * 1_980_000 + 1_386 * i,
+                   "units": [(0, g0 + n * 10**6 + 700 * i + 2_000 + 11 * i,
+                              c0 + n * 1_980_000 + 1_386 * i + 3_960 + 21 * i, [])]} for i in range(ctas)]
+        w.launch(0, 0, n, (ctas, 1, 1), ctas, 0, 0, launch_buffer(compact, blocks))
+    w.close()
+    return read_raw(path)
+
+
+def test_a_decode_holds_the_ctas_once_not_every_batchs_columns_as_well(tmp_path, monkeypatch):
+    """Each batch writes its CTA rows at their launches' places in the profile's one CTA array
+    as it is decoded (``write_ctas``): a capture of CTA lifetimes decoded in many batches holds
+    the CTAs once plus one batch, not every batch's columns (~68 bytes a CTA) beside them."""
+    capture = _lifetimes(tmp_path / "l.plraw", launches=160, ctas=1024)  # (the timer's tick is read from 64)
+    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
+    monkeypatch.setattr(D, "BATCH_BYTES", 1024 * 32 * D.COMPACT_BATCH_SHARE)  # a launch a batch
+    tracemalloc.start()
+    try:
+        profile = D.decode(capture)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(profile.ctas) == 160 * 1024
+    assert peak - held < profile.ctas.nbytes / 3, (peak - held, profile.ctas.nbytes)
+
+
+def test_ctas_missing_in_some_launches_leave_no_gap_whatever_the_batches(tmp_path, monkeypatch):
+    """CTAs that never ran leave their launch fewer rows than its room: the launches are moved
+    together in launch order, and the rows (times on the session's axis) are the same whether
+    the launches are decoded a batch each, all in one batch or on several threads, and the
+    same as each launch decoded alone."""
+    missing = {(0, 5), (2, 0), (2, 39), (3, 7), (3, 8), (6, 20)}
+    capture = _lifetimes(tmp_path / "m.plraw", missing=missing)
+    runs = []
+    for batch_bytes, workers in ((1, 1), (1 << 30, 1), (3 * 40 * 32 * D.COMPACT_BATCH_SHARE, 3)):
+        monkeypatch.setattr(D, "BATCH_BYTES", batch_bytes)
+        monkeypatch.setattr(D, "DECODE_WORKERS", workers)
+        runs.append(D.decode(capture))
+    first = runs[0].ctas
+    assert all(p.ctas.tobytes() == first.tobytes() for p in runs[1:])
+    assert first["launch"].tolist() == [n for n in range(8) for i in range(40) if (n, i) not in missing]
+    assert first["cta"].tolist() == [i for n in range(8) for i in range(40) if (n, i) not in missing]
+    assert runs[0].launches["missing_ctas"].tolist() == [1, 0, 2, 2, 0, 0, 1, 0]
+    # each launch alone: the same absolute start and end times
+    alone = []
+    for n in range(8):
+        sub = _lifetimes(tmp_path / f"a{n}.plraw", launches=n + 1, missing=missing)
+        p = D.decode(sub)
+        rows = p.ctas[p.ctas["launch"] == n]
+        alone.append(np.stack([rows["start_ns"] + p.t0_ns, rows["end_ns"] + p.t0_ns]))
+    assert (np.concatenate(alone, axis=1) == np.stack([first["start_ns"] + runs[0].t0_ns,
+                                                       first["end_ns"] + runs[0].t0_ns])).all()
