@@ -79,9 +79,9 @@ def test_resident_counts_carried_into_a_later_part_are_those_of_the_whole(seed):
     assert np.array_equal(np.r_[has1, has2], has_all) and np.array_equal(np.r_[v1, v2], v_all)
 
 
-def _whole(start, end, track, keys, workers=1, part_events=None, shift=0) -> cs.CtaSequence:
+def _whole(start, end, track, keys, workers=1, part_events=None, shift=0, track_ids=None) -> cs.CtaSequence:
     """The whole sequence, ``CtaParts``' parts laid end to end (the writer asks part by part)."""
-    parts = cs.CtaParts(start, end, track, keys, workers, part_events, shift)
+    parts = cs.CtaParts(start, end, track, keys, workers, part_events, shift, track_ids)
     seqs = [parts.part(j) for j in range(parts.n_parts)]
     cat = lambda f: np.concatenate([f(s) for s in seqs])  # noqa: E731
     return cs.CtaSequence(cat(lambda s: s.begin), cat(lambda s: s.cta), cat(lambda s: s.track), cat(lambda s: s.t),
@@ -125,6 +125,13 @@ def test_the_cta_sequence_in_parts_is_one_sort_and_a_count_by_hand(seed):
     assert np.array_equal(seq.track, np.r_[track, track][ev])
     for (has, value), (r_has, r_value) in zip(seq.marks, marks):
         assert np.array_equal(has, r_has) and np.array_equal(np.where(has, value, 0), r_value)
+    # narrow columns as the writer gives them: tracks as rows of a uuid table, keys as int32/uint16
+    ids = np.cumsum(rng.integers(1, 1000, 9)) + (1 << 40)
+    narrow = _whole(start, end, track.astype(np.int32), [sm.astype(np.int32), (sm // 3).astype(np.uint16)],
+                    workers=3, part_events=37, track_ids=ids)
+    assert np.array_equal(narrow.track, ids[np.r_[track, track][ev]]) and np.array_equal(narrow.cta, seq.cta)
+    for (has, value), (n_has, n_value) in zip(seq.marks, narrow.marks):
+        assert np.array_equal(has, n_has) and np.array_equal(np.where(has, value, 0), np.where(has, n_value, 0))
 
 
 def test_parts_left_empty_by_equal_times_are_written_as_nothing():
@@ -195,6 +202,36 @@ def test_a_trace_of_lifetimes_sorted_in_parts_is_the_numpy_paths_trace(tmp_path,
     for name in ("ctas", "launches", "intervals"):
         assert getattr(a, name).tobytes() == getattr(b, name).tobytes()
     assert np.array_equal(np.sort(a.ctas["start_ns"]), np.sort(p.ctas["start_ns"]))
+
+
+def test_the_writer_holds_a_window_of_the_sequences_parts_not_every_part(tmp_path, monkeypatch):
+    """Each part of the CTA sequence is encoded ahead of the file only within a window of a
+    few parts per thread: queued all at once, every part's bytes were held until the file
+    took them (the whole sequence: 100 MB for 4 M CTA lifetimes)."""
+    _native_or_skip()
+    from proton_lite.trace.perfetto_tree import CtaEvents
+    live = {"now": 0, "most": 0, "made": 0}
+
+    class Counted(bytes):
+        def __del__(self):
+            live["now"] -= 1
+
+    made = CtaEvents.packets
+
+    def counted(self, task, compress):
+        data = Counted(made(self, task, compress))
+        live["now"] += 1
+        live["made"] += 1
+        live["most"] = max(live["most"], live["now"])
+        return data
+    monkeypatch.setattr(CtaEvents, "packets", counted)
+    monkeypatch.setattr(cs, "PART_EVENTS", 200)
+    p = _lifetimes_profile()
+    write_perfetto(p, tmp_path / "w.pftrace", workers=2, layout="sm")
+    assert live["made"] == cs.planned_parts(len(p.ctas)) >= 100
+    assert live["most"] <= 3 * 2 + 2, live
+    back = load_trace(tmp_path / "w.pftrace")
+    assert np.array_equal(np.sort(back.ctas["start_ns"]), np.sort(p.ctas["start_ns"]))
 
 
 def test_packed_columns_in_pieces_read_back_exactly(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ from proton_lite.trace import slots_c
 from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.rows import resident_marks
 
-PART_EVENTS = 1 << 17  # events per part of time, about
+PART_EVENTS = 1 << 15  # events per part of time, about
 MAX_PARTS = (1 << 16) - 1  # part ids are 16-bit
 SAMPLE = 1 << 19  # times sampled for the parts' bounds, at most
 
@@ -60,17 +60,21 @@ class CtaSequence:
 class CtaParts:
     """The CTAs' events cut into ``n_parts`` parts of time; ``part(j)`` makes part j's.
 
-    CTA ``i`` starts at ``start[i] + shift`` and ends at ``end[i] + shift`` (ns) on
-    ``track[i]``; ``keys``: per key column, each CTA's key (an SM group, a top group), whose
-    resident counts the events carry; ``part_events``: events per part (``PART_EVENTS``)."""
+    CTA ``i`` starts at ``start[i] + shift`` and ends at ``end[i] + shift`` (ns) on track
+    ``track_ids[track[i]]`` (``track[i]`` itself without ``track_ids``); ``keys``: per key
+    column, each CTA's key (an SM group, a top group; any integer type), whose resident counts
+    the events carry; ``part_events``: events per part (``PART_EVENTS``).  Columns are kept as
+    given (no per-CTA copy: narrow types stay narrow) and widened part by part."""
 
     def __init__(self, start: np.ndarray, end: np.ndarray, track: np.ndarray, keys: list[np.ndarray],
-                 workers: int = 1, part_events: int | None = None, shift: int = 0):
+                 workers: int = 1, part_events: int | None = None, shift: int = 0,
+                 track_ids: np.ndarray | None = None):
         n = self.n = len(start)
         self.start, self.end = np.asarray(start, np.int64), np.asarray(end, np.int64)
         self.shift = int(shift)  # added where the times are read, so that the columns are not copied
-        self.track = np.asarray(track, np.int64)
-        self.keys = [np.asarray(k, np.int64) for k in keys]
+        self.track = np.asarray(track)
+        self.track_ids = None if track_ids is None else np.asarray(track_ids, np.int64)
+        self.keys = [np.asarray(k) for k in keys]
         self.n_keys = [int(k.max()) + 1 if n else 0 for k in self.keys]
         self.n_parts = parts = planned_parts(n, part_events)
         # event e < n is CTA e's BEGIN, e >= n CTA e - n's END
@@ -98,7 +102,9 @@ class CtaParts:
         list(pool.map(bucket, range(0, n, 1 << 20)))
         order = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
         self.by_part = order.astype(np.int32) if 2 * n < 2**31 else order
-        self.bounds = np.r_[0, np.cumsum(np.bincount(part, minlength=parts))]
+        del order
+        # (np.bincount would widen all 2n part ids to 64 bits first: 16 bytes an event)
+        self.bounds = np.searchsorted(part[self.by_part], np.arange(parts + 1, dtype=np.uint16))
 
     def _events(self, j: int):
         """(is BEGIN, CTA) of part j's events, in index order."""
@@ -138,7 +144,7 @@ class CtaParts:
         is_begin, c = self._events(j)
         t = np.where(is_begin, self.start[c], self.end[c]) + self.shift
         phase = np.where(is_begin, 1, np.where(self.end[c] <= self.start[c], 2, 0))
-        o = _argsort_keys([t, phase, self.track[c]], lambda i: [])  # ties: in CTA order
+        o = _argsort_keys([t, phase, self._track(c)], lambda i: [])  # ties: in CTA order
         begin, cta, tt = is_begin[o], c[o], t[o]
         delta = np.where(begin, 1, -1)
         marks = []
@@ -148,8 +154,13 @@ class CtaParts:
                 present, before = self.inits[j][i]
                 init = np.zeros(nk, np.int64)
                 init[present] = before
-            marks.append(_marks(k[cta], tt, delta, init))
-        return CtaSequence(begin, cta, self.track[cta], tt, marks, int(self.prev_t[j]))
+            marks.append(_marks(k[cta].astype(np.int64), tt, delta, init))
+        return CtaSequence(begin, cta, self._track(cta), tt, marks, int(self.prev_t[j]))
+
+    def _track(self, c: np.ndarray) -> np.ndarray:
+        """The tracks of CTAs ``c``, as int64."""
+        tr = self.track[c]
+        return self.track_ids[tr] if self.track_ids is not None else tr.astype(np.int64)
 
 
 def _marks(key: np.ndarray, t: np.ndarray, delta: np.ndarray, init: np.ndarray | None):

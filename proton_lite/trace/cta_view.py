@@ -27,7 +27,7 @@ class CtaView:
         self.source = source
         self.dtype = source.dtype
         identity = len(order) == len(source) and bool(np.array_equal(order, np.arange(len(order))))
-        self.order = None if identity else np.asarray(order, np.int64)
+        self.order = None if identity else np.asarray(order, np.int32 if len(order) < 2**31 else np.int64)
         self._n = len(order)
         self._kept = {name: self._gather(name, pmap) for name in KEPT if name in source.dtype.names}
 

@@ -146,7 +146,7 @@ def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
                           "cycles_per_ns": column("cycles_per_ns"),
                           "measured_cycles_per_ns": column("measured_cycles_per_ns"),
                           "finished_units": column("finished_units"),
-                          "extent_lead_ns": ctas_sorted["start_ns"].astype(np.int64) - extent_lo}, workers)
+                          "extent_lead_ns": np.subtract(ctas_sorted["start_ns"], extent_lo, dtype=np.int64)}, workers)
 
 
 def layout_meta(plan) -> dict:

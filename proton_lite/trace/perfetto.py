@@ -102,6 +102,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         ut_first = np.cumsum([0] + [len(ut[0]) for ut in ut_parts])  # track index of each piece's first track
         unit_list = tuple(np.concatenate([ut[j] for ut in ut_parts]) if ut_parts else np.zeros(0, np.int64)
                           for j in range(3))
+        del ut_parts  # (each piece's own lists go once it is encoded)
         pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
@@ -127,7 +128,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 _, pairs, pair_inv = index[k]
                 iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
                 track = ut_first[k] + index[k][0][3] + 1
-                return encode_piece(FIRST_PIECE_SEQ + k, sels[k], columns, event_names, compress, where, track, iid)
+                sel, index[k], sels[k] = sels[k], None, None  # the piece's lists, let go once encoded
+                return encode_piece(FIRST_PIECE_SEQ + k, sel, columns, event_names, compress, where, track, iid)
             return clock.busy("pieces", encode)
 
         def cta_task(task: tuple):
@@ -145,12 +147,13 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             # the CTA sequence last in the file, but encoded from the start, beside the pieces: its
             # events (one sort of every CTA's begin and end) would otherwise hold up the head of
             # the file, and its batches, queued after the pieces, ran after them as a tail with
-            # fewer tasks than threads (2 threads: 0.12-0.16 s of a 0.7-0.8 s write)
-            tasks = [piece_task(k) for k in range(len(cut))]
-            n_pieces = len(tasks)
-            ctas_ahead = [run(cta_task(task)) for task in CtaEvents.tasks(n_cta)]
-            tasks += [lambda f=f: f.result() for f in ctas_ahead]
-            results = _ordered(run, tasks, workers + 2)  # the first pieces run while the head is made
+            # fewer tasks than threads (2 threads: 0.12-0.16 s of a 0.7-0.8 s write).  Both run in
+            # windows (``_ordered``): parts of the sequence all queued at once held every part's
+            # bytes until the last piece was written (the whole sequence: 100 MB for 4 M CTAs)
+            pieces = _ordered(run, [piece_task(k) for k in range(len(cut))], workers + 2)
+            cta_tasks = [cta_task(task) for task in CtaEvents.tasks(n_cta)]
+            cta_parts = _ordered(run, cta_tasks, 2 * workers)
+            n_tasks = len(cut) + len(cta_tasks)
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
                 put("descriptors", d.result())
@@ -160,15 +163,16 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 put("events", finish(launch_span_rows(spans, titles, launches["launch"].astype(np.int64),
                                                       tracks.lane_uuid, shift), compress))
             clock.mark("head")
-            for done, (data, ab) in enumerate(results, start=1):
-                if done == n_pieces + 1:
+            done = 0
+            for results in (pieces, cta_parts):
+                if results is cta_parts:  # declared also where there is no CTA
                     put("head", sequence_start(SEQ_CTAS, cta_events.result().names))
-                put("events", data)
-                arg_bytes += ab
-                if progress is not None:
-                    progress(done, len(tasks))
-            if len(tasks) == n_pieces:  # no CTA: the sequence is still declared
-                put("head", sequence_start(SEQ_CTAS, cta_events.result().names))
+                for data, ab in results:
+                    put("events", data)
+                    arg_bytes += ab
+                    done += 1
+                    if progress is not None:
+                        progress(done, n_tasks)
         n_samples = cta_events.result().n_samples
         clock.mark("events")
     finally:

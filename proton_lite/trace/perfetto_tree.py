@@ -121,7 +121,7 @@ class Tracks:
         capture_uuid = self.count + 1 + np.arange(len(origins)) if capture is not None else None
         if capture is not None:
             self.count += len(origins)
-        sm_top = plan.cta_top[lay.group_first]
+        sm_top = plan.tops.of_launch[plan.cta_lr[lay.group_first]]
         sm_id = plan.ctas.take("smid", lay.group_first).astype(np.int64)
         by_launch = tops.layout == "launch"
         top_rank = launches["launch"].astype(np.int64) if by_launch else np.arange(n_tops)
@@ -235,8 +235,8 @@ class CtaEvents:
         ctas, lay = plan.ctas, plan.lay
         row_uuid, self.sm_uuid, self.top_uuid, _ = layout_uuids(0, lay, len(plan.tops.titles))
         self.keys = (lay.group, plan.cta_top)
-        self.parts = CtaParts(ctas["start_ns"], ctas["end_ns"], row_uuid[lay.row], list(self.keys), workers,
-                              shift=shift)
+        self.parts = CtaParts(ctas["start_ns"], ctas["end_ns"], lay.row, list(self.keys), workers, shift=shift,
+                              track_ids=row_uuid)
         self.n_units = 0
         self.ctas, self.lr = ctas, plan.cta_lr  # each part's fields are gathered from these
         self.gx, self.gy, self.multi = grid_of_launches(launches)

@@ -96,7 +96,8 @@ class TracePlan:
 
     @property
     def cta_top(self) -> np.ndarray:
-        return self.tops.of_launch[self.cta_lr]
+        """Each CTA's top group (int32: a column per CTA, and the groups are few)."""
+        return _top_of_ctas(self.tops.of_launch, self.cta_lr)
 
 
 def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pmap=map) -> TracePlan:
@@ -109,8 +110,12 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
     tops = top_groups(profile, launches, layout)
     ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None)
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
-    lay = slot_layout(profile, ctas, tops.of_launch[cta_lr], iv_cta, runs, pmap, extents=(lo, hi))
+    lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), iv_cta, runs, pmap, extents=(lo, hi))
     return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
+
+
+def _top_of_ctas(of_launch: np.ndarray, cta_lr: np.ndarray) -> np.ndarray:
+    return np.asarray(of_launch, np.int32)[cta_lr]
 
 
 def choose_layout(profile: Profile, launches: np.ndarray) -> str:

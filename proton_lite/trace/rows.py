@@ -35,21 +35,24 @@ SLOT_NAME = "slot"  # the track of a slot is "slot 2"
 class SlotLayout:
     """Where each CTA and interval goes; CTAs in ``_cta_layout`` order (top group, SM, ...).
 
-    ``group``: the (top group, SM) group of each CTA (0-based, in CTA order); ``slot``: its
-    slot in that group; ``row``: its slot track, numbered over the whole trace in (group,
-    slot) order, whose group and slot are ``row_group``/``row_slot``; ``extent_lo``/
-    ``extent_hi``: the half-open span it occupies; ``iv_row``: each interval's slot track
-    (made at first use: the .pftrace writer takes it piece by piece from ``row`` and ``iv_cta``).
+    ``group``: the (top group, SM) group of each CTA (0-based, in CTA order); ``row``: its slot
+    track, numbered over the whole trace in (group, slot) order, whose group and slot are
+    ``row_group``/``row_slot`` (``slot``: each CTA's slot in its group, made when asked);
+    ``extent_lo``: where the half-open span it occupies begins (its end, used only to pack,
+    is not kept: a column per CTA); ``iv_row``: each interval's slot track (made at first
+    use: the .pftrace writer takes it piece by piece from ``row`` and ``iv_cta``).
     """
     group: np.ndarray
     group_first: np.ndarray  # index of each group's first CTA
-    slot: np.ndarray
     row: np.ndarray
     row_group: np.ndarray
     row_slot: np.ndarray
     extent_lo: np.ndarray
-    extent_hi: np.ndarray
     iv_cta: np.ndarray
+
+    @property
+    def slot(self) -> np.ndarray:
+        return self.row_slot[self.row]
 
     @functools.cached_property
     def iv_row(self) -> np.ndarray:
@@ -73,18 +76,23 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, iv_cta:
     n = len(ctas)
     new_group = np.ones(n, bool)
     new_group[1:] = (cta_top[1:] != cta_top[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
-    group = np.cumsum(new_group) - 1
+    group = np.cumsum(new_group, dtype=np.int64)
+    group -= 1  # (in place: a column per CTA is 32 MB for 4 M CTAs)
+    group_first = np.flatnonzero(new_group)
+    del new_group
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap) if extents is None else extents
     slot = _pack_slots_in_parts(group, lo, hi, pmap)
-    n_slots = np.zeros(int(group[-1]) + 1 if n else 0, np.int64)
-    if n:
-        np.maximum.at(n_slots, group, slot + 1)
+    del hi
+    # groups are runs of CTAs: a group's slots are its largest slot + 1
+    n_slots = np.maximum.reduceat(slot, group_first).astype(np.int64) + 1 if n else np.zeros(0, np.int64)
     row_base = np.cumsum(n_slots) - n_slots
-    row = row_base[group] + slot
+    row = row_base[group]
+    row += slot
+    del slot
     row_group = np.repeat(np.arange(len(n_slots)), n_slots)
     row_slot = np.arange(len(row_group)) - row_base[row_group]
-    return SlotLayout(group=group, group_first=np.flatnonzero(new_group), slot=slot, row=row, row_group=row_group,
-                      row_slot=row_slot, extent_lo=lo, extent_hi=hi, iv_cta=iv_cta)
+    return SlotLayout(group=group, group_first=group_first, row=row, row_group=row_group,
+                      row_slot=row_slot, extent_lo=lo, iv_cta=iv_cta)
 
 
 PACK_PART = 1 << 16  # CTAs per part of ``pack_slots`` run on a worker
@@ -108,10 +116,11 @@ def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray, runs=None,
                 pmap=map) -> tuple[np.ndarray, np.ndarray]:
-    """Half-open [lo, hi) of each CTA: its lifetime and all of its units' intervals."""
-    start = ctas["start_ns"].astype(np.int64)
-    lo = start.copy()
-    hi = _occupied_end(start, ctas["end_ns"].astype(np.int64))
+    """Half-open [lo, hi) of each CTA: its lifetime and all of its units' intervals (without
+    intervals ``lo`` is the start column itself: no copy of a column per CTA)."""
+    start = np.asarray(ctas["start_ns"], np.int64)
+    lo = start.copy() if len(intervals) else start
+    hi = _occupied_end(start, np.asarray(ctas["end_ns"], np.int64))
     if len(intervals):  # per run of one CTA's intervals first (they usually come so), then per CTA
         if runs is None:
             first = np.concatenate(([0], np.flatnonzero(iv_cta[1:] != iv_cta[:-1]) + 1))

@@ -71,15 +71,15 @@ def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.
     if not len(launch_ids):
         return np.zeros(0, np.int64)
     keys = launches["launch"].astype(np.int64)
-    ids = launch_ids.astype(np.int64)
     top = int(keys.max()) if len(keys) else -1
-    if 0 <= top < _dense_limit(keys):  # launch indices are small: a table lookup
+    if 0 <= top < _dense_limit(keys) and launch_ids.dtype.kind == "u":  # small indices: a table lookup
         table = np.full(top + 2, -1, np.int64)
         table[keys] = np.arange(len(keys))
-        pos = table[np.minimum(ids, top + 1)]
+        pos = table[np.minimum(launch_ids, top + 1)]  # (no 64-bit copy of a column per CTA first)
         if pos.min() < 0:
             raise ValueError(f"{what} refer to a launch missing from profile.launches")
         return pos
+    ids = launch_ids.astype(np.int64)
     pos = np.searchsorted(keys, ids)
     pos_c = np.minimum(pos, max(len(keys) - 1, 0))
     if not len(keys) or not np.array_equal(keys[pos_c], ids):
@@ -105,10 +105,17 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
     if top is not None and len(order):  # (top, SM) first: a stable sort keeps (launch, CTA id) within,
         # and the launch order's runs (each launch's SMs ascending) make it a merge of sorted runs
         width = int(ctas["smid"].max()) + 1
-        key = np.asarray(top, np.int64)[lr[order]] * width + ctas["smid"][order]
-        if int(key.max()) < 1 << 16:  # (GPU, SM) pairs: numpy's stable sort of 16-bit keys is a radix sort
-            key = key.astype(np.uint16)
+        top = np.asarray(top, np.int64)
+        # (GPU, SM) pairs: numpy's stable sort of 16-bit keys is a radix sort; made in parts, narrow
+        key = np.empty(len(order), np.uint16 if (int(top.max()) + 1) * width <= 1 << 16 else np.int64)
+
+        def part(a: int):
+            sel = order[a:a + CTA_PART]
+            key[a:a + CTA_PART] = top[lr[sel]] * width + ctas["smid"][sel]
+        for _ in pmap(part, range(0, len(order), CTA_PART)):
+            pass
         order = order[np.argsort(key, kind="stable")]
+        del key
     ctas_s, lr_s = CtaView(ctas, order, pmap), lr[order]
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]
@@ -126,10 +133,15 @@ def _cta_order(ctas: np.ndarray, lr: np.ndarray, pmap=map) -> np.ndarray:
     n = len(ctas)
     if n <= CTA_PART or np.any(lr[1:] < lr[:-1]):
         return np.lexsort((ctas["cta"], ctas["smid"], lr)) if n else np.zeros(0, np.int64)
-    def part(b):
+    out = np.empty(n, np.int64)
+
+    def part(b):  # each part's order written in place (no list of parts joined: a second copy)
         a, e = b
-        return a + np.lexsort((ctas["cta"][a:e], ctas["smid"][a:e], lr[a:e]))
-    return np.concatenate(list(pmap(part, key_parts(lr, CTA_PART))))
+        out[a:e] = np.lexsort((ctas["cta"][a:e], ctas["smid"][a:e], lr[a:e]))
+        out[a:e] += a
+    for _ in pmap(part, key_parts(lr, CTA_PART)):
+        pass
+    return out
 
 
 def _distinct_ctas(lr: np.ndarray, cid: np.ndarray) -> bool:
