@@ -32,6 +32,7 @@ from proton_lite.trace.rows import resident_marks
 PART_EVENTS = 1 << 15  # events per part of time, about
 MAX_PARTS = (1 << 16) - 1  # part ids are 16-bit
 SAMPLE = 1 << 19  # times sampled for the parts' bounds, at most
+CUT_CHUNK = 1 << 20  # events per chunk of the counting sort by part
 
 
 def planned_parts(n_ctas: int, part_events: int | None = None) -> int:
@@ -100,11 +101,24 @@ class CtaParts:
             part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
             part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
         list(pool.map(bucket, range(0, n, 1 << 20)))
-        order = np.argsort(part, kind="stable")  # a radix sort; each part's events stay in index order
-        self.by_part = order.astype(np.int32) if 2 * n < 2**31 else order
-        del order
-        # (np.bincount would widen all 2n part ids to 64 bits first: 16 bytes an event)
-        self.bounds = np.searchsorted(part[self.by_part], np.arange(parts + 1, dtype=np.uint16))
+        # a counting sort by part, stable (each part's events stay in index order), in chunks of
+        # events on the pool, each writing its events' places straight into the narrow result
+        # (one argsort of all 2n events made 8 bytes an event first, and a bincount widened
+        # the ids to 8 bytes: 24 bytes an event, 0.8 GB for 16 M CTAs)
+        chunks = range(0, 2 * n, CUT_CHUNK)
+        counts = np.array(list(pool.map(lambda lo: np.bincount(part[lo:lo + CUT_CHUNK], minlength=parts), chunks)))
+        self.bounds = np.r_[0, np.cumsum(counts.sum(0))]
+        cursor = self.bounds[:-1] + np.cumsum(counts, axis=0) - counts  # each chunk's first place in each part
+        self.by_part = by_part = np.empty(2 * n, np.int32 if 2 * n < 2**31 else np.int64)
+
+        def place(k: int):
+            lo = chunks[k]
+            p = part[lo:lo + CUT_CHUNK]
+            o = np.argsort(p, kind="stable")  # a radix sort of 16-bit ids
+            sp = p[o]
+            before = np.cumsum(counts[k]) - counts[k]  # this chunk's events of lower parts
+            by_part[cursor[k][sp] + (np.arange(len(sp)) - before[sp])] = o + lo
+        list(pool.map(place, range(len(chunks))))
 
     def _events(self, j: int):
         """(is BEGIN, CTA) of part j's events, in index order."""

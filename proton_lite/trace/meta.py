@@ -146,7 +146,22 @@ def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
                           "cycles_per_ns": column("cycles_per_ns"),
                           "measured_cycles_per_ns": column("measured_cycles_per_ns"),
                           "finished_units": column("finished_units"),
-                          "extent_lead_ns": np.subtract(ctas_sorted["start_ns"], extent_lo, dtype=np.int64)}, workers)
+                          "extent_lead_ns": _Lead(column("start_ns"), extent_lo)}, workers)
+
+
+class _Lead:
+    """start - extent_lo, made for the rows sliced (a whole column is 8 bytes a CTA, all 0
+    where no unit recorded before its CTA's start)."""
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, start, lo: np.ndarray):
+        self.start, self.lo = start, lo
+
+    def __len__(self) -> int:
+        return len(self.lo)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return np.subtract(self.start[rows], self.lo[rows], dtype=np.int64)
 
 
 def layout_meta(plan) -> dict:
