@@ -65,10 +65,6 @@ def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState |
 # 307 MB capture of decode_speed.py made 13 batches for 16 threads, the largest setting the pace.
 DECODE_WORKERS = max(1, min(16, os.cpu_count() or 1))  # threads decoding batches at once
 BATCH_BYTES = 8 << 20
-# A batch's columns are ~11 times its bytes where it holds only 32-byte CTA lifetime blocks
-# (compact layouts: ~350 bytes a CTA), ~4 times for records: such batches are cut 8 times
-# smaller, so that the batches in flight on 16 threads hold ~180 MB, not ~1.4 GB.
-COMPACT_BATCH_SHARE = 8
 
 
 def _batches(launches: list, launch_layouts: list):
@@ -81,10 +77,9 @@ def _batches(launches: list, launch_layouts: list):
     out = []
     for idx in by_kernel.values():
         cur, size = [], 0
-        limit = BATCH_BYTES // COMPACT_BATCH_SHARE if launch_layouts[idx[0]].compact else BATCH_BYTES
         for i in idx:
             b = len(launches[i].buffer)
-            if cur and (size + b > limit or 2 * b >= limit):
+            if cur and (size + b > BATCH_BYTES or 2 * b >= BATCH_BYTES):
                 out.append(cur)
                 cur, size = [], 0
             cur.append(i)

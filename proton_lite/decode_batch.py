@@ -334,6 +334,12 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     smid = rows(blocks["smid"])
     u_count, u_end_gt, u_end_clk = rows(unit_all["count"]), rows(unit_all["end_gt"]), rows(unit_all["end_clk"])
     finished = rows(fin_all)
+    # (the batch's arrays live until it returns unless let go: 16 threads each hold a batch,
+    # ~10x the bytes of lifetime blocks if every step's array is kept)
+    del plausible, fin_all
+    if layout.capacity == 0 and pool is None:  # no record to read: the blocks' bytes (2x a lifetime block) go
+        blocks = unit_all = None
+        buf = b""
     # %globaltimer relative to each launch's first CTA, in integers (see sm_fits); ``ref_gt``
     # is returned so that the caller can put launches on one axis without float rounding
     ref = np.zeros(n_l, np.uint64)
@@ -346,6 +352,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     end_gt_abs = np.maximum(np.where(finished, u_end_gt, 0).max(1), b_start_gt)
     end_gt = (end_gt_abs.astype(np.uint64) - ref_row).astype(np.int64)
     end_clk = np.maximum(np.where(finished, u_end_clk, 0).max(1), start_clk)
+    del b_start_gt, u_end_gt, end_gt_abs, ref_row
 
     # --- time alignment: per-SM fit, per-CTA fallback, launch-wide fallback -------------------
     tick_or_default = tick if np.isfinite(tick) else 32.0
@@ -361,8 +368,10 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     sm_lo = np.full(len(slope), np.inf)
     np.minimum.at(sm_lo, inv, gt_f)
     steady &= (sm_hi - sm_lo) >= min_span  # a fit over a short span is no better than one CTA
-    sm_of_cta = inv[:m]
+    sm_of_cta = inv[:m].copy()
+    del both_sm, both_gt, gt_f, fit_key, inv
     span_gt = (end_gt.astype(np.int64) - start_gt.astype(np.int64)).astype(np.float64)
+    del end_gt
     span_clk = (end_clk.astype(np.int64) - start_clk.astype(np.int64)).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         own_rate = np.where(span_gt >= min_span, span_clk / span_gt, np.nan)
@@ -373,6 +382,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     fit_sm = sm_of_cta[on_fit]
     since_ref = (start_clk[on_fit].astype(np.uint64) - c_ref[fit_sm]).astype(np.int64).astype(np.float64)
     base_gt[on_fit] = g_at_ref[fit_sm] + since_ref * slope[fit_sm]
+    del start_gt, since_ref, fit_sm
     ns_per_cycle[on_fit] = slope[sm_of_cta[on_fit]]
     own = ~on_fit & np.isfinite(own_rate) & (own_rate > 0)
     ns_per_cycle[own] = 1.0 / own_rate[own]

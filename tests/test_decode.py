@@ -396,8 +396,7 @@ def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path, mo
     batch (expanded batch by batch, on several threads); a CTA that never wrote its block, or
     wrote another layout version, is missing in both."""
     import proton_lite.decode as D
-    # lifetime blocks: three launches a batch, then two (compact batches are COMPACT_BATCH_SHARE times smaller)
-    monkeypatch.setattr(D, "BATCH_BYTES", (3 * 12 * 32 + 1) * D.COMPACT_BATCH_SHARE)
+    monkeypatch.setattr(D, "BATCH_BYTES", 3 * 12 * 32 + 1)  # lifetime blocks: three launches a batch, then two
     from dataclasses import replace
     from synth import kernel_meta, launch_buffer
     from proton_lite.layout import BufferLayout

@@ -146,7 +146,7 @@ def test_a_decode_holds_the_ctas_once_not_every_batchs_columns_as_well(tmp_path,
     the CTAs once plus one batch, not every batch's columns (~68 bytes a CTA) beside them."""
     capture = _lifetimes(tmp_path / "l.plraw", launches=160, ctas=1024)  # (the timer's tick is read from 64)
     monkeypatch.setattr(D, "DECODE_WORKERS", 1)
-    monkeypatch.setattr(D, "BATCH_BYTES", 1024 * 32 * D.COMPACT_BATCH_SHARE)  # a launch a batch
+    monkeypatch.setattr(D, "BATCH_BYTES", 1024 * 32)  # a launch a batch
     tracemalloc.start()
     try:
         profile = D.decode(capture)
@@ -165,7 +165,7 @@ def test_ctas_missing_in_some_launches_leave_no_gap_whatever_the_batches(tmp_pat
     missing = {(0, 5), (2, 0), (2, 39), (3, 7), (3, 8), (6, 20)}
     capture = _lifetimes(tmp_path / "m.plraw", missing=missing)
     runs = []
-    for batch_bytes, workers in ((1, 1), (1 << 30, 1), (3 * 40 * 32 * D.COMPACT_BATCH_SHARE, 3)):
+    for batch_bytes, workers in ((1, 1), (1 << 30, 1), (3 * 40 * 32, 3)):
         monkeypatch.setattr(D, "BATCH_BYTES", batch_bytes)
         monkeypatch.setattr(D, "DECODE_WORKERS", workers)
         runs.append(D.decode(capture))
