@@ -156,8 +156,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:
         return align_devices(assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick,
-                                      decode_one, pool, progress, out, first, cta_out,
-                                      cta_first))
+                                      decode_one, pool, progress, out, first, cta_out, cta_first))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

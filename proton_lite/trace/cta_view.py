@@ -6,8 +6,9 @@ whole write, where each step reads a few of its columns (issue 22 bounds the sto
 by about twice the capture's size; the capture holds 32 bytes a CTA).  Here a column is
 gathered when a step asks for it (``view["cta"]``, ~10 ms for 4 M CTAs) and freed by that
 step (the three that most steps read, times and SM, are kept); the rows a task needs by
-``take``; a lazy ``column`` for what is read piece by piece (``meta._pack_columns``).  Where the order is the profile's own (the launch layout of a
-decoded capture), columns are views of the profile's array and nothing is gathered.
+``take``; a lazy ``column`` for what is read piece by piece (``meta._pack_columns``).  Where
+the order is the profile's own (the launch layout of a decoded capture), columns are views of
+the profile's array and nothing is gathered.  The order itself is int32 (4 bytes a CTA).
 """
 from __future__ import annotations
 
