@@ -47,16 +47,22 @@ def _many_launches(path, kernels=4, launches=6, ctas=64, units=4, pairs=8, lose_
     return read_raw(path)
 
 
-def test_a_decode_holds_the_intervals_once_not_every_batchs_pairs_as_well(tmp_path, monkeypatch):
-    capture = _many_launches(tmp_path / "m.plraw")
+def _decoded_on_one_thread(capture, monkeypatch, batch_bytes: int):
+    """The profile, and the memory tracemalloc saw held at the end and at its peak."""
     monkeypatch.setattr(D, "DECODE_WORKERS", 1)
-    monkeypatch.setattr(D, "BATCH_BYTES", 64 << 10)  # a batch per launch or two: many batches
+    monkeypatch.setattr(D, "BATCH_BYTES", batch_bytes)
     tracemalloc.start()
     try:
         profile = D.decode(capture)
         held, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return profile, held, peak
+
+
+def test_a_decode_holds_the_intervals_once_not_every_batchs_pairs_as_well(tmp_path, monkeypatch):
+    capture = _many_launches(tmp_path / "m.plraw")
+    profile, held, peak = _decoded_on_one_thread(capture, monkeypatch, 64 << 10)  # a batch per launch or two
     intervals = profile.intervals.nbytes
     assert len(profile.intervals) == 4 * 6 * 64 * 4 * 8
     # every batch's pairs (56 bytes an interval) held until all were decoded, as before, would
@@ -145,14 +151,7 @@ def test_a_decode_holds_the_ctas_once_not_every_batchs_columns_as_well(tmp_path,
     as it is decoded (``write_ctas``): a capture of CTA lifetimes decoded in many batches holds
     the CTAs once plus one batch, not every batch's columns (~68 bytes a CTA) beside them."""
     capture = _lifetimes(tmp_path / "l.plraw", launches=160, ctas=1024)  # (the timer's tick is read from 64)
-    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
-    monkeypatch.setattr(D, "BATCH_BYTES", 1024 * 32)  # a launch a batch
-    tracemalloc.start()
-    try:
-        profile = D.decode(capture)
-        held, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    profile, held, peak = _decoded_on_one_thread(capture, monkeypatch, 1024 * 32)  # a launch a batch
     assert len(profile.ctas) == 160 * 1024
     assert peak - held < profile.ctas.nbytes / 3, (peak - held, profile.ctas.nbytes)
 
