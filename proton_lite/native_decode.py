@@ -48,7 +48,8 @@ static PyObject *pair(PyObject *self, PyObject *args) {
     if (take_buffers(objs, v, 5, 2, 5) < 0) return NULL;
     Py_ssize_t n = v[0].len / 8;
     long long found = -1;
-    if (v[1].len == n * 8 && v[2].len >= n * 8 && v[3].len >= n * 8 && v[4].len == n * 8) {
+    /* a pair takes one enter and one exit record, each in at most one pair: at most n / 2 pairs */
+    if (v[1].len == n * 8 && v[2].len >= (n / 2 + 1) * 8 && v[3].len >= (n / 2 + 1) * 8 && v[4].len == n * 8) {
         const uint64_t *words = v[0].buf;
         const int64_t *group = v[1].buf;
         int64_t *e_out = v[2].buf, *x_out = v[3].buf, *level = v[4].buf;
@@ -220,9 +221,11 @@ def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
     words = np.ascontiguousarray(words, np.uint64)
     group = np.ascontiguousarray(group, np.int64)
     n = len(words)
-    e_idx, x_idx, level = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    # at most n // 2 pairs (the C code checks it): room for those, returned as views, not copied
+    # (16 bytes a record and a copy of the pairs before: a batch of records' largest step)
+    e_idx, x_idx, level = np.empty(n // 2 + 1, np.int64), np.empty(n // 2 + 1, np.int64), np.empty(n, np.int64)
     k = _EXTENSION.module().pair(words, group, int(n_scopes), e_idx, x_idx, level)
-    return e_idx[:k].copy(), x_idx[:k].copy(), level
+    return e_idx[:k], x_idx[:k], level
 
 
 def records(buf, layout, rows_at, counts, kept):
