@@ -269,14 +269,20 @@ def test_unique_by_a_presence_table_is_numpys_unique():
             assert np.array_equal(got, want)
 
 
-def test_the_cta_view_reads_what_a_sorted_copy_holds():
+def test_the_cta_view_reads_what_a_sorted_copy_holds(monkeypatch):
     """``CtaView`` in place of a sorted copy of the CTA rows: every column, any rows of it and
-    a lazy column's slices are the copy's; in the profile's own order, views of its array."""
+    a lazy column's slices are the copy's (the kept columns gathered row by row in parts on
+    threads); in the profile's own order, views of its array."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from proton_lite.trace import cta_view
     from proton_lite.trace.cta_view import CtaView
+    monkeypatch.setattr(cta_view, "GATHER_ROWS", 97)  # several parts, the last one short
     rng = np.random.default_rng(2)
     p = _lifetimes_profile(n_ctas=700)
     for order in (rng.permutation(len(p.ctas)), np.arange(len(p.ctas))):
-        copy, view = p.ctas[order], CtaView(p.ctas, order, map)
+        with ThreadPoolExecutor(3) as pool:
+            copy, view = p.ctas[order], CtaView(p.ctas, order, pool.map)
         idx = rng.integers(0, len(order), 50)
         for name in CTA_DTYPE.names:
             assert np.array_equal(view[name], copy[name]) and np.array_equal(view.take(name, idx), copy[name][idx])

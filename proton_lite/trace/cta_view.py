@@ -18,6 +18,7 @@ from proton_lite.trace.interval_runs import take_parts
 
 
 KEPT = ("start_ns", "end_ns", "smid")  # read by most steps: gathered once, on the plan's threads
+GATHER_ROWS = 1 << 16  # rows per part of that gather
 
 
 class CtaView:
@@ -30,7 +31,9 @@ class CtaView:
         identity = len(order) == len(source) and bool(np.array_equal(order, np.arange(len(order))))
         self.order = None if identity else np.asarray(order, np.int32 if len(order) < 2**31 else np.int64)
         self._n = len(order)
-        self._kept = {name: self._gather(name, pmap) for name in KEPT if name in source.dtype.names}
+        kept = [name for name in KEPT if name in source.dtype.names]
+        self._kept = self._gather_rows(kept, pmap) if self.order is not None else \
+            {name: source[name] for name in kept}
 
     def __len__(self) -> int:
         return self._n
@@ -39,6 +42,20 @@ class CtaView:
         """Column ``name`` in the view's order (a view of the profile's where the order is its own)."""
         kept = self._kept.get(name)
         return kept if kept is not None else self._gather(name, map)  # on the calling thread (a worker's)
+
+    def _gather_rows(self, names: list, pmap) -> dict:
+        """Columns ``names`` in the view's order, gathered in one pass over the rows (a 64-byte
+        row read once, not once per column: 3-4 times fewer cache misses), in parts of
+        GATHER_ROWS on ``pmap`` (enough parts for every thread; each a few MB)."""
+        out = {name: np.empty(self._n, self.dtype[name]) for name in names}
+
+        def part(lo: int):
+            rows = np.take(self.source, self.order[lo:lo + GATHER_ROWS])
+            for name in names:
+                out[name][lo:lo + GATHER_ROWS] = rows[name]
+        for _ in pmap(part, range(0, self._n, GATHER_ROWS)):
+            pass
+        return out
 
     def _gather(self, name: str, pmap) -> np.ndarray:
         col = self.source[name]

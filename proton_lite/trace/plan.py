@@ -105,10 +105,11 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
     slots once, in the layout chosen."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    lr = _launch_rank(launches, profile.ctas["launch"], "CTAs")  # (both steps below read it)
     if layout == "auto":
-        layout = choose_layout(profile, launches)
+        layout = choose_layout(profile, launches, lr)
     tops = top_groups(profile, launches, layout)
-    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None)
+    ctas, cta_lr, iv_cta, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr)
     lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap)
     lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), iv_cta, runs, pmap, extents=(lo, hi))
     return TracePlan(tops, ctas, cta_lr, iv_cta, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
@@ -118,13 +119,14 @@ def _top_of_ctas(of_launch: np.ndarray, cta_lr: np.ndarray) -> np.ndarray:
     return np.asarray(of_launch, np.int32)[cta_lr]
 
 
-def choose_layout(profile: Profile, launches: np.ndarray) -> str:
+def choose_layout(profile: Profile, launches: np.ndarray, lr: np.ndarray | None = None) -> str:
     """``launch`` unless sharing the SMs' slots makes fewer top groups than launches and the
-    launch layout's tracks (``launch_layout_tracks``) exceed AUTO_TRACKS."""
+    launch layout's tracks (``launch_layout_tracks``) exceed AUTO_TRACKS (``lr``: each CTA's
+    launch rank, where already known)."""
     keys, _ = _gpu_groups(launch_captures(profile.session, launches["launch"]), launches)
     if len(keys) >= len(launches):  # (counted without titling the groups: top_groups does that once)
         return "launch"
-    return "sm" if launch_layout_tracks(profile, launches, AUTO_TRACKS) > AUTO_TRACKS else "launch"
+    return "sm" if launch_layout_tracks(profile, launches, AUTO_TRACKS, lr) > AUTO_TRACKS else "launch"
 
 
 def _units_per_cta(kernel) -> int:
@@ -151,7 +153,8 @@ def most_at_once(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_groups: in
     return out
 
 
-def launch_layout_tracks(profile: Profile, launches: np.ndarray, limit: int | None = None) -> int:
+def launch_layout_tracks(profile: Profile, launches: np.ndarray, limit: int | None = None,
+                         lr: np.ndarray | None = None) -> int:
     """Tracks of the ``launch`` layout, from the CTAs' lifetimes: launches, (launch, SM)
     groups, their slots (the most CTAs a group held at once) and per slot the unit tracks its
     kernel can fill (lanes, and units recording before their CTA's start, not counted).
@@ -160,7 +163,7 @@ def launch_layout_tracks(profile: Profile, launches: np.ndarray, limit: int | No
     c = profile.ctas
     if not len(c):
         return len(launches)
-    lr = _launch_rank(launches, c["launch"], "CTAs")
+    lr = _launch_rank(launches, c["launch"], "CTAs") if lr is None else lr
     width = int(c["smid"].max()) + 1
     groups, group = _unique(lr * width + c["smid"].astype(np.int64), len(launches) * width)
     units = np.array([_units_per_cta(k) for k in profile.kernels] or [0], np.int64)

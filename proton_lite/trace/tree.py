@@ -87,7 +87,7 @@ def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.
     return pos_c.astype(np.int64)
 
 
-def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
+def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=None):
     """CTAs sorted launch-major, then SM, then CTA id; and each interval's CTA rank.
     ``top`` (the top group of each launch rank, ``plan.top_groups``): sorted by (top group,
     SM, launch, CTA id) instead, the order of the layout whose SM groups span launches.
@@ -97,10 +97,10 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None):
     come in runs of one CTA (the decoder and the reader write them so): each run is looked
     up once and the ranks repeated over it; ``runs`` is (first interval of each run, its CTA
     rank), for the steps that work per run.  ``pmap`` runs the passes over all intervals in
-    chunks (``interval_runs``).
+    chunks (``interval_runs``); ``lr``: each CTA's launch rank, where the caller has it.
     """
     ctas = profile.ctas
-    lr = _launch_rank(launches, ctas["launch"], "CTAs")
+    lr = _launch_rank(launches, ctas["launch"], "CTAs") if lr is None else lr
     order = _cta_order(ctas, lr, pmap)
     if top is not None and len(order):  # (top, SM) first: a stable sort keeps (launch, CTA id) within,
         # and the launch order's runs (each launch's SMs ascending) make it a merge of sorted runs
