@@ -119,5 +119,9 @@ def test_a_straight_line_kernel_with_scopes_writes_its_header_at_exit(tmp_path):
     by_cta[ctas["cta"]] = ctas
     own = by_cta[iv["cta"]]
     tick = 64  # ns: the start pair's timer reads against the record clocks, converted per CTA
-    assert (iv["start_ns"] >= own["start_ns"] - tick).all() and (iv["end_ns"] <= own["end_ns"] + tick).all()
+    # a warp's first record may precede warp 0's start read (the CTA's anchor) by the CTA's
+    # warp dispatch skew: up to 106 ns on a process's first launch (H200 x2 host, 2026-11-28,
+    # the decoder of f2f7045 and this one alike; the trace's slot extents cover it), 0-46 ns after
+    skew = 192
+    assert (iv["start_ns"] >= own["start_ns"] - skew).all() and (iv["end_ns"] <= own["end_ns"] + tick).all()
     assert (iv["end_ns"] >= iv["start_ns"]).all()
