@@ -20,7 +20,6 @@ level by level without a sort.  Every result is the same as decoding launch by l
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -34,6 +33,7 @@ from proton_lite.decode_pool import PoolState, read_prefix
 from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, KernelInfo, Profile
 from proton_lite.raw_format import RawCapture, RawFormatError
+from proton_lite.stop_threads import stop_threads
 
 
 def kernel_info(meta: dict, layout: BufferLayout | None = None) -> KernelInfo:
@@ -63,7 +63,7 @@ def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState |
 # copied into one buffer); a launch at least half this size is decoded alone, in place.
 # Small enough that a large capture gives every thread several batches: at 32 MiB the
 # 307 MB capture of decode_speed.py made 13 batches for 16 threads, the largest setting the pace.
-DECODE_WORKERS = max(1, min(16, os.cpu_count() or 1))  # threads decoding batches at once
+DECODE_WORKERS: int | None = None  # threads decoding batches at once; None: stop_threads()
 BATCH_BYTES = 8 << 20
 
 
@@ -152,7 +152,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     # batches are independent and numpy releases the GIL in their large array work: several at
     # once on several cores; results are taken in batch order, so the arrays do not depend on it
-    workers = min(len(batches), DECODE_WORKERS)
+    workers = min(len(batches), DECODE_WORKERS or stop_threads())
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:
         return align_devices(assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick,

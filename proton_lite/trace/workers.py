@@ -1,9 +1,10 @@
 """Threads for the writers: tasks run ahead on every core, results taken in order."""
 from __future__ import annotations
 
-import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+
+from proton_lite.stop_threads import stop_threads
 
 
 def _ordered(submit, tasks: list, ahead: int):
@@ -37,10 +38,7 @@ def _run_ordered(tasks, workers: int):
 
 
 def _workers() -> int:
-    """Threads for a writer: every core, up to 16 (the work is numpy and zlib, which release
-    the GIL; each thread holds one piece's temporaries, ~50 MB)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 16))
+    """Threads for a writer: every core, at most 16, or ``PROTON_LITE_THREADS``
+    (``stop_threads``; the work is numpy and our deflate, which release the GIL; each thread
+    holds one piece's temporaries, ~50 MB)."""
+    return stop_threads()

@@ -1,0 +1,48 @@
+"""The stop's threads: every core this process may run on (at most 16) unless
+PROTON_LITE_THREADS says otherwise, and both the decode and the trace writer take it."""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from test_decode_memory import _lifetimes
+
+import proton_lite.decode as D
+from proton_lite.stop_threads import stop_threads
+from proton_lite.trace import perfetto
+
+
+def test_by_default_every_core_this_process_may_use_at_most_16(monkeypatch):
+    monkeypatch.delenv("PROTON_LITE_THREADS", raising=False)
+    assert stop_threads() == max(1, min(len(os.sched_getaffinity(0)), 16))
+
+
+@pytest.mark.parametrize("raw, threads", [("3", 3), (" 5 ", 5), ("32", 32)])
+def test_the_setting_is_taken_as_given(monkeypatch, raw, threads):
+    monkeypatch.setenv("PROTON_LITE_THREADS", raw)
+    assert stop_threads() == threads
+
+
+@pytest.mark.parametrize("raw", ["0", "two", "-1", "1.5"])
+def test_a_setting_that_is_not_a_count_is_an_error_that_names_it(monkeypatch, raw):
+    monkeypatch.setenv("PROTON_LITE_THREADS", raw)
+    with pytest.raises(ValueError, match=r"PROTON_LITE_THREADS must be a whole number of at least 1.*unset it"):
+        stop_threads()
+
+
+def test_the_decode_and_the_trace_writer_run_on_that_many_threads(tmp_path, monkeypatch):
+    capture = _lifetimes(tmp_path / "t.plraw")  # 8 launches of 40 CTAs
+    monkeypatch.setenv("PROTON_LITE_THREADS", "3")
+    monkeypatch.setattr(D, "DECODE_WORKERS", None)
+    monkeypatch.setattr(D, "BATCH_BYTES", 40 * 32)  # a batch per launch
+    pools = []
+
+    class Recorded(ThreadPoolExecutor):
+        def __init__(self, max_workers=None, *args, **kwargs):
+            pools.append(max_workers)
+            super().__init__(max_workers, *args, **kwargs)
+    monkeypatch.setattr(D, "ThreadPoolExecutor", Recorded)
+    monkeypatch.setattr(perfetto, "ThreadPoolExecutor", Recorded)
+    profile = D.decode(capture)
+    assert pools == [3]
+    perfetto.write_perfetto(profile, tmp_path / "t.pftrace")
+    assert pools[1] == 3
