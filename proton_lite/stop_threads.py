@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-MOST = 16  # beyond this the stop's serial steps dominate (docs/benchmarks.md, "Stop")
+MOST = 16  # the most the stop has been measured with (16-core GPU hosts; docs/benchmarks.md, "Stop")
 
 
 def stop_threads() -> int:
