@@ -3,8 +3,8 @@ on, at most 16, or ``PROTON_LITE_THREADS``.
 
 Why a setting: more threads make a stop faster and hold more memory at once (each decoding
 thread a batch of up to 8 MiB of raw records at 3-5 times its size, and the heap keeps what
-the threads freed): the stop of 4 M CTA lifetimes (a 128 MiB capture) peaked at 5.8 times
-the capture on 2 threads and 8.4 times on 16 (docs/design.md §6, "The stop's memory"). A
+the threads freed): the stop of 4 M CTA lifetimes (a 128 MiB capture) peaked at about 6
+times the capture on 2 threads and 8.3 times on 16 (docs/design.md §6, "The stop's memory"). A
 machine short of memory trades time for it here.
 """
 from __future__ import annotations
