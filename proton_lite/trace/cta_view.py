@@ -5,7 +5,7 @@ the CTA array is 64 bytes a CTA, 256 MB for a capture of 4 M CTA lifetimes, held
 whole write, where each step reads a few of its columns (issue 22 bounds the stop's memory
 by about twice the capture's size; the capture holds 32 bytes a CTA).  Here a column is
 gathered when a step asks for it (``view["cta"]``, ~10 ms for 4 M CTAs) and freed by that
-step (the three that most steps read, times and SM, are kept); the rows a task needs by
+step (the four that most steps read, times, SM and CTA id, are kept); the rows a task needs by
 ``take``; a lazy ``column`` for what is read piece by piece (``meta._pack_columns``).  Where
 the order is the profile's own (the launch layout of a decoded capture), columns are views of
 the profile's array and nothing is gathered.  The order itself is int32 (4 bytes a CTA).
@@ -17,13 +17,13 @@ import numpy as np
 from proton_lite.trace.interval_runs import take_parts
 
 
-KEPT = ("start_ns", "end_ns", "smid")  # read by most steps: gathered once, on the plan's threads
+KEPT = ("start_ns", "end_ns", "smid", "cta")  # read by most steps: gathered once, on the plan's threads
 GATHER_ROWS = 1 << 16  # rows per part of that gather
 
 
 class CtaView:
     """``source`` (a CTA_DTYPE array) in the order ``order``; the KEPT columns gathered at once
-    on ``pmap`` (20 bytes a CTA), the rest when asked."""
+    on ``pmap`` (24 bytes a CTA), the rest when asked."""
 
     def __init__(self, source: np.ndarray, order: np.ndarray, pmap=map):
         self.source = source
