@@ -51,6 +51,31 @@ def test_pairs_and_levels_match_the_numpy_pairing(seed, deep, corrupt):
     assert len(e) > 100 and np.array_equal(ce, e) and np.array_equal(cx, x) and np.array_equal(clevel, level)
 
 
+def test_pairs_fit_in_half_the_records_and_nothing_is_written_past_them():
+    """``pair`` gives the C code room for n/2 + 1 pairs (a pair takes one enter and one exit
+    record): over random streams of every kind (unmatched, wrong scopes, corrupt tags, all
+    enters, all exits, perfect nesting) the pairs never pass n/2 and the slots past them are
+    untouched; a buffer too short for n/2 + 1 is refused, not overrun."""
+    mod = native_decode.module()
+    rng = np.random.default_rng(7)
+    streams = [_records(rng, int(rng.integers(1, 30)), int(rng.integers(1, 6)), rate, deep)
+               for rate in (0.0, 0.1, 0.5) for deep in (False, True) for _ in range(40)]
+    for kind in (0, 1):  # every record an enter, then every record an exit
+        streams.append((np.full(50, kind, np.uint64), np.zeros(50, np.int64)))
+    perfect = np.tile(np.array([0, 2, 3, 1], np.uint64), 30)  # enter a, enter b, exit b, exit a
+    streams.append((perfect, np.repeat(np.arange(30, dtype=np.int64), 4)))
+    for words, group in streams:
+        n = len(words)
+        e, x = np.full(n + 8, -7, np.int64), np.full(n + 8, -7, np.int64)
+        k = mod.pair(words, group, 6, e, x, np.empty(n, np.int64))
+        assert k <= n // 2 and (e[k:] == -7).all() and (x[k:] == -7).all(), (n, k)
+    assert k == 60  # the perfect nesting pairs every record
+    words, group = streams[-1]
+    with pytest.raises(ValueError, match="array lengths differ"):
+        mod.pair(words, group, 6, np.empty(len(words) // 2, np.int64), np.empty(len(words) // 2, np.int64),
+                 np.empty(len(words), np.int64))
+
+
 def test_no_records():
     e, x, level = native_decode.pair(np.zeros(0, np.uint64), np.zeros(0, np.int64), 3)
     assert len(e) == len(x) == len(level) == 0
