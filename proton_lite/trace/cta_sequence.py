@@ -32,7 +32,7 @@ from proton_lite.trace.rows import resident_marks
 PART_EVENTS = 1 << 15  # events per part of time, about
 MAX_PARTS = (1 << 16) - 1  # part ids are 16-bit
 SAMPLE = 1 << 19  # times sampled for the parts' bounds, at most
-CUT_CHUNK = 1 << 20  # events per chunk of the counting sort by part
+CUT_CHUNK = 1 << 18  # events per chunk of the part cut (each chunk ~8 MB of temporaries on its thread)
 
 
 def planned_parts(n_ctas: int, part_events: int | None = None) -> int:
@@ -97,10 +97,10 @@ class CtaParts:
         part = np.empty(2 * n, np.uint16)
 
         def bucket(lo: int):
-            hi = min(lo + (1 << 20), n)
+            hi = min(lo + CUT_CHUNK, n)
             part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
             part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
-        list(pool.map(bucket, range(0, n, 1 << 20)))
+        list(pool.map(bucket, range(0, n, CUT_CHUNK)))
         # a counting sort by part, stable (each part's events stay in index order), in chunks of
         # events on the pool, each writing its events' places straight into the narrow result
         # (one argsort of all 2n events made 8 bytes an event first, and a bincount widened
