@@ -132,6 +132,9 @@ class SessionOptions:
             raise ValueError(f"proton_lite: copy_every must be a whole number of launches >= 1 (got "
                              f"{self.copy_every!r}); 1 copies each launch back right after it")
         self.instrument_config()  # validates granularity, capacity and buffer mode
+        if self.decode:  # PROTON_LITE_THREADS is read now: a bad value fails at start(), not at stop
+            from proton_lite.stop_threads import stop_threads
+            stop_threads()
 
     @property
     def base(self) -> str:

@@ -14,12 +14,16 @@ import os
 MOST = 16  # the most the stop has been measured with (16-core GPU hosts; docs/benchmarks.md, "Stop")
 
 
+class SettingError(ValueError):
+    """A setting of the environment is wrong (the capture is fine): its message names both."""
+
+
 def stop_threads() -> int:
     """``PROTON_LITE_THREADS`` if set, else the cores this process may run on (at most MOST)."""
     raw = os.environ.get("PROTON_LITE_THREADS", "").strip()
     if raw:
         if not raw.isdigit() or int(raw) < 1:
-            raise ValueError(f"proton_lite: PROTON_LITE_THREADS must be a whole number of at least 1 (got {raw!r}); "
+            raise SettingError(f"proton_lite: PROTON_LITE_THREADS must be a whole number of at least 1 (got {raw!r}); "
                              f"unset it to use every core, at most {MOST}")
         return int(raw)
     try:

@@ -46,3 +46,29 @@ def test_the_decode_and_the_trace_writer_run_on_that_many_threads(tmp_path, monk
     assert pools == [3]
     perfetto.write_perfetto(profile, tmp_path / "t.pftrace")
     assert pools[1] == 3
+
+
+def test_a_bad_setting_fails_at_start_not_at_stop(monkeypatch):
+    """The setting is read when a session's options are made, so a bad value is an error at
+    ``proton_lite.start()``'s line, not at stop after the run; a session that does not decode
+    at stop does not read it."""
+    from proton_lite.session import SessionOptions
+    from proton_lite.stop_threads import SettingError
+    monkeypatch.setenv("PROTON_LITE_THREADS", "lots")
+    with pytest.raises(SettingError, match="PROTON_LITE_THREADS must be a whole number"):
+        SessionOptions()
+    SessionOptions(decode=False)
+
+
+def test_the_cli_names_the_setting_not_a_broken_file(capsys, monkeypatch):
+    """``proton-lite summary`` with a bad setting: one error line about the setting (the
+    capture is fine), not "the file is corrupted"."""
+    from pathlib import Path
+
+    from proton_lite.viewer import cli
+    monkeypatch.setenv("PROTON_LITE_THREADS", "0")
+    capture = Path(__file__).parent / "data" / "matmul.plraw"
+    rc = cli.main(["summary", str(capture)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("proton-lite: error: PROTON_LITE_THREADS must be a whole number"), err
+    assert "corrupted" not in err and len(err.splitlines()) == 1

@@ -57,6 +57,9 @@ _DECODE_ERRORS = (KeyError, TypeError, ValueError, AssertionError, IndexError)
 
 
 def _decode_error(path: str, e: Exception) -> CliError:
+    from proton_lite.stop_threads import SettingError
+    if isinstance(e, SettingError):  # the environment's, not the file's
+        return CliError(str(e).removeprefix("proton_lite: "))
     return CliError(f"{path}: cannot decode the capture ({type(e).__name__}: {_one_line(e)}); the file is "
                     f"corrupted or from an incompatible proton-lite; {_CAPTURE_HINT}")
 
