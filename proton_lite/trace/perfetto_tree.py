@@ -291,10 +291,9 @@ class CtaEvents:
         mod = native_events.module()
         if mod is None:
             return finish(self.rows(seq, sel), compress)
-        begin, c, dts, track, value = self._columns(seq, sel)
-        lr = self.lr[c].astype(np.int64)
+        begin, c, cid, lr, dts, track, value = self._columns(seq, sel)
         if self.by_launch:
-            a, b, cc, d = self.ctas.take("cta", c), self.gx[lr], self.gy[lr], self.multi[lr]
+            a, b, cc, d = cid, self.gx[lr], self.gy[lr], self.multi[lr]
         else:
             a, b, cc, d = lr + 1, self.launch_no[lr], None, None
         data, ends = cta_packets(mod, SEQ_CTAS, self.by_launch, dts, begin, track, a, b, cc, d, value,
@@ -302,26 +301,27 @@ class CtaEvents:
         return deflated(data, ends) if compress and data else data
 
     def _columns(self, seq: CtaSequence, sel: slice):
-        """(BEGIN or not, CTA, timestamp delta, track uuid, the arg: CTA id or cycles) of the
-        events ``sel`` of a part, the fields both layouts of a packet share."""
+        """(BEGIN or not, CTA, its CTA id, its launch rank, timestamp delta, track uuid, the arg:
+        CTA id or cycles) of the events ``sel`` of a part, the fields both layouts of a packet
+        share (each gathered once)."""
         begin, c = seq.begin[sel], seq.cta[sel]
         lo = sel.start or 0
         dts = np.diff(seq.t[sel], prepend=seq.t[lo - 1] if lo > 0 else np.int64(seq.prev_t))
         cid = self.ctas.take("cta", c).astype(np.int64)
         cycles = (self.ctas.take("end_clock", c) - self.ctas.take("start_clock", c)).view(np.int64)
-        return begin, c, dts, seq.track[sel] + self.n_units, np.where(begin, cid, cycles)
+        return begin, c, cid, self.lr[c].astype(np.int64), dts, seq.track[sel] + self.n_units, \
+            np.where(begin, cid, cycles)
 
     def rows(self, seq: CtaSequence, sel: slice) -> Rows:
         """The events ``sel`` of a part as numpy byte columns (where the C layout is not built)."""
-        begin, c, dts, track, value = self._columns(seq, sel)
-        lr = self.lr[c].astype(np.int64)
+        begin, c, cid, lr, dts, track, value = self._columns(seq, sel)
         r = Rows(len(begin))
         plen, p0, tlen, t0 = slice_event_start(r, SEQ_CTAS, dts, ~begin, track)
         if self.by_launch:  # "CTA 37"
             r.const(tag(TE_NAME, 2), begin)
             nlen = r.placeholder()
             n0 = r.mark()
-            cta_name(r, self.ctas.take("cta", c).astype(np.int64), self.gx[lr], self.gy[lr], self.multi[lr], begin)
+            cta_name(r, cid, self.gx[lr], self.gy[lr], self.multi[lr], begin)
             r.set_length(nlen, r.length_since(n0), begin)
         else:  # the launch's interned name (``names``): one varint
             r.const(tag(TE_NAME_IID, 0), begin)
