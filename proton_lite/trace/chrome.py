@@ -29,12 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
+from proton_lite.stop_threads import stop_threads
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
 from proton_lite.trace.plan import lane_name, launch_names, launch_spans, plan_trace
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
-from proton_lite.trace.workers import _run_ordered, _workers
+from proton_lite.trace.workers import _run_ordered
 from proton_lite.trace._proto import Rows
 from proton_lite.trace.rows import SLOT_NAME, cta_name, grid_of_ctas, resident_changes, unit_names, unit_tracks
 
@@ -271,7 +272,7 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
               for lo in range(0, len(c_pid), CHUNK)]
     tasks += [lambda sel=slice(lo, min(lo + CHUNK, n_cta)): slice_lines(sel, True) for lo in range(0, n_cta, CHUNK)]
     tasks += [lambda sel=slice(lo, lo + CHUNK): slice_lines(sel, False) for lo in range(n_cta, len(order), CHUNK)]
-    workers = _workers() if workers is None else workers
+    workers = stop_threads() if workers is None else workers
     size, pending = 0, b""
     with open(path, "wb") as f:
         def put(data: bytes) -> None:  # one piece held back: the last line loses its comma

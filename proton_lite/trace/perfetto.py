@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from proton_lite.profile_data import Profile
+from proton_lite.stop_threads import stop_threads
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
-from proton_lite.trace.workers import _ordered, _workers
+from proton_lite.trace.workers import _ordered
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
@@ -56,7 +57,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     clock = _Phases()
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
-    workers = _workers() if workers is None else workers
+    workers = stop_threads() if workers is None else workers
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     run = pool.submit if pool else (lambda f: _Done(f()))
     pmap = pool.map if pool else map

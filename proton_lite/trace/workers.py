@@ -4,8 +4,6 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from proton_lite.stop_threads import stop_threads
-
 
 def _ordered(submit, tasks: list, ahead: int):
     """The results of ``tasks`` in order, as an iterator; the first ``ahead`` tasks are
@@ -36,9 +34,3 @@ def _run_ordered(tasks, workers: int):
     with ThreadPoolExecutor(workers) as ex:
         yield from _ordered(ex.submit, tasks, 2 * workers + 1)
 
-
-def _workers() -> int:
-    """Threads for a writer: every core, at most 16, or ``PROTON_LITE_THREADS``
-    (``stop_threads``; the work is numpy and our deflate, which release the GIL; each thread
-    holds one piece's temporaries, ~50 MB)."""
-    return stop_threads()
