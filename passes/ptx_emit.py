@@ -28,12 +28,9 @@ class _Emitter(LifetimesCode, BlockCode, LoopCode):
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
                  keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
                  unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False,
-                 copy_tags: tuple[int, int] = (0, 0), start_shared: bool = False) -> None:
+                 copy_tags: tuple[int, int] = (0, 0)) -> None:
         self.layout = layout
         self.start_at_exit = start_at_exit  # a straight-line kernel writes its CTA header at exit
-        # a kernel without scopes whose loops rule that out: its start pair in shared memory
-        # until thread 0 writes the CTA header at exit (ptx_instrument.start_in_shared)
-        self.start_shared = start_shared and not start_at_exit
         self.exit_function = None  # the name of the .func its exit calls (ptx_lifetimes.EXIT_IN_FUNCTION)
         self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
         self.param = param

@@ -45,8 +45,7 @@ from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.ptx_emit import _Emitter  # noqa: F401
 from proton_lite.passes.ptx_loop_code import _opaque_zero  # noqa: F401
 from proton_lite.passes.ptx_loops import _defer_loop_tails, _loop_bookkeeping, _pair_tight_loops  # noqa: F401
-from proton_lite.passes.ptx_staging import (mark_block_checks, resident_ctas, shared_bytes,  # noqa: F401
-                                            staged_slots, staging_offset)
+from proton_lite.passes.ptx_staging import mark_block_checks, shared_bytes, staged_slots, staging_offset  # noqa: F401
 from proton_lite.passes.ptx_scan import (_BRA_RE, _COND_BRA_RE, _ENTRY_RE, _LABEL_RE, _MARKER_RE,  # noqa: F401
                                          _RET_RE, _UNCOND_BRA_RE, CLOSE_GAP, MIN_CHAIN, RECORD_TAG_RE,
                                          SHARED_TOTAL_LIMIT, STAGING_ALIGN, UNROLLED_COPY, InstrumentationError,
@@ -78,34 +77,12 @@ def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:
     return not layout.sized_at_launch and not info.back_edges and "setmaxnreg" not in ptx
 
 
-START_SHARED_BYTES = 16  # the start pair (%globaltimer, %clock64) of start_in_shared
-
-
-def start_in_shared(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int) -> bool:
-    """Whether a kernel without scopes that cannot keep its start pair in registers (a loop)
-    keeps it in 16 bytes of shared memory instead, written by thread 0 at entry and read back
-    by it at exit, where it writes the CTA header: the entry is then two timer reads and one
-    shared store on warp 0's path where the header at entry took about 100 cycles (its
-    block's address, ``%smid``, four global stores), and no register lives across the loop
-    (the halves kept in registers cost liger's cross-entropy 2-3 points; design.md).  Full
-    64-bit values: a CTA of a loop may live past the halves' wrap.  Not where the 16 bytes
-    would cost the kernel a resident CTA per SM, nor with ``setmaxnreg``."""
-    if info.kernel == CALIBRATION_KERNEL or "setmaxnreg" in ptx or not lifetimes_only(info, layout) or \
-            keeps_start_pair(ptx, info, layout):
-        return False
-    total = staging_offset(triton_shared) + START_SHARED_BYTES
-    return total <= SHARED_TOTAL_LIMIT and \
-        resident_ctas(total, layout.num_warps) >= resident_ctas(triton_shared, layout.num_warps)
-
-
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
             pool_plan: PoolPlan | None = None, start_at_exit: bool = True) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
     layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel keeps
     its CTA's start pair in registers and writes the CTA header at exit (ptx_lifetimes.py),
-    unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch);
-    a kernel without scopes whose loops rule that out keeps it in shared memory where
-    ``start_in_shared`` allows; ``start_at_exit=False``: the header at entry.
+    unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch).
     Marks ``info``'s sites for the loop transforms and, with staging in blocks, adds the
     copies' scope (``COPY_SCOPE``) to the end of its scope table."""
     if layout.sized_at_launch and (layout.staging != "global" and not layout.flush_slots or layout.mode != "clamp"):
@@ -155,7 +132,6 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
                     unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout),
-                    start_shared=start_at_exit and start_in_shared(ptx, info, layout, triton_shared),
                     copy_tags=(encode_tag(ids[COPY_SCOPE], False), encode_tag(ids[COPY_SCOPE], True))
                     if layout.flush_slots else (0, 0))
     if ptx_lifetimes.EXIT_IN_FUNCTION and emit.start_at_exit and lifetimes_only(info, layout):
@@ -189,7 +165,7 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
             continue
         if not entry_seen and _ENTRY_RE.match(line):
             entry_seen = True
-            if layout.staging == "shared" or emit.start_shared:
+            if layout.staging == "shared":
                 out.append(f".extern .shared .align 16 .b8 {smem_symbol}[];")
             out.append(line)
             continue

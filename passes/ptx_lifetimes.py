@@ -12,11 +12,6 @@ unit's leader computes its block at exit and writes its header there.  The CTA h
   there.  The entry costs two reads with nothing to wait for.  Two registers, not four:
   with the 64-bit pair kept, Triton 3.6's ptxas delayed kernels' loads to stay within its
   register count (design.md).
-- ``start_shared`` (kernels with loops, where registers kept across the loop cost and a CTA
-  may live past the halves' wrap): every thread reads the 64-bit start pair as the kernel's
-  first two instructions, thread 0 stores it to 16 bytes of shared memory past Triton's, and
-  at exit reads it back and writes the CTA header after its unit header; nothing of ours
-  lives in a register across the kernel (ptx_instrument.start_in_shared).
 - otherwise (kernels with ``setmaxnreg``, or where ptxas spilled for those two registers:
   register_cap.build_best): thread 0 computes its CTA block and writes the header at
   entry, about 100 cycles on warp 0's path before its first instruction of the kernel,
@@ -78,15 +73,6 @@ class LifetimesCode:
         """The start pair's low halves, kept until exit (%pl_r13, %pl_r14)."""
         return ["mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]
 
-    @property
-    def header_at_exit(self) -> bool:
-        """Thread 0 writes the CTA header at exit: its start pair kept in registers or in shared memory."""
-        return self.start_at_exit or self.start_shared
-
-    def _start_shared(self) -> str:
-        """The address of the start pair in shared memory (ptx_instrument.start_in_shared)."""
-        return f"[{self.smem}+{self.smem_offset}]"
-
     def _start_rebuilt(self) -> list[str]:
         """%pl_d4/%pl_d5 = the start pair, from its low halves and the end pair (%pl_d8/%pl_d9)."""
         out = []
@@ -99,10 +85,7 @@ class LifetimesCode:
         """Thread 0's CTA header at %pl_d0 (format.md §1.2); at exit the start pair comes from
         entry and %smid was read with the end pair (its latency hidden by the unit's stores)."""
         L = self.layout
-        start = self._start_rebuilt() if self.start_at_exit else \
-            [f"ld.shared.v2.u64 {{%pl_d4, %pl_d5}}, {self._start_shared()};"] if self.start_shared else \
-            ["mov.u32 %pl_r10, %smid;"] + self._start_pair()
-        return (start + [
+        return ((self._start_rebuilt() if self.start_at_exit else ["mov.u32 %pl_r10, %smid;"] + self._start_pair()) + [
                 f"mov.u32 %pl_r11, {CTA_MAGIC};",
                 "st.global.v2.u32 [%pl_d0], {%pl_r11, %pl_r10};",
                 "st.global.u64 [%pl_d0+8], %pl_d4;",  # 8-byte aligned only: no v2.u64 (needs 16)
@@ -120,10 +103,6 @@ class LifetimesCode:
     def lifetimes_prologue(self) -> list[str]:
         if self.start_at_exit:
             return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_halves()
-        if self.start_shared:
-            return (["// proton_lite: prologue (lifetimes only: the start pair in shared memory until exit)"]
-                    + self._start_pair() + ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;",
-                                            f"@%pl_p1 st.shared.v2.u64 {self._start_shared()}, {{%pl_d4, %pl_d5}};"])
         return (["// proton_lite: prologue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
                  "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
                 + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])
@@ -166,7 +145,7 @@ class LifetimesCode:
     def _exit_code(self, k: int, param: str) -> list[str]:
         """Each unit's leader: its end pair and header, its block computed again (the buffer
         from ``param``); then thread 0 (the leader of unit 0) the CTA header, if the start
-        pair was kept from entry (in registers or in shared memory).  A compact layout: thread 0's lifetime block."""
+        pair was kept from entry.  A compact layout: thread 0's lifetime block."""
         L = self.layout
         if L.compact:
             return self._lifetime_block(k, param)
@@ -175,7 +154,7 @@ class LifetimesCode:
                  f"and.b32 %pl_r2, %pl_r0, {self.unit_threads - 1};", "setp.eq.u32 %pl_p0, %pl_r2, 0;",
                  f"@!%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;"]
-                + (["mov.u32 %pl_r10, %smid;"] if self.header_at_exit else [])
+                + (["mov.u32 %pl_r10, %smid;"] if self.start_at_exit else [])
                 + self._block_address(param)
                 + [f"shr.u32 %pl_r1, %pl_r0, {shift};",
                    f"mul.wide.u32 %pl_d1, %pl_r1, {L.unit_bytes};", "add.s64 %pl_d2, %pl_d0, %pl_d1;",
@@ -184,5 +163,5 @@ class LifetimesCode:
                    f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 8}], %pl_d8;",
                    f"st.global.u64 [%pl_d2+{CTA_HEADER_BYTES + 16}], %pl_d9;"]
                 + (["setp.ne.u32 %pl_p1, %pl_r0, 0;", f"@%pl_p1 bra $pl_done_{k};"] + self._cta_header()
-                   if self.header_at_exit else [])
+                   if self.start_at_exit else [])
                 + [f"$pl_done_{k}:"])

@@ -40,9 +40,8 @@ from proton_lite.passes.ptx_staging import sparse_loops
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
-from proton_lite.passes.ptx_instrument import (START_SHARED_BYTES, PtxScan, fold_exit_branches, keeps_start_pair,
-                                               lifetimes_only, rewrite, scan, shared_bytes, staging_offset,
-                                               start_in_shared, strip_markers)
+from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keeps_start_pair, lifetimes_only, rewrite,
+                                               scan, shared_bytes, staging_offset, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
@@ -53,8 +52,7 @@ from proton_lite.passes.ptx_instrument import (START_SHARED_BYTES, PtxScan, fold
 # 17: straight-line kernels with scopes too (ptx_emit.py), except the session's record-cost kernel
 # 18: loops sized at launch stage their records in shared memory, copied in blocks (flush_slots)
 # 19: straight-line kernels without scopes, one unit per CTA: one 32-byte lifetime block (compact)
-# 20: kernels without scopes with loops keep their start pair in shared memory, the CTA header at exit
-PASS_VERSION = "proton_lite-ptx-pass-20"
+PASS_VERSION = "proton_lite-ptx-pass-19"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -130,29 +128,25 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         pool_plan = plan_pool(ptx.split("\n"), start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
     at_exit = keeps_start_pair(ptx, info, layout)
-    shared_start = not at_exit and start_in_shared(ptx, info, layout, triton_shared)
     headers = layout  # the layout of the entry form (CTA and unit headers)
     layout = compact_layout(info, layout, at_exit)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
     pipelined = _pipelining(ptx, info)  # of the PTX before the pass: the same for every form
 
-    def kernel_metadata(info: PtxScan, layout: BufferLayout, at_exit: bool, shared_start: bool = False) -> dict:
+    def kernel_metadata(info: PtxScan, layout: BufferLayout, at_exit: bool) -> dict:
         """What the launcher, the allocator and the decoder read for this form of the kernel."""
         entry = metadata_entry(info, layout, bound, lost, pool_plan if layout.pool else None,
                                pipelined, facts.get("unpipelined"), facts.get("partitions"))
-        # the cubin stage may fall back; the start pair kept until exit in registers or shared memory
-        entry["cta_header"] = "exit" if at_exit or shared_start else "entry"
-        entry["start_pair"] = "registers" if at_exit else "shared" if shared_start else "entry"
+        entry["cta_header"] = "exit" if at_exit else "entry"  # the cubin stage may fall back
         # the launcher asks for this much dynamic shared memory; the allocator tells kernels
         # sized at launch by their alignment (layout.LAUNCH_SIZED_ALIGN)
-        shared = staging_offset(triton_shared) + shared_bytes(layout) if layout.staging == "shared" else \
-            staging_offset(triton_shared) + START_SHARED_BYTES if shared_start else triton_shared
-        return {"shared": shared, "profile_scratch_size": layout.stride,
+        return {"shared": staging_offset(triton_shared) + shared_bytes(layout) if layout.staging == "shared"
+                else triton_shared, "profile_scratch_size": layout.stride,
                 "profile_scratch_align": LAUNCH_SIZED_ALIGN if layout.sized_at_launch else DEFAULT_ALIGN,
                 "proton_lite": entry}
 
-    metadata.update(kernel_metadata(info, layout, at_exit, shared_start))
-    if fallbacks is not None and (at_exit or shared_start):  # the header at entry, where ptxas spilled more
+    metadata.update(kernel_metadata(info, layout, at_exit))
+    if fallbacks is not None and at_exit:  # the header at entry, where the start pair made ptxas spill
         fallbacks.append((rewrite(ptx, info, headers, triton_shared, None, start_at_exit=False),
                           kernel_metadata(info, headers, False)))
     if fallbacks is not None and layout.flush_slots:

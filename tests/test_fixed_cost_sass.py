@@ -101,41 +101,6 @@ def _listing(rows) -> str:
     return "\n".join(out)
 
 
-LOOPED = (F.row_cross_entropy, {"x_ptr": "*fp32", "target_ptr": "*i64", "loss_ptr": "*fp32", "stride": "i32",
-                                  "n_cols": "i32"}, {"BLOCK": 4096}, 32)
-LOOPED_SHIFT = 8  # the start pair's reads, thread 0's test and its shared store (the header at entry: 20-24)
-
-
-def test_a_kernel_with_a_loop_keeps_its_cta_header_off_its_loads(monkeypatch, tmp_path):
-    """Pass 20: a kernel without scopes whose loop rules out the start pair in registers
-    keeps it in 16 bytes of shared memory (its metadata asks the launcher for them) and writes
-    the header at exit, so that its loads issue where the plain kernel's do, not behind the
-    header's address arithmetic, timer reads and four stores (liger's cross-entropy shape:
-    32 warps, one or two CTAs per SM, every warp waiting for warp 0 at the first reduction)."""
-    from proton_lite.passes import ptx_instrument, stage_hook
-    from proton_lite.passes.ptx_staging import staging_offset
-    from proton_lite.sass_listing import load_shift
-    fn, sig, constexprs, warps = LOOPED
-    built = {inst: proton_lite.compile(fn, sig, constexprs, instrument=inst, num_warps=warps,
-                                       divisible_by_16=("stride", )) for inst in (False, True)}
-    k = built[True]
-    assert k.profile["cta_header"] == "exit" and k.profile["start_pair"] == "shared"
-    assert k.metadata["shared"] == staging_offset(built[False].metadata["shared"]) + 16
-    listing = {inst: [i.text for i in disassemble(b.asm["cubin"])] for inst, b in built.items()}
-    r = load_shift(listing[False], listing[True])
-    assert r["comparable"] and r["loads"] > 0, r
-    assert 0 <= r["first_moved"] and r["max_moved"] <= LOOPED_SHIFT, r
-    # pass 19's header at entry, for comparison: the loads wait behind it
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # the cache key does not see the patch
-    no_shared_start = lambda *args: False  # noqa: E731
-    monkeypatch.setattr(stage_hook, "start_in_shared", no_shared_start)
-    monkeypatch.setattr(ptx_instrument, "start_in_shared", no_shared_start)
-    entry = proton_lite.compile(fn, sig, constexprs, num_warps=warps, divisible_by_16=("stride", ))
-    assert entry.profile["cta_header"] == "entry" and entry.metadata["shared"] == built[False].metadata["shared"]
-    r_entry = load_shift(listing[False], [i.text for i in disassemble(entry.asm["cubin"])])
-    assert r_entry["first_moved"] > LOOPED_SHIFT, r_entry
-
-
 def test_loads_behind_loads_follow_the_scoreboards():
     from proton_lite.sass_listing import decode, loads_behind_loads
     rows = [("LDG.E R2, desc[UR4][R2.64]", 2, 0), ("S2R R9, SR_TID.X", 0, 0), ("IMAD R3, R9, 4, RZ", 7, 0b1),
@@ -205,11 +170,6 @@ def test_the_lateheader_form_issues_a_loop_kernel_s_first_load_before_its_header
     from header_forms import late_prologue
     from proton_lite.passes import stage_hook
     sig = {"x_ptr": "*fp32", "target_ptr": "*i64", "loss_ptr": "*fp32", "stride": "i32", "n_cols": "i32"}
-
-    from proton_lite.passes import ptx_instrument
-    no_shared_start = lambda *args: False  # noqa: E731  the form is of the header at entry (pass 19's for loops)
-    monkeypatch.setattr(stage_hook, "start_in_shared", no_shared_start)
-    monkeypatch.setattr(ptx_instrument, "start_in_shared", no_shared_start)
 
     def first_load_and_store(form_on: bool):
         monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"cache_{form_on}"))  # the key does not see the form

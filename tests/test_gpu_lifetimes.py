@@ -7,8 +7,6 @@ all of it in a 32-byte lifetime block); a kernel with a loop writes it at entry.
 real SM ids, a clock rate per CTA within 5% of the GPU's highest (one word-per-lane exit read
 2.05 median, up to 5.6) and none flagged by the summary, CTAs inside the kernel's event time, and
 outputs equal to the plain run; with the exit inline and as a call."""
-import collections
-
 import numpy as np
 import pytest
 
@@ -36,21 +34,11 @@ def _row_sum(a, b, c):
 
 
 @pytest.mark.parametrize("launch,header,ctas,exit_form", [(_gated, "exit", ROWS, "inline"), (_gated, "exit", ROWS, "call"),
-                                                          (_row_sum, "exit", 132, "inline"),
                                                           (_row_sum, "entry", 132, "inline")])
 def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas, exit_form, tmp_path, monkeypatch):
-    """Straight-line kernels: the start pair's halves in registers, one lifetime block per CTA
-    (inline, or the exit as a call); the persistent loop: its start pair in shared memory
-    (pass 20), or, as the cubin stage's fallback builds it, its header at entry."""
-    from proton_lite.passes import ptx_instrument, ptx_lifetimes, stage_hook
+    from proton_lite.passes import ptx_lifetimes
     exit_call = exit_form == "call"
     monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", exit_call)  # the exit as a call (off by default)
-    if launch is _row_sum and header == "entry":  # the fallback form: its own cache (the key does not see it)
-        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-        monkeypatch.setattr(stage_hook, "start_in_shared", lambda *args: False)
-        monkeypatch.setattr(ptx_instrument, "start_in_shared", lambda *args: False)
-        fn = F.persistent_row_sum  # a fresh in-memory cache for this case only: the next tests get pass 20's binary
-        monkeypatch.setattr(fn, "device_caches", collections.defaultdict(fn.create_binder))
     g = torch.Generator(device="cuda").manual_seed(3)
     a, b = (torch.randn(ROWS, COLS, device="cuda", generator=g) for _ in range(2))
     plain = torch.zeros(ROWS, COLS, device="cuda")
@@ -73,9 +61,7 @@ def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas
     layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
     (la, ) = [la for la in cap.launches if cap.kernels[la.kernel_id] is kmeta]
     # one unit per CTA and the header at exit: a 32-byte lifetime block per CTA (format.md §1.2a)
-    assert layout.compact == (launch is _gated) and len(la.buffer) == ctas * layout.stride
-    assert kmeta["proton_lite"]["start_pair"] == ("registers" if launch is _gated else "shared" if header == "exit"
-                                                  else "entry")
+    assert layout.compact == (header == "exit") and len(la.buffer) == ctas * layout.stride
     buffer = expand_lifetimes(la.buffer, ctas) if layout.compact else la.buffer
     blocks = np.frombuffer(buffer, dtype=cta_block_dtype(layout.expanded()), count=ctas)
     assert (blocks["magic"] == CTA_MAGIC).all() and (blocks["unit"]["magic"] == UNIT_MAGIC).all()

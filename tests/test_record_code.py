@@ -14,8 +14,7 @@ import pytest
 
 from proton_lite.decode import cta_block_dtype, expand_lifetimes
 from proton_lite.layout import UNIT_MAGIC, BufferLayout, capacity_word, encode_tag
-from proton_lite.passes.ptx_instrument import (START_SHARED_BYTES, fold_exit_branches, rewrite, scan, shared_bytes,
-                                               start_in_shared)
+from proton_lite.passes.ptx_instrument import fold_exit_branches, rewrite, scan, shared_bytes
 from ptx_sim import Kernel, Launch
 from test_kernel_side import _ptx
 
@@ -45,10 +44,8 @@ def run(body: list[str], layout: BufferLayout, regs: dict, launch_capacity: int 
     mem = bytearray(read.buffer_bytes(CTAS))
     if layout.sized_at_launch:
         mem[0:4] = capacity_word(launch_capacity).to_bytes(4, "little")
-    smem = shared_bytes(layout) if layout.staging == "shared" else \
-        START_SHARED_BYTES if start_at_exit and start_in_shared(ptx, scan(ptx), layout, 0) else 0
     Kernel(out).run(Launch(grid=CTAS, threads=layout.num_warps * 32, params={"k_param_1": 1 << 32},
-                           global_mem=mem, shared_bytes=smem,
+                           global_mem=mem, shared_bytes=shared_bytes(layout) if layout.staging == "shared" else 0,
                            regs=regs, clock_base=clock_base))
     data = bytes(mem[read.prefix:])
     if read.compact:  # lifetime blocks, read as the headers they hold (the decoder's own step)
@@ -384,66 +381,9 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert not keeps_start_pair(ptx, scan(ptx), global_layout(4, sized=True, granularity="cta", num_warps=4))
     body = ["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"]
     looped = _ptx(body)
-    assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: not in registers (the test below)
-    blocks, _ = run(body, layout, {"%r2": 3}, start_at_exit=False)
+    assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: the header at entry
+    blocks, _ = run(body, layout, {"%r2": 3})
     assert (blocks["start_clk"] > START_CLOCK + 10).all() and (blocks["magic"] == 0x314C5043).all()
-
-
-LOOP = ["\tsetp.eq.s32 %p3, %r2, 0;", "\t@%p3 bra $L_out;", "$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;",
-        "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;", "$L_out:"]
-
-
-@pytest.mark.parametrize("granularity,num_warps", [("cta", 4), ("warp", 2)])
-def test_a_kernel_without_scopes_with_a_loop_keeps_its_start_pair_in_shared_memory(granularity, num_warps):
-    """A loop rules out the start pair in registers (ptx_instrument.keeps_start_pair); the
-    kernel then reads the whole 64-bit pair first, thread 0 stores it to 16 bytes of shared
-    memory past Triton's and writes the CTA header from it at exit, after its unit header:
-    every exit writes the same header as the entry form, with the start read before anything
-    else, whole also where its low halves wrap before the exit (no rebuild from the end)."""
-    layout = BufferLayout(granularity, num_warps, 0, "global")
-    ptx = _ptx(LOOP[:-1] + ["\t@%p3 ret;", "$L_out:", FMA])
-    assert start_in_shared(ptx, scan(ptx), layout, 0)
-    out = rewrite(ptx, scan(ptx), layout).split("\n")
-    first = out.index("\t// proton_lite: prologue (lifetimes only: the start pair in shared memory until exit)")
-    assert [line.strip() for line in out[first + 1:first + 3]] == ["mov.u64 %pl_d4, %globaltimer;",
-                                                                   "mov.u64 %pl_d5, %clock64;"]
-    assert sum("st.global" in line for line in out[:first + 6]) == 0  # nothing to global memory at entry
-    assert sum("ld.shared.v2.u64 {%pl_d4, %pl_d5}" in line for line in out) == 2  # at each of the two rets
-    assert any(line.startswith(".extern .shared .align 16 .b8 __proton_lite_dyn_smem_") for line in out)
-    for trips in (0, 1, 4):
-        blocks, _ = run(LOOP, layout, {"%r2": trips})
-        assert (blocks["magic"] == 0x314C5043).all() and (blocks["units"] == layout.units).all()
-        assert blocks["smid"].tolist() == [c % 132 for c in range(CTAS)]
-        assert (blocks["start_gt"] == 10 * (START_CLOCK + 1)).all() and (blocks["start_clk"] == START_CLOCK + 2).all()
-        units = blocks["unit"]
-        assert (units["magic"] == 0x31554C50).all() and (units["count"] == 0).all()
-        assert (units["end_clk"] - blocks["start_clk"][:, None] >= 4 * trips).all()
-    wrap = (1 << 32) - 3  # the low halves of both timers wrap between the reads at entry and at exit
-    blocks, _ = run(LOOP, layout, {"%r2": 4}, clock_base=wrap)
-    assert (blocks["start_gt"] == 10 * (wrap + 1)).all() and (blocks["start_clk"] == wrap + 2).all()
-    assert (blocks["unit"]["end_clk"] >> 32 != blocks["start_clk"][:, None] >> 32).all()
-    # the header at entry instead (start_at_exit=False: register_cap's fallback, header_forms' entry)
-    entry = rewrite(ptx, scan(ptx), layout, start_at_exit=False)
-    assert "ld.shared" not in entry and "__proton_lite_dyn_smem_" not in entry
-
-
-def test_the_start_pair_goes_to_shared_memory_only_where_it_costs_no_resident_cta():
-    """Straight-line kernels keep the halves in registers; ``setmaxnreg`` and kernels with
-    scopes keep the header at entry; a loop kernel whose 16 more bytes of shared memory would
-    cost it a resident CTA per SM keeps it at entry too."""
-    from proton_lite.passes.ptx_staging import SHARED_PER_SM, SHARED_RESERVED_PER_CTA, resident_ctas
-    layout = BufferLayout("cta", 4, 0, "global")
-    looped, straight = _ptx(LOOP), _ptx([FMA])
-    assert not start_in_shared(straight, scan(straight), layout, 0)
-    ws = looped.replace(FMA, "\tsetmaxnreg.dec.sync.aligned.u32 24;", 1)
-    assert not start_in_shared(ws, scan(ws), layout, 0)
-    scoped_loop = _ptx(loop([FMA]))
-    assert not start_in_shared(scoped_loop, scan(scoped_loop), global_layout(4), 0)
-    # 4 CTAs fit by shared memory with Triton's bytes at the 128-byte step's edge; 16 more would not
-    edge = (SHARED_PER_SM // 4 - SHARED_RESERVED_PER_CTA) // 128 * 128
-    assert resident_ctas(edge, 4) == 4 and resident_ctas(edge + 128, 4) < 4
-    assert not start_in_shared(looped, scan(looped), layout, edge)
-    assert start_in_shared(looped, scan(looped), layout, edge - 128)
 
 
 def test_a_straight_run_of_records_checks_for_room_once_per_chunk():

@@ -164,9 +164,6 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         "registers": _registers(pl.get("registers"), num_warps),
         # where thread 0 writes the CTA header (passes/ptx_lifetimes.py; absent before pass 15)
         "cta_header": pl.get("cta_header", "entry"),
-        # where its start pair waits for the exit: "registers" (the low halves), "shared" (a
-        # kernel with loops; pass 20) or "entry" (the header written there)
-        "start_pair": pl.get("start_pair", "registers" if pl.get("cta_header") == "exit" else "entry"),
     }
 
 
@@ -284,9 +281,8 @@ def render_compile_report(r: dict, console) -> None:
                                               if sass["behind"] > sass["plain_behind"] else ")"))
         kv.add_row("SASS", text)
     if r.get("cta_header") == "exit":
-        kv.add_row("CTA header", "at exit: the kernel starts with two timer reads " + (
-            "(the start pair, which thread 0 keeps in 16 bytes of shared memory: the kernel loops)"
-            if r.get("start_pair") == "shared" else "(the start pair's low halves, kept in registers)"))
+        kv.add_row("CTA header", "at exit: the kernel starts with two timer reads "
+                                 "(the start pair's low halves, kept in registers)")
     console.print(kv)
 
 

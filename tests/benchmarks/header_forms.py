@@ -44,9 +44,7 @@ loops (the header at entry): the header's code moved below the first global load
 entry block, so that ptxas issues that load first (liger's cross-entropy: its first LDG at
 instruction 16 instead of 42, the header's stores at 38-44 instead of 22-24, Triton 3.9;
 ``tests/test_fixed_cost_sass.py``; measured with run_gpu.sh ``FORMS_AB="pass lateheader"`` on 2026-11-28 and rejected, worse on every
-cross-entropy kernel, design.md); ``loopentry`` pass 19 for kernels without scopes with loops: the
-CTA header at entry, where pass 20 keeps the start pair in shared memory until exit
-(ptx_instrument.start_in_shared; ``entry`` and ``lateheader`` imply it).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
+cross-entropy kernel, design.md).  The first runs of 2026-11-27 (docs/gpu-runs.md) were of pass 15,
 which kept the 64-bit pair.  Run each form in its own process with its own
 Triton cache (the forms other than ``pass`` are swapped in at run time, which Triton's cache
 key does not see):
@@ -73,8 +71,6 @@ from proton_lite.passes import ptx_instrument, ptx_lifetimes, ptx_scan, stage_ho
 
 
 def use_form(form: str) -> None:
-    if form in ("entry", "loopentry", "lateheader"):  # no start pair in shared memory (pass 20's for loops)
-        stage_hook.start_in_shared = ptx_instrument.start_in_shared = lambda *args: False
     if form == "entry":  # the metadata says so too (cta_header "entry")
         stage_hook.rewrite = functools.partial(ptx_instrument.rewrite, start_at_exit=False)
         stage_hook.keeps_start_pair = lambda ptx, info, layout: False
@@ -264,7 +260,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
                                        "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore",
-                                       "lateheader", "onestore", "loopentry"),
+                                       "lateheader", "onestore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
