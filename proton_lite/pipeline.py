@@ -8,6 +8,7 @@ from pathlib import Path
 from proton_lite.decode import decode
 from proton_lite.profile_data import Profile
 from proton_lite.raw_format import read_raw
+from proton_lite.stop_threads import stop_threads
 
 
 def output_path(base: str, fmt: str) -> str:
@@ -66,21 +67,29 @@ def _decode_one(path: str):
         return e
 
 
+def _share_threads(threads: int) -> None:
+    """A worker process's initializer: its decode's share of the stop's threads."""
+    os.environ["PROTON_LITE_THREADS"] = str(threads)
+
+
 def load_profiles(paths: list[str], processes: int | None = None) -> list[Profile]:
-    """Several captures decoded, one process per capture (at most one per core) where they are
-    large together (``PARALLEL_DECODE_BYTES``) and the machine has cores for them: a rank's
-    capture does not wait for another's.  Each worker decodes with its own threads, as one
-    decode does.  ``processes=1`` decodes them here, one after the other.  The first capture
-    that fails raises its error, as decoding them one by one would."""
-    import os
+    """Several captures decoded, one process per capture where they are large together
+    (``PARALLEL_DECODE_BYTES``): a rank's capture does not wait for another's.  The processes
+    share the stop's threads (``stop_threads``: the cores this process may run on, at most 16,
+    or ``PROTON_LITE_THREADS``): at most that many processes, each decoding with its share,
+    so that the setting bounds a merged stop's threads and memory as it bounds one decode's.
+    ``processes=1`` decodes them here, one after the other.  The first capture that fails
+    raises its error, as decoding them one by one would."""
     size = sum(os.path.getsize(p) for p in paths)
-    n = processes if processes is not None else min(len(paths), os.cpu_count() or 1)
+    threads = stop_threads()  # a wrong PROTON_LITE_THREADS fails here, before any process starts
+    n = processes if processes is not None else min(len(paths), threads)
     if n <= 1 or len(paths) < 2 or (processes is None and size < PARALLEL_DECODE_BYTES):
         return [load_profile(p) for p in paths]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     # spawn: a fresh interpreter per worker (fork would copy the threads of a running decode)
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_share_threads, initargs=(max(1, threads // n), )) as pool:
         results = list(pool.map(_decode_one, paths))
     for r in results:
         if isinstance(r, Exception):

@@ -72,3 +72,41 @@ def test_the_cli_names_the_setting_not_a_broken_file(capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("proton-lite: error: PROTON_LITE_THREADS must be a whole number"), err
     assert "corrupted" not in err and len(err.splitlines()) == 1
+
+
+def test_merged_captures_share_the_threads_between_their_processes(tmp_path, monkeypatch):
+    """Several captures decoded in processes of their own (pipeline.load_profiles): at most
+    as many processes as the stop's threads, each decoding on its share, so that the setting
+    bounds a merged stop too; what they decode is what one-by-one decoding gives."""
+    import concurrent.futures
+
+    import numpy as np
+
+    from proton_lite import pipeline
+    paths = [str(tmp_path / f"r{i}.plraw") for i in range(3)]
+    for path in paths:
+        _lifetimes(path)
+    monkeypatch.setattr(pipeline, "PARALLEL_DECODE_BYTES", 0)
+    monkeypatch.setenv("PROTON_LITE_THREADS", "5")
+    pools = []
+
+    class Recorded(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, max_workers=None, *args, **kwargs):
+            pools.append((max_workers, kwargs.get("initargs")))
+            super().__init__(max_workers, *args, **kwargs)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Recorded)
+    merged = pipeline.load_profiles(paths)
+    assert pools == [(3, (1, ))]  # 3 captures on 5 threads: 3 processes of 1 thread
+    one_by_one = pipeline.load_profiles(paths, processes=1)
+    assert len(pools) == 1
+    for a, b in zip(merged, one_by_one):
+        assert np.array_equal(a.ctas, b.ctas) and np.array_equal(a.launches, b.launches)
+    monkeypatch.setenv("PROTON_LITE_THREADS", "8")
+    pipeline.load_profiles(paths[:2])
+    assert pools[-1] == (2, (4, ))
+    monkeypatch.setenv("PROTON_LITE_THREADS", "1")  # one thread: decoded here, one after the other
+    assert len(pipeline.load_profiles(paths)) == 3 and len(pools) == 2
+    monkeypatch.setenv("PROTON_LITE_THREADS", "many")
+    with pytest.raises(ValueError, match="PROTON_LITE_THREADS must be a whole number"):
+        pipeline.load_profiles(paths)
+    assert len(pools) == 2
