@@ -162,8 +162,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
     ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax, lnorm; mm_iter is the per-K matmul): these "
                     "rows only, without the record-cost loops (an A/B of two trees in one run)")
-    ap.add_argument("--header-form", choices=("pass", "entry", "u32reads"), default="pass",
-                    help="entry: every CTA header at entry, as before pass 17; u32reads: the epilogue's end timer "
+    ap.add_argument("--header-form", choices=("pass", "entry", "u32reads", "globalrec"), default="pass",
+                    help="entry: every CTA header at entry, as before pass 17; globalrec: straight-line kernels store "
+                    "each record to global memory where it is made (no shared staging, no copy at exit); "
+                    "u32reads: the epilogue's end timer "
                     "from 32-bit halves, which ptxas reads once per warp (header_forms.py; an A/B in one machine: "
                     "give each form its own TRITON_CACHE_DIR, Triton's cache key does not see it)")
     ap.add_argument("--granularity", default=None,

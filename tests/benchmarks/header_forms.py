@@ -205,6 +205,11 @@ def use_form(form: str) -> None:
                                "selp.u32 %pl_r21, 0, %pl_r21, %pl_p4;",  # the high half turned over: its first ns
                                "mov.b64 %pl_d8, {%pl_r21, %pl_r22};"] + out[at + 1:]
         ptx_emit._Emitter.epilogue = halves_read
+    if form == "globalrec":  # straight-line kernels with scopes: records stored to global memory where they are
+        # made, not staged in shared memory and copied by each unit's first warp at exit
+        from proton_lite.passes import layout_choice
+        fits = layout_choice.staging_fits
+        layout_choice.staging_fits = lambda layout, triton_shared: bool(layout.flush_slots) and fits(layout, triton_shared)
     if form == "lateheader":  # kernels with loops: the header at entry, but after the entry block's first load
         rewrite = stage_hook.rewrite
         stage_hook.rewrite = lambda *a, **k: late_prologue(rewrite(*a, **k))
