@@ -11,7 +11,8 @@
 # timer_reads.py, then bench.py's layer norm and softmax (TIMER_BENCH_ONLY) with the epilogue's timer read per lane
 # and per warp, alternating twice),
 # FORMS_AB="pass v4stores" (issue 24: fixed_cost.py per header_forms.py form, alternating, FORMS_REPS (2) x 2 rounds;
-# FORMS_ONLY="dyt,softmax" those workloads only),
+# FORMS_ONLY="dyt,softmax" those workloads only; FORMS_PIN="_dyt_fwd_kernel=BLOCK_N: 2048, num_warps: 4" one autotuned
+# kernel's configs, so that the forms' processes compare the same one),
 # STOP_LAYOUTS="launch,auto" (STOP_BENCH's trace layouts, alternating; the phases print each kind of task's busy time),
 # STOP_SHAPE=lifetimes STOP_REPEAT=4 (decode_speed.py's capture: 4 M scope-less CTA lifetimes instead of 21 M records),
 # STOP_MEMORY=1 (with STOP_BENCH: decode_memory.py's peak of the stop against the capture's size, 16 threads).
@@ -97,7 +98,8 @@ fi
 if [ -n "${FORMS_AB:-}" ]; then  # issue 24: fixed_cost.py with each of header_forms.py's forms in FORMS_AB, alternating twice
   for rep in $(seq ${FORMS_REPS:-2}); do for form in $FORMS_AB; do
     TRITON_CACHE_DIR=/tmp/tc_ab_$form timeout ${FIXED_COST_TIMEOUT:-110} python3 tests/benchmarks/fixed_cost.py --rounds 2 \
-      --form $form ${FORMS_ONLY:+--only "$FORMS_ONLY"} --out "$OUT/fixed_cost_${form}_$rep.json" 2>&1 | grep -E "forward|_fwd|mean" | sed "s/^/$form $rep /"
+      --form $form ${FORMS_ONLY:+--only "$FORMS_ONLY"} ${FORMS_PIN:+--pin "$FORMS_PIN"} \
+      --out "$OUT/fixed_cost_${form}_$rep.json" 2>&1 | grep -E "forward|_fwd|mean" | sed "s/^/$form $rep /"
   done; done
 fi
 if [ -n "${TIMER_READS:-}" ]; then  # issue 24: does a timer read cost by the lane? then the scoped epilogue's, per warp

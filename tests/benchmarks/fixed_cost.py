@@ -79,6 +79,10 @@ def main():
     ap.add_argument("--form", default="pass", help="one of header_forms.py's forms (its own Triton cache)")
     ap.add_argument("--only", help="comma-separated workloads (ours and liger's op names, e.g. dyt,softmax): "
                                    "more runs of a few kernels in the same device time")
+    ap.add_argument("--pin", action="append", default=[], metavar="KERNEL=TEXT",
+                    help="an autotuned liger kernel tries only its configs whose text holds TEXT, e.g. "
+                    "'_dyt_fwd_kernel=BLOCK_N: 2048, num_warps: 4': runs in separate processes (forms) then "
+                    "compare the same config (DyT's forward read 1.015 with one and 1.05-1.07 with others)")
     args = ap.parse_args()
     wanted = set(args.only.split(",")) if args.only else None
     if args.form != "pass":
@@ -96,6 +100,7 @@ def main():
         if liger:
             import liger_ops
             liger_ops.ROWS_SCALE = args.liger_scale
+            pin_autotuners("liger_kernel.ops", args.pin)
         names = liger_names() if liger else set()
         for name, call in liger.items():
             if wanted is not None and name not in wanted:
@@ -124,19 +129,38 @@ def main():
         print("Proton:", proton_ref.error)
 
 
+def _autotuners(prefix: str):
+    """(kernel name, autotuner) of every autotuned kernel in the modules under ``prefix``."""
+    for mod in sorted(m for m in sys.modules if m.startswith(prefix)):
+        for obj in list(getattr(sys.modules.get(mod), "__dict__", {}).values()):
+            fn = getattr(obj, "fn", None)
+            if fn is not None and isinstance(getattr(obj, "configs", None), list):
+                yield getattr(fn, "__name__", str(fn)), obj
+
+
+def pin_autotuners(prefix: str, pins: list[str]) -> None:
+    """``pins``: KERNEL=TEXT; that kernel's autotuner keeps only the configs whose text holds TEXT."""
+    found = dict(_autotuners(prefix))
+    for pin in pins:
+        name, _, text = pin.partition("=")
+        tuner = found.get(name)
+        if tuner is None:
+            raise SystemExit(f"--pin {pin!r}: no autotuned kernel {name!r} under {prefix} "
+                             f"(there are: {', '.join(sorted(found)) or 'none'})")
+        kept = [c for c in tuner.configs if text in str(c)]
+        if not kept:
+            raise SystemExit(f"--pin {pin!r}: none of {name}'s configs holds {text!r}; its configs: "
+                             + "; ".join(str(c) for c in tuner.configs))
+        tuner.configs = kept
+
+
 def autotuned_configs(prefix: str) -> dict:
     """The config each autotuned kernel of the modules under ``prefix`` chose (its name ->
     its ``best_config``): liger's autotuners choose among up to 18 configs per process, and a
     kernel's overhead differs between configs (DyT's forward read 1.01-1.06x plain between
     runs on one H100 machine), so two runs' numbers compare only where these agree."""
-    chosen = {}
-    for mod in sorted(m for m in sys.modules if m.startswith(prefix)):
-        for obj in list(getattr(sys.modules.get(mod), "__dict__", {}).values()):
-            best = getattr(obj, "best_config", None)
-            fn = getattr(obj, "fn", None)
-            if best is not None and fn is not None:
-                chosen[getattr(fn, "__name__", str(fn))] = str(best)
-    return chosen
+    return {name: str(tuner.best_config) for name, tuner in _autotuners(prefix)
+            if getattr(tuner, "best_config", None) is not None}
 
 
 if __name__ == "__main__":
