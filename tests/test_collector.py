@@ -280,10 +280,11 @@ def test_a_burst_is_copied_back_in_batches_of_copy_every(tmp_path, sim):
         fp = _C_HOOKS[id(col)][0]
         allocs, exits = fp.counts()
         # 14 chunks: the isolated first launch's, the first one of the burst (Python opens
-        # both), then 12 switches: Python's first (it opens SPARE_CHUNKS chunks ahead), then
-        # the C hooks' for as many, then Python's again, ...
+        # both, and SPARE_CHUNKS chunks ahead with the burst's: the device's first stream to
+        # launch back to back), then 12 switches: the C hooks' for as many as it opened, then
+        # Python's (it opens as many again), ...
         switches = (n - 1) // 16
-        assert fp.switches() == switches - -(-switches // (SPARE_CHUNKS + 1))
+        assert fp.switches() == switches - switches // (SPARE_CHUNKS + 1)
         assert allocs == n - (copies_before_stop + 1 - fp.switches())  # the first launch into a chunk opened by Python
         assert exits == n - 1  # the very first launch: Python (a full chunk waits for the next launch)
 
@@ -364,12 +365,34 @@ def test_the_first_launch_on_a_device_makes_the_chunks_a_loop_keeps_in_flight(tm
     col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=4, idle_ns=10**12)
     launch(col, sim, stream=1, payload=b"\x01" * 8)
     allocations = sim.calls["mem_alloc"]
-    assert col.device_pool.bytes_allocated == 4 * size_class(SCRATCH * 4 * 4)  # four chunks of 4 launches
+    # chunks of 4 launches: the first launch's, the loop's first and its spares
+    assert col.device_pool.bytes_allocated == (2 + SPARE_CHUNKS) * size_class(SCRATCH * 4 * 4)
     for i in range(11):  # three chunk switches while earlier chunks wait for the drain
         launch(col, sim, stream=1, payload=bytes([i + 2]) * 8)
     assert sim.calls["mem_alloc"] == allocations
     cap = finish(col, tmp_path)
     assert [bytes(ln.buffer[:1]) for ln in cap.launches] == [bytes([i + 1]) for i in range(12)]
+
+
+def test_only_the_first_stream_to_launch_back_to_back_gets_spares_before_a_chunk_fills(tmp_path, sim):
+    """With the C hooks, the device's first stream that launches back to back opens its spare
+    chunks with its first chunk (its first switches are then in C); another stream opens
+    none until one of its chunks is full, so that streams of a few launches hold none."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=16, idle_ns=10**12)
+    for i in range(3):  # stream 1: a loop's first launches, within one chunk
+        launch(col, sim, stream=1, payload=(i + 1).to_bytes(8, "little"))
+    for i in range(3):  # stream 2: as many, also within one chunk
+        launch(col, sim, stream=2, payload=(i + 4).to_bytes(8, "little"))
+    c_switch = HOOKS["mode"] == "c"
+    assert col._c_switch == c_switch
+    assert len(col._spares.get((0, 1), ())) == (SPARE_CHUNKS if c_switch else 0)
+    assert not col._spares.get((0, 2))
+    for i in range(17):  # stream 2 fills its chunk and switches: its spares now
+        launch(col, sim, stream=2, payload=(i + 7).to_bytes(8, "little"))
+    assert len(col._spares.get((0, 2), ())) == (SPARE_CHUNKS if c_switch else 0)
+    cap = finish(col, tmp_path)
+    assert sorted(int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches) == list(range(1, 24))
+    assert not col._spares
 
 
 def test_a_first_launch_larger_than_a_chunk_reserves_nothing(tmp_path, sim):

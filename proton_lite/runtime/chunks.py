@@ -24,7 +24,9 @@ from proton_lite.runtime.drain import Sealed
 CHUNK_BYTES = 16 << 20
 SLICE_ALIGN = 256  # each launch's slice starts at this alignment (Triton asks for at most 128)
 PINNED_RESERVE_CHUNKS = 4  # pinned buffers of a chunk's size made at the first launch (the copier's working set)
-DEVICE_RESERVE_CHUNKS = 4  # device chunks made at the first launch on a device (a loop's chunks in flight)
+# device chunks made at the first launch on a device, besides the spares: that launch's own
+# (an isolated launch is copied alone) and the loop's first open chunk
+DEVICE_RESERVE_CHUNKS = 2
 # chunks opened ahead, each with an event, for a stream whose chunks fill up, when the C hooks
 # switch chunks (runtime/fastpath.py): they then switch that many times without Python, and the
 # Python switch that follows seals the chunks they left and opens the next ones together, on
@@ -167,17 +169,27 @@ class ChunkBook:
         return max(size, min(self.chunk_bytes, -(-size // SLICE_ALIGN) * SLICE_ALIGN * self.copy_every))
 
     def _reserve_device(self, device: int, size: int) -> None:
-        """Chunks for a loop's first chunk switches on ``device``, of the size the first launch
-        (``size`` bytes) opens, made in one driver call (``DevicePool.reserve``); none for a
-        launch larger than a chunk (it gets a chunk of its own: four of those could take memory
-        the program needs).  A failure only means the pool grows later, as without this."""
+        """Chunks for a loop's first chunks on ``device`` (the first launch's, the loop's first
+        open chunk and its spares), of the size the first launch (``size`` bytes) opens, made
+        in one driver call (``DevicePool.reserve``): growing the pool while the loop runs took
+        0.2-0.5 ms a driver call on the launching thread (H200 machine, ``seal_cost.py``).  None
+        for a launch larger than a chunk (it gets a chunk of its own: several of those could take
+        memory the program needs).  A failure only means the pool grows later, as without this."""
         limit = self._chunk_limit(size)
         if limit > self.chunk_bytes:
             return
         try:
-            self.device_pool.reserve(limit, DEVICE_RESERVE_CHUNKS, device)
+            self.device_pool.reserve(limit, DEVICE_RESERVE_CHUNKS + self.spare_chunks, device)
         except cuda_api.CudaError:
             pass
+
+    def _first_loop_on_device(self, key: tuple[int, int]) -> bool:
+        """Whether no stream of ``key``'s device has had spares yet: its first stream to run
+        launches back to back gets them when it opens its first chunk, not when that chunk is
+        full (the first Python switch opened them, ~1 ms on the launching thread, H200
+        machine); other streams get theirs once a chunk fills, so that streams with a few
+        launches each do not hold spares."""
+        return not any(device == key[0] for device, _ in self._spares)
 
     def _take_device(self, size: int, device: int, stream: int):
         """A zeroed device buffer; while sealed chunks waiting for the disk hold more than the

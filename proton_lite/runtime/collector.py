@@ -204,7 +204,9 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
             elif chunk is None:
                 chunk = self._new_chunk(key, size, stream)
                 offset = 0
-                if full and not idle and self._c_switch:  # a stream whose chunks fill up: the next switches in C
+                # a stream whose chunks fill up, or the device's first one to launch back to back:
+                # the next switches in C
+                if self._c_switch and not idle and (full or self._first_loop_on_device(key)):
                     self._open_spares(key, size, stream)
             chunk.used = offset + size
             chunk.inflight += 1
