@@ -8,7 +8,7 @@ as waits for the GIL instead, ``launch_where.py``).  This times those steps with
 synchronization; about 67 launches per 16 MiB chunk) and prints, per step, how often it ran,
 its median and its share per call, once with each drain.  The wrappers add ~0.3 µs a step.
 
-Usage (from the repository root): python tests/benchmarks/seal_cost.py [--calls 1000]
+Usage (from the repository root): python tests/benchmarks/seal_cost.py [--calls 1000] [--drains C,Python]
 """
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ STEPS = [(drain_native.NativeDrain, "_add"), (drain_native.NativeDrain, "collect
          (drain_native.NativeDrain, "_push"), (drain_native.NativeDrain, "_done"),
          (drain_native.NativeDrain, "wait_below"), (chunks.ChunkBook, "_seal"),
          (chunks.ChunkBook, "_new_chunk"), (chunks.ChunkBook, "_take_device"), (chunks.ChunkBook, "_close"),
-         (chunks.ChunkBook, "_event"), (cuda_api, "event_record"), (buffers.DevicePool, "take"),
+         (chunks.ChunkBook, "_event"), (chunks.ChunkBook, "_open_spares"),
+         (chunks.ChunkBook, "_seal_switched"), (collector.Collector, "_sync"), (cuda_api, "event_record"), (buffers.DevicePool, "take"),
+         (buffers._SlabPool, "_grow"), (cuda_api, "mem_alloc"), (cuda_api, "memset_d8_async"),
+         (cuda_api, "event_create"),
          (collector.Collector, "allocate"), (collector.Collector, "on_launch_exit")]
 
 
@@ -48,6 +51,7 @@ def _timed(times: dict, label: str, fn):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--drains", default="C,Python", help="which drains to run, e.g. C")
     a = ap.parse_args()
     cases = {label: call for label, _, call, _ in liger_cases()}
     call = cases.get("liger rms_norm 4096x4096 fwd, no sync")
@@ -57,7 +61,7 @@ def main() -> None:
     for cls, name in STEPS:
         setattr(cls, name, _timed(times, f"{getattr(cls, '__name__', cls)}.{name}".replace("proton_lite.runtime.", ""),
                                   getattr(cls, name)))
-    for kind in ("C", "Python"):
+    for kind in a.drains.split(","):
         drain_native.ENABLED = kind == "C"
         with proton_lite.start("/tmp/seal_cost", quiet=True, decode=False, calibrate=False) as s:
             for _ in range(50):
@@ -74,6 +78,8 @@ def main() -> None:
         for label, values in sorted(times.items()):
             print(f"   {label:32s} n={len(values):5d}  median {statistics.median(values) / 1e3:7.1f} µs  "
                   f"per call {sum(values) / a.calls / 1e3:6.2f} µs")
+            if len(values) <= 30:  # rare steps: each one, in order (the first ones grow the pools)
+                print(f"   {'':32s} {' '.join(f'{v / 1e3:.0f}' for v in values)}")
 
 
 if __name__ == "__main__":
