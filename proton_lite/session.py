@@ -58,8 +58,9 @@ class SessionOptions:
         behind, before launches wait for it; None (default): an eighth of the memory free at
         the first launch, at most 4 GiB.  Only used while the disk is behind.
     copy_every: launches of a burst on one stream copied back together (one driver copy per
-        batch keeps host time per launch low); a launch after idle time is copied at once.
-        If a kernel faults, launches of its batch not yet copied are lost and reported;
+        batch keeps host time per launch low); a launch after idle time (1 ms; for a stream
+        that pauses at every step, such as a synchronize per step, twice its pause, at most
+        20 ms) is copied at once.  If a kernel faults, launches of its batch not yet copied are lost and reported;
         1 copies after every launch.
     graph_slots: replays kept on the device per launch captured into a CUDA graph, until a
         background thread copies them back; None (default): as many as 64 MiB hold (8 to

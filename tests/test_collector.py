@@ -22,7 +22,7 @@ from proton_lite.raw_format import BATCH_ENTRY, RawWriter, read_raw
 from proton_lite.runtime.buffers import ProfileBufferOOM, size_class
 from proton_lite import native_drain
 from proton_lite.runtime import cuda_api, drain_native, fastpath
-from proton_lite.runtime.collector import Collector, LaunchInfo
+from proton_lite.runtime.collector import IDLE_MAX_NS, Collector, LaunchInfo
 from proton_lite.runtime.chunks import SPARE_CHUNKS
 from sim_driver import SimDriver
 
@@ -237,6 +237,7 @@ def test_launches_on_more_streams_and_threads_than_the_c_hooks_keep_apart_are_al
 
 def test_every_launch_is_saved_once_in_order_with_only_its_own_bytes(collector, sim, tmp_path):
     n = 60
+    collector.idle_recur_ns = 0  # every pause seals (not taken for a loop's steps): many reuses
     full = b"\xff" * (SCRATCH * 4)
     for i in range(n):
         # launch 0 fills its whole slice; the others write 8 bytes: any byte of an older
@@ -393,6 +394,43 @@ def test_only_the_first_stream_to_launch_back_to_back_gets_spares_before_a_chunk
     cap = finish(col, tmp_path)
     assert sorted(int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches) == list(range(1, 24))
     assert not col._spares
+
+
+def test_a_stream_idle_at_every_step_keeps_its_steps_in_one_chunk_a_longer_pause_still_seals(tmp_path, sim):
+    """A loop that waits at every step (a synchronize per step, longer than the idle time) is
+    idle at each step; once that recurs, the idle time rises to twice the wait, so the next
+    steps' launches share a chunk (no seal per step, the C hooks keep them), while a pause
+    longer than that still seals; never above IDLE_MAX_NS."""
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20, copy_every=64,
+                    idle_ns=1_000_000)
+    sent = 0
+
+    def step():
+        nonlocal sent
+        for _ in range(3):
+            launch(col, sim, stream=1, payload=sent.to_bytes(8, "little"))
+            sent += 1
+        time.sleep(0.002)  # the step's synchronize: idle by the session's 1 ms
+
+    for _ in range(3):
+        step()
+    assert 4_000_000 <= col.idle_ns <= IDLE_MAX_NS  # twice a wait of 2 ms or more
+    copies = col.copies
+    for _ in range(8):
+        step()
+    with col._lock:
+        col._sync()
+    assert col.copies == copies  # eight more steps, none sealed for idle time
+    time.sleep(0.05)  # a longer pause: what the stream holds is sealed before the next launch
+    step()
+    with col._lock:
+        col._sync()
+    assert col.copies > copies
+    cap = finish(col, tmp_path)
+    assert [int.from_bytes(bytes(ln.buffer[:8]), "little") for ln in cap.launches] == list(range(sent))
+    if HOOKS["mode"] == "c":  # the steps after the rise stayed on the C path
+        allocs, exits = _C_HOOKS[id(col)][0].counts()
+        assert allocs >= 8 * 3 - 2 and exits >= 8 * 3 - 2
 
 
 def test_a_first_launch_larger_than_a_chunk_reserves_nothing(tmp_path, sim):

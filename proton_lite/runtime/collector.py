@@ -17,8 +17,9 @@ path for everything else.  A chunk is *sealed* -- one async copy of its used byt
 pinned host memory on its stream, then one event -- when:
   - the next launch does not fit, or it holds ``copy_every`` launches (a burst: two driver
     calls per ``copy_every`` launches instead of two per launch);
-  - a launch comes after its stream was idle for ``IDLE_NS``: sealed *before* that launch,
-    so a fault in it cannot take the earlier launches along;
+  - a launch comes after its stream was idle for ``IDLE_NS`` (a stream idle at every step
+    of a loop: twice its wait, ``_recurring_idle``): sealed *before* that launch, so a fault
+    in it cannot take the earlier launches along;
   - a launch came after such an idle time itself: sealed right after it (an isolated launch
     is on its way to the host at once);
   - the session stops.
@@ -62,6 +63,11 @@ __all__ = ["Collector", "IDLE_NS", "DEFAULT_COPY_EVERY", "ATTACHER", "LaunchInfo
            "LAUNCH_SIZED_MAX_BYTES"]
 
 IDLE_NS = 1_000_000  # a stream with no launch for this long is idle: what it holds is copied
+# A stream that goes idle again within IDLE_RECUR_NS of its last idle time runs a loop that
+# waits each step (a synchronize per step): its idle time rises to twice that wait, at most
+# IDLE_MAX_NS, so that the steps' launches stay on the C path (``_recurring_idle``)
+IDLE_RECUR_NS = 100_000_000
+IDLE_MAX_NS = 20_000_000
 DEFAULT_COPY_EVERY = 256
 
 
@@ -83,7 +89,9 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
         self._pool_epoch = 0
         self.pinned_pool = PinnedPool(host_limit_bytes)
         self.copy_every = copy_every
-        self.idle_ns = idle_ns
+        self.idle_ns = idle_ns  # raised by _recurring_idle, never above max(idle_ns, IDLE_MAX_NS)
+        self._idle_at: dict[tuple[int, int], int] = {}  # key -> when its last idle time ended
+        self.idle_recur_ns = IDLE_RECUR_NS  # 0: the idle time stays idle_ns (tests of the idle seals)
         self.resizer = resizer  # runtime.exact.Resizer when sizing="exact", else None
         # a chunk's copy needs as much pinned memory: a few chunks in flight fit the limit
         self.chunk_bytes = max(SLICE_ALIGN, min(CHUNK_BYTES, host_limit_bytes // 4))
@@ -187,6 +195,8 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
                 self._settle(stale[0], device)
             last = self._last_slice_ns.get(key)
             idle = last is None or now - last > self.idle_ns
+            if idle and last is not None:
+                self._recurring_idle(key, now, now - last)
             self._last_slice_ns[key] = now
             chunk = self._open.get(key)
             offset = 0
@@ -220,6 +230,22 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
                 cuda_api.memset_d32_async(ptr + 4, pool[0], 1, stream)
                 cuda_api.memset_d32_async(ptr + 8, pool[1], 1, stream)
         return ptr
+
+    def _recurring_idle(self, key: tuple[int, int], now: int, waited: int) -> None:
+        """A loop that synchronizes each step is idle at every step: each of its steps then
+        went through Python twice (a seal before its first launch, another right after it),
+        +140-170 µs per step of liger's fused linear cross-entropy (2 ms steps, H200 machine,
+        ``call_times.py --ops 32``).  When ``key`` was idle before within IDLE_RECUR_NS, the idle
+        time becomes twice this wait (at most IDLE_MAX_NS): such steps are a burst then, and
+        only a longer pause seals eagerly.  Never lowered during the session."""
+        before, self._idle_at[key] = self._idle_at.get(key), now
+        if before is None or now - before > self.idle_recur_ns:
+            return
+        raised = min(max(IDLE_MAX_NS, self.idle_ns), 2 * waited)
+        if raised > self.idle_ns:
+            self.idle_ns = raised
+            if self._fast is not None:
+                self._fast.set_idle_ns(raised)
 
     def _note_benchmarking(self, on: bool) -> None:
         """A trial was seen (an autotuner benchmark runs: check every launch, as its cache

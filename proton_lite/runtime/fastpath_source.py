@@ -287,6 +287,13 @@ static PyObject *fp_set_benchmarking(FastPath *self, PyObject *on) {
     Py_RETURN_NONE;
 }
 
+static PyObject *fp_set_idle_ns(FastPath *self, PyObject *value) {
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    self->idle_ns = v;
+    Py_RETURN_NONE;
+}
+
 static PyObject *fp_flush(FastPath *self, PyObject *unused) {
     if (flush(self) < 0) return NULL;
     Py_RETURN_NONE;
@@ -298,6 +305,7 @@ static PyMethodDef fp_methods[] = {
     {"flush", (PyCFunction)fp_flush, METH_NOARGS, "what is held here written back to the Python objects"},
     {"set_benchmarking", (PyCFunction)fp_set_benchmarking, METH_O,
      "while true, every exit hook goes to Python (an autotuner benchmark may launch its own kernels)"},
+    {"set_idle_ns", (PyCFunction)fp_set_idle_ns, METH_O, "the idle time after which a launch goes to Python"},
     {"allocate", (PyCFunction)(void (*)(void))fp_allocate, METH_FASTCALL, "the profile allocator"},
     {"on_launch_exit", (PyCFunction)fp_on_launch_exit, METH_O, "the launch-exit hook"},
     {NULL, NULL, 0, NULL}};
