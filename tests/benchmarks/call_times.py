@@ -4,9 +4,9 @@
 constant per call (the hooks, Triton's launch metadata) or sits on the few calls that switch
 chunks or go through the Python hooks.  Each call of a block is timed alone
 (``perf_counter_ns`` around it, no synchronize between calls), plain and session blocks in
-pairs, alternating which runs first.  In a session each call is also tagged with what the C
-hooks did during it (``FastPath.switches`` / ``counts`` read after the call): a chunk switch
-in C, an allocation that went to the Python hooks (a switch there, or a slow path), or
+pairs, alternating which runs first.  In a session each call is also tagged with what the
+hooks did during it: an allocation that went to the Python hooks (a switch there, or a slow
+path; ``Collector.allocate`` counted), else a chunk switch in C (``FastPath.switches``), or
 neither.
 
 Printed per workload: the median and mean per call of plain and session blocks, and the
@@ -14,7 +14,7 @@ session's added mean split into the *typical call* (median minus plain's median)
 *tails* (what the mean adds over the median, less plain's own); then the tagged calls'
 count and mean.
 
-Usage: python tests/benchmarks/call_times.py [--pairs 8] [--calls 400] [--warm 20] [--only TEXT] [--json FILE]
+Usage: python tests/benchmarks/call_times.py [--pairs 8] [--calls 400] [--warm 20] [--only TEXT] [--ops 32] [--json FILE]
 """
 from __future__ import annotations
 
@@ -33,6 +33,19 @@ sys.path.insert(0, os.path.dirname(__file__))
 import proton_lite  # noqa: E402
 from host_scale import liger_cases  # noqa: E402
 from launch_loops import workloads  # noqa: E402
+from liger_pairs import ops_cases  # noqa: E402
+from proton_lite.runtime import collector as collector_module  # noqa: E402
+
+_python_allocs = [0]  # allocations the Python hooks served (the C hooks' slow path calls them)
+_allocate = collector_module.Collector.allocate
+
+
+def _counted_allocate(self, *args, **kwargs):
+    _python_allocs[0] += 1
+    return _allocate(self, *args, **kwargs)
+
+
+collector_module.Collector.allocate = _counted_allocate
 
 pc = time.perf_counter_ns
 
@@ -61,15 +74,14 @@ def session_block(fn, calls: int) -> tuple[list[int], list[str]]:
         for _ in range(WARM["calls"]):
             fn()
         torch.cuda.synchronize()
-        switches, (allocs, _) = (fp.switches(), fp.counts()) if fp is not None else (0, (0, 0))
+        switches, python = (fp.switches() if fp is not None else 0), _python_allocs[0]
         for i in range(calls):
             t = pc()
             fn()
             times[i] = pc() - t
-            if fp is not None:
-                sw, (al, _) = fp.switches(), fp.counts()
-                tags[i] = "c-switch" if sw != switches else ("" if al != allocs else "python")
-                switches, allocs = sw, al
+            sw = fp.switches() if fp is not None else 0
+            tags[i] = "python" if _python_allocs[0] != python else ("c-switch" if sw != switches else "")
+            switches, python = sw, _python_allocs[0]
         torch.cuda.synchronize()
     os.remove(s.result.raw_path)
     return times, tags
@@ -104,18 +116,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--calls", type=int, default=400)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="comma-separated: the workloads whose name contains one of them")
     ap.add_argument("--warm", type=int, default=20, help="calls in each session before its block is timed")
+    ap.add_argument("--ops", type=int, metavar="SCALE",
+                    help="instead: liger_pairs.py's ops of tests/liger_ops.py (forward + backward, rows x SCALE)")
     ap.add_argument("--json")
     a = ap.parse_args()
     WARM["calls"] = a.warm
-    work = {name: fn for name, (fn, _) in workloads(liger=True).items()}
-    for label, _, call, _ in liger_cases() or ():
-        if "no sync" in label:
-            work[label + " (autograd)"] = (lambda call=call: call(1))
+    if a.ops:
+        work = {label: (lambda call=call: call(1)) for label, call in ops_cases(a.ops)}
+    else:
+        work = {name: fn for name, (fn, _) in workloads(liger=True).items()}
+        for label, _, call, _ in liger_cases() or ():
+            if "no sync" in label:
+                work[label + " (autograd)"] = (lambda call=call: call(1))
     results = []
     for name, fn in work.items():
-        if a.only and a.only not in name:
+        if a.only and not any(part in name for part in a.only.split(",")):
             continue
         session_block(fn, 50)  # compiles the instrumented binaries
         plains, sessions = [], []

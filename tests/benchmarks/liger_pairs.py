@@ -16,7 +16,11 @@ its first ``--warm`` calls not timed.
 in Python), in rotating order beside the same plain block: the C switch against the Python
 one in one process.  ``--only TEXT`` keeps the cases whose label contains it.
 
-Usage: python tests/benchmarks/liger_pairs.py [--pairs 12] [--calls 200] [--spares 4,0] [--only "fwd, no"] [--json FILE]
+``--ops SCALE`` runs every op of ``tests/liger_ops.py`` instead (forward + backward, rows times
+SCALE), not synchronized and synchronized: the same loop shape on kernels this work was not
+tuned on.
+
+Usage: python tests/benchmarks/liger_pairs.py [--pairs 12] [--calls 200] [--spares 4,0] [--only "fwd, no"] [--ops 32] [--json FILE]
 """
 from __future__ import annotations
 
@@ -58,6 +62,25 @@ def timed(call, calls: int) -> tuple[float, float, int]:
     return (time.perf_counter() - t0) / calls * 1e6, _gc["ns"] / 1e6, _gc["runs"]
 
 
+def ops_cases(scale: int):
+    """(label, call) for every op of ``tests/liger_ops.py`` at ``scale`` times its rows: forward
+    + backward on fixed inputs (their gradients accumulate, alike in both blocks), not
+    synchronized and synchronized per call."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import liger_ops
+    liger_ops.ROWS_SCALE = scale
+    for op in liger_ops.OPS:
+        inputs, fn = op(torch.Generator(device="cuda").manual_seed(7))
+        out = fn(*inputs)
+        grad = torch.ones_like(out) if out.dim() else None
+        for sync in (False, True):
+            def call(p, fn=fn, inputs=inputs, grad=grad, sync=sync):
+                fn(*inputs).backward(grad)
+                if sync:
+                    torch.cuda.synchronize()
+            yield f"liger {op.__name__} rows x{scale} fwd+bwd, {'sync' if sync else 'no sync'}", call
+
+
 def session_block(call, calls: int, warm: int, path: str, spares: str | None = None):
     if spares is not None:  # read when the session's collector is made
         os.environ["PROTON_LITE_SPARE_CHUNKS"] = spares
@@ -77,12 +100,15 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--spares", help="comma-separated PROTON_LITE_SPARE_CHUNKS values, one session block each per pair")
     ap.add_argument("--only", help="only the cases whose label contains this")
+    ap.add_argument("--ops", type=int, metavar="SCALE",
+                    help="instead: every op of tests/liger_ops.py, its rows times SCALE (32: 8,192 tokens)")
     a = ap.parse_args()
     variants = a.spares.split(",") if a.spares else [None]
     gc.callbacks.append(_gc_timer)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, _, call, _ in liger_cases():
+        cases = ops_cases(a.ops) if a.ops else ((label, call) for label, _, call, _ in liger_cases())
+        for label, call in cases:
             if a.only and a.only not in label:
                 continue
             for _ in range(a.warm):
