@@ -1242,6 +1242,31 @@ def test_only_functions_compiled_inside_an_autotuner_benchmark_are_checked_for_t
     assert id(elsewhere) not in _AUTOTUNED
 
 
+def test_a_users_launches_of_an_autotuned_function_stay_in_the_c_hooks(collector, sim, tmp_path, monkeypatch):
+    """The C exit hook walks the frames for a launch of a function an autotuner benchmark
+    compiled, as the Python one does: the benchmark's launches are trials (skipped), the
+    user's own launches of that function are kept, and with the C hooks they no longer go to
+    Python for the check (every launch of an autotuned library kernel or a torch.compile
+    kernel did)."""
+    from triton.runtime.autotuner import Autotuner, Config
+
+    tuned, = _jit_like_kernels(collector, sim, monkeypatch, 1)
+    t = Autotuner(tuned, [], [Config({})], [], None, None,
+                  do_bench=lambda kernel_call, quantiles: (kernel_call(), [1.0, 1.0, 1.0])[1])
+    t.nargs = {}
+    t._bench(config=Config({}))  # compiles inside the benchmark: a trial
+    t._bench(config=Config({}))  # a trial again, the function known as autotuned now
+    c_hooks = HOOKS["mode"] == "c"
+    exits = _C_HOOKS[id(collector)][0].counts()[1] if c_hooks else 0
+    for _ in range(5):
+        tuned.run()  # the user's launches
+    if c_hooks:  # the first after a benchmark goes to Python, which sees that it has ended
+        assert _C_HOOKS[id(collector)][0].counts()[1] - exits == 4
+    t._bench(config=Config({}))  # a benchmark after them: still a trial
+    cap = finish(collector, tmp_path)
+    assert collector.skipped_autotune == 3 and len(cap.launches) == 5
+
+
 def _jit_like_kernels(collector, sim, monkeypatch, n):
     """``n`` stand-ins for JIT functions (compile on the first call, then launch), whose ``run``
     the trial check takes for ``JITFunction.run``."""

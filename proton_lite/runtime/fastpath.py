@@ -92,6 +92,8 @@ def hooks_for(collector, queries=None):
                         collector.allocate, collector.on_launch_exit, queries[0], queries[1], collector.idle_ns,
                         collector.copy_every, bool(collector.skip_autotune), collector._spares,
                         collector._c_sealed, record)
+    from proton_lite.runtime import trials
+    fast.set_trials(trials)  # launches of autotuned functions: the frame check in C
     collector._fast = fast  # Collector._sync writes back what it holds whenever Python takes the lock
     collector._c_switch = bool(record)
     return fast

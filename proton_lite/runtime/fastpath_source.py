@@ -4,8 +4,9 @@ The two hooks (the profile allocator and the launch-exit hook) and the Python ob
 the state they change (``fastpath_state_source.py``): one C file, in two parts.
 """
 from proton_lite.runtime.fastpath_state_source import STATE
+from proton_lite.runtime.fastpath_trials_source import TRIALS
 
-SOURCE = STATE + r"""
+SOURCE = STATE + TRIALS + r"""
 /* -- the profile allocator ------------------------------------------------------------- */
 static PyObject *slow_alloc(FastPath *self, PyObject *const *args, Pending *p, int device, unsigned long long stream,
                             int known_device) {
@@ -127,6 +128,7 @@ static int maybe_trial(FastPath *self, PyObject *launch_info) {
     if (jit != Py_None) {
         PyObject *jid = PyLong_FromVoidPtr(jit);
         maybe = jid ? PySet_Contains(self->autotuned, jid) : -1;
+        if (maybe == 1) maybe = frames_say_trial(self, jid);  /* autotuned: a trial only if the frames say so */
         Py_XDECREF(jid);
     }
     Py_DECREF(jit);
@@ -244,7 +246,7 @@ static void fp_dealloc(FastPath *self) {
     Py_XDECREF(self->col); Py_XDECREF(self->tls); Py_XDECREF(self->locked); Py_XDECREF(self->open);
     Py_XDECREF(self->last); Py_XDECREF(self->kernels); Py_XDECREF(self->autotuned);
     Py_XDECREF(self->launch_info_type); Py_XDECREF(self->slow_alloc); Py_XDECREF(self->slow_exit);
-    Py_XDECREF(self->spares); Py_XDECREF(self->sealed);
+    Py_XDECREF(self->spares); Py_XDECREF(self->sealed); Py_XDECREF(self->trials);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -287,6 +289,13 @@ static PyObject *fp_set_benchmarking(FastPath *self, PyObject *on) {
     Py_RETURN_NONE;
 }
 
+static PyObject *fp_set_trials(FastPath *self, PyObject *module) {  /* None: Python checks */
+    if (module == Py_None) { Py_CLEAR(self->trials); Py_RETURN_NONE; }
+    Py_INCREF(module);
+    Py_XSETREF(self->trials, module);
+    Py_RETURN_NONE;
+}
+
 static PyObject *fp_set_idle_ns(FastPath *self, PyObject *value) {
     long long v = PyLong_AsLongLong(value);
     if (v == -1 && PyErr_Occurred()) return NULL;
@@ -305,6 +314,7 @@ static PyMethodDef fp_methods[] = {
     {"flush", (PyCFunction)fp_flush, METH_NOARGS, "what is held here written back to the Python objects"},
     {"set_benchmarking", (PyCFunction)fp_set_benchmarking, METH_O,
      "while true, every exit hook goes to Python (an autotuner benchmark may launch its own kernels)"},
+    {"set_trials", (PyCFunction)fp_set_trials, METH_O, "runtime/trials.py, whose frame check the exit hook does in C"},
     {"set_idle_ns", (PyCFunction)fp_set_idle_ns, METH_O, "the idle time after which a launch goes to Python"},
     {"allocate", (PyCFunction)(void (*)(void))fp_allocate, METH_FASTCALL, "the profile allocator"},
     {"on_launch_exit", (PyCFunction)fp_on_launch_exit, METH_O, "the launch-exit hook"},

@@ -58,6 +58,7 @@ typedef struct {
     PyObject *col, *tls, *locked, *open, *last, *kernels, *autotuned, *launch_info_type;
     PyObject *slow_alloc, *slow_exit;
     PyObject *spares, *sealed;  /* collector._spares (key -> [(chunk, event, handle)]), collector._c_sealed */
+    PyObject *trials;  /* runtime/trials.py: its code sets, read at each check (NULL: Python checks) */
     cap_fn cap; dev_fn dev;
     rec_fn rec;  /* NULL: a full chunk goes to the Python hooks (no chunk switch here) */
     long long idle_ns, copy_every;
@@ -74,13 +75,16 @@ typedef struct {
 } FastPath;
 
 static PyObject *s_item, *s_used, *s_limit, *s_inflight, *s_buf, *s_ptr, *s_extras, *s_jit_fn, *s_closed,
-                *s_launch_index, *s_launches, *s_entries;
+                *s_launch_index, *s_launches, *s_entries, *s_trial_codes, *s_jit_run, *s_wrappers,
+                *s_tuner_helpers;
 
 static int intern_all(void) {
 #define I(v, s) if (!(v = PyUnicode_InternFromString(s))) return -1;
     I(s_item, "item") I(s_used, "used") I(s_limit, "limit") I(s_inflight, "inflight") I(s_buf, "buf")
     I(s_ptr, "ptr") I(s_extras, "extras") I(s_jit_fn, "jit_fn") I(s_closed, "closed")
     I(s_launch_index, "_launch_index") I(s_launches, "_launches") I(s_entries, "entries")
+    I(s_trial_codes, "_trial_codes") I(s_jit_run, "_JIT_RUN") I(s_wrappers, "_WRAPPERS")
+    I(s_tuner_helpers, "_TUNER_HELPERS")
 #undef I
     return 0;
 }
