@@ -17,7 +17,12 @@ Python does, so that the hooks run on cold caches as they do in a real program.
 runs as on a GPU host instead of waiting for the GIL in the simulated driver's callbacks:
 the chunk switch (the allocator's Python path) is then what it costs the launching thread.
 
+``--autotuned`` launches a function an autotuner benchmark compiled (``trials.mark_trials``):
+each exit hook then checks the frames for a timing trial, in C; with ``--trials-in-python``
+as before, in the Python hook.
+
 Usage: python tests/benchmarks/fastpath_cpu.py [--launches 20000] [--rounds 5] [--between 8] [--free-drain]
+                                               [--autotuned [--trials-in-python]]
 """
 from __future__ import annotations
 
@@ -80,6 +85,8 @@ def main() -> None:
                     help="MiB of the program's own Python objects touched between launches (0: a tight loop)")
     ap.add_argument("--free-drain", action="store_true",
                     help="the C drain's driver calls as C functions that do nothing (its thread never takes the GIL)")
+    ap.add_argument("--autotuned", action="store_true", help="launches of a function marked as autotuned")
+    ap.add_argument("--trials-in-python", action="store_true", help="with --autotuned: the trial check in Python")
     a = ap.parse_args()
     # a program's own work between launches: walking this many objects pushes the hooks' out
     # of the core's caches, as a real program's Python does (liger's forward: ~100 µs per call)
@@ -100,6 +107,16 @@ def main() -> None:
         if a.free_drain else None
     meta = _Meta()
     size = meta.profile_scratch_size * 4
+    jit_fn = None
+    if a.autotuned:
+        import triton.runtime.autotuner  # noqa: F401  (the trial check knows its codes once it is loaded)
+        from proton_lite.runtime import trials
+
+        class AutotunedFunction:  # stands for the JIT function under an autotuner
+            pass
+        jit_fn = AutotunedFunction()
+        trials.mark_trials(jit_fn)
+        assert trials._know_trial_codes()
     rows = []
     for _ in range(a.rounds):
         mp = MonkeyPatch()
@@ -112,6 +129,8 @@ def main() -> None:
                             copy_every=a.per_chunk, idle_ns=10**12)
             fp = fastpath.hooks_for(col, queries=queries)
             assert fp is not None, fastpath.build_error()
+            if a.trials_in_python:
+                fp.set_trials(None)
             args = {"x": 1, "n": 1024}
             fast_a, fast_e, slow, total = [], [], [], []
             gc.collect()
@@ -126,7 +145,7 @@ def main() -> None:
                 fp.allocate(size, 16, 0)
                 t1 = pc()
                 lm = LazyDict({"name": "k", "function": 1, "stream": 0})
-                lm.add(LaunchInfo(None), ((4, 1, 1), meta, args))
+                lm.add(LaunchInfo(jit_fn), ((4, 1, 1), meta, args))
                 t2 = pc()
                 fp.on_launch_exit(lm)
                 t3 = pc()
@@ -145,12 +164,12 @@ def main() -> None:
             col.finish()
             col.writer.close()
         mp.undo()
-        rows.append((statistics.median(fast_a), statistics.median(fast_e),
+        rows.append((statistics.median(fast_a), statistics.median(fast_e) if fast_e else 0,
                      statistics.median(slow) if slow else 0, len(slow), kept[0] if kept else 0,
-                     statistics.mean(total), switches))
+                     statistics.mean(total), switches, len(fast_e)))
     print(f"{a.launches} launches, a chunk switch every {a.per_chunk}; medians over {a.rounds} rounds (ns per call):")
     print(f"  allocator, C path      {statistics.median(r[0] for r in rows):8.0f}")
-    print(f"  exit hook, C path      {statistics.median(r[1] for r in rows):8.0f}")
+    print(f"  exit hook, C path      {statistics.median(r[1] for r in rows):8.0f}  ({rows[0][7]} of the exits)")
     print(f"  allocator, Python path {statistics.median(r[2] for r in rows):8.0f}  ({rows[0][3]} calls)")
     print(f"  both hooks, mean over every launch, switches included {statistics.median(r[5] for r in rows):8.0f}"
           f"  ({rows[0][6]} chunk switches in C)")
