@@ -235,9 +235,10 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
         """A loop that synchronizes each step is idle at every step: each of its steps then
         went through Python twice (a seal before its first launch, another right after it),
         +140-170 µs per step of liger's fused linear cross-entropy (2 ms steps, H200 machine,
-        ``call_times.py --ops 32``).  When ``key`` was idle before within IDLE_RECUR_NS, the idle
-        time becomes twice this wait (at most IDLE_MAX_NS): such steps are a burst then, and
-        only a longer pause seals eagerly.  Never lowered during the session."""
+        ``call_times.py --ops 32``).  When ``key`` was idle before within IDLE_RECUR_NS, the
+        session's idle time (every stream's) becomes twice this wait (at most IDLE_MAX_NS):
+        such steps are a burst then, and only a longer pause seals eagerly.  Never lowered
+        during the session."""
         before, self._idle_at[key] = self._idle_at.get(key), now
         if before is None or now - before > self.idle_recur_ns:
             return
