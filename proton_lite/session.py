@@ -60,8 +60,8 @@ class SessionOptions:
     copy_every: launches of a burst on one stream copied back together (one driver copy per
         batch keeps host time per launch low); a launch after idle time (1 ms; for a stream
         that pauses at every step, such as a synchronize per step, twice its pause, at most
-        20 ms) is copied at once.  If a kernel faults, launches of its batch not yet copied are lost and reported;
-        1 copies after every launch.
+        20 ms) is copied at once.  If a kernel faults, launches of its batch not yet copied
+        are lost and reported; 1 copies after every launch.
     graph_slots: replays kept on the device per launch captured into a CUDA graph, until a
         background thread copies them back; None (default): as many as 64 MiB hold (8 to
         4096; fewer once the session's rings hold a sixteenth of the free device memory).

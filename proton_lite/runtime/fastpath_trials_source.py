@@ -28,8 +28,9 @@ static int frames_say_trial(FastPath *self, PyObject *jid) {
     PyObject *jit_run = codes ? PyObject_GetAttr(self->trials, s_jit_run) : NULL;
     PyObject *wrappers = jit_run ? PyObject_GetAttr(self->trials, s_wrappers) : NULL;
     PyObject *helpers = wrappers ? PyObject_GetAttr(self->trials, s_tuner_helpers) : NULL;
-    int result = helpers ? 0 : -1;
-    if (result == 0 && (!PyAnySet_Check(codes) || PySet_GET_SIZE(codes) == 0))
+    int result = 0;
+    if (!helpers) { PyErr_Clear(); result = 1; }  /* a module without them: Python decides */
+    else if (!PyAnySet_Check(codes) || PySet_GET_SIZE(codes) == 0 || !PyAnySet_Check(helpers))
         result = 1;  /* not known yet, or a Triton without Autotuner._bench (Python goes by names) */
     PyFrameObject *f = result == 0 ? PyEval_GetFrame() : NULL;
     Py_XINCREF(f);
