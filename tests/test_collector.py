@@ -434,7 +434,7 @@ def test_a_stream_idle_at_every_step_keeps_its_steps_in_one_chunk_a_longer_pause
 
 
 def test_a_first_launch_larger_than_a_chunk_reserves_nothing(tmp_path, sim):
-    """A launch larger than a chunk gets a chunk of its own; four more of its size made at
+    """A launch larger than a chunk gets a chunk of its own; several more of its size made at
     the first launch could take device memory the program needs."""
     col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=4 << 20)  # 1 MiB chunks
     meta = _Meta(scratch=SCRATCH)
