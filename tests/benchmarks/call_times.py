@@ -5,9 +5,9 @@ constant per call (the hooks, Triton's launch metadata) or sits on the few calls
 chunks or go through the Python hooks.  Each call of a block is timed alone
 (``perf_counter_ns`` around it, no synchronize between calls), plain and session blocks in
 pairs, alternating which runs first.  In a session each call is also tagged with what the
-hooks did during it: an allocation that went to the Python hooks (a switch there, or a slow
-path; ``Collector.allocate`` counted), else a chunk switch in C (``FastPath.switches``), or
-neither.
+hooks did during it: an allocation or an exit hook that went to the Python hooks (a switch
+there, a trial check, or another slow path; ``Collector.allocate`` and ``on_launch_exit``
+counted), else a chunk switch in C (``FastPath.switches``), or neither.
 
 Printed per workload: the median and mean per call of plain and session blocks, and the
 session's added mean split into the *typical call* (median minus plain's median) and the
@@ -36,16 +36,18 @@ from launch_loops import workloads  # noqa: E402
 from liger_pairs import ops_cases  # noqa: E402
 from proton_lite.runtime import collector as collector_module  # noqa: E402
 
-_python_allocs = [0]  # allocations the Python hooks served (the C hooks' slow path calls them)
-_allocate = collector_module.Collector.allocate
+_python_hooks = [0]  # allocations and exit hooks the Python hooks served (the C hooks' slow paths call them)
 
 
-def _counted_allocate(self, *args, **kwargs):
-    _python_allocs[0] += 1
-    return _allocate(self, *args, **kwargs)
+def _counted(method):
+    def call(self, *args, **kwargs):
+        _python_hooks[0] += 1
+        return method(self, *args, **kwargs)
+    return call
 
 
-collector_module.Collector.allocate = _counted_allocate
+collector_module.Collector.allocate = _counted(collector_module.Collector.allocate)
+collector_module.Collector.on_launch_exit = _counted(collector_module.Collector.on_launch_exit)
 
 pc = time.perf_counter_ns
 
@@ -74,14 +76,14 @@ def session_block(fn, calls: int) -> tuple[list[int], list[str]]:
         for _ in range(WARM["calls"]):
             fn()
         torch.cuda.synchronize()
-        switches, python = (fp.switches() if fp is not None else 0), _python_allocs[0]
+        switches, python = (fp.switches() if fp is not None else 0), _python_hooks[0]
         for i in range(calls):
             t = pc()
             fn()
             times[i] = pc() - t
             sw = fp.switches() if fp is not None else 0
-            tags[i] = "python" if _python_allocs[0] != python else ("c-switch" if sw != switches else "")
-            switches, python = sw, _python_allocs[0]
+            tags[i] = "python" if _python_hooks[0] != python else ("c-switch" if sw != switches else "")
+            switches, python = sw, _python_hooks[0]
         torch.cuda.synchronize()
     os.remove(s.result.raw_path)
     return times, tags
