@@ -133,6 +133,12 @@ def _settle_ctas(out: np.ndarray, first, rows, offset, keep, run=map) -> int:
                 block[name] = np.rint(block[name].view(np.float64) + offset[i]).astype(np.int64)
     for _ in run(finish, parts):
         pass
+    return _compact(out, first, rows, live)
+
+
+def _compact(out: np.ndarray, first, rows, live: np.ndarray) -> int:
+    """The rows of launches ``live`` (in launch order) moved together to the front of ``out``;
+    returns how many there are."""
     dst = 0
     for i in live.tolist():
         src, n = int(first[i]), int(rows[i])
@@ -147,18 +153,14 @@ def _settle(out: np.ndarray, first, rows, offset, keep) -> int:
     in launch order, their times ``rint(t + offset)`` (an end never before its start)."""
     if native_decode.module() is not None and native_decode.fits(out):
         return native_decode.settle(out, first, rows, offset, keep)
-    dst = 0
-    for i in np.flatnonzero(np.asarray(keep, bool) & (np.asarray(rows) > 0)).tolist():
-        src, n = int(first[i]), int(rows[i])
-        if src != dst:
-            out[dst:dst + n] = out[src:src + n]  # numpy copies overlapping parts safely
-        block = out[dst:dst + n]
+    live = np.flatnonzero(np.asarray(keep, bool) & (np.asarray(rows) > 0))
+    for i in live.tolist():
+        block = out[int(first[i]):int(first[i]) + int(rows[i])]
         start = np.rint(block["start_ns"].view(np.float64) + offset[i]).astype(np.int64)
         end = np.rint(block["end_ns"].view(np.float64) + offset[i]).astype(np.int64)
         block["start_ns"] = start
         block["end_ns"] = np.maximum(end, start)
-        dst += n
-    return dst
+    return _compact(out, first, rows, live)
 
 
 def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick, decode_one, pool,
