@@ -175,6 +175,9 @@ static int run_job(drain_t *d, job *j) {
 
 static void *drain_main(void *arg) {
     drain_t *d = (drain_t *)arg;
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "pl-drain");  /* what top and /proc show */
+#endif
     if (d->capture_mode) { int mode = 2; d->capture_mode(&mode); }  /* relaxed: a capture elsewhere forbids nothing here */
     for (;;) {
         pthread_mutex_lock(&d->mu);

@@ -11,7 +11,10 @@ from proton_lite import crc
 @pytest.mark.parametrize("n", [0, 1, crc.PARALLEL_MIN - 1, crc.PARALLEL_MIN, 5 * crc.BLOCK + 12345,
                                9 * crc.BLOCK])
 @pytest.mark.parametrize("start", [0, 0xDEADBEEF])
-def test_equals_zlib(n, start):
+@pytest.mark.parametrize("path", ["native", "zlib pool"])
+def test_equals_zlib(n, start, path, monkeypatch):
+    if path == "zlib pool":  # where the C checksum does not build
+        monkeypatch.setattr(crc, "_native", lambda: None)
     data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
     assert crc.crc32(data, start) == zlib.crc32(data.tobytes(), start)
 
@@ -63,6 +66,26 @@ def test_the_c_writer_s_checksum_on_several_threads_is_zlib_s(size):
         assert mod.crc32(data, 0xDEADBEEF, threads, block) == zlib.crc32(data, 0xDEADBEEF)
 
 
+def test_the_folded_checksum_is_zlib_s_at_every_length_offset_and_start():
+    """Carry-less folding takes 64 bytes a step, then 16, then hands the last block and the tail
+    to zlib: every length from 0 to 700 (each remainder of 16 and 64, below and above the
+    128 bytes where folding starts), odd offsets (unaligned loads), the running values zlib
+    callers pass; and the same with folding off, the path of CPUs without it."""
+    mod = _native()
+    big = np.random.default_rng(11).bytes((1 << 20) + 64)
+    was = mod.use_folding(True)
+    try:
+        for fold in (True, False):
+            mod.use_folding(fold)
+            for n in list(range(701)) + [4095, 65536, 65537, (1 << 20) + 13]:
+                for off in ((0, 1, 15) if n < 701 else (0, 7)):
+                    data = big[off:off + n]
+                    for start in (0, 0xDEADBEEF, 0xFFFFFFFF):
+                        assert mod.crc32(data, start, 1, 1 << 30) == zlib.crc32(data, start), (fold, n, off, start)
+    finally:
+        mod.use_folding(was)
+
+
 def test_the_c_writer_writes_the_same_file_as_the_python_path(tmp_path):
     _native()
     from proton_lite.raw_format import BATCH_ENTRY, RawWriter, read_raw
@@ -88,3 +111,17 @@ def test_the_c_writer_writes_the_same_file_as_the_python_path(tmp_path):
     assert a == b and len(a) > 3 << 20
     cap = read_raw(paths[0])  # every chunk's checksum verified by the reader
     assert cap.end == {"launches": 3}
+
+
+def test_folding_can_be_turned_off_from_the_environment():
+    """``PROTON_LITE_CRC_FOLDING=0``: zlib's crc32 alone, in a process of its own (the C code
+    reads the variable once, at its first checksum)."""
+    _native()
+    import subprocess
+    import sys
+    code = ("from proton_lite import native_write as w; m = w.module(); m.crc32(bytes(4096), 0, 1, 1 << 30); "
+            "print(m.use_folding(True))")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PROTON_LITE_CRC_FOLDING": v}).stdout.strip()
+            for v in ("0", "1")]
+    assert outs[0] == "False" and outs[1] in ("True", "False")  # False on a CPU without carry-less multiplies
