@@ -233,7 +233,12 @@ def memset_d8_async(ptr: int, value: int, size: int, stream: int) -> None:
 
 
 def event_create():
-    return check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    """An event the drain waits for: without timing, and waited for by blocking (the thread
+    sleeps) instead of spinning a core until the GPU gets there, the context's default while it
+    has fewer contexts than cores: our waits are off every launching thread's path, so a few
+    µs more to wake cost nothing, and a spinning core is taken from the user's program."""
+    flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING) | int(cu.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
+    return check(cu.cuEventCreate(flags), "cuEventCreate")
 
 
 def event_record(event, stream: int) -> None:
