@@ -59,7 +59,7 @@ def write_intervals(r: dict, idx: list, out: np.ndarray, first: np.ndarray, boun
     idx = np.asarray(idx, np.int64)
     over = m > bounds[idx]
     if over.any():
-        from proton_lite.decode_batch import room_error
+        from proton_lite.decode_records import room_error
         j = int(np.flatnonzero(over)[0])
         raise room_error(int(launch_ids[idx[j]]), int(m[j]), int(bounds[idx[j]]))
     at = 0

@@ -37,7 +37,7 @@ _SOURCE = r"""
 
 /* pair(words, group, n_scopes, e_out, x_out, level_out) -> number of pairs.  words: the
    records (tag in the low 32 bits), group: each record's (CTA, unit), non-decreasing.  As
-   decode_batch._pair: per group a running level (+1 enter, -1 exit, 0 corrupt), a record's
+   decode_records._pair: per group a running level (+1 enter, -1 exit, 0 corrupt), a record's
    level is the sum so far plus 1 for an exit tag; an enter pairs with the next record of its
    group at its own level if that is the exit of its scope.  Pairs come out by enter. */
 static PyObject *pair(PyObject *self, PyObject *args) {
@@ -107,7 +107,7 @@ static PyObject *pair(PyObject *self, PyObject *args) {
 
 /* records(buf, rows_at, counts, kept, words_out, group_out, first_out, stride_w, head_w, unit_w,
            unit_head_w, cap, circular) -> number of non-empty groups: the kept records of every
-   (CTA row, unit) in (CTA, unit, age) order, as decode_batch._records. */
+   (CTA row, unit) in (CTA, unit, age) order, as decode_records._records. */
 static PyObject *records(PyObject *self, PyObject *args) {
     PyObject *o[7];
     long long stride_w, head_w, unit_w, unit_head_w, cap;
@@ -189,7 +189,7 @@ def fits(out: np.ndarray) -> bool:
 
 def pair_rows(words, group, level, e_idx, x_idx, units: int, before: int, start_clk, base_gt, ns_per_cycle, lrow,
               row_cta, out, dest, room, launch_id):
-    """``decode_batch._pair_columns`` and ``decode_assemble.write_intervals`` in one pass: each
+    """``decode_records._pair_columns`` and ``decode_assemble.write_intervals`` in one pass: each
     pair's row written straight to ``out`` at its batch launch's ``dest`` (at most ``room`` rows
     each), its times raw.  Returns
     (pairs per CTA row, rows written per launch, unplaceable pairs per launch, the first launch
@@ -215,7 +215,7 @@ def settle(out, first, rows, offset, keep) -> int:
 
 
 def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
-    """``decode_batch._pair`` in C: (enter index, exit index, level of each record), pairs in
+    """``decode_records._pair`` in C: (enter index, exit index, level of each record), pairs in
     enter order, from the records as 8-byte words (tag in the low half) and each record's
     (CTA, unit) group, non-decreasing (``module()`` must not be None)."""
     words = np.ascontiguousarray(words, np.uint64)
@@ -229,7 +229,7 @@ def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
 
 
 def records(buf, layout, rows_at, counts, kept):
-    """``decode_batch._records`` in C: (records as 8-byte words, (CTA row, unit) group of
+    """``decode_records._records`` in C: (records as 8-byte words, (CTA row, unit) group of
     each, index of the first record of each non-empty group) (``module()`` must not be None)."""
     from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES
     kept = np.ascontiguousarray(kept, np.int64).ravel()

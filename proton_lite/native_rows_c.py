@@ -12,7 +12,7 @@ its shared helpers.
 ROWS_C = r"""
 /* pair_rows(words, group, level, e_idx, x_idx, units, before, start_clk, base, rate, lrow, row_cta,
    out, dest, room, launch_id, per_row, written, unplaceable) -> -1, or the batch launch that
-   has more pairs than its room.  As decode_batch._pair_columns and write_intervals, in one
+   has more pairs than its room.  As decode_records._pair_columns and write_intervals, in one
    pass: each pair's row goes straight to out[dest[l] + written[l]++] (l = lrow[its CTA row];
    44 bytes: launch u4, cta u4, unit u4, scope u4, depth u2, lane u2, start f8, end f8, cycles
    i8) with its times raw; a pair whose CTA has no finite base or rate is counted in

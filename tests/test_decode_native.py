@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from proton_lite import native_decode
-from proton_lite.decode_batch import _pair
+from proton_lite.decode_records import _pair
 from proton_lite.profile_data import INTERVAL_DTYPE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +133,7 @@ def test_pair_rows_write_the_numpy_rows(monkeypatch):
     included; a launch whose pairs overflow its room is reported, not written past.  Exact
     halves and odd offsets in ``settle``: ``test_decode_memory.py``."""
     from proton_lite.decode_assemble import _settle, write_intervals
-    from proton_lite.decode_batch import _BEFORE_START, _pair_columns
+    from proton_lite.decode_records import _BEFORE_START, _pair_columns
     from proton_lite.layout import BufferLayout
     words, group, level, e, x, start_clk, base, rate, lrow, row_cta = _pair_inputs(11)
     layout = BufferLayout("warp", 4, 16, "global", "clamp")
@@ -184,7 +184,7 @@ def test_pair_rows_refuse_an_index_out_of_range():
 def test_records_are_the_numpy_records(mode):
     """Every (CTA row, unit) block's kept records, in age order (a circular block that wrapped
     starts at its oldest record), gathered from a buffer of random words."""
-    from proton_lite.decode_batch import _records
+    from proton_lite.decode_records import _records
     from proton_lite.layout import BufferLayout
     layout = BufferLayout("warp", 4, 8, "global", mode)
     rng = np.random.default_rng(3)
