@@ -27,6 +27,8 @@ before thread 0's start anchor):
 - ``small``: 1,024 launches of a 64-CTA ``vadd``: 1.05 M records, per-launch costs.
 - ``lifetimes``: a compiled program's kernels without scopes, 256 launches of 4,096 CTAs
   in 24 kernels, each CTA a 32-byte lifetime block (no records: its rates count CTAs).
+- ``onelaunch``: one launch of 1 M ``vadd`` CTAs: 16.8 M records, 268 MB in one launch (its
+  records paired in slices, ``decode_slices``).
 - ``mixed`` (default): half a ``vadd``, half a ``matmul``, a quarter of ``nested`` and
   the 16-CTA calibration launch that every session ends with: 1.33 M records.
 
@@ -62,7 +64,7 @@ N_SMS = 132
 WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
-SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes")
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "onelaunch")
 LIFETIME = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                      ("clock_length", "<u4"), ("version", "<u4")])  # docs/format.md §1.2a
 
@@ -214,6 +216,8 @@ def _add_shape(c: Capture, shape: str) -> None:
         compact = BufferLayout("cta", 8, 0, "global", compact=True)
         for i in range(256):
             c.launch(f"triton_poi_fused_{i % 24}", [], compact, 4096, None)
+    elif shape == "onelaunch":  # one large launch: 1 M CTAs of vector add, 16.8 M records (decode_slices)
+        vadd(1 << 20)
     elif shape == "mixed":
         vadd(32768)
         matmul(512)
