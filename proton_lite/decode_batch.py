@@ -8,7 +8,7 @@ import numpy as np
 
 from proton_lite import decode_slices, native_decode
 from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes
-from proton_lite.decode_pool import PoolState
+from proton_lite.decode_pool import PoolState, pool_regions
 from proton_lite.decode_records import _BEFORE_START, _records_and_pairs, _segment_sums, room_error
 from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout
 
@@ -252,15 +252,17 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
 
     # --- records ------------------------------------------------------------------------------
     counts = np.where(finished, u_count, 0).astype(np.int64)  # (m, U)
-    torn = 0
     # CTAs longer than a 32-bit clock's window: their records are unwrapped from each unit's end
     long_row = (end_clk - start_clk) >= np.uint64((1 << 32) - _BEFORE_START)
-    kept = layout.kept(counts) if pool is None else None
-    if kept is not None and decode_slices.sliced(n_l, pool, layout, sink, long_row, int(kept.sum())):
+    # a pool launch's records lie in its unit blocks and chunks (decode_pool); else in the blocks
+    regions = pool_regions(buf, layout, pool, n, rows_at, counts) if pool is not None else None
+    kept = layout.kept(counts) if regions is None else regions.kept
+    if decode_slices.sliced(n_l, regions, layout, sink, long_row, int(kept.sum())):
         # one large launch: its records paired a slice of CTAs at a time (decode_slices)
+        torn = regions.torn if regions is not None else 0
         per_row, written, lost, over = decode_slices.pair_rows_sliced(
-            buf, layout, rows_at, counts, kept, n_scopes, _BEFORE_START, start_clk, base_gt, ns_per_cycle, cta_ids,
-            sink)
+            buf, layout, rows_at, counts, kept, regions, n_scopes, _BEFORE_START, start_clk, base_gt, ns_per_cycle,
+            cta_ids, sink)
         if over >= 0:
             raise room_error(int(sink[3][0]), over, int(sink[2][0]))
         kept_row = kept.sum(1)
@@ -271,7 +273,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         pairs = None
     else:
         pairs, iv_rows, unmatched, records, dropped, torn = _records_and_pairs(
-            buf, layout, rows_at, counts, kept, n, n_scopes, pool, start_clk, u_end_clk, base_gt, ns_per_cycle, lrow,
+            buf, layout, rows_at, counts, kept, regions, n_scopes, start_clk, u_end_clk, base_gt, ns_per_cycle, lrow,
             cta_ids, long_row, row_start, m_l, n_l, sink)
     ctas = {
         "launch": lrow, "cta": cta_ids, "smid": smid, "start": cta_start, "end": cta_end, "start_clock": start_clk,

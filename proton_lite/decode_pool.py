@@ -53,12 +53,37 @@ def chunk_dtype(layout: BufferLayout) -> np.dtype:
     return dt
 
 
-def pool_records(buf, layout: BufferLayout, pool: PoolState, n_ctas: int, rows_at: np.ndarray,
-                 counts: np.ndarray):
-    """The kept records of every (valid CTA, unit) of one pool launch, in (CTA, unit, age)
-    order, as ``decode._records`` returns them, plus the records kept per (row, unit) and the
-    number of torn chunks.  ``buf``: the CTA blocks then the used chunks (prefix removed);
-    ``rows_at``: the CTA index of each valid row; ``counts``: (rows, units) records tried."""
+class PoolRegions:
+    """Where a pool launch's kept records lie: its regions (unit blocks, then good chunks) in
+    (CTA row, unit, first) order, each with its (row, unit) group, first word and records kept;
+    ``kept`` per (row, unit) and the ``torn`` chunks.  ``records`` reads any run of groups, so
+    that a large launch can be read a slice of CTAs at a time (``decode_slices``)."""
+
+    def __init__(self, group: np.ndarray, word: np.ndarray, kept_region: np.ndarray, kept: np.ndarray, torn: int):
+        self.group, self.word, self.kept_region, self.kept, self.torn = group, word, kept_region, kept, torn
+
+    def records(self, buf, lo: int = 0, hi: int | None = None):
+        """The kept records of groups ``lo`` to ``hi`` (all by default), in (CTA, unit, age)
+        order, as ``decode_records._records`` returns them: (8-byte words, each record's group
+        counted from ``lo``, the index of each non-empty group's first record)."""
+        a, b = (0, len(self.group)) if hi is None else np.searchsorted(self.group, [lo, hi])
+        group, word, kept_region = self.group[a:b] - lo, self.word[a:b], self.kept_region[a:b]
+        n = int(kept_region.sum())
+        offsets = np.cumsum(kept_region) - kept_region
+        words_at = np.repeat(word, kept_region) + (np.arange(n) - np.repeat(offsets, kept_region))
+        words = np.frombuffer(buf, dtype="<u8", count=len(buf) // RECORD_BYTES)
+        rec_group = np.repeat(group, kept_region)
+        k = self.kept.ravel()[lo:hi]
+        nonempty = k[k > 0]
+        group_first = np.cumsum(nonempty) - nonempty
+        return words[words_at], rec_group, group_first
+
+
+def pool_regions(buf, layout: BufferLayout, pool: PoolState, n_ctas: int, rows_at: np.ndarray,
+                 counts: np.ndarray) -> PoolRegions:
+    """The regions of every (valid CTA, unit) of one pool launch (``PoolRegions``).  ``buf``:
+    the CTA blocks then the used chunks (prefix removed); ``rows_at``: the CTA index of each
+    valid row; ``counts``: (rows, units) records tried."""
     m, n_units = counts.shape
     used = pool.used
     pool_off = n_ctas * layout.stride
@@ -98,12 +123,5 @@ def pool_records(buf, layout: BufferLayout, pool: PoolState, n_ctas: int, rows_a
     end = np.where(last, total, np.roll(first, -1))
     kept_region = np.clip(np.minimum(end - first, slots), 0, None)
     kept = np.bincount(group, kept_region, minlength=m * n_units).astype(np.int64).reshape(m, n_units)
-    n = int(kept_region.sum())
-    offsets = np.cumsum(kept_region) - kept_region
-    words_at = np.repeat(word, kept_region) + (np.arange(n) - np.repeat(offsets, kept_region))
-    words = np.frombuffer(buf, dtype="<u8", count=len(buf) // RECORD_BYTES)
-    rec_group = np.repeat(group, kept_region)
-    k = kept.ravel()
-    nonempty = k[k > 0]
-    group_first = np.cumsum(nonempty) - nonempty
-    return words[words_at], rec_group, group_first, kept, torn
+    return PoolRegions(group, word, kept_region, kept, torn)
+

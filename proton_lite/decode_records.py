@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite import native_decode
-from proton_lite.decode_pool import pool_records
 from proton_lite.layout import CTA_HEADER_BYTES, RECORD_BYTES, UNIT_HEADER_BYTES, BufferLayout
 
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -179,14 +178,16 @@ def _long_cta_wraps(words, group, units: int, start_clk, u_end_clk, long_row) ->
     return wraps
 
 
-def _records_and_pairs(buf, layout: BufferLayout, rows_at, counts, kept, n: int, n_scopes: int, pool, start_clk,
+def _records_and_pairs(buf, layout: BufferLayout, rows_at, counts, kept, regions, n_scopes: int, start_clk,
                        u_end_clk, base_gt, ns_per_cycle, lrow, cta_ids, long_row, row_start, m_l, n_l: int, sink):
     """A batch's records read and paired at once: (pairs or None, rows written per launch or
-    None, unmatched, records, dropped per launch, torn chunks).  With the C steps and a sink the
-    rows go straight to it; else the pairs' columns come back for ``write_intervals``."""
+    None, unmatched, records, dropped per launch, torn chunks).  ``regions``: a pool launch's
+    (``decode_pool.PoolRegions``), else None.  With the C steps and a sink the rows go straight
+    to it; else the pairs' columns come back for ``write_intervals``."""
     torn = 0
-    if pool is not None:
-        words, group, first, kept, torn = pool_records(buf, layout, pool, n, rows_at, counts)
+    if regions is not None:
+        words, group, first = regions.records(buf)
+        torn = regions.torn
     elif native_decode.module() is not None and layout.capacity > 0:  # one pass in C, without the GIL
         words, group, first = native_decode.records(buf, layout, rows_at, counts, kept)
     else:

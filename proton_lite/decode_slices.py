@@ -19,16 +19,17 @@ from proton_lite import native_decode
 SLICE_RECORDS = 1 << 21  # records a slice (~64 MiB of working arrays)
 
 
-def sliced(n_launches: int, pool, layout, sink, long_row: np.ndarray, records: int) -> bool:
-    """Whether a batch's records go in slices: one launch without a pool, larger than a slice,
-    with the C steps and a sink to write to, and no CTA longer than a 32-bit clock's window
-    (those unwrap their records against their units' ends, over the whole launch)."""
-    return (n_launches == 1 and pool is None and records > SLICE_RECORDS and layout.capacity > 0
+def sliced(n_launches: int, regions, layout, sink, long_row: np.ndarray, records: int) -> bool:
+    """Whether a batch's records go in slices: one launch larger than a slice, with the C steps
+    and a sink to write to, and no CTA longer than a 32-bit clock's window (those unwrap their
+    records against their units' ends, over the whole launch).  ``regions``: a pool launch's
+    (``decode_pool.PoolRegions``: records in its chunks too), else None."""
+    return (n_launches == 1 and records > SLICE_RECORDS and (regions is not None or layout.capacity > 0)
             and sink is not None and native_decode.module() is not None and native_decode.fits(sink[0])
             and not long_row.any())
 
 
-def pair_rows_sliced(buf, layout, rows_at, counts, kept, n_scopes: int, before: int, start_clk, base_gt,
+def pair_rows_sliced(buf, layout, rows_at, counts, kept, regions, n_scopes: int, before: int, start_clk, base_gt,
                      ns_per_cycle, cta_ids, sink):
     """``native_decode.pair_rows`` over the launch's CTA rows a slice at a time.  Returns (pairs
     per CTA row, rows written, unplaceable pairs, the rows attempted when the launch's room was
@@ -43,7 +44,10 @@ def pair_rows_sliced(buf, layout, rows_at, counts, kept, n_scopes: int, before: 
     while r0 < m:
         done = int(cum[r0 - 1]) if r0 else 0
         r1 = min(m, max(r0 + 1, int(np.searchsorted(cum, done + SLICE_RECORDS, side="right"))))
-        words, group, _ = native_decode.records(buf, layout, rows_at[r0:r1], counts[r0:r1], kept[r0:r1])
+        if regions is None:
+            words, group, _ = native_decode.records(buf, layout, rows_at[r0:r1], counts[r0:r1], kept[r0:r1])
+        else:  # a pool launch's: its unit blocks and chunks, the slice's groups counted from its first
+            words, group, _ = regions.records(buf, r0 * layout.units, r1 * layout.units)
         e_idx, x_idx, level = native_decode.pair(words, group, n_scopes)
         rows, wrote, lost, over = native_decode.pair_rows(
             words, group, level, e_idx, x_idx, layout.units, before, start_clk[r0:r1], base_gt[r0:r1],

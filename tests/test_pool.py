@@ -345,3 +345,35 @@ def segments(offs_ptr, x_ptr, BLOCK: tl.constexpr):
     assert cli.main(args) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "every record kept" in text and "chunks of 255 records" in text
+
+
+@pytest.mark.parametrize("case", ["whole pool", "torn chunk", "exhausted pool"])
+def test_a_pool_launch_paired_in_slices_of_ctas_decodes_to_the_same_profile(tmp_path, monkeypatch, case):
+    """A large launch's records go in slices of CTAs (decode_slices), a pool launch's from its
+    unit blocks and chunks (``PoolRegions.records`` of a run of groups): the same profile byte
+    for byte, torn chunks and an exhausted pool's dropped records included."""
+    import proton_lite.decode as D
+    from proton_lite import decode_slices, native_decode
+    if native_decode.module() is None:
+        pytest.skip("the C decode steps do not build here")
+    body = trips_from_cta("%r2", "%r7") + ["E k"] + count_loop(LONG, "$L_h", "%r2", "r") + ["X k"]
+
+    def tear(buf, layout, ctas):
+        at = LAUNCH_PREFIX_BYTES + ctas * layout.stride + 2 * layout.chunk_bytes
+        buf[at:at + CHUNK_HEADER_BYTES] = bytes(CHUNK_HEADER_BYTES)
+
+    run_pool(tmp_path, body, {"%r7": 3}, capacity=3, chunks=12 if case == "exhausted pool" else 256, ctas=8,
+             num_warps=2, damage=tear if case == "torn chunk" else None)
+    cap = read_raw(str(tmp_path / "pool.plraw"))
+    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
+    profiles = []
+    for slice_records in (1 << 40, 1, 20):
+        monkeypatch.setattr(decode_slices, "SLICE_RECORDS", slice_records)
+        profiles.append(decode(cap))
+    whole = profiles[0]
+    la = whole.launches[0]
+    assert la["records"] > 40 and (la["torn_chunks"] > 0) == (case == "torn chunk")
+    assert (la["dropped"] > 0) == (case != "whole pool")
+    for p in profiles[1:]:
+        assert p.intervals.tobytes() == whole.intervals.tobytes()
+        assert p.launches.tobytes() == whole.launches.tobytes() and p.ctas.tobytes() == whole.ctas.tobytes()
