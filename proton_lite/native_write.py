@@ -80,7 +80,7 @@ static unsigned long crc_folded(unsigned long crc, const unsigned char *p, size_
 
 static int folding_available(void) {
     unsigned int a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_PCLMUL) && (d & bit_SSE2);
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 1)) && (d & (1u << 26));  /* PCLMULQDQ, SSE2 */
 }
 #else
 static unsigned long crc_folded(unsigned long crc, const unsigned char *p, size_t n) { return 0; }
