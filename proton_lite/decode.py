@@ -145,14 +145,15 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         kid = launches_in[idx[0]].kernel_id
         at = np.asarray(idx, np.int64)
         r = _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,
-                          max_rate, pools[idx[0]], sink=(out, first[at], bounds[at], launch_ids[at]))
+                          max_rate, pools[idx[0]], sink=(out, first[at], bounds[at], launch_ids[at]), threads=threads)
         write_intervals(r, idx, out, first, bounds, launch_ids)  # where the C steps did not write them
         write_ctas(r, idx, cta_out, cta_first, launch_ids)
         return r
 
     # batches are independent and numpy releases the GIL in their large array work: several at
     # once on several cores; results are taken in batch order, so the arrays do not depend on it
-    workers = min(len(batches), DECODE_WORKERS or stop_threads())
+    threads = DECODE_WORKERS or stop_threads()
+    workers = min(len(batches), threads)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:
         return align_devices(assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, tick,

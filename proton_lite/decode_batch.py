@@ -107,7 +107,7 @@ def _sorted_by_launch(start_gt: np.ndarray, launch: np.ndarray) -> np.ndarray:
 
 
 def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_rate: float = np.inf,
-                  pool: PoolState | None = None, sink=None) -> dict:
+                  pool: PoolState | None = None, sink=None, threads: int = 1) -> dict:
     """Decode launches of one kernel at once (rows of all of them in one set of arrays).
 
     Every step is per CTA, per (launch, SM) or per launch, exactly as if each launch were
@@ -121,6 +121,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     ``sink``: (out, dest, room, launch_id) per launch of the batch; with the C steps, each
     pair's row goes straight to ``out`` (``native_decode.pair_rows``, times raw) and the
     result has ``iv_rows`` instead of ``pairs`` (``decode_assemble.write_intervals`` otherwise).
+    ``threads``: how many a large launch's slices of records may use (``decode_slices``).
     """
     n_l = len(batch)
     n_ctas = np.array([la.num_ctas for la in batch], np.int64)
@@ -262,7 +263,7 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
         torn = regions.torn if regions is not None else 0
         per_row, written, lost, over = decode_slices.pair_rows_sliced(
             buf, layout, rows_at, counts, kept, regions, n_scopes, _BEFORE_START, start_clk, base_gt, ns_per_cycle,
-            cta_ids, sink)
+            cta_ids, sink, threads)
         if over >= 0:
             raise room_error(int(sink[3][0]), over, int(sink[2][0]))
         kept_row = kept.sum(1)

@@ -60,8 +60,8 @@ def _one_launch(path, ctas=512, units=4, pairs=6, cap=20):
     return read_raw(path)
 
 
-def _decode(capture, monkeypatch, slice_records, calls=None):
-    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
+def _decode(capture, monkeypatch, slice_records, calls=None, workers=1):
+    monkeypatch.setattr(D, "DECODE_WORKERS", workers)
     monkeypatch.setattr(decode_slices, "SLICE_RECORDS", slice_records)
     if calls is not None:
         real = native_decode.records
@@ -80,11 +80,14 @@ def _decode(capture, monkeypatch, slice_records, calls=None):
 
 
 @pytest.mark.parametrize("slice_records", [1, 97, 1000])
-def test_a_launch_paired_in_slices_decodes_to_the_same_profile(tmp_path, monkeypatch, slice_records):
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_launch_paired_in_slices_decodes_to_the_same_profile(tmp_path, monkeypatch, slice_records, workers):
+    """On one thread and on three (slices of a third as many records, written to parts of the
+    launch's room and moved together)."""
     cap = _one_launch(tmp_path / "one.plraw")
     whole, _ = _decode(cap, monkeypatch, 1 << 40)
     calls = []
-    sliced, _ = _decode(cap, monkeypatch, slice_records, calls)
+    sliced, _ = _decode(cap, monkeypatch, slice_records, calls, workers)
     # the small launch in one call, the large one's CTA rows each in exactly one slice
     assert len(calls) > 3 and sum(calls) == len(whole.ctas)
     assert whole.intervals.tobytes() == sliced.intervals.tobytes()

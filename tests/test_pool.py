@@ -365,9 +365,9 @@ def test_a_pool_launch_paired_in_slices_of_ctas_decodes_to_the_same_profile(tmp_
     run_pool(tmp_path, body, {"%r7": 3}, capacity=3, chunks=12 if case == "exhausted pool" else 256, ctas=8,
              num_warps=2, damage=tear if case == "torn chunk" else None)
     cap = read_raw(str(tmp_path / "pool.plraw"))
-    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
     profiles = []
-    for slice_records in (1 << 40, 1, 20):
+    for slice_records, workers in ((1 << 40, 1), (1, 1), (20, 1), (60, 3)):
+        monkeypatch.setattr(D, "DECODE_WORKERS", workers)
         monkeypatch.setattr(decode_slices, "SLICE_RECORDS", slice_records)
         profiles.append(decode(cap))
     whole = profiles[0]

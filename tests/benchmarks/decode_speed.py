@@ -29,6 +29,8 @@ before thread 0's start anchor):
   in 24 kernels, each CTA a 32-byte lifetime block (no records: its rates count CTAs).
 - ``onelaunch``: one launch of 1 M ``vadd`` CTAs: 16.8 M records, 268 MB in one launch (its
   records paired in slices, ``decode_slices``).
+- ``persistent``: one launch of a persistent kernel whose loop is bounded at run time (264
+  CTAs x 4 warps x 16,000 records, in chunks of a launch pool): 16.9 M records.
 - ``mixed`` (default): half a ``vadd``, half a ``matmul``, a quarter of ``nested`` and
   the 16-CTA calibration launch that every session ends with: 1.33 M records.
 
@@ -43,6 +45,7 @@ import argparse
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,7 +55,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
-from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout, encode_tag  # noqa: E402
+from proton_lite.layout import (CHUNK_TAG, CTA_MAGIC, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION, UNIT_MAGIC,  # noqa: E402
+                                BufferLayout, capacity_word, encode_tag, read_capacity_word)
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES  # noqa: E402
 from proton_lite.raw_format import RawWriter, read_raw  # noqa: E402
 from proton_lite.trace.perfetto import write_perfetto  # noqa: E402
@@ -64,7 +68,7 @@ N_SMS = 132
 WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
-SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "onelaunch")
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "onelaunch", "persistent")
 LIFETIME = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                      ("clock_length", "<u4"), ("version", "<u4")])  # docs/format.md §1.2a
 
@@ -147,6 +151,50 @@ def synth_lifetimes(rng, n_ctas: int, gt0: int, sm_clk0: np.ndarray) -> tuple[by
     return b.tobytes(), int(end_gt.max())
 
 
+def synth_pool_launch(rng, n_ctas: int, units: int, records: int, slots: int, gt0: int,
+                      sm_clk0: np.ndarray) -> tuple[bytes, int, BufferLayout]:
+    """One launch of a persistent kernel whose loop is bounded at run time: each unit writes
+    ``records`` records (a scope per iteration), two in its unit block and the rest in chunks of
+    ``slots`` from the launch's pool, laid out as docs/format.md §1.4 says (prefix, CTA blocks,
+    chunks).  Returns (buffer, end on the %globaltimer axis, the kernel's layout)."""
+    layout = BufferLayout("warp", units, 256, "global", "clamp", sized_at_launch=True, overflow="sink", pool=True,
+                          chunk_slots=slots)
+    read = layout.with_capacity(2)
+    per_unit = -(-(records - 2) // slots)
+    n_chunks = n_ctas * units * per_unit
+    blocks = np.zeros(n_ctas, dtype=cta_block_dtype(read))
+    sm = np.arange(n_ctas) % N_SMS
+    start_clk = sm_clk0[sm] + rng.integers(0, 30_000, n_ctas)
+    blocks["magic"], blocks["smid"], blocks["version"], blocks["units"] = CTA_MAGIC, sm, LAYOUT_VERSION, units
+    blocks["start_gt"] = ((gt0 + (start_clk - sm_clk0[sm]) / RATE) // TICK * TICK).astype(np.uint64)
+    blocks["start_clk"] = start_clk
+    steps = rng.integers(300, 900, (n_ctas, units, records))
+    clk = start_clk[:, None, None] + np.cumsum(steps, axis=2)
+    tags = _tags([(0, False), (0, True)] * (records // 2))
+    unit = blocks["unit"]
+    unit["count"], unit["magic"] = records, UNIT_MAGIC
+    unit["rec"][:, :, :2, 0] = tags[:2]
+    unit["rec"][:, :, :2, 1] = (clk[:, :, :2] & 0xFFFFFFFF).astype(np.uint32)
+    end_clk = clk[:, :, -1] + 80
+    unit["end_clk"] = end_clk.astype(np.uint64)
+    end_t = blocks["start_gt"][:, None].astype(np.float64) + (end_clk - start_clk[:, None]) / RATE
+    unit["end_gt"] = (end_t // TICK * TICK).astype(np.uint64)
+    chunk = np.zeros(n_chunks, np.dtype([("tag", "<u4"), ("epoch", "<u4"), ("cta", "<u4"), ("first", "<u4"),
+                                         ("rec", "<u4", (slots + 1, 2))]))
+    epoch = 3
+    c, u, k = np.meshgrid(np.arange(n_ctas), np.arange(units), np.arange(per_unit), indexing="ij")
+    c, u, k = c.ravel(), u.ravel(), k.ravel()
+    chunk["tag"], chunk["epoch"], chunk["cta"], chunk["first"] = (CHUNK_TAG << 16) | u, epoch, c, 2 + k * slots
+    for j in range(slots):  # slot j of every chunk: record 2 + k * slots + j of its unit, where there is one
+        i = 2 + k * slots + j
+        ok = i < records
+        chunk["rec"][ok, j, 0] = tags[i[ok]]
+        chunk["rec"][ok, j, 1] = (clk[c[ok], u[ok], i[ok]] & 0xFFFFFFFF).astype(np.uint32)
+    order = rng.permutation(n_chunks)  # units take chunks in any order
+    prefix = struct.pack("<IIII", capacity_word(2), n_chunks, epoch, n_chunks)
+    return prefix + blocks.tobytes() + chunk[order].tobytes(), int(end_t.max()), layout
+
+
 class Capture:
     def __init__(self, path: str, seed: int = 1) -> None:
         self.rng = np.random.default_rng(seed)
@@ -167,6 +215,19 @@ class Capture:
             buf, end = synth_launch(self.rng, layout, n_ctas, tags, long_tags, self.gt, self.sm_clk)
         self.w.launch(self.kernels[name], 0, self.launches, (n_ctas, 1, 1), n_ctas, 7, 0, buf)
         gap = end + 20_000 - self.gt  # ns until the next launch starts
+        self.sm_clk = self.sm_clk + int(gap * RATE)
+        self.gt += gap
+        self.launches += 1
+
+    def pool_launch(self, name: str, n_ctas: int, units: int, records: int, slots: int = 255) -> None:
+        buf, end, layout = synth_pool_launch(self.rng, n_ctas, units, records, slots, self.gt, self.sm_clk)
+        if name not in self.kernels:
+            self.kernels[name] = len(self.kernels)
+            meta = kernel_meta(self.kernels[name], name, ["tile"], layout)
+            meta["proton_lite"]["pool_entry_records"] = 2
+            self.w.kernel(meta)
+        self.w.launch(self.kernels[name], 0, self.launches, (n_ctas, 1, 1), n_ctas, 7, 0, buf)
+        gap = end + 20_000 - self.gt
         self.sm_clk = self.sm_clk + int(gap * RATE)
         self.gt += gap
         self.launches += 1
@@ -218,6 +279,8 @@ def _add_shape(c: Capture, shape: str) -> None:
             c.launch(f"triton_poi_fused_{i % 24}", [], compact, 4096, None)
     elif shape == "onelaunch":  # one large launch: 1 M CTAs of vector add, 16.8 M records (decode_slices)
         vadd(1 << 20)
+    elif shape == "persistent":  # one launch of a persistent kernel with a run-time loop: 16.9 M records in chunks
+        c.pool_launch("persistent_tiles", 264, 4, 16_000)
     elif shape == "mixed":
         vadd(32768)
         matmul(512)
@@ -265,8 +328,12 @@ def count_records(raw: str) -> tuple[int, str]:
         if layout.compact:
             lifetimes += launch.num_ctas
             continue
-        units = np.frombuffer(launch.buffer, cta_block_dtype(layout), launch.num_ctas)["unit"]
-        n += int(np.minimum(units["count"], layout.capacity).sum())
+        buf = launch.buffer
+        if layout.sized_at_launch:  # its capacity in the launch's prefix (docs/format.md §1.4)
+            layout = layout.with_capacity(read_capacity_word(int(np.frombuffer(buf, "<u4", 1)[0])) or 0)
+            buf = buf[LAUNCH_PREFIX_BYTES:]
+        units = np.frombuffer(buf, cta_block_dtype(layout), launch.num_ctas)["unit"]
+        n += int(units["count"].sum() if layout.pool else np.minimum(units["count"], layout.capacity).sum())
     return (n, "records") if n or not lifetimes else (lifetimes, "CTA lifetimes (no records)")
 
 
