@@ -49,86 +49,114 @@ static inline int varint_len(uint64_t v) {
 /* TracePacket { timestamp = dts; trusted_packet_sequence_id = seq; track_event = TrackEvent {
    type = BEGIN/END; track_uuid; [BEGIN] name_iid; [annotated] debug_annotations = {
    name_iid = cycles (END) / depth (BEGIN); int_value } } }, as perfetto_pieces.event_rows */
-static Py_ssize_t lay_out(unsigned char *out, int64_t *ends, uint64_t seq, Py_ssize_t n, const int64_t *ev_i,
+/* one event's packet at p; returns the end (at most 81 bytes on) */
+static inline unsigned char *lay_one(unsigned char *p, Py_ssize_t k, uint64_t seq, int seq_len, const int64_t *ev_i,
+                                     const uint8_t *ev_end, const int64_t *dts, const int64_t *track,
+                                     const int64_t *iid, const int64_t *cycles, const int64_t *depth,
+                                     const uint8_t *fix_depth, const int64_t *note, int64_t *ann_total) {
+    int64_t i = ev_i[k];
+    int end = ev_end[k] != 0;
+    int ann = end || fix_depth[i];
+    uint64_t tr = (uint64_t)track[i], name = (uint64_t)iid[i];
+    uint64_t aval = (uint64_t)(end ? cycles[i] : depth[i]);
+    int alen = ann ? 3 + varint_len(aval) : 0;
+    int noted = !end && note[i] > 0;  /* the scope's note: {name_iid 4 (note), string_value_iid} */
+    uint64_t nv = noted ? (uint64_t)note[i] : 0;
+    int nlen = noted ? 4 + varint_len(nv) : 0;
+    int te = 2 + 1 + varint_len(tr) + (end ? 0 : 1 + varint_len(name)) + (noted ? 2 + nlen : 0) +
+             (ann ? 2 + alen : 0);
+    int body = 1 + varint_len((uint64_t)dts[k]) + 1 + seq_len + 1 + 1 + te;
+    *p++ = 0x0a;
+    *p++ = (unsigned char)body;
+    *p++ = 0x40;
+    p = put_varint(p, (uint64_t)dts[k]);
+    *p++ = 0x50;
+    p = put_varint(p, seq);
+    *p++ = 0x5a;
+    *p++ = (unsigned char)te;
+    *p++ = 0x48;
+    *p++ = end ? 2 : 1;
+    *p++ = 0x58;
+    p = put_varint(p, tr);
+    if (!end) { *p++ = 0x50; p = put_varint(p, name); }
+    if (noted) {
+        *p++ = 0x22;
+        *p++ = (unsigned char)nlen;
+        *p++ = 0x08;
+        *p++ = 4;
+        *p++ = 0x88;
+        *p++ = 0x01;
+        p = put_varint(p, nv);
+        *ann_total += 2 + nlen;
+    }
+    if (ann) {
+        *p++ = 0x22;
+        *p++ = (unsigned char)alen;
+        *p++ = 0x08;
+        *p++ = end ? 1 : 2;
+        *p++ = 0x20;
+        p = put_varint(p, aval);
+        *ann_total += 2 + alen;
+    }
+    return p;
+}
+
+#define PACKET_MAX 88  /* a packet's bytes, at most (81, rounded up) */
+
+/* every event's packet, one after another (uncompressed) */
+static Py_ssize_t lay_out(unsigned char *out, uint64_t seq, Py_ssize_t n, const int64_t *ev_i,
                           const uint8_t *ev_end, const int64_t *dts, const int64_t *track, const int64_t *iid,
                           const int64_t *cycles, const int64_t *depth, const uint8_t *fix_depth,
                           const int64_t *note, int64_t *ann_bytes) {
     unsigned char *p = out;
     int seq_len = varint_len(seq);
-    int64_t ann_total = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t i = ev_i[k];
-        int end = ev_end[k] != 0;
-        int ann = end || fix_depth[i];
-        uint64_t tr = (uint64_t)track[i], name = (uint64_t)iid[i];
-        uint64_t aval = (uint64_t)(end ? cycles[i] : depth[i]);
-        int alen = ann ? 3 + varint_len(aval) : 0;
-        int noted = !end && note[i] > 0;  /* the scope's note: {name_iid 4 (note), string_value_iid} */
-        uint64_t nv = noted ? (uint64_t)note[i] : 0;
-        int nlen = noted ? 4 + varint_len(nv) : 0;
-        int te = 2 + 1 + varint_len(tr) + (end ? 0 : 1 + varint_len(name)) + (noted ? 2 + nlen : 0) +
-                 (ann ? 2 + alen : 0);
-        int body = 1 + varint_len((uint64_t)dts[k]) + 1 + seq_len + 1 + 1 + te;
-        *p++ = 0x0a;
-        *p++ = (unsigned char)body;
-        *p++ = 0x40;
-        p = put_varint(p, (uint64_t)dts[k]);
-        *p++ = 0x50;
-        p = put_varint(p, seq);
-        *p++ = 0x5a;
-        *p++ = (unsigned char)te;
-        *p++ = 0x48;
-        *p++ = end ? 2 : 1;
-        *p++ = 0x58;
-        p = put_varint(p, tr);
-        if (!end) { *p++ = 0x50; p = put_varint(p, name); }
-        if (noted) {
-            *p++ = 0x22;
-            *p++ = (unsigned char)nlen;
-            *p++ = 0x08;
-            *p++ = 4;
-            *p++ = 0x88;
-            *p++ = 0x01;
-            p = put_varint(p, nv);
-            ann_total += 2 + nlen;
-        }
-        if (ann) {
-            *p++ = 0x22;
-            *p++ = (unsigned char)alen;
-            *p++ = 0x08;
-            *p++ = end ? 1 : 2;
-            *p++ = 0x20;
-            p = put_varint(p, aval);
-            ann_total += 2 + alen;
-        }
-        ends[k] = p - out;
-    }
-    *ann_bytes = ann_total;
+    *ann_bytes = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        p = lay_one(p, k, seq, seq_len, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, note, ann_bytes);
     return p - out;
 }
 
-/* the packets in compressed_packets batches of at most max_batch bytes (a bigger packet alone),
-   as perfetto_pieces.finish; returns the bytes written to dst or -1 */
-static Py_ssize_t deflate_batches(unsigned char *dst, const unsigned char *raw, const int64_t *ends, Py_ssize_t n,
-                                  int64_t max_batch, unsigned char *scratch, uint32_t *table, uint32_t *syms) {
+/* one compressed_packets batch of raw[0:len) at q; returns the end */
+static unsigned char *put_batch(unsigned char *q, const unsigned char *raw, size_t len, unsigned char *scratch,
+                                uint32_t *table, uint32_t *syms) {
+    size_t zlen = fd_deflate(scratch, raw, len, table, syms);
+    *q++ = 0x0a;
+    q = put_varint(q, 2 + (uint64_t)varint_len(zlen) + zlen);
+    *q++ = 0x92;
+    *q++ = 0x03;
+    q = put_varint(q, zlen);
+    memcpy(q, scratch, zlen);
+    return q + zlen;
+}
+
+/* the packets laid out a batch at a time into ``win`` (max_batch + 2 packets) and deflated into
+   compressed_packets batches of at most max_batch bytes (a bigger packet alone), as
+   perfetto_pieces.finish cuts them; returns the bytes written to dst.  A piece's packets are
+   never all laid out at once: ~88 bytes an event, per writer thread (16 threads x 23 MB on a
+   piece of 2^17 intervals), where its batches deflated are a few MB */
+static Py_ssize_t deflated_batches(unsigned char *dst, unsigned char *win, uint64_t seq, Py_ssize_t n,
+                                   const int64_t *ev_i, const uint8_t *ev_end, const int64_t *dts,
+                                   const int64_t *track, const int64_t *iid, const int64_t *cycles,
+                                   const int64_t *depth, const uint8_t *fix_depth, const int64_t *note,
+                                   int64_t max_batch, unsigned char *scratch, uint32_t *table, uint32_t *syms,
+                                   int64_t *ann_bytes) {
     unsigned char *q = dst;
-    int64_t lo = 0, total = n ? ends[n - 1] : 0;
-    Py_ssize_t j = 0;
-    while (lo < total) {
-        Py_ssize_t k = j;
-        while (k < n && ends[k] <= lo + max_batch) k++;
-        int64_t hi = k == j ? ends[j] : ends[k - 1];
-        j = k == j ? j + 1 : k;
-        size_t zlen = fd_deflate(scratch, raw + lo, (size_t)(hi - lo), table, syms);
-        *q++ = 0x0a;
-        q = put_varint(q, 2 + (uint64_t)varint_len(zlen) + zlen);
-        *q++ = 0x92;
-        *q++ = 0x03;
-        q = put_varint(q, zlen);
-        memcpy(q, scratch, zlen);
-        q += zlen;
-        lo = hi;
+    int seq_len = varint_len(seq);
+    size_t len = 0;
+    *ann_bytes = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned char *at = win + len;
+        size_t plen = (size_t)(lay_one(at, k, seq, seq_len, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth,
+                                       note, ann_bytes) - at);
+        if (len && (int64_t)(len + plen) > max_batch) {  /* the batch is full: out, and this packet starts the next */
+            q = put_batch(q, win, len, scratch, table, syms);
+            memmove(win, at, plen);
+            len = plen;
+        } else {
+            len += plen;
+        }
     }
+    if (len) q = put_batch(q, win, len, scratch, table, syms);
     return q - dst;
 }
 
@@ -197,32 +225,42 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     const int64_t *ev_i = (const int64_t *)v[0].buf;
     for (Py_ssize_t k = 0; k < n; k++)
         if (ev_i[k] < 0 || ev_i[k] >= n_iv) { PyErr_SetString(PyExc_IndexError, "event of no interval"); goto done; }
-    /* a packet is at most 1+1+1+10+1+10+1+1 + (2+1+10+1+10+2+14+2+13) = 81 bytes */
-    unsigned char *raw = work_buf(0, (size_t)n * 88 + 1);
-    int64_t *ends = work_buf(1, (size_t)n * 8 + 8);
-    unsigned char *out = NULL, *scratch = NULL;
+    /* a packet is at most 1+1+1+10+1+10+1+1 + (2+1+10+1+10+2+14+2+13) = 81 bytes (PACKET_MAX) */
+    const uint8_t *ev_end = (const uint8_t *)v[1].buf, *fix_depth = (const uint8_t *)v[7].buf;
+    const int64_t *dts = (const int64_t *)v[2].buf, *track = (const int64_t *)v[3].buf;
+    const int64_t *iid = (const int64_t *)v[4].buf, *cycles = (const int64_t *)v[5].buf;
+    const int64_t *depth = (const int64_t *)v[6].buf, *note = (const int64_t *)v[8].buf;
+    unsigned char *out = NULL;
     Py_ssize_t size = 0;
     int64_t ann = 0;
-    int failed = !raw || !ends;
-    if (!failed) {
-        Py_BEGIN_ALLOW_THREADS
-        size = lay_out(raw, ends, seq, n, ev_i, (const uint8_t *)v[1].buf, (const int64_t *)v[2].buf,
-                       (const int64_t *)v[3].buf, (const int64_t *)v[4].buf, (const int64_t *)v[5].buf,
-                       (const int64_t *)v[6].buf, (const uint8_t *)v[7].buf, (const int64_t *)v[8].buf, &ann);
-        if (compress && size) {
-            /* batches: at most one per packet, each a bound's worth of deflate plus a header */
-            size_t batch = (size_t)(max_batch > 128 ? max_batch : 128);  /* a larger packet (<= 88 bytes) goes alone */
-            out = work_buf(2, fd_bound((size_t)size) + (size_t)n * 48 + 64);
-            scratch = work_buf(3, fd_bound(batch) + 64);
-            uint32_t *table = work_buf(4, FD_TABLE_BYTES), *syms = work_buf(5, 4 * batch);
-            if (!out || !scratch || !table || !syms) failed = 1;
-            else size = deflate_batches(out, raw, ends, n, max_batch, scratch, table, syms);
+    int failed = 0;
+    if (!compress) {
+        out = work_buf(0, (size_t)n * PACKET_MAX + 1);
+        failed = !out;
+        if (!failed) {
+            Py_BEGIN_ALLOW_THREADS
+            size = lay_out(out, seq, n, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, note, &ann);
+            Py_END_ALLOW_THREADS
         }
-        Py_END_ALLOW_THREADS
+    } else {
+        /* batches: at most one per packet, each a bound's worth of deflate plus a header (only
+           what is written is touched) */
+        size_t batch = (size_t)(max_batch > 128 ? max_batch : 128);  /* a larger packet (<= 88 bytes) goes alone */
+        out = work_buf(2, fd_bound((size_t)n * PACKET_MAX) + (size_t)n * 48 + 64);
+        unsigned char *win = work_buf(0, batch + 2 * PACKET_MAX);
+        unsigned char *scratch = work_buf(3, fd_bound(batch + PACKET_MAX) + 64);
+        uint32_t *table = work_buf(4, FD_TABLE_BYTES), *syms = work_buf(5, 4 * (batch + PACKET_MAX));
+        failed = !out || !win || !scratch || !table || !syms;
+        if (!failed) {
+            Py_BEGIN_ALLOW_THREADS
+            size = deflated_batches(out, win, seq, n, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth, note,
+                                    max_batch, scratch, table, syms, &ann);
+            Py_END_ALLOW_THREADS
+        }
     }
     if (failed) PyErr_NoMemory();
     else {
-        PyObject *data = PyBytes_FromStringAndSize((const char *)(compress ? out : raw), size);
+        PyObject *data = PyBytes_FromStringAndSize((const char *)out, size);
         if (data) result = Py_BuildValue("(NL)", data, (long long)ann);
     }
 done:
