@@ -1,7 +1,7 @@
 """CRC-32 (zlib's) of large buffers on several cores.
 
 Where the C writer builds (``native_write``), its checksum does it: carry-less folding on
-several threads, ~16 GB/s a core.  Else, here: every raw-file chunk carries the CRC-32 of its
+several threads, 10-15 GB/s a core.  Else, here: every raw-file chunk carries the CRC-32 of its
 payload, and one core computes it with zlib at about
 2 GB/s on the GPU machine (500 µs per MiB, measured 2026-11-25): for launches of thousands
 of CTAs the drain thread's checksums, not the copies, set how fast launches can go, and the

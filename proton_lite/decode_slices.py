@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from proton_lite import native_decode
+from proton_lite.decode_records import room_error
 
 SLICE_RECORDS = 1 << 21  # records a slice (~64 MiB of working arrays)
 
@@ -57,8 +58,8 @@ def pair_rows_sliced(buf, layout, rows_at, counts, kept, regions, n_scopes: int,
     slices = _slice_ends(kept.sum(1), max(1, SLICE_RECORDS // max(1, workers)))
     bound = np.array([int((kept[r0:r1] // 2).sum()) for r0, r1 in slices], np.int64)
     at = np.cumsum(bound) - bound  # each slice's part, from the launch's first row
-    if int(bound.sum()) > int(room[0]):
-        raise AssertionError("proton_lite: the slices' rooms exceed their launch's; please report this capture")
+    if int(bound.sum()) > int(room[0]):  # the units' kept records exceed what their counts allowed: never written past
+        raise room_error(int(launch_id[0]), int(bound.sum()), int(room[0]))
     zeros = np.zeros(m, np.int64)  # every row belongs to the batch's one launch
 
     def one(k: int):
