@@ -160,9 +160,12 @@ static Py_ssize_t deflated_batches(unsigned char *dst, unsigned char *win, uint6
     return q - dst;
 }
 
-/* Each writer thread keeps its six work buffers from one call to the next (freed when the
-   thread ends).  Allocated and freed per call, they were unmapped and faulted in again every
-   time: each call touches ~10 MB, and with 16 threads every unmap also stops the others. */
+/* Each writer thread keeps its work buffers from one call to the next (freed when the thread
+   ends).  Allocated and freed per call, they were unmapped and faulted in again every time,
+   and with 16 threads every unmap also stops the others.  Kept, they must stay small: a
+   compressed piece touches one batch's window (0), the deflated output (2), the batch's
+   scratch (3), hash table (4) and symbols (5); slot 1 is unused since the packets stopped being
+   laid out whole (a piece's ~88 bytes an event, kept by every thread). */
 typedef struct { void *p[6]; size_t cap[6]; } Work;
 static pthread_key_t work_key;
 static int work_key_ok;
