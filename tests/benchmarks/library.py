@@ -1,7 +1,7 @@
 """Kernels users did not write: liger-kernel ops and torch.compile programs, plain vs in a
 proton-lite session vs Triton's Proton, one process.
 
-Usage: python tests/benchmarks/library.py [--out library.json] [--rounds 3] [--reps 10]
+Usage: python tests/benchmarks/library.py [--out library.json] [--rounds 3] [--reps 10] [--inductor-host PAIRS]
 Per kernel: the median CUPTI device time (torch.profiler) plain, in a session (scope-less:
 only the CTA and warp lifetimes are recorded) and under Proton's instrumentation mode, in
 interleaved rounds; per workload: host wall time per call (forward + backward for Liger ops)
@@ -102,12 +102,46 @@ def measure(name, call, keep, args, tmp, proton_ref):
     return {"workload": name, "kernels": kernels, "host_plain_us": host_plain, "host_pl_us": host_pl}
 
 
+def inductor_host(pairs: int, calls: int, out: str) -> None:
+    """Only the torch.compile programs' host wall time per call, plain and in a session, in
+    ``pairs`` alternating blocks of ``calls`` (a session per block, its first calls not timed):
+    every Inductor kernel is marked autotuned, so its launches take the exit hook's trial check."""
+    tmp = tempfile.mkdtemp()
+    rows = []
+    for name, call in inductor_workloads().items():
+        host_us(call)  # compiled plain
+        with proton_lite.start(os.path.join(tmp, f"{name}_warm"), quiet=True, decode=False, calibrate=False):
+            host_us(call)  # and instrumented
+        plain, session = [], []
+        for k in range(pairs):
+            for which in (("plain", "session") if k % 2 == 0 else ("session", "plain")):
+                if which == "plain":
+                    plain.append(host_us(call, calls))
+                else:
+                    with proton_lite.start(os.path.join(tmp, f"{name}_{k}"), quiet=True, decode=False,
+                                           calibrate=False):
+                        call()
+                        session.append(host_us(call, calls))
+        ratios = sorted(s / p for p, s in zip(plain, session))
+        row = {"workload": name, "plain_us": statistics.median(plain), "session_us": statistics.median(session),
+               "ratio_median": statistics.median(ratios), "ratios": ratios}
+        rows.append(row)
+        print(f"{name:28s} host wall per call plain {row['plain_us']:8.1f} us, session {row['session_us']:8.1f} us, "
+              f"ratio median {row['ratio_median']:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})", flush=True)
+    with open(out, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="library.json")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--inductor-host", type=int, metavar="PAIRS",
+                    help="only the torch.compile programs' host time per call, in this many alternating pairs")
     args = ap.parse_args()
+    if args.inductor_host:
+        return inductor_host(args.inductor_host, 50, args.out)
     tmp = tempfile.mkdtemp()
     proton_ref = ProtonRef(tmp)
     results = []
