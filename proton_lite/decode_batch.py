@@ -258,24 +258,24 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     # a pool launch's records lie in its unit blocks and chunks (decode_pool); else in the blocks
     regions = pool_regions(buf, layout, pool, n, rows_at, counts) if pool is not None else None
     kept = layout.kept(counts) if regions is None else regions.kept
-    if decode_slices.sliced(n_l, regions, layout, sink, long_row, int(kept.sum())):
+    kept_row = kept.sum(1)
+    records = _segment_sums(kept_row, row_start, m_l)
+    dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
+    torn = regions.torn if regions is not None else 0
+    if decode_slices.sliced(n_l, regions, layout, sink, long_row, int(kept_row.sum())):
         # one large launch: its records paired a slice of CTAs at a time (decode_slices)
-        torn = regions.torn if regions is not None else 0
         per_row, written, lost, over = decode_slices.pair_rows_sliced(
-            buf, layout, rows_at, counts, kept, regions, n_scopes, _BEFORE_START, start_clk, base_gt, ns_per_cycle,
-            cta_ids, sink, threads)
+            buf, layout, rows_at, counts, kept, kept_row, regions, n_scopes, _BEFORE_START, start_clk, base_gt,
+            ns_per_cycle, cta_ids, sink, threads)
         if over >= 0:
             raise room_error(int(sink[3][0]), over, int(sink[2][0]))
-        kept_row = kept.sum(1)
-        records = _segment_sums(kept_row, row_start, m_l)
-        dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
         iv_rows = np.array([written], np.int64)
         unmatched = records - 2 * int(per_row.sum()) + 2 * lost
         pairs = None
     else:
-        pairs, iv_rows, unmatched, records, dropped, torn = _records_and_pairs(
-            buf, layout, rows_at, counts, kept, regions, n_scopes, start_clk, u_end_clk, base_gt, ns_per_cycle, lrow,
-            cta_ids, long_row, row_start, m_l, n_l, sink)
+        pairs, iv_rows, unmatched = _records_and_pairs(
+            buf, layout, rows_at, counts, kept, regions, records, n_scopes, start_clk, u_end_clk, base_gt, ns_per_cycle,
+            lrow, cta_ids, long_row, row_start, m_l, n_l, sink)
     ctas = {
         "launch": lrow, "cta": cta_ids, "smid": smid, "start": cta_start, "end": cta_end, "start_clock": start_clk,
         "end_clock": end_clk, "cycles_per_ns": 1.0 / ns_per_cycle, "measured": own_rate,

@@ -178,16 +178,15 @@ def _long_cta_wraps(words, group, units: int, start_clk, u_end_clk, long_row) ->
     return wraps
 
 
-def _records_and_pairs(buf, layout: BufferLayout, rows_at, counts, kept, regions, n_scopes: int, start_clk,
+def _records_and_pairs(buf, layout: BufferLayout, rows_at, counts, kept, regions, records, n_scopes: int, start_clk,
                        u_end_clk, base_gt, ns_per_cycle, lrow, cta_ids, long_row, row_start, m_l, n_l: int, sink):
     """A batch's records read and paired at once: (pairs or None, rows written per launch or
-    None, unmatched, records, dropped per launch, torn chunks).  ``regions``: a pool launch's
-    (``decode_pool.PoolRegions``), else None.  With the C steps and a sink the rows go straight
-    to it; else the pairs' columns come back for ``write_intervals``."""
-    torn = 0
+    None, unmatched records per launch).  ``regions``: a pool launch's
+    (``decode_pool.PoolRegions``), else None; ``records``: the records kept per launch.  With
+    the C steps and a sink the rows go straight to it; else the pairs' columns come back for
+    ``write_intervals``."""
     if regions is not None:
         words, group, first = regions.records(buf)
-        torn = regions.torn
     elif native_decode.module() is not None and layout.capacity > 0:  # one pass in C, without the GIL
         words, group, first = native_decode.records(buf, layout, rows_at, counts, kept)
     else:
@@ -196,9 +195,6 @@ def _records_and_pairs(buf, layout: BufferLayout, rows_at, counts, kept, regions
         e_idx, x_idx, level = native_decode.pair(words, group, n_scopes)
     else:
         e_idx, x_idx, level = _pair(words.view("<u4")[0::2], group, first, n_scopes)
-    kept_row = kept.sum(1)
-    records = _segment_sums(kept_row, row_start, m_l)
-    dropped = _segment_sums(counts.sum(1) - kept_row, row_start, m_l)
     iv_rows = None
     wraps = _long_cta_wraps(words, group, layout.units, start_clk, u_end_clk, long_row) if long_row.any() else None
     if wraps is None and native_decode.module() is not None and sink is not None and native_decode.fits(sink[0]):
@@ -213,4 +209,4 @@ def _records_and_pairs(buf, layout: BufferLayout, rows_at, counts, kept, regions
     else:  # numpy; the rows follow in write_intervals
         pairs, unmatched = _pair_columns(words, group, level, e_idx, x_idx, layout, start_clk, base_gt, ns_per_cycle,
                                          lrow, records, n_l, wraps)
-    return pairs, iv_rows, unmatched, records, dropped, torn
+    return pairs, iv_rows, unmatched

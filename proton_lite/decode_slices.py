@@ -44,18 +44,19 @@ def _slice_ends(kept_row: np.ndarray, per_slice: int) -> list[tuple[int, int]]:
     return out
 
 
-def pair_rows_sliced(buf, layout, rows_at, counts, kept, regions, n_scopes: int, before: int, start_clk, base_gt,
-                     ns_per_cycle, cta_ids, sink, workers: int = 1):
+def pair_rows_sliced(buf, layout, rows_at, counts, kept, kept_row, regions, n_scopes: int, before: int, start_clk,
+                     base_gt, ns_per_cycle, cta_ids, sink, workers: int = 1):
     """``native_decode.pair_rows`` over the launch's CTA rows a slice at a time, ``workers``
     slices at once (each ``SLICE_RECORDS / workers`` records: what is in flight stays about one
     slice's worth).  Each slice writes to its own part of the launch's room, as large as its
     units' kept records allow (two an interval), and the parts are then moved together in row
     order: the rows a whole decode writes.  Returns (pairs per CTA row, rows written,
-    unplaceable pairs, the rows attempted where a part's room was exceeded or -1)."""
+    unplaceable pairs, the rows attempted where a part's room was exceeded or -1); ``kept_row``:
+    the records kept per CTA row (``kept.sum(1)``)."""
     out, dest, room, launch_id = sink
     m = len(rows_at)
     units = layout.units
-    slices = _slice_ends(kept.sum(1), max(1, SLICE_RECORDS // max(1, workers)))
+    slices = _slice_ends(kept_row, max(1, SLICE_RECORDS // max(1, workers)))
     bound = np.array([int((kept[r0:r1] // 2).sum()) for r0, r1 in slices], np.int64)
     at = np.cumsum(bound) - bound  # each slice's part, from the launch's first row
     if int(bound.sum()) > int(room[0]):  # the units' kept records exceed what their counts allowed: never written past
