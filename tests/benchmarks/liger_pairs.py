@@ -84,9 +84,9 @@ def cpu_by_thread(before: dict[str, int], after: dict[str, int], calls: int) -> 
     return {k: round(v, 2) for k, v in out.items() if abs(v) >= 0.05}
 
 
-def timed(call, calls: int) -> tuple[float, float, int, float, float, float, float]:
+def timed(call, calls: int) -> tuple:
     """(µs per call, GC ms, GC runs, host µs per call, device µs per call, CPU µs per call of this
-    thread and of the process) of
+    thread and of the process, CPU µs per call by thread name to the block's end) of
     ``calls`` calls between two synchronizes.  Host: until the loop has issued its last call;
     device: between two events recorded on the current stream before the first call and after
     the last (a loop that does not synchronize is bound by whichever is longer: the two say
@@ -106,9 +106,9 @@ a backward, our copier threads the copies) until the last call was issued (a sha
     issued, cpu, proc = time.perf_counter(), time.thread_time() - cpu0, time.process_time() - proc0
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    timed.threads = cpu_by_thread(threads0, thread_cpu_ns(), calls)  # to the block's end, its writes included
+    threads = cpu_by_thread(threads0, thread_cpu_ns(), calls)  # to the block's end, its writes included
     return (wall / calls * 1e6, _gc["ns"] / 1e6, _gc["runs"], (issued - t0) / calls * 1e6,
-            first.elapsed_time(last) * 1e3 / calls, cpu / calls * 1e6, proc / calls * 1e6)
+            first.elapsed_time(last) * 1e3 / calls, cpu / calls * 1e6, proc / calls * 1e6, threads)
 
 
 def ops_cases(scale: int):
@@ -136,7 +136,7 @@ def session_block(call, calls: int, warm: int, path: str, spares: str | None = N
     with proton_lite.start(path, quiet=True, decode=False, calibrate=False) as s:
         for _ in range(warm):
             call(1)
-        out = timed(call, calls) + (timed.threads,)
+        out = timed(call, calls)
     os.remove(s.result.raw_path)
     return out
 
@@ -172,7 +172,7 @@ def main() -> None:
                     if which == "plain":
                         for _ in range(a.warm):
                             call(1)
-                        plain = timed(call, a.calls) + (timed.threads,)
+                        plain = timed(call, a.calls)
                     else:
                         sessions[which] = session_block(call, a.calls, a.warm, os.path.join(tmp, f"s{k}"), which)
                 for v in variants:
