@@ -154,9 +154,6 @@ static PyObject *slow_exit(FastPath *self, Pending *p, PyObject *lm) {
 
 static PyObject *launch_exit(FastPath *self, Pending *p, PyObject *lm) {
     if (!p || !p->chunk) return slow_exit(self, NULL, lm);  /* a plain launch, or one Python placed */
-    Slot *s = NULL;
-    for (int i = 0; i < SLOTS; i++) if (self->slots[i].chunk == p->chunk) s = &self->slots[i];
-    if (!s) return slow_exit(self, p, lm);  /* its chunk went back to Python meanwhile */
     PyObject *extras = PyObject_GetAttr(lm, s_extras);
     if (!extras) { PyErr_Clear(); return slow_exit(self, p, lm); }
     PyObject *grid = NULL;
@@ -169,11 +166,16 @@ static PyObject *launch_exit(FastPath *self, Pending *p, PyObject *lm) {
     grid = PyTuple_GET_ITEM(fargs, 0);  /* read in place: a new tuple could run the garbage collector */
     if (!PyTuple_Check(grid) && !PyList_Check(grid)) goto slow;
     Py_INCREF(grid);
-    Known *k = known_kernel(self, PyTuple_GET_ITEM(fargs, 1));
-    if (!k) { if (PyErr_Occurred()) goto error; goto slow; }
+    /* first: the check may run Python code (trials.recount_thread), and with it other threads'
+       hooks, which change the known kernels and the slots */
     int trial = maybe_trial(self, PyTuple_GET_ITEM(entry, 0));
     if (trial < 0) goto error;
     if (trial) goto slow;
+    Known *k = known_kernel(self, PyTuple_GET_ITEM(fargs, 1));
+    if (!k) { if (PyErr_Occurred()) goto error; goto slow; }
+    Slot *s = NULL;
+    for (int i = 0; i < SLOTS; i++) if (self->slots[i].chunk == p->chunk) s = &self->slots[i];
+    if (!s) goto slow;  /* its chunk went back to Python meanwhile */
     Py_ssize_t gn = PySequence_Fast_GET_SIZE(grid);
     if (gn < 1 || gn > 3) goto slow;
     long long g[3] = {1, 1, 1};
@@ -278,6 +280,10 @@ static PyObject *fp_counts(FastPath *self, PyObject *unused) {
     return Py_BuildValue("(LL)", self->fast_allocs, self->fast_exits);
 }
 
+static PyObject *fp_trial_walks(FastPath *self, PyObject *unused) {
+    return PyLong_FromLongLong(self->trial_walks);
+}
+
 static PyObject *fp_switches(FastPath *self, PyObject *unused) {
     return PyLong_FromLongLong(self->switches);
 }
@@ -310,6 +316,7 @@ static PyObject *fp_flush(FastPath *self, PyObject *unused) {
 
 static PyMethodDef fp_methods[] = {
     {"counts", (PyCFunction)fp_counts, METH_NOARGS, "(allocations, exit hooks) served without the Python hooks"},
+    {"trial_walks", (PyCFunction)fp_trial_walks, METH_NOARGS, "launches whose frames the exit hook walked for trials"},
     {"switches", (PyCFunction)fp_switches, METH_NOARGS, "chunk switches done here, without Python"},
     {"flush", (PyCFunction)fp_flush, METH_NOARGS, "what is held here written back to the Python objects"},
     {"set_benchmarking", (PyCFunction)fp_set_benchmarking, METH_O,

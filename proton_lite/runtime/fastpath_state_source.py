@@ -65,6 +65,7 @@ typedef struct {
     int skip_autotune;
     int benchmarking;  /* an autotuner benchmark ran the last launch checked: every exit goes to Python */
     long long fast_allocs, fast_exits;  /* launches served here, without the Python hooks */
+    long long trial_walks;  /* launches whose frames were walked here for trials */
     long long switches;  /* chunk switches done here */
     Slot slots[SLOTS];
     Pending pending[THREADS];
@@ -76,7 +77,7 @@ typedef struct {
 
 static PyObject *s_item, *s_used, *s_limit, *s_inflight, *s_buf, *s_ptr, *s_extras, *s_jit_fn, *s_closed,
                 *s_launch_index, *s_launches, *s_entries, *s_trial_codes, *s_jit_run, *s_wrappers,
-                *s_tuner_helpers;
+                *s_tuner_helpers, *s_gate, *s_recount;
 
 static int intern_all(void) {
 #define I(v, s) if (!(v = PyUnicode_InternFromString(s))) return -1;
@@ -84,7 +85,7 @@ static int intern_all(void) {
     I(s_ptr, "ptr") I(s_extras, "extras") I(s_jit_fn, "jit_fn") I(s_closed, "closed")
     I(s_launch_index, "_launch_index") I(s_launches, "_launches") I(s_entries, "entries")
     I(s_trial_codes, "_trial_codes") I(s_jit_run, "_JIT_RUN") I(s_wrappers, "_WRAPPERS")
-    I(s_tuner_helpers, "_TUNER_HELPERS")
+    I(s_tuner_helpers, "_TUNER_HELPERS") I(s_gate, "_GATE") I(s_recount, "recount_thread")
 #undef I
     return 0;
 }

@@ -7,6 +7,13 @@ library kernel (liger's DyT) or of a torch.compile kernel (Inductor marks them a
 is the same walk in C, for a user's launch (``helper=False``), on the module's own sets read
 at each check (tests and ``add_trial_functions`` change them): where it finds no trial the
 launch stays in C; where it finds one, or cannot tell, Python decides as before.
+
+Before walking it asks the gate (``trials._GATE``, Python 3.12+): a thread that runs no
+timing function now has no trial, without a walk, which materialised a frame object per
+level (2-3.5 µs an Inductor launch).  Where the gate counted the thread yet the walk finds
+nothing (a timing function left by an exception), ``trials.recount_thread`` sets it right;
+it runs Python code, so the exit hook checks for trials before it looks at anything another
+thread may change.
 """
 
 TRIALS = r"""
@@ -20,18 +27,43 @@ static int has_id(PyObject *ids, PyCodeObject *code) {
     return r;
 }
 
+/* trials._GATE on this thread: 0 no timing function runs on it, 1 some may, 2 no gate */
+static int gate_says(FastPath *self) {
+    PyObject *gate = PyObject_GetAttr(self->trials, s_gate);
+    if (!gate) { PyErr_Clear(); return 2; }
+    int r = 2;
+    if (PyDict_CheckExact(gate)) {
+        PyObject *tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        r = tid ? PyDict_Contains(gate, tid) : -1;  /* an int key: hashing it runs no Python code */
+        Py_XDECREF(tid);
+        if (r < 0) { PyErr_Clear(); r = 1; }
+    }
+    Py_DECREF(gate);
+    return r;
+}
+
 /* the frames from the exit hook's caller up, as trials._in_autotuner_benchmark(jid) walks
    them: 1 a trial (or Python must tell: codes not known yet), 0 not, -1 on error */
 static int frames_say_trial(FastPath *self, PyObject *jid) {
     if (!self->trials) return 1;
     PyObject *codes = PyObject_GetAttr(self->trials, s_trial_codes);
-    PyObject *jit_run = codes ? PyObject_GetAttr(self->trials, s_jit_run) : NULL;
+    if (!codes) { PyErr_Clear(); return 1; }  /* a module without them: Python decides */
+    if (!PyAnySet_Check(codes) || PySet_GET_SIZE(codes) == 0) {
+        Py_DECREF(codes);
+        return 1;  /* not known yet, or a Triton without Autotuner._bench (Python goes by names) */
+    }
+    int gate = gate_says(self);
+    if (gate == 0) {  /* no timing function on this thread: no walk */
+        Py_DECREF(codes);
+        return 0;
+    }
+    PyObject *jit_run = PyObject_GetAttr(self->trials, s_jit_run);
     PyObject *wrappers = jit_run ? PyObject_GetAttr(self->trials, s_wrappers) : NULL;
     PyObject *helpers = wrappers ? PyObject_GetAttr(self->trials, s_tuner_helpers) : NULL;
     int result = 0;
     if (!helpers) { PyErr_Clear(); result = 1; }  /* a module without them: Python decides */
-    else if (!PyAnySet_Check(codes) || PySet_GET_SIZE(codes) == 0 || !PyAnySet_Check(helpers))
-        result = 1;  /* not known yet, or a Triton without Autotuner._bench (Python goes by names) */
+    else if (!PyAnySet_Check(helpers)) result = 1;
+    if (result == 0) self->trial_walks++;
     PyFrameObject *f = result == 0 ? PyEval_GetFrame() : NULL;
     Py_XINCREF(f);
     for (int depth = 0; f && depth < 12 && result == 0; depth++) {
@@ -78,6 +110,11 @@ static int frames_say_trial(FastPath *self, PyObject *jid) {
     }
     Py_XDECREF(f);
     Py_XDECREF(codes); Py_XDECREF(jit_run); Py_XDECREF(wrappers); Py_XDECREF(helpers);
+    if (result == 0 && gate == 1) {  /* counted, yet none near: one left by an exception */
+        PyObject *r = PyObject_CallMethodNoArgs(self->trials, s_recount);
+        if (!r) PyErr_Clear();
+        Py_XDECREF(r);
+    }
     return result;
 }
 """

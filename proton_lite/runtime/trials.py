@@ -6,9 +6,18 @@ exit hook.  Walking frames costs a few µs, so only JIT functions that may have 
 it: those compiled while an autotuner timed configs (``note_compile``: every config an
 autotuner tries compiles inside its first timing run) and those a caller marks
 (``mark_trials``: every Inductor kernel, whose module Inductor may time and reuse).
+
+Even they walk only while a timing function runs on the launching thread: on Python 3.12+
+a session watches the timing functions' code (``watch``, ``sys.monitoring``'s local start
+and return events, on those codes alone) and keeps, per thread, how many of their frames run
+(``_GATE``); a launch on a thread with none is no trial without a walk (an Inductor
+launch's walk materialised ~12 frame objects: 2-3.5 µs of the 5-10 µs a session added,
+2026-11-28, ``tests/benchmarks/inductor_launch_parts.py``).
 """
 from __future__ import annotations
 
+import sys
+import threading
 import types
 
 from proton_lite import compat
@@ -29,6 +38,7 @@ _TUNER_HELPERS: set[int] = set()
 _KEPT: list = []
 _BENCH_CODE = 0  # id() of Autotuner._bench's own code, once known (0: none)
 _KEEP_CODES: list = []  # the code objects added by add_trial_functions
+_CODE_OBJECTS: list = []  # every code object whose id is in _trial_codes (the gate watches them)
 
 
 class _CapturedTrial:
@@ -83,7 +93,10 @@ def add_trial_functions(*functions) -> None:
             add(code)
     _extra_trial_codes.update(ids)
     if _trial_codes is not None:
+        new = ids - _trial_codes
         _trial_codes = _trial_codes | frozenset(ids)
+        _CODE_OBJECTS.extend(c for c in _KEEP_CODES if id(c) in new)
+        _watch_codes()
 
 
 def mark_trials(jit_fn) -> None:
@@ -93,13 +106,13 @@ def mark_trials(jit_fn) -> None:
         _KEPT.append(jit_fn)
 
 
-def _autotuner_trial_codes() -> frozenset:
+def _autotuner_trial_codes() -> list:
     """The code of Triton's ``Autotuner._bench`` and the functions nested in it (its
     ``kernel_call``): a launch with one of them on the stack is a timing trial."""
     code = compat.autotuner_bench_code()
     if code is None:
-        return frozenset()
-    return frozenset(id(c) for c in (code, *code.co_consts) if isinstance(c, types.CodeType))
+        return []
+    return [c for c in (code, *code.co_consts) if isinstance(c, types.CodeType)]
 
 
 def _named_like_a_trial(code) -> bool:
@@ -118,7 +131,10 @@ def _know_trial_codes() -> bool:
     if _trial_codes is None:
         if not compat.autotuner_loaded():
             return False
-        _trial_codes = _autotuner_trial_codes() | frozenset(_extra_trial_codes)
+        tuner_codes = _autotuner_trial_codes()
+        _trial_codes = frozenset(id(c) for c in tuner_codes) | frozenset(_extra_trial_codes)
+        _CODE_OBJECTS[:] = tuner_codes + [c for c in _KEEP_CODES if id(c) in _extra_trial_codes]
+        _watch_codes()
         bench = compat.autotuner_bench_code()
         _BENCH_CODE = id(bench) if bench is not None else 0
         _JIT_RUN = compat.jit_run_code()
@@ -134,23 +150,13 @@ def _in_autotuner_benchmark(jit_fn_id: int = 0, helper: bool = False) -> bool:
         return False
     if _trial_codes:  # compare code objects a few frames up (kernel_call is 4 above the hook,
         # 5 through Triton's Heuristics; Inductor's benchmarker up to 8)
-        frame, depth = compat.caller_frame(2), 0
-        while frame is not None and depth < 12:
-            code = frame.f_code
-            if id(code) in _trial_codes:
-                return True
-            if code is _JIT_RUN:  # the caller of JITFunction.run decides: kernel_call or not
-                caller = frame.f_back
-                while caller is not None and id(caller.f_code) in _WRAPPERS:
-                    caller = caller.f_back
-                if caller is not None and id(caller.f_code) in _trial_codes:
-                    return True
-                if not helper and jit_fn_id not in _TUNER_HELPERS:  # a user's launch: stop here
-                    return False
-                frame, depth = caller, depth + 1  # a helper: a flush or reset, a few frames below _bench
-                continue
-            frame, depth = frame.f_back, depth + 1
-        return False
+        gate = _GATE
+        if gate is not None and threading.get_ident() not in gate:
+            return False  # no timing function runs on this thread
+        found = _walk_finds_trial(jit_fn_id, helper)
+        if not found and gate is not None:
+            recount_thread()  # counted, yet none near: one left by an exception
+        return found
     frame, depth = compat.caller_frame(2), 0  # a Triton without Autotuner._bench: go by names
     while frame is not None and depth < 16:
         depth += 1
@@ -158,3 +164,143 @@ def _in_autotuner_benchmark(jit_fn_id: int = 0, helper: bool = False) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _walk_finds_trial(jit_fn_id: int, helper: bool) -> bool:
+    """A timing function's code within 12 frames of the exit hook (three calls up from here)."""
+    frame, depth = compat.caller_frame(3), 0
+    while frame is not None and depth < 12:
+        code = frame.f_code
+        if id(code) in _trial_codes:
+            return True
+        if code is _JIT_RUN:  # the caller of JITFunction.run decides: kernel_call or not
+            caller = frame.f_back
+            while caller is not None and id(caller.f_code) in _WRAPPERS:
+                caller = caller.f_back
+            if caller is not None and id(caller.f_code) in _trial_codes:
+                return True
+            if not helper and jit_fn_id not in _TUNER_HELPERS:  # a user's launch: stop here
+                return False
+            frame, depth = caller, depth + 1  # a helper: a flush or reset, a few frames below _bench
+            continue
+        frame, depth = frame.f_back, depth + 1
+    return False
+
+
+# -- the gate: which threads run a timing function now (Python 3.12+) ----------------------
+_GATE: dict | None = None  # thread ident -> timing frames running on it (absent: none); None: no gate
+_TOOL: int | None = None  # the sys.monitoring tool id held while watching
+_WATCHED: set[int] = set()  # id() of the codes whose events are set
+_TOOL_IDS = (3, 4)  # not the debugger's, coverage's, profiler's or optimizer's (0, 1, 2, 5)
+# Held while the gate changes: a recount from the frames must not lose a start another thread
+# reports meanwhile (a start waiting here is on its thread's stack already, so it is counted
+# twice: too many only makes launches walk).  Reentrant: a finalizer may run anywhere.
+_GATE_LOCK = threading.RLock()
+
+
+def _entered(code, offset) -> None:  # PY_START, PY_RESUME
+    with _GATE_LOCK:
+        gate = _GATE
+        if gate is not None:
+            t = threading.get_ident()
+            gate[t] = gate.get(t, 0) + 1
+
+
+def _left(code, offset, value) -> None:  # PY_RETURN, PY_YIELD
+    with _GATE_LOCK:
+        gate = _GATE
+        if gate is not None:
+            t = threading.get_ident()
+            n = gate.get(t, 0) - 1
+            if n > 0:
+                gate[t] = n
+            else:
+                gate.pop(t, None)
+
+
+def watch() -> bool:
+    """Keep count of the timing functions' frames per thread while a session runs (False: this
+    Python has no ``sys.monitoring``, or its tool ids are taken; every check then walks).
+    A frame that ends by an exception is not seen leaving: its thread stays counted (its
+    launches walk) until a walk finds no timing frame and ``recount_thread`` sets it right."""
+    global _GATE, _TOOL
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None or _TOOL is not None:
+        return _TOOL is not None
+    for tool in _TOOL_IDS:
+        try:
+            monitoring.use_tool_id(tool, "proton-lite trials")
+        except ValueError:  # another tool holds it
+            continue
+        _TOOL = tool
+        break
+    else:
+        return False
+    events = monitoring.events
+    monitoring.register_callback(_TOOL, events.PY_START, _entered)
+    monitoring.register_callback(_TOOL, events.PY_RESUME, _entered)
+    monitoring.register_callback(_TOOL, events.PY_RETURN, _left)
+    monitoring.register_callback(_TOOL, events.PY_YIELD, _left)
+    _GATE = {}
+    _watch_codes()
+    return True
+
+
+def unwatch() -> None:
+    """Stop counting (at a session's stop): the codes' events off, the tool id given back."""
+    global _GATE, _TOOL
+    if _TOOL is None:
+        return
+    monitoring = sys.monitoring
+    _GATE = None
+    for code in _CODE_OBJECTS:
+        if id(code) in _WATCHED:
+            monitoring.set_local_events(_TOOL, code, 0)
+    _WATCHED.clear()
+    for event in ("PY_START", "PY_RESUME", "PY_RETURN", "PY_YIELD"):
+        monitoring.register_callback(_TOOL, getattr(monitoring.events, event), None)
+    monitoring.free_tool_id(_TOOL)
+    _TOOL = None
+
+
+def _watch_codes() -> None:
+    """Set the events of codes not watched yet, then count every thread's timing frames afresh
+    (a newly watched function may be running: its start was not seen, its return will be)."""
+    if _TOOL is None or _GATE is None:
+        return
+    monitoring = sys.monitoring
+    events = monitoring.events
+    mask = events.PY_START | events.PY_RESUME | events.PY_RETURN | events.PY_YIELD
+    added = False
+    for code in _CODE_OBJECTS:
+        if id(code) not in _WATCHED:
+            monitoring.set_local_events(_TOOL, code, mask)
+            _WATCHED.add(id(code))
+            added = True
+    if added:
+        with _GATE_LOCK:
+            counts = {t: _timing_frames(f) for t, f in sys._current_frames().items()}
+            _GATE.clear()
+            _GATE.update((t, n) for t, n in counts.items() if n)
+
+
+def _timing_frames(frame) -> int:
+    n = 0
+    while frame is not None:
+        n += id(frame.f_code) in _WATCHED
+        frame = frame.f_back
+    return n
+
+
+def recount_thread() -> None:
+    """The calling thread's timing frames counted on its stack (the exit hooks call this when
+    a walk found no timing frame on a thread the gate counts: one left by an exception)."""
+    with _GATE_LOCK:
+        gate = _GATE
+        if gate is not None:
+            n = _timing_frames(sys._getframe(1))
+            t = threading.get_ident()
+            if n:
+                gate[t] = n
+            else:
+                gate.pop(t, None)

@@ -8,6 +8,8 @@ torch's settings and its kernel objects: ``runtime/inductor.py``):
   - the forced mode on compiles that carry none (``stage_hook.force``), except those the
     bridge vetoes (kernels Inductor launches from C++);
   - the profile allocator and the launch-exit hook: the collector's, in C when that builds;
+  - on Python 3.12+, ``sys.monitoring`` events on the autotuners' timing functions alone
+    (``trials.watch``: a tool id of its own, given back at stop);
   - ``knobs.runtime.jit_cache_hook`` and ``knobs.compilation.listener``: every JIT function
     compiled (by the JIT, or by a direct ``triton.compile``) gets launch metadata that tells
     the exit hook what was launched, and the JIT's compiles are checked for autotuner trials.
@@ -25,10 +27,12 @@ class TritonHooks:
         self.collector, self.mode = collector, mode
         self.fastpath = None  # runtime/fastpath.FastPath when the C hooks are in use
         self.inductor = None  # runtime/inductor.InductorBridge
+        self.trial_gate = False  # trials.watch() held: launches walk frames only while a timing function runs
 
     def install(self) -> None:
         from proton_lite.runtime import fastpath
         from proton_lite.runtime.collector import ATTACHER
+        from proton_lite.runtime import trials
         from proton_lite.runtime.trials import mark_trials, note_compile
         from proton_lite.runtime.inductor import InductorBridge
 
@@ -43,6 +47,7 @@ class TritonHooks:
         # Inductor launches from C++
         stage_hook.force(self.mode, veto=self.inductor.launched_from_cpp if self.inductor.used else None)
         self.fastpath = fastpath.hooks_for(self.collector)
+        self.trial_gate = trials.watch()  # launches walk their frames only while a timing function runs
         fp = self.fastpath
         self._hooks = (fp.allocate, fp.on_launch_exit) if fp is not None else \
             (self.collector.allocate, self.collector.on_launch_exit)
@@ -73,6 +78,7 @@ class TritonHooks:
         ATTACHER.attach_known()
 
     def uninstall(self) -> None:
+        from proton_lite.runtime import trials
         from proton_lite.runtime.after_stop import AFTER_STOP
         from proton_lite.runtime.collector import ATTACHER
 
@@ -86,6 +92,7 @@ class TritonHooks:
         compat.set_profile_allocator(AFTER_STOP if compat.is_default_profile_allocator(self._saved_allocator)
                                      else self._saved_allocator)
         compat.get_knob("runtime", "launch_exit_hook").remove(self._hooks[1])
+        trials.unwatch()
         if compat.get_knob("runtime", "jit_cache_hook") is self._jit_cache_hook:
             compat.set_knob("runtime", "jit_cache_hook", self._saved_jit_cache_hook)
         if compat.get_knob("compilation", "listener") is self._listener:

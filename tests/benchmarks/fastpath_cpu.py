@@ -19,10 +19,12 @@ the chunk switch (the allocator's Python path) is then what it costs the launchi
 
 ``--autotuned`` launches a function an autotuner benchmark compiled (``trials.mark_trials``):
 each exit hook then checks the frames for a timing trial, in C; with ``--trials-in-python``
-as before, in the Python hook.
+as before, in the Python hook.  ``--depth N`` calls the exit hook N Python calls deep (an
+Inductor launch's is about 12: the walk makes a frame object per level), and ``--gate`` asks
+the trial gate first (``trials.watch``, Python 3.12+: no walk outside a timing function).
 
 Usage: python tests/benchmarks/fastpath_cpu.py [--launches 20000] [--rounds 5] [--between 8] [--free-drain]
-                                               [--autotuned [--trials-in-python]]
+                                               [--autotuned [--trials-in-python] [--depth 12] [--gate]]
 """
 from __future__ import annotations
 
@@ -76,6 +78,11 @@ PyMODINIT_FUNC PyInit_pl_drain_standins(void) { return PyModule_Create(&mod); }
 """
 
 
+def deep(depth: int, fn, arg):
+    """``fn(arg)`` called ``depth`` Python calls down (fresh frames each time, as a launch's)."""
+    return deep(depth - 1, fn, arg) if depth > 0 else fn(arg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--launches", type=int, default=20000)
@@ -87,6 +94,8 @@ def main() -> None:
                     help="the C drain's driver calls as C functions that do nothing (its thread never takes the GIL)")
     ap.add_argument("--autotuned", action="store_true", help="launches of a function marked as autotuned")
     ap.add_argument("--trials-in-python", action="store_true", help="with --autotuned: the trial check in Python")
+    ap.add_argument("--depth", type=int, default=0, help="Python calls between the loop and the exit hook")
+    ap.add_argument("--gate", action="store_true", help="with --autotuned: the trial gate (trials.watch)")
     a = ap.parse_args()
     # a program's own work between launches: walking this many objects pushes the hooks' out
     # of the core's caches, as a real program's Python does (liger's forward: ~100 µs per call)
@@ -117,6 +126,8 @@ def main() -> None:
         jit_fn = AutotunedFunction()
         trials.mark_trials(jit_fn)
         assert trials._know_trial_codes()
+        if a.gate and not trials.watch():
+            raise SystemExit("no trial gate on this Python (3.12+ with a free sys.monitoring tool id)")
     rows = []
     for _ in range(a.rounds):
         mp = MonkeyPatch()
@@ -147,7 +158,7 @@ def main() -> None:
                 lm = LazyDict({"name": "k", "function": 1, "stream": 0})
                 lm.add(LaunchInfo(jit_fn), ((4, 1, 1), meta, args))
                 t2 = pc()
-                fp.on_launch_exit(lm)
+                deep(a.depth, fp.on_launch_exit, lm)
                 t3 = pc()
                 after = fp.counts()
                 if i >= a.per_chunk * 4:  # past the pools' first growth
