@@ -153,13 +153,16 @@ def main() -> None:
         row = {"workload": name}
         for which, got in blocks.items():
             row[which] = {key: statistics.median(b[key] for b in got) for key in got[0]}
+            # against the plain block of the same round: drifts of the host's speed cancel
+            row[which]["ratio"] = statistics.median(b["wall"] / p["wall"] for b, p in zip(got, blocks["plain"]))
         launches = row["session"]["launches_per_call"]
         print(f"{name}: {launches:.1f} launches a call", flush=True)
         for which in blocks:
             r = row[which]
             extra = "" if which == "plain" else (f"  Python hooks per launch: allocate {r['python_alloc_per_launch']:.2f},"
                                                  f" exit {r['python_exit_per_launch']:.2f}; walks {r['walks_per_launch']:.2f}")
-            print(f"  {which:26s} wall {r['wall']:8.1f} us/call  thread CPU {r['cpu']:8.1f}{extra}", flush=True)
+            print(f"  {which:26s} wall {r['wall']:8.1f} us/call (x{r['ratio']:.3f})  thread CPU {r['cpu']:8.1f}{extra}",
+                  flush=True)
         plain_prof, session_prof = profile_block(call, a.calls, False), profile_block(call, a.calls, True)
         row["profile"] = profile_diff(plain_prof, session_prof)
         print(f"  cProfile, per call: {'function':70s} {'calls p/s':>11s} {'own us p/s':>14s}")
