@@ -47,7 +47,7 @@ def test_a_thread_is_in_the_gate_only_while_a_timing_function_runs(gate):
         inner()
         return seen
 
-    def timing_steps():  # a generator: counted while it runs, not while it waits
+    def timing_steps():  # a generator: counted while it runs; only up (see the next test)
         seen.append(_here())
         yield
         seen.append(_here())
@@ -58,9 +58,34 @@ def test_a_thread_is_in_the_gate_only_while_a_timing_function_runs(gate):
     assert seen == [True, True, True] and not _here()
     steps = timing_steps()
     next(steps)
-    assert not _here()  # suspended
     next(steps, None)
-    assert seen[-2:] == [True, True] and not _here()
+    assert seen[-2:] == [True, True]
+    assert not trials._in_autotuner_benchmark()  # a check finds none running and recounts
+    assert not _here()
+
+
+def test_a_generator_resumed_by_throw_never_hides_the_timing_function_that_runs_it(gate):
+    """``throw()`` resumes a generator without a resume event (PY_THROW is not a local
+    event): had its yields counted down, the frame running it would look gone."""
+    seen = []
+
+    def steps():
+        while True:
+            try:
+                yield
+            except ValueError:
+                pass
+
+    def timing():
+        s = steps()
+        next(s)
+        s.throw(ValueError)  # resumed without an event, yields again
+        s.throw(ValueError)
+        seen.append(_here())
+
+    trials.add_trial_functions(timing, steps)
+    timing()
+    assert seen == [True]
 
 
 def test_each_thread_is_counted_on_its_own(gate):

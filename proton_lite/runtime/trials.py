@@ -16,6 +16,7 @@ launch's walk materialised ~12 frame objects: 2-3.5 µs of the 5-10 µs a sessio
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import types
@@ -192,6 +193,7 @@ _GATE: dict | None = None  # thread ident -> timing frames running on it (absent
 _TOOL: int | None = None  # the sys.monitoring tool id held while watching
 _WATCHED: set[int] = set()  # id() of the codes whose events are set
 _TOOL_IDS = (3, 4)  # not the debugger's, coverage's, profiler's or optimizer's (0, 1, 2, 5)
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 # Held while the gate changes: a recount from the frames must not lose a start another thread
 # reports meanwhile (a start waiting here is on its thread's stack already, so it is counted
 # twice: too many only makes launches walk).  Reentrant: a finalizer may run anywhere.
@@ -221,8 +223,9 @@ def _left(code, offset, value) -> None:  # PY_RETURN, PY_YIELD
 def watch() -> bool:
     """Keep count of the timing functions' frames per thread while a session runs (False: this
     Python has no ``sys.monitoring``, or its tool ids are taken; every check then walks).
-    A frame that ends by an exception is not seen leaving: its thread stays counted (its
-    launches walk) until a walk finds no timing frame and ``recount_thread`` sets it right."""
+    A frame that ends by an exception is not seen leaving, nor is a generator (see
+    ``_watch_codes``): its thread stays counted (its launches walk) until a walk finds no
+    timing frame and ``recount_thread`` sets it right."""
     global _GATE, _TOOL
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is None or _TOOL is not None:
@@ -274,7 +277,11 @@ def _watch_codes() -> None:
     added = False
     for code in _CODE_OBJECTS:
         if id(code) not in _WATCHED:
-            monitoring.set_local_events(_TOOL, code, mask)
+            # a generator resumed by throw() reports no resume (PY_THROW is no local event),
+            # so its next yield would count one frame too few: generators only count up,
+            # and a walk that finds none recounts
+            gen = code.co_flags & _GENERATOR_FLAGS
+            monitoring.set_local_events(_TOOL, code, events.PY_START | events.PY_RESUME if gen else mask)
             _WATCHED.add(id(code))
             added = True
     if added:
