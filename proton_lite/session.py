@@ -266,6 +266,11 @@ class Session:
                           "host_hooks_switches": self._hooks.fastpath.switches() if self._hooks.fastpath is not None
                           else None,
                           "host_hooks_error": _fastpath_error(),
+                          # launches of autotuned functions walk their frames for trials only while a
+                          # timing function runs on their thread (runtime/trials.py; Python 3.12+)
+                          "trial_gate": self._hooks.trial_gate,
+                          "trial_walks": self._hooks.fastpath.trial_walks() if self._hooks.fastpath is not None
+                          else None,
                           "drain": drain, "graphs": collector.graphs.stats(), "clock_anchors": anchors,
                           "errors": collector.errors,
                           "host_end_ns": time.time_ns()})

@@ -4,6 +4,7 @@
 and device TMA descriptors, ``tl.range`` loops and 2-D grids.  For each: outputs unchanged,
 launches recorded = launches made, every record kept."""
 import functools
+import sys
 
 import pytest
 
@@ -18,6 +19,7 @@ import triton.language as tl  # noqa: E402
 
 import proton_lite  # noqa: E402
 import proton_lite.language as pl  # noqa: E402
+from proton_lite.raw_format import read_raw  # noqa: E402
 
 M, N, BM, BN = 256, 512, 64, 64
 
@@ -125,13 +127,18 @@ def test_autotune_over_heuristics_records_the_chosen_config_only(tmp_path):
     x = torch.rand(n, device="cuda")
     out = torch.empty_like(x)
     with proton_lite.start(str(tmp_path / "tuned"), quiet=True, formats=(), calibrate=False) as s:
-        for _ in range(3):
+        for _ in range(23):
             tuned_add[lambda meta: (triton.cdiv(n, meta["BLOCK"]), )](x, out, n)
     torch.cuda.synchronize()
     assert torch.equal(out, x + 1)
     block = tuned_add.best_config.kwargs["BLOCK"]
-    assert s.result.launches == 3 and "trial launches skipped" in s.result.summary_line
-    assert s.result.records == 3 * (n // block) * 4 * 2 and s.result.dropped == 0
+    assert s.result.launches == 23 and "trial launches skipped" in s.result.summary_line
+    assert s.result.records == 23 * (n // block) * 4 * 2 and s.result.dropped == 0
+    # the user's launches after the tuning walk no frames where the trial gate runs (3.12+)
+    end = read_raw(s.result.raw_path).end
+    assert end["trial_gate"] == (sys.version_info >= (3, 12)), end
+    if end["trial_walks"] is not None:
+        assert end["trial_walks"] <= 3 if end["trial_gate"] else end["trial_walks"] >= 20, end
 
 
 def test_autotune_timed_in_cuda_graphs_records_the_chosen_config_only(tmp_path):
