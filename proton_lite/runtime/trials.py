@@ -191,7 +191,7 @@ def _walk_finds_trial(jit_fn_id: int, helper: bool) -> bool:
 # -- the gate: which threads run a timing function now (Python 3.12+) ----------------------
 _GATE: dict | None = None  # thread ident -> timing frames running on it (absent: none); None: no gate
 _TOOL: int | None = None  # the sys.monitoring tool id held while watching
-_WATCHED: set[int] = set()  # id() of the codes whose events are set
+_WATCHED: dict = {}  # id() -> code object, of the codes whose events are set
 _TOOL_IDS = (3, 4)  # not the debugger's, coverage's, profiler's or optimizer's (0, 1, 2, 5)
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 # Held while the gate changes: a recount from the frames must not lose a start another thread
@@ -256,9 +256,8 @@ def unwatch() -> None:
         return
     monitoring = sys.monitoring
     _GATE = None
-    for code in _CODE_OBJECTS:
-        if id(code) in _WATCHED:
-            monitoring.set_local_events(_TOOL, code, 0)
+    for code in _WATCHED.values():  # (freeing the id turns no event off before Python 3.14)
+        monitoring.set_local_events(_TOOL, code, 0)
     _WATCHED.clear()
     for event in ("PY_START", "PY_RESUME", "PY_RETURN", "PY_YIELD"):
         monitoring.register_callback(_TOOL, getattr(monitoring.events, event), None)
@@ -282,7 +281,7 @@ def _watch_codes() -> None:
             # and a walk that finds none recounts
             gen = code.co_flags & _GENERATOR_FLAGS
             monitoring.set_local_events(_TOOL, code, events.PY_START | events.PY_RESUME if gen else mask)
-            _WATCHED.add(id(code))
+            _WATCHED[id(code)] = code
             added = True
     if added:
         with _GATE_LOCK:
