@@ -25,13 +25,14 @@ import pstats
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import proton_lite  # noqa: E402
+from launch_loops import block  # noqa: E402
 from library import inductor_workloads  # noqa: E402
 from proton_lite.runtime import collector as collector_module, trials  # noqa: E402
 
@@ -53,15 +54,9 @@ TMP = tempfile.mkdtemp()
 
 
 def timed(fn, calls: int) -> tuple[float, float]:
-    """(wall µs, launching thread's CPU µs) per call, one synchronize before and after."""
+    """(wall µs, launching thread's CPU µs) per call, after one call not timed."""
     fn()
-    torch.cuda.synchronize()
-    t, c = time.perf_counter(), time.thread_time()
-    for _ in range(calls):
-        fn()
-    cpu = time.thread_time() - c
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6, cpu / calls * 1e6
+    return block(fn, calls)
 
 
 def session_block(fn, calls: int, trial_check: bool = True, gate: bool = True) -> dict:
