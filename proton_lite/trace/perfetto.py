@@ -85,26 +85,26 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
 
         def pair_key(sel):
             return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
-        narrow = np.int32 if n_iv < 2**31 else np.int64
 
-        def index_task(k: int):  # the piece's intervals are listed on the worker too, and kept
-            sel = cut.sel(k)
-            ut, pairs, pair_inv = index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
-                                              pair_key, n_pairs=len(profile.kernels) * n_scopes,
-                                              native_keys=native_keys)
-            # kept for every piece until its events are written: 4 bytes each instead of 8
-            return (sel.astype(narrow), (*ut[:3], ut[3].astype(narrow)), pairs, pair_inv.astype(narrow))
-        index = [run(lambda k=k: index_task(k)) for k in range(len(cut))]
+        def piece_index(sel):
+            """A piece's unit tracks and (kernel, scope) pairs, each interval's index in both."""
+            return index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
+                               pair_key, n_pairs=len(profile.kernels) * n_scopes, native_keys=native_keys)
+
+        def trace_wide(k: int):
+            """What the trace numbers across pieces: the piece's tracks and pairs.  Its per-interval
+            lists are made again when its events are (12 bytes an interval, kept for every piece
+            until then, were 0.4-0.8x a capture's raw size)."""
+            (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k))
+            return (rows, units_of, lanes_of), pairs
+        index = [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
         clock.mark("index")
-        sels = [sel for sel, _, _, _ in index]
-        index = [rest for _, *rest in index]
-        ut_parts = [ut for ut, _, _ in index]
-        ut_first = np.cumsum([0] + [len(ut[0]) for ut in ut_parts])  # track index of each piece's first track
-        unit_list = tuple(np.concatenate([ut[j] for ut in ut_parts]) if ut_parts else np.zeros(0, np.int64)
+        ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # track index of each piece's first track
+        unit_list = tuple(np.concatenate([ut[j] for ut, _ in index]) if index else np.zeros(0, np.int64)
                           for j in range(3))
-        del ut_parts  # (each piece's own lists go once it is encoded)
-        pair_keys = np.unique(np.concatenate([p for _, p, _ in index])) if index else np.zeros(0, np.int64)
+        pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
+        del index
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
@@ -126,10 +126,11 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
 
         def piece_task(k: int):
             def encode():
-                _, pairs, pair_inv = index[k]
+                sel = cut.sel(k)
+                ut, pairs, pair_inv = piece_index(sel)
                 iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
-                track = ut_first[k] + index[k][0][3] + 1
-                sel, index[k], sels[k] = sels[k], None, None  # the piece's lists, let go once encoded
+                track = ut_first[k] + ut[3] + 1
+                del ut, pairs, pair_inv
                 return encode_piece(FIRST_PIECE_SEQ + k, sel, columns, event_names, compress, where, track, iid)
             return clock.busy("pieces", encode)
 
