@@ -2,9 +2,10 @@
 autotuner's timing function only while one runs on the launching thread.
 
 Counted by ``sys.monitoring`` events on the timing functions' code alone; what must hold:
-a thread is in the gate exactly while such a frame runs on it (nested functions, generators,
-other threads, a function watched while it already runs), a frame left by an exception is
-set right by the next walk that finds none, the tool id is given back at stop, and with the
+a thread is in the gate whenever such a frame runs on it and, once a check has recounted,
+only then (nested functions, other threads, a function watched while it already runs; a frame
+left by an exception and a generator, which only count up, are set right by the next walk that
+finds none; a generator resumed by ``throw()``), the tool id is given back at stop, and with the
 gate the exit hooks (C and Python) skip the same trials and keep the same launches as
 without it, the C hook without walking for a launch outside any timing function.
 """
