@@ -77,12 +77,11 @@ def add_trial_functions(*functions) -> None:
     benchmarker): a launch with one of them, or a function nested in one, on the stack is a
     timing trial."""
     global _trial_codes
-    ids: set[int] = set()
+    found: dict[int, types.CodeType] = {}
 
     def add(code) -> None:
-        if id(code) not in ids:
-            ids.add(id(code))
-            _KEEP_CODES.append(code)  # an id stays unique only while its code object lives
+        if id(code) not in found:
+            found[id(code)] = code
             for const in code.co_consts:
                 if isinstance(const, types.CodeType):
                     add(const)
@@ -92,11 +91,13 @@ def add_trial_functions(*functions) -> None:
         code = getattr(function, "__code__", None)
         if code is not None:
             add(code)
-    _extra_trial_codes.update(ids)
+    # an id stays unique only while its code object lives: each is kept once
+    _KEEP_CODES.extend(c for i, c in found.items() if i not in _extra_trial_codes)
+    _extra_trial_codes.update(found)
     if _trial_codes is not None:
-        new = ids - _trial_codes
-        _trial_codes = _trial_codes | frozenset(ids)
-        _CODE_OBJECTS.extend(c for c in _KEEP_CODES if id(c) in new)
+        new = found.keys() - _trial_codes
+        _trial_codes = _trial_codes | frozenset(found)
+        _CODE_OBJECTS.extend(found[i] for i in new)
         _watch_codes()
 
 
