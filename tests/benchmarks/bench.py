@@ -137,14 +137,15 @@ class ProtonRef:
             proton.deactivate()
 
 
-def overhead_rounds(launch, kname, reps, rounds, tmp, proton_ref, options):
-    """Interleave plain / proton-lite / Proton blocks so clock and thermal drift hit all alike."""
+def overhead_rounds(launch, kname, reps, rounds, tmp, proton_ref, options, pl_prof=1):
+    """Interleave plain / proton-lite / Proton blocks so clock and thermal drift hit all alike;
+    ``pl_prof`` 0 runs the kernel without its scopes in the session (its CTAs' lifetimes only)."""
     t = {"plain": [], "pl": [], "proton": []}
     for r in range(rounds):
         t["plain"] += cupti_times_us(lambda: launch(0), kname, reps)
         with proton_lite.start(os.path.join(tmp, f"{kname}_r{r}"), quiet=True, decode=False, calibrate=False,
                                **options):
-            t["pl"] += cupti_times_us(lambda: launch(1), kname, reps)
+            t["pl"] += cupti_times_us(lambda: launch(pl_prof), kname, reps)
         if proton_ref.active and not options:  # Proton once per kernel, not per proton-lite option
             try:
                 t["proton"] += proton_ref.times(launch, kname, reps)
@@ -162,15 +163,22 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="interleaved plain/proton-lite/Proton rounds")
     ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax, lnorm; mm_iter is the per-K matmul): these "
                     "rows only, without the record-cost loops (an A/B of two trees in one run)")
-    ap.add_argument("--header-form", choices=("pass", "entry", "u32reads", "globalrec"), default="pass",
+    ap.add_argument("--header-form", choices=("pass", "entry", "u32reads", "globalrec", "noclock", "norecords", "func",
+                                                       "inline"), default="pass",
                     help="entry: every CTA header at entry, as before pass 17; globalrec: straight-line kernels store "
                     "each record to global memory where it is made (no shared staging, no copy at exit); "
+                    "noclock / norecords: diagnoses, each record's timer read a constant / no records; func / inline: kernels "
+                    "without scopes (--scopeless) exit through a call / inline (PROTON_LITE_EXIT_CALL=1 / 0; by "
+                    "default chosen per kernel); "
                     "u32reads: the epilogue's end timer "
                     "from 32-bit halves, which ptxas reads once per warp (header_forms.py; an A/B in one machine: "
                     "give each form its own TRITON_CACHE_DIR, Triton's cache key does not see it)")
     ap.add_argument("--granularity", default=None,
                     help="proton-lite's granularity for every row (default: auto, one record stream per warp); "
                     "cta: one per CTA, 1/num_warps of the record bytes")
+    ap.add_argument("--scopeless", action="store_true",
+                    help="the session runs each kernel without its scopes (a diagnosis: what the kernel pays for any "
+                    "code of ours, its CTAs' lifetimes only)")
     args = ap.parse_args()
     if args.header_form != "pass":
         from header_forms import use_form
@@ -184,7 +192,8 @@ def main():
         if args.granularity:
             options = dict(options, granularity=args.granularity)
         row = {"kernel": label, "options": options}
-        t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, options)
+        t = overhead_rounds(launch, kname, args.reps, args.rounds, tmp, proton_ref, options,
+                            pl_prof=0 if args.scopeless else 1)
         row["n_per_variant"] = len(t["plain"])
         row["plain_us"] = statistics.median(t["plain"])
         row["pl_us"] = statistics.median(t["pl"])

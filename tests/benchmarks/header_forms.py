@@ -39,7 +39,9 @@ and 1.0182 without stores: the seven); ``twostores`` (measured beside them, now 
 ships as the compact layout, layout.py; ``git show 360de11:tests/benchmarks/header_forms.py``
 has the form): all that a lifetime records (SM,
 start and end, each as ``%globaltimer`` and ``%clock64``: the starts as 32-bit differences to
-the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``lateheader`` kernels with
+the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``noclock``/``norecords`` diagnoses of kernels with scopes (``bench.py --header-form``): each
+record's timer read replaced by a constant (same stores and bytes), or no record at all (the
+lifetimes kept); ``lateheader`` kernels with
 loops (the header at entry): the header's code moved below the first global load of the
 entry block, so that ptxas issues that load first (liger's cross-entropy: its first LDG at
 instruction 16 instead of 42, the header's stores at 38-44 instead of 22-24, Triton 3.9;
@@ -106,8 +108,10 @@ def use_form(form: str) -> None:
         code.lifetimes_prologue, code.lifetimes_epilogue = kept_prologue, kept_epilogue
     if form == "func":  # the exit in a .func the kernel calls (passes/ptx_lifetimes.py says why)
         ptx_lifetimes.EXIT_IN_FUNCTION = True
-    if form == "inline":  # the exit inline at each ret (the default; as "pass" unless PROTON_LITE_EXIT_CALL=1)
+    if form == "inline":  # the exit inline at each ret in every kernel (PROTON_LITE_EXIT_CALL=0; before pass 21
+        # the default, now "pass" chooses per kernel: passes/exit_choice.py)
         ptx_lifetimes.EXIT_IN_FUNCTION = False
+        ptx_lifetimes.EXIT_CHOSEN = False
     if form.startswith("spin"):  # a diagnosis: no code of ours but thread 0 waiting N cycles at exit
         cycles = int(form[4:])
         ptx_lifetimes.LifetimesCode.lifetimes_prologue = lambda self: []
@@ -205,6 +209,18 @@ def use_form(form: str) -> None:
                                "selp.u32 %pl_r21, 0, %pl_r21, %pl_p4;",  # the high half turned over: its first ns
                                "mov.b64 %pl_d8, {%pl_r21, %pl_r22};"] + out[at + 1:]
         ptx_emit._Emitter.epilogue = halves_read
+    if form in ("noclock", "norecords"):  # diagnoses of kernels with scopes: each record without its
+        # timer read (a constant stored in its place: the same stores, bytes and code otherwise), or
+        # no record at all (the CTA's and units' lifetimes still written): how much of what a few
+        # scopes cost is the timer read's place in the kernel's schedule (ptxas moves no load above it)
+        import re
+        from proton_lite.passes import ptx_emit
+        record = ptx_emit._Emitter.record
+        if form == "noclock":
+            ptx_emit._Emitter.record = lambda self, site, tag: [
+                re.sub(r"%clock(64)?;", "7;", line) for line in record(self, site, tag)]
+        else:
+            ptx_emit._Emitter.record = lambda self, site, tag: []
     if form == "globalrec":  # straight-line kernels with scopes: records stored to global memory where they are
         # made, not staged in shared memory and copied by each unit's first warp at exit
         from proton_lite.passes import layout_choice
