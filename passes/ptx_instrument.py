@@ -78,13 +78,15 @@ def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:
 
 
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
-            pool_plan: PoolPlan | None = None, start_at_exit: bool = True) -> str:
+            pool_plan: PoolPlan | None = None, start_at_exit: bool = True, exit_call: bool | None = None) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
     layout with a pool, the checks of ``pool_plan``).  ``start_at_exit``: a kernel keeps
     its CTA's start pair in registers and writes the CTA header at exit (ptx_lifetimes.py),
     unless ``keeps_start_pair`` says no (a loop, ``setmaxnreg``, a buffer sized at launch).
     Marks ``info``'s sites for the loop transforms and, with staging in blocks, adds the
-    copies' scope (``COPY_SCOPE``) to the end of its scope table."""
+    copies' scope (``COPY_SCOPE``) to the end of its scope table.  ``exit_call``: a kernel
+    without scopes exits through a call (True) or inline (False); None: as
+    ``ptx_lifetimes.EXIT_IN_FUNCTION`` says (the cubin stage may build both: exit_choice.py)."""
     if layout.sized_at_launch and (layout.staging != "global" and not layout.flush_slots or layout.mode != "clamp"):
         raise InstrumentationError("proton_lite: a buffer sized at launch needs global staging (or staging in "
                                    "blocks) and clamp mode")
@@ -134,7 +136,8 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
                     unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout),
                     copy_tags=(encode_tag(ids[COPY_SCOPE], False), encode_tag(ids[COPY_SCOPE], True))
                     if layout.flush_slots else (0, 0))
-    if ptx_lifetimes.EXIT_IN_FUNCTION and emit.start_at_exit and lifetimes_only(info, layout):
+    if (ptx_lifetimes.EXIT_IN_FUNCTION if exit_call is None else exit_call) and emit.start_at_exit \
+            and lifetimes_only(info, layout):
         emit.exit_function = f"__proton_lite_exit_{info.kernel}"
     entries = {head: n for n, head in unrolled.values()}
 

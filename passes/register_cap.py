@@ -87,18 +87,21 @@ def cubin_registers(cubin: bytes) -> int | None:
     return cubin_attribute(cubin, REGCOUNT)
 
 
-def keep_occupancy(src: str, plain_ptx: str, make_cubin, metadata, threads: int) -> tuple[bytes, dict]:
+def keep_occupancy(src: str, plain_ptx: str, make_cubin, metadata, threads: int,
+                   built: bytes | None = None, plain_registers: int | None = None) -> tuple[bytes, dict]:
     """Triton's cubin of the instrumented ``src``, at the plain kernel's occupancy where the
     instrumentation cost resident CTAs, and what was decided.  One build when the kernel
     already has as many resident CTAs as its threads allow (then registers cannot be what
-    limits it); two when the plain kernel has no more; three when the cap is needed."""
-    cubin = make_cubin(src, metadata)
+    limits it); two when the plain kernel has no more; three when the cap is needed.
+    ``built``: ``src``'s cubin, where it was built already; ``plain_registers``: the plain
+    build's, where another form built it already."""
+    cubin = make_cubin(src, metadata) if built is None else built
     regs = cubin_registers(cubin)
     decided = {"registers": regs, "plain": None, "cap": None}
     if regs is None or ctas_per_sm(regs, threads) >= min(THREADS_PER_SM // max(1, threads), MAX_CTAS_PER_SM):
         return cubin, decided
     try:
-        plain = cubin_registers(make_cubin(plain_ptx, metadata))
+        plain = plain_registers or cubin_registers(make_cubin(plain_ptx, metadata))
     except Exception:  # noqa: BLE001 - a plain build that fails here would fail without us too
         plain = None
     decided["plain"] = plain

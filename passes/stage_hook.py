@@ -37,6 +37,7 @@ from proton_lite.passes.unpipeline import reparse, unpipeline
 from proton_lite.passes import ws_scopes
 from proton_lite.passes.layout_choice import choose_layout  # (tests find it here too)
 from proton_lite.passes.ptx_staging import sparse_loops
+from proton_lite.passes import exit_choice, ptx_lifetimes
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
@@ -52,7 +53,9 @@ from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keep
 # 17: straight-line kernels with scopes too (ptx_emit.py), except the session's record-cost kernel
 # 18: loops sized at launch stage their records in shared memory, copied in blocks (flush_slots)
 # 19: straight-line kernels without scopes, one unit per CTA: one 32-byte lifetime block (compact)
-PASS_VERSION = "proton_lite-ptx-pass-19"
+# (20: a start pair in shared memory, tried and reverted) 21: a compact kernel's exit inline or as a
+# call, chosen per kernel by the two builds' schedules (exit_choice.py)
+PASS_VERSION = "proton_lite-ptx-pass-21"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -103,7 +106,7 @@ def _pipelining(ptx: str, info: PtxScan):
 
 
 def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps: int, bound=None,
-                   facts: dict | None = None, fallbacks: list | None = None) -> str:
+                   facts: dict | None = None, fallbacks: list | None = None, exit_calls: list | None = None) -> str:
     """Rewrite one kernel's PTX and record the buffer size and decode table in ``metadata``.
 
     ``num_warps`` is the requested count; the buffer is sized for the warps the kernel really
@@ -112,7 +115,9 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     ``fallbacks`` gets other forms of the kernel, each with the metadata it needs, for the
     cubin stage to take where ptxas spilled less for them (register_cap.build_best): a kernel
     that writes its CTA header at exit, the header at entry; a kernel staged in blocks, every
-    record stored straight to global memory."""
+    record stored straight to global memory.  ``exit_calls`` gets, for a compact kernel whose
+    exit form is chosen per kernel (ptx_lifetimes.EXIT_CHOSEN), its PTX with the exit as a call
+    (exit_choice.py: the cubin stage builds both and keeps one)."""
     ptx = fold_exit_branches(ptx)
     info = scan(ptx)
     triton_shared = int(metadata.get("shared", 0) or 0)
@@ -149,6 +154,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
     if fallbacks is not None and at_exit:  # the header at entry, where the start pair made ptxas spill
         fallbacks.append((rewrite(ptx, info, headers, triton_shared, None, start_at_exit=False),
                           kernel_metadata(info, headers, False)))
+    if exit_calls is not None and layout.compact and ptx_lifetimes.EXIT_CHOSEN and not ptx_lifetimes.EXIT_IN_FUNCTION:
+        exit_calls.append(rewrite(ptx, scan(ptx), layout, triton_shared, None, exit_call=True))
     if fallbacks is not None and layout.flush_slots:
         # every record a global store, where the block's code made ptxas spill more (the
         # unpipelined matmul of test_gpu_pipelined.py: ~250 registers, spilling either way)
@@ -250,25 +257,30 @@ def _hook(*args):
         if forced and _forced_veto is not None and _forced_veto(metadata.get("name"), count=False):
             return strip_markers(ptx)  # its caller launches it without a profile buffer
         fallbacks: list[tuple[str, dict]] = []  # (PTX, the metadata it needs), register_cap.build_best
-        new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen, fallbacks)
-        if "cubin" in stages:  # the cubin stage may need the plain build and the fallbacks (register_cap.py)
-            plains[id(metadata)] = (ptx, fallbacks)
+        exit_calls: list[str] = []  # the exit as a call, exit_choice.py
+        new_ptx = instrument_ptx(ptx, metadata, config, options.num_warps, bound, seen, fallbacks, exit_calls)
+        if "cubin" in stages:  # the cubin stage may need the plain build and the other forms (register_cap.py)
+            plains[id(metadata)] = (ptx, fallbacks, exit_calls)
         return new_ptx
 
     stages["ptx"] = ptx_stage
     if "cubin" in stages:
         make_cubin = stages["cubin"]
-        plains: dict[int, tuple] = {}  # id(metadata) -> (the PTX before the pass, fallback PTX texts)
+        plains: dict[int, tuple] = {}  # id(metadata) -> (the PTX before the pass, fallbacks, exit calls)
 
         def cubin_stage(src, metadata):
-            plain, fallbacks = plains.pop(id(metadata), (None, ()))
+            plain, fallbacks, exit_calls = plains.pop(id(metadata), (None, (), ()))
             if plain is None or "proton_lite" not in metadata:
                 return make_cubin(src, metadata)
             warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
+            call = exit_choice.CallBuild(exit_calls[0], make_cubin, metadata, capability) if exit_calls else None
             cubin, decided = build_best([src, *(f[0] for f in fallbacks)], strip_markers(plain), make_cubin,
                                         metadata, 32 * warps)
             if decided["form"] > 0:  # ptxas spilled less for another form (the header at entry, global stores)
                 metadata.update(fallbacks[decided["form"] - 1][1])
+            elif call is not None:  # the exit inline or as a call, by the two builds' schedules
+                cubin, decided = exit_choice.choose(cubin, decided, call, strip_markers(plain), make_cubin, metadata,
+                                                    32 * warps)
             metadata["proton_lite"]["registers"] = decided
             return cubin
 

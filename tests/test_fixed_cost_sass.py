@@ -136,7 +136,8 @@ def test_the_instrumented_row_kernel_waits_for_memory_no_more_often_than_plain(m
     lifetime block (two stores) leaves them together, as plain (Triton 3.6 and 3.9)."""
     from proton_lite.passes import ptx_lifetimes
     from proton_lite.sass_listing import listing, loads_behind_loads
-    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)  # the default (PROTON_LITE_EXIT_CALL unset)
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)  # the inline exit (PROTON_LITE_EXIT_CALL=0):
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_CHOSEN", False)  # not chosen per kernel (exit_choice.py)
     behind = [len(loads_behind_loads(listing(proton_lite.compile(
         *TANH, {"N": 1024, "BLOCK": 2048}, instrument=inst, num_warps=4,
         divisible_by_16=tuple(TANH[1])).asm["cubin"]))) for inst in (False, True)]
