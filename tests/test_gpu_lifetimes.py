@@ -136,3 +136,35 @@ def test_a_straight_line_kernel_with_scopes_writes_its_header_at_exit(tmp_path):
     skew = 192
     assert (iv["start_ns"] >= own["start_ns"] - skew).all() and (iv["end_ns"] <= own["end_ns"] + tick).all()
     assert (iv["end_ns"] >= iv["start_ns"]).all()
+
+
+def test_a_kernel_whose_exit_the_pass_chose_as_a_call_records_every_cta_lifetime(tmp_path, monkeypatch):
+    """pass 21 (passes/exit_choice.py): our layer norm without scopes is built with its exit as a
+    call, chosen by its SASS; its lifetimes must be as complete and plausible as the inline ones."""
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_CHOSEN", True)
+    rows, cols = 2048, 8192
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(rows, cols, device="cuda", generator=g).half()
+    w, bias = (torch.randn(cols, device="cuda", generator=g).half() for _ in range(2))
+
+    def launch(y):
+        F.layer_norm_rows[(rows, )](x, y, w, bias, x.stride(0), cols, 1e-5, BLOCK=cols, num_warps=16)
+    plain = torch.empty_like(x)
+    launch(plain)
+    out = torch.empty_like(x)
+    with proton_lite.start(str(tmp_path / "ln"), quiet=True, formats=()) as session:
+        launch(out)
+    torch.cuda.synchronize()
+    assert torch.equal(plain, out)
+    cap = read_raw(session.result.raw_path)
+    (kmeta, ) = [m for m in cap.kernels.values() if m["name"] == "layer_norm_rows"]
+    assert kmeta["proton_lite"]["registers"]["exit"] == "call", kmeta["proton_lite"]["registers"]
+    prof = decode(cap)
+    mine = prof.ctas[prof.ctas["launch"] == prof.launches["launch"][0]]
+    assert len(mine) == rows and len(np.unique(mine["cta"])) == rows and prof.launches["missing_ctas"][0] == 0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert (mine["smid"] < sms).all() and len(np.unique(mine["smid"])) > 1
+    assert (mine["start_ns"] < mine["end_ns"]).all() and (mine["end_ns"] - mine["start_ns"] < 10_000_000).all()
+    assert ((mine["cycles_per_ns"] > 0.2) & (mine["cycles_per_ns"] < 3.0)).all()
