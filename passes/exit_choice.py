@@ -1,7 +1,7 @@
 """Whether a kernel without scopes writes its lifetime inline at exit or through a call, chosen
 per kernel from the two builds' SASS.
 
-Why (issue 24; docs/design.md, "The exit as a call, chosen per kernel"): ptxas schedules a
+Why (issue 24; docs/design.md, "The exit chosen per kernel"): ptxas schedules a
 kernel's body around the code of our exit.  Inline, that moves some kernels' loads: in liger's
 DyT and softmax forwards a load waits for another load's data first (a trip to memory more per
 CTA), in a layer norm the weights' loads issue 28 instructions after the plain kernel's, behind
@@ -24,7 +24,8 @@ from __future__ import annotations
 import struct
 import threading
 
-from proton_lite.passes.register_cap import MAX_REGS, ctas_per_sm, cubin_attribute, FRAME_SIZE, keep_occupancy
+from proton_lite.passes.register_cap import (FRAME_SIZE, MAX_REGS, ctas_per_sm, cubin_attribute, elf_section,
+                                             keep_occupancy)
 
 LDG_OPCODE = 0x981
 LATE = 16  # instructions: a load issued this much later inline than with the call is one ptxas held back
@@ -33,18 +34,7 @@ ARCHS = (80, 86, 89, 90)  # the encodings the opcode and bits above were checked
 
 def text_section(cubin: bytes, kernel: str) -> bytes | None:
     """The bytes of ``.text.<kernel>`` in a cubin's ELF, or None."""
-    try:
-        shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-        heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-        names = heads[shstrndx][4]
-        want = b".text." + kernel.encode()
-        for head in heads:
-            if cubin[names + head[0]:cubin.index(b"\0", names + head[0])] == want:
-                return cubin[head[4]:head[4] + head[5]]
-    except (struct.error, ValueError, IndexError):
-        return None
-    return None
+    return elf_section(cubin, b".text." + kernel.encode())
 
 
 def schedule(code: bytes) -> tuple[list[int], list[int]]:

@@ -43,11 +43,12 @@ from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, LIFE
 # wait for others' data.  On the H100 it took DyT's forward from 1.067x plain to 1.037x, but
 # made SwiGLU's and GeGLU's forwards and GeGLU's backward 1-1.3 points slower, RMS and layer
 # norm's forwards too: liger's 20 kernels 1.0287x mean against 1.0274x inline, in one run
-# (design.md).  So it is not the rule for every kernel.  The switches below change the PTX, so
-# they are part of the compile options' mode string (config.InstrumentConfig.to_mode): set them
-# before a session starts or a kernel is compiled.  Since pass 21 the cubin stage builds both forms of a compact kernel and keeps the call
-# where the inline build's SASS shows its loads held back (exit_choice.py): ``EXIT_CHOSEN``.
-# ``PROTON_LITE_EXIT_CALL=1`` makes every such kernel call (``EXIT_IN_FUNCTION``), ``=0`` none.
+# (design.md).  So it is not the rule for every kernel: since pass 21 the cubin stage builds
+# both forms of a compact kernel and keeps the call where the inline build's SASS shows its
+# loads held back (exit_choice.py; ``EXIT_CHOSEN``).  ``PROTON_LITE_EXIT_CALL=1`` makes every
+# such kernel call (``EXIT_IN_FUNCTION``), ``=0`` none.  The switches change the PTX, so they
+# are part of the compile options' mode string (config.InstrumentConfig.to_mode): set them
+# before a session starts or a kernel is compiled.
 _EXIT_CALL = os.environ.get("PROTON_LITE_EXIT_CALL", "auto").strip().lower()
 EXIT_IN_FUNCTION = _EXIT_CALL not in ("0", "", "auto")
 EXIT_CHOSEN = _EXIT_CALL == "auto"

@@ -59,26 +59,37 @@ def with_cap(ptx: str, cap: int) -> str:
     return _ENTRY_END.sub(lambda m: f"{m.group(1)}\n.maxnreg {cap}", ptx, count=1)
 
 
-def cubin_attribute(cubin: bytes, attr: int) -> int | None:
-    """The value of an EIATTR attribute (a symbol index, then the value) of the (only) kernel
-    in a cubin's ELF ``.nv.info`` section; REGCOUNT is what ``cuobjdump --dump-resource-usage``
-    prints as REG, FRAME_SIZE the bytes of local memory ptxas spilled to per thread."""
+def elf_section(cubin: bytes, wanted: bytes) -> bytes | None:
+    """The bytes of the section named ``wanted`` in a cubin's ELF (64-bit, little-endian), or
+    None where there is none or the header cannot be read."""
     try:
         shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
         heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
         names = heads[shstrndx][4]
         for head in heads:
-            name = cubin[names + head[0]:cubin.index(b"\0", names + head[0])]
-            if name != b".nv.info":
-                continue
-            data, i = cubin[head[4]:head[4] + head[5]], 0
-            while i + 4 <= len(data):
-                fmt, kind, size = data[i], data[i + 1], struct.unpack_from("<H", data, i + 2)[0]
-                if fmt == 0x04 and kind == attr and size >= 8:  # EIFMT_SVAL
-                    return struct.unpack_from("<II", data, i + 4)[1]
-                i += 4 + size if fmt == 0x04 else 4
+            if cubin[names + head[0]:cubin.index(b"\0", names + head[0])] == wanted:
+                return cubin[head[4]:head[4] + head[5]]
     except (struct.error, ValueError, IndexError):
+        return None
+    return None
+
+
+def cubin_attribute(cubin: bytes, attr: int) -> int | None:
+    """The value of an EIATTR attribute (a symbol index, then the value) of the (only) kernel
+    in a cubin's ELF ``.nv.info`` section; REGCOUNT is what ``cuobjdump --dump-resource-usage``
+    prints as REG, FRAME_SIZE the bytes of local memory ptxas spilled to per thread."""
+    data = elf_section(cubin, b".nv.info")
+    if data is None:
+        return None
+    i = 0
+    try:
+        while i + 4 <= len(data):
+            fmt, kind, size = data[i], data[i + 1], struct.unpack_from("<H", data, i + 2)[0]
+            if fmt == 0x04 and kind == attr and size >= 8:  # EIFMT_SVAL
+                return struct.unpack_from("<II", data, i + 4)[1]
+            i += 4 + size if fmt == 0x04 else 4
+    except struct.error:
         return None
     return None
 

@@ -44,7 +44,7 @@ def test_a_load_behind_a_load_is_told_by_the_scoreboard_bits():
     ldg, fadd = exit_choice.LDG_OPCODE, 0x221
     assert exit_choice.schedule(instr(ldg, 2) + instr(fadd, waits=(2,)) + instr(ldg)) == ([0, 2], [2])
     assert exit_choice.schedule(instr(ldg, 2) + instr(fadd, waits=(3,)) + instr(ldg)) == ([0, 2], [])
-    assert exit_choice.schedule(instr(fadd) + instr(ldg | 0xF000)) == ([1], [])  # a predicate is not the opcode
+    assert exit_choice.schedule(instr(fadd) + instr(ldg | 0xF000)) == ([1], [])  # a predicate's bits leave the opcode's alone
 
 
 def test_the_layer_norm_exits_through_a_call_and_keeps_the_plain_kernel_s_load_order():
