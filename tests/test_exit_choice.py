@@ -78,3 +78,20 @@ def test_a_kernel_with_scopes_is_not_offered_the_call():
     k = proton_lite.compile(K.softmax, {"x_ptr": "*fp32", "out_ptr": "*fp32", "stride": "i32", "n_cols": "i32"},
                             {"BLOCK": 4096}, instrument=True, num_warps=8, divisible_by_16=("x_ptr", "out_ptr"))
     assert "exit" not in k.profile["registers"] and not k.profile["layout"].get("compact")
+
+
+def test_the_compile_report_says_which_exit_and_why(capsys, monkeypatch):
+    """`proton-lite compile` tells a kernel author which form the pass chose and the SASS it read."""
+    import json
+    import re
+    from proton_lite.viewer import cli
+    args = ["compile", "tests/fixed_cost_kernels.py:layer_norm_rows", "--signature", "*fp16,*fp16,*fp16,*fp16,i32,i32,fp32",
+            "--constexpr", "BLOCK=8192", "--num-warps", "16", "--divisible-by-16", "x_ptr,y_ptr,w_ptr,b_ptr,stride,n"]
+    assert cli.main(args + ["--json"]) == 0
+    regs = json.loads(capsys.readouterr().out)["registers"]
+    assert regs["exit"] == "call" and regs["exit_schedule"]["late"] >= exit_choice.LATE
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"exit\s+a call of a function of its own: built both ways; global loads behind another "
+                     r"load's data \d+ inline, \d+ with the call; the inline build's latest load \+\d+ instructions", out), out

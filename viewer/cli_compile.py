@@ -283,7 +283,22 @@ def render_compile_report(r: dict, console) -> None:
     if r.get("cta_header") == "exit":
         kv.add_row("CTA header", "at exit: the kernel starts with two timer reads "
                                  "(the start pair's low halves, kept in registers)")
+    if regs and regs.get("exit"):
+        kv.add_row("exit", _exit_text(regs))
     console.print(kv)
+
+
+def _exit_text(regs: dict) -> str:
+    """Which form of a kernel without scopes writes its lifetime (passes/exit_choice.py), and why."""
+    from proton_lite.passes.exit_choice import LATE
+    facts = regs.get("exit_schedule") or {}
+    form = "a call of a function of its own" if regs["exit"] == "call" else "inline"
+    if "behind" not in facts:
+        return f"{form}" + (f" ({facts['why']})" if facts.get("why") else "")
+    inline, call = facts["behind"]
+    return (f"{form}: built both ways; global loads behind another load's data {inline} inline, {call} with "
+            f"the call; the inline build's latest load {facts['late']:+d} instructions against the call's "
+            f"(the call is kept where the inline build holds loads back: more behind, or {LATE}+ later)")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
