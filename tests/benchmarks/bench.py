@@ -164,12 +164,14 @@ def main():
     ap.add_argument("--only", help="comma-separated kernels (vadd, mm, smax, lnorm; mm_iter is the per-K matmul): these "
                     "rows only, without the record-cost loops (an A/B of two trees in one run)")
     ap.add_argument("--header-form", choices=("pass", "entry", "u32reads", "globalrec", "noclock", "norecords", "func",
-                                                       "inline"), default="pass",
+                                                       "inline", "xunitnotime", "xunitnostore", "xnocopy"),
+                    default="pass",
                     help="entry: every CTA header at entry, as before pass 17; globalrec: straight-line kernels store "
                     "each record to global memory where it is made (no shared staging, no copy at exit); "
                     "noclock / norecords: diagnoses, each record's timer read a constant / no records; func / inline: kernels "
                     "without scopes (--scopeless) exit through a call / inline (PROTON_LITE_EXIT_CALL=1 / 0; by "
-                    "default chosen per kernel); "
+                    "default chosen per kernel); xunitnotime / xunitnostore / xnocopy: diagnoses, each unit's exit without its "
+                    "timer reads / its header's stores / its records' copy; "
                     "u32reads: the epilogue's end timer "
                     "from 32-bit halves, which ptxas reads once per warp (header_forms.py; an A/B in one machine: "
                     "give each form its own TRITON_CACHE_DIR, Triton's cache key does not see it)")

@@ -39,7 +39,9 @@ and 1.0182 without stores: the seven); ``twostores`` (measured beside them, now 
 ships as the compact layout, layout.py; ``git show 360de11:tests/benchmarks/header_forms.py``
 has the form): all that a lifetime records (SM,
 start and end, each as ``%globaltimer`` and ``%clock64``: the starts as 32-bit differences to
-the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``noclock``/``norecords`` diagnoses of kernels with scopes (``bench.py --header-form``): each
+the ends) in one 32-byte sector per CTA, two ``st.global.v4``; ``xunitnotime``/``xunitnostore``/``xnocopy`` diagnoses of kernels with scopes: the per-unit
+exit without its timer reads (thread 0 alone reads them), its unit header's stores, or the copy
+of its staged records; ``noclock``/``norecords`` diagnoses of kernels with scopes (``bench.py --header-form``): each
 record's timer read replaced by a constant (same stores and bytes), or no record at all (the
 lifetimes kept); ``lateheader`` kernels with
 loops (the header at entry): the header's code moved below the first global load of the
@@ -209,6 +211,30 @@ def use_form(form: str) -> None:
                                "selp.u32 %pl_r21, 0, %pl_r21, %pl_p4;",  # the high half turned over: its first ns
                                "mov.b64 %pl_d8, {%pl_r21, %pl_r22};"] + out[at + 1:]
         ptx_emit._Emitter.epilogue = halves_read
+    if form in ("xunitnotime", "xunitnostore", "xnocopy"):  # diagnoses of kernels with scopes: the
+        # per-unit exit without one part: its timer reads (thread 0 alone reads the end pair, the
+        # CTA header needs it; the other units' headers store zeros, so their end times are wrong),
+        # its unit header's stores, or the copy of its staged records (lost); each behind a
+        # predicate never true where a store is left out, so that what it stores is still computed
+        from proton_lite.passes import ptx_emit
+        scoped_epilogue = ptx_emit._Emitter.epilogue
+
+        def part_epilogue(self, k):
+            out = scoped_epilogue(self, k)
+            if self.lifetimes_only:
+                return out
+            never = ["mov.u32 %pl_r23, %smid;", "setp.eq.u32 %pl_p6, %pl_r23, 99999;"]
+            if form == "xunitnotime":
+                at = out.index("mov.u64 %pl_d8, %globaltimer;")
+                return out[:at] + ["mov.u32 %pl_r23, %tid.x;", "setp.eq.u32 %pl_p6, %pl_r23, 0;",
+                                   "mov.u64 %pl_d8, 0;", "mov.u64 %pl_d9, 0;",
+                                   "@%pl_p6 mov.u64 %pl_d8, %globaltimer;", "@%pl_p6 mov.u64 %pl_d9, %clock64;"] \
+                    + out[at + 2:]
+            unit_stores = ("st.global.v2.u32 [%pl_d2], ", "st.global.u64 [%pl_d2+8]", "st.global.u64 [%pl_d2+16]")
+            copy_store = "st.global.v2.u32 [%pl_d10+"
+            wanted = unit_stores if form == "xunitnostore" else (copy_store, )
+            return never + ["@%pl_p6 " + line if line.startswith(wanted) else line for line in out]
+        ptx_emit._Emitter.epilogue = part_epilogue
     if form in ("noclock", "norecords"):  # diagnoses of kernels with scopes: each record without its
         # timer read (a constant stored in its place: the same stores, bytes and code otherwise), or
         # no record at all (the CTA's and units' lifetimes still written): how much of what a few
