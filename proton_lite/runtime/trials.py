@@ -155,6 +155,8 @@ def _in_autotuner_benchmark(jit_fn_id: int = 0, helper: bool = False) -> bool:
         gate = _GATE
         if gate is not None and threading.get_ident() not in gate:
             return False  # no timing function runs on this thread
+        global PY_WALKS
+        PY_WALKS += 1
         found = _walk_finds_trial(jit_fn_id, helper)
         if not found and gate is not None:
             recount_thread()  # counted, yet none near: one left by an exception
@@ -199,6 +201,7 @@ _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYN
 # reports meanwhile (a start waiting here is on its thread's stack already, so it is counted
 # twice: too many only makes launches walk).  Reentrant: a finalizer may run anywhere.
 _GATE_LOCK = threading.RLock()
+PY_WALKS = 0  # launches whose frames the Python hooks walked for trials (the C hook counts its own)
 
 
 def _entered(code, offset) -> None:  # PY_START, PY_RESUME
