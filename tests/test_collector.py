@@ -461,7 +461,8 @@ def test_launches_of_a_burst_are_copied_before_a_launch_after_idle_time(collecto
     sim.fault_after_kernels = 5  # the next kernel faults
     launch(collector, sim, stream=1, payload=b"\x09" * 8)
     cap = finish(collector, tmp_path)
-    assert [ln.launch_index for ln in cap.launches] == [0, 1, 2, 3, 4]
+    assert [ln.launch_index for ln in cap.launches] == [0, 1, 2, 3, 4], (
+        collector.lost, collector.errors, collector.idle_ns)
     assert collector.failed and collector.errors[0].startswith("launch 5:")
     assert collector.lost == 1
 
