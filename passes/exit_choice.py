@@ -107,5 +107,5 @@ def choose(cubin: bytes, decided: dict, call: CallBuild, plain_ptx: str, make_cu
     better, measures = prefer_call(cubin, other, metadata.get("name", ""))
     decided["exit_schedule"] = measures
     if better and spills[1] <= spills[0] and ctas[1] >= ctas[0]:
-        return other, {**decided, **facts, "exit": "call", "exit_schedule": measures}
+        return other, {**decided, **facts, "exit": "call"}
     return cubin, decided

@@ -39,7 +39,8 @@ _TUNER_HELPERS: set[int] = set()
 _KEPT: list = []
 _BENCH_CODE = 0  # id() of Autotuner._bench's own code, once known (0: none)
 _KEEP_CODES: list = []  # the code objects added by add_trial_functions
-_CODE_OBJECTS: list = []  # every code object whose id is in _trial_codes (the gate watches them)
+_TUNER_CODES: list = []  # Autotuner._bench's code objects, once _trial_codes is known (the gate watches
+# them and _KEEP_CODES: every code object whose id is in _trial_codes)
 
 
 class _CapturedTrial:
@@ -95,9 +96,7 @@ def add_trial_functions(*functions) -> None:
     _KEEP_CODES.extend(c for i, c in found.items() if i not in _extra_trial_codes)
     _extra_trial_codes.update(found)
     if _trial_codes is not None:
-        new = found.keys() - _trial_codes
         _trial_codes = _trial_codes | frozenset(found)
-        _CODE_OBJECTS.extend(found[i] for i in new)
         _watch_codes()
 
 
@@ -133,9 +132,8 @@ def _know_trial_codes() -> bool:
     if _trial_codes is None:
         if not compat.autotuner_loaded():
             return False
-        tuner_codes = _autotuner_trial_codes()
-        _trial_codes = frozenset(id(c) for c in tuner_codes) | frozenset(_extra_trial_codes)
-        _CODE_OBJECTS[:] = tuner_codes + [c for c in _KEEP_CODES if id(c) in _extra_trial_codes]
+        _TUNER_CODES[:] = _autotuner_trial_codes()
+        _trial_codes = frozenset(id(c) for c in _TUNER_CODES) | frozenset(_extra_trial_codes)
         _watch_codes()
         bench = compat.autotuner_bench_code()
         _BENCH_CODE = id(bench) if bench is not None else 0
@@ -272,13 +270,13 @@ def unwatch() -> None:
 def _watch_codes() -> None:
     """Set the events of codes not watched yet, then count every thread's timing frames afresh
     (a newly watched function may be running: its start was not seen, its return will be)."""
-    if _TOOL is None or _GATE is None:
+    if _TOOL is None or _GATE is None or _trial_codes is None:
         return
     monitoring = sys.monitoring
     events = monitoring.events
     mask = events.PY_START | events.PY_RESUME | events.PY_RETURN | events.PY_YIELD
     added = False
-    for code in _CODE_OBJECTS:
+    for code in (*_TUNER_CODES, *_KEEP_CODES):
         if id(code) not in _WATCHED:
             # a generator resumed by throw() reports no resume (PY_THROW is no local event),
             # so its next yield would count one frame too few: generators only count up,
