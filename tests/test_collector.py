@@ -459,6 +459,9 @@ def test_a_launch_after_idle_time_is_copied_at_once(collector, sim, tmp_path):
 def test_launches_of_a_burst_are_copied_before_a_launch_after_idle_time(collector, sim, tmp_path):
     """The copy of the earlier launches is enqueued before the next kernel, so a fault in that
     kernel (it follows a synchronize, say) cannot take them along."""
+    # every pause is idle time: on a loaded host two of the burst's own gaps could pass 1 ms and
+    # be taken for a loop's steps (the next test), raising the idle time past this 2 ms pause
+    collector.idle_recur_ns = 0
     for i in range(5):
         launch(collector, sim, stream=1, payload=b"\x08" * 8)
     time.sleep(0.002)
@@ -469,6 +472,28 @@ def test_launches_of_a_burst_are_copied_before_a_launch_after_idle_time(collecto
         collector.lost, collector.errors, collector.idle_ns)
     assert collector.failed and collector.errors[0].startswith("launch 5:")
     assert collector.lost == 1
+
+
+def test_a_fault_after_a_loops_steps_counts_the_launches_it_took_along(collector, sim, tmp_path):
+    """Pauses that recur (a loop synchronizing each step) raise the idle time to twice the
+    pause, so that the steps' launches share chunks; a shorter pause then seals nothing, and
+    a fault in the next kernel takes the open chunk's launches along: counted and named in
+    the error, never dropped silently."""
+    for i in range(5):
+        launch(collector, sim, stream=1, payload=b"\x08" * 8)
+        if i in (1, 2):
+            time.sleep(0.005)  # two pauses of 5 ms within IDLE_RECUR_NS: a loop's steps
+    assert collector.idle_ns >= 2 * 5_000_000
+    time.sleep(0.002)  # idle by the default 1 ms, not by the raised idle time
+    sim.fault_after_kernels = 5
+    launch(collector, sim, stream=1, payload=b"\x09" * 8)
+    cap = finish(collector, tmp_path)
+    saved = [ln.launch_index for ln in cap.launches]  # [0, 1, 2, 3] unless a loaded host paused more
+    assert saved == list(range(len(saved))) and len(saved) <= 4  # launch 4 shared the faulting one's chunk
+    lost = 6 - len(saved)
+    assert collector.failed and collector.lost == lost
+    assert collector.errors[0].startswith(f"launch {len(saved)}:")
+    assert f"{lost} launch(es) from this one on were still on the GPU" in collector.errors[0]
 
 
 @pytest.mark.parametrize("copy_every, saved", [(1, [0, 1, 2, 3, 4]), (32, [0])])
