@@ -76,7 +76,7 @@ def test_piece_keys_and_their_numbering_match_numpy():
     row_of_cta, cta_lr = rng.integers(0, n_rows, n_cta), rng.integers(0, 3, n_cta)
     k_of_lr = np.array([0, 2, 1])
     sel = np.sort(rng.choice(n, 1000, replace=False))
-    tkey, pkey = native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
+    tkey, pkey = native_events.index_keys(sel, iv_cta[sel], row_of_cta, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
     keys, inv = native_events.dense_unique(tkey, n_rows * units * lanes)
     expected = unit_tracks_of(row_of_cta[iv_cta[sel]], iv["unit"][sel], iv["lane"][sel], units, lanes, n_rows)
     got = (keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv)
@@ -85,12 +85,14 @@ def test_piece_keys_and_their_numbering_match_numpy():
     e_pairs, e_inv = np.unique(k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel], return_inverse=True)
     assert np.array_equal(pairs, e_pairs) and np.array_equal(pair_inv, e_inv.reshape(-1))
     with pytest.raises(IndexError):  # a scope outside the table is an error, not a wrong key
-        native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, iv, units, lanes, 2)
+        native_events.index_keys(sel, iv_cta[sel], row_of_cta, cta_lr, k_of_lr, iv, units, lanes, 2)
+    with pytest.raises(ValueError):  # CTA ranks not one per selected interval
+        native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
     with pytest.raises(IndexError):
         native_events.dense_unique(np.array([3, 9]), 5)
     assert native_events.dense_unique(tkey, native_events.DENSE_MAX + 1) is None
     other = np.zeros(n, [("unit", "<u8"), ("lane", "<u2"), ("scope", "<u4")])  # not the rows the C code reads
-    assert native_events.index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, other, units, lanes, n_scopes) is None
+    assert native_events.index_keys(sel, iv_cta[sel], row_of_cta, cta_lr, k_of_lr, other, units, lanes, n_scopes) is None
 
 
 def _events(n: int, seed: int):

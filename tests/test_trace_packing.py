@@ -322,9 +322,12 @@ def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, group
     else:
         iv_cta = rng.permutation(iv_cta)
     group = cta_group[iv_cta]
-    cut = pp.Pieces(cta_group, iv_cta)
+    first = np.flatnonzero(np.r_[True, iv_cta[1:] != iv_cta[:-1]])  # runs of one CTA, as the plan gives them
+    cut = pp.Pieces(cta_group, (first, iv_cta[first]), len(iv_cta))
     order, bounds = np.concatenate([cut.sel(k) for k in range(len(cut))]), cut.bounds
     assert np.array_equal(order, np.argsort(iv_cta, kind="stable"))
+    for k in range(len(cut)):  # each piece's CTA ranks, made from the runs: the intervals' own
+        assert np.array_equal(cut.cta(k), iv_cta[cut.sel(k)])
     g = group[order]
     assert bounds[0] == 0 and bounds[-1] == len(iv_cta) and np.all(np.diff(bounds) > 0)
     inner = bounds[1:-1]

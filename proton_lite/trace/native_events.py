@@ -271,8 +271,9 @@ done:
     return result;
 }
 
-/* keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, ivbuf, itemsize, off_unit, off_lane, off_scope, units,
-        lanes, n_scopes, track_key, pair_key) -> None: each selected interval's unit-track key
+/* keys(sel, cta, row_of_cta, cta_lr, k_of_lr, ivbuf, itemsize, off_unit, off_lane, off_scope, units,
+        lanes, n_scopes, track_key, pair_key) -> None: each selected interval's (sel[j], its CTA rank
+   cta[j]) unit-track key
    ((row * units + unit) * lanes + lane) and (kernel, scope) key (kernel * n_scopes + scope);
    unit u4, lane u2, scope u4 read from the interval rows at their offsets */
 static PyObject *keys(PyObject *self, PyObject *args) {
@@ -282,19 +283,20 @@ static PyObject *keys(PyObject *self, PyObject *args) {
                           &off_lane, &off_scope, &units, &lanes, &n_scopes, &o[6], &o[7])) return NULL;
     Py_buffer v[8];
     if (take_buffers(o, v, 8, 6, 8) < 0) return NULL;
-    Py_ssize_t n = v[0].len / 8, n_iv = v[1].len / 8, n_cta = v[2].len / 8, n_lr = v[4].len / 8;
-    int bad = v[3].len != v[2].len || v[6].len != n * 8 || v[7].len != n * 8 || itemsize <= 0 ||
-              v[5].len < n_iv * itemsize || off_unit + 4 > itemsize || off_lane + 2 > itemsize ||
-              off_scope + 4 > itemsize || units <= 0 || lanes <= 0 || n_scopes <= 0;
+    Py_ssize_t n = v[0].len / 8, n_iv = itemsize > 0 ? v[5].len / itemsize : 0, n_cta = v[2].len / 8,
+               n_lr = v[4].len / 8;
+    int bad = v[1].len != n * 8 || v[3].len != v[2].len || v[6].len != n * 8 || v[7].len != n * 8 || itemsize <= 0 ||
+              off_unit + 4 > itemsize || off_lane + 2 > itemsize || off_scope + 4 > itemsize || units <= 0 ||
+              lanes <= 0 || n_scopes <= 0;
     if (!bad) {
-        const int64_t *sel = v[0].buf, *iv_cta = v[1].buf, *row_of = v[2].buf, *lr_of = v[3].buf, *k_of = v[4].buf;
+        const int64_t *sel = v[0].buf, *cta = v[1].buf, *row_of = v[2].buf, *lr_of = v[3].buf, *k_of = v[4].buf;
         const unsigned char *iv = v[5].buf;
         int64_t *tkey = v[6].buf, *pkey = v[7].buf;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t j = 0; j < n; j++) {
             int64_t i = sel[j];
             if (i < 0 || i >= n_iv) { bad = 2; break; }
-            int64_t c = iv_cta[i];
+            int64_t c = cta[j];
             if (c < 0 || c >= n_cta || lr_of[c] < 0 || lr_of[c] >= n_lr) { bad = 2; break; }
             uint32_t unit, scope;
             uint16_t lane;
@@ -427,9 +429,10 @@ def encode(seq_id: int, ev_i, ev_end, dts, track, iid, cycles, depth, fix_depth,
 DENSE_MAX = 1 << 26  # the largest key space a presence table is used for (8 bytes a key)
 
 
-def index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, intervals, units: int, lanes: int, n_scopes: int):
-    """(unit-track key, (kernel, scope) key) of the intervals ``sel``, or None where the rows
-    are not laid out as ``INTERVAL_DTYPE`` (``module()`` must not be None)."""
+def index_keys(sel, cta, row_of_cta, cta_lr, k_of_lr, intervals, units: int, lanes: int, n_scopes: int):
+    """(unit-track key, (kernel, scope) key) of the intervals ``sel`` (``cta``: the CTA rank of
+    each), or None where the rows are not laid out as ``INTERVAL_DTYPE`` (``module()`` must not
+    be None)."""
     fields = intervals.dtype.fields or {}
     if not intervals.flags.c_contiguous or any(name not in fields for name in ("unit", "lane", "scope")) or \
             (fields["unit"][0], fields["lane"][0], fields["scope"][0]) != (np.dtype("<u4"), np.dtype("<u2"),
@@ -438,7 +441,7 @@ def index_keys(sel, iv_cta, row_of_cta, cta_lr, k_of_lr, intervals, units: int, 
     c = np.ascontiguousarray
     n = len(sel)
     tkey, pkey = np.empty(n, np.int64), np.empty(n, np.int64)
-    _EXTENSION.module().keys(c(sel, np.int64), c(iv_cta, np.int64), c(row_of_cta, np.int64), c(cta_lr, np.int64),
+    _EXTENSION.module().keys(c(sel, np.int64), c(cta, np.int64), c(row_of_cta, np.int64), c(cta_lr, np.int64),
                              c(k_of_lr, np.int64), intervals.view(np.uint8).reshape(-1) if len(intervals) else
                              np.zeros(0, np.uint8), intervals.dtype.itemsize, fields["unit"][1], fields["lane"][1],
                              fields["scope"][1], int(units), int(lanes), int(n_scopes), tkey, pkey)

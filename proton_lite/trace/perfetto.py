@@ -63,12 +63,12 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     pmap = pool.map if pool else map
     try:
         plan = plan_trace(profile, launches, layout, pmap)
-        ctas, cta_lr, iv_cta, runs, lay = plan.ctas, plan.cta_lr, plan.iv_cta, plan.runs, plan.lay
+        ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
         spans = launch_spans(plan, len(launches)) if plan.layout == "sm" else None
         clock.mark("slots")
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
-        cut = Pieces(lay.group, iv_cta, runs)
+        cut = Pieces(lay.group, plan.runs, n_iv)  # each piece's CTA ranks from the runs, not a column
         # packed and deflated while the pieces are indexed
         extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))
         clock.mark("pieces")
@@ -78,24 +78,24 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         lanes = int(iv["lane"].max()) + 1 if n_iv else 1
         k_of_lr = launches["kernel"].astype(np.int64)
 
-        def native_keys(sel):  # both keys of a piece in one pass in C, where the extension is built
+        def native_keys(sel, cta):  # both keys of a piece in one pass in C, where the extension is built
             if native_events.module() is None:
                 return None
-            return native_events.index_keys(sel, iv_cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
+            return native_events.index_keys(sel, cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
 
-        def pair_key(sel):
-            return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
+        def pair_key(sel, cta):
+            return k_of_lr[cta_lr[cta]] * n_scopes + iv["scope"][sel].astype(np.int64)
 
-        def piece_index(sel):
+        def piece_index(sel, cta):
             """A piece's unit tracks and (kernel, scope) pairs, each interval's index in both."""
-            return index_piece(sel, lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
+            return index_piece(sel, cta, lay.row, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
                                pair_key, n_pairs=len(profile.kernels) * n_scopes, native_keys=native_keys)
 
         def trace_wide(k: int):
             """What the trace numbers across pieces: the piece's tracks and pairs.  Its per-interval
             lists are made again when its events are (12 bytes an interval, kept for every piece
             until then, were 0.4-0.8x a capture's raw size)."""
-            (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k))
+            (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k), cut.cta(k))
             return (rows, units_of, lanes_of), pairs
         index = [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
@@ -127,7 +127,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         def piece_task(k: int):
             def encode():
                 sel = cut.sel(k)
-                ut, pairs, pair_inv = piece_index(sel)
+                ut, pairs, pair_inv = piece_index(sel, cut.cta(k))
                 iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
                 track = ut_first[k] + ut[3] + 1
                 del ut, pairs, pair_inv

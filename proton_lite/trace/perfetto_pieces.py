@@ -56,31 +56,31 @@ class IntervalColumns:
 
 class Pieces:
     """The intervals in the tree's CTA order, cut between SM groups about every
-    ``PIECE`` intervals: ``len(pieces)`` pieces, ``pieces.sel(k)`` the intervals of piece k.
+    ``PIECE`` intervals: ``len(pieces)`` pieces, ``pieces.sel(k)`` the intervals of piece k
+    and ``pieces.cta(k)`` their CTA ranks.
 
-    Built from ``cta_group`` (each CTA's group) and ``iv_cta`` (each interval's CTA rank in
-    ``_cta_layout`` order: launch or GPU, SM, ...), so ordering by ``iv_cta`` orders by group.
-    A profile's intervals come in runs of one CTA (the decoder and the reader write them
-    so): then only the runs are sorted and cut here, and each piece lists its own intervals
-    (``sel``, on its worker thread); otherwise a stable sort, one run per interval.
+    Built from ``cta_group`` (each CTA's group) and ``runs`` (first interval of each run of
+    one CTA's intervals, that CTA's rank in ``_cta_layout`` order: launch or GPU, SM, ...;
+    ``n`` intervals), so ordering by CTA rank orders by group.  A profile's intervals come
+    in runs of one CTA (the decoder and the reader write them so): then only the runs are
+    sorted and cut here, and each piece lists its own intervals (``sel``, on its worker
+    thread); otherwise a stable sort, one run per interval.
     """
 
-    def __init__(self, cta_group: np.ndarray, iv_cta: np.ndarray, runs=None):
-        n = len(iv_cta)
-        cta = np.asarray(iv_cta, np.int64)
-        if runs is None:  # (first interval of each run of one CTA, that CTA), as ``_cta_layout`` gives them
-            first = np.flatnonzero(np.r_[True, cta[1:] != cta[:-1]]) if n else np.zeros(0, np.int64)
-            runs = (first, cta[first])
+    def __init__(self, cta_group: np.ndarray, runs: tuple, n: int):
         first, run_cta = runs
+        first, run_cta = np.asarray(first, np.int64), np.asarray(run_cta, np.int64)
         by_cta = np.argsort(run_cta, kind="stable")
-        run_cta = run_cta[by_cta]
-        if len(run_cta) > 1 and np.any(run_cta[1:] == run_cta[:-1]):  # a CTA in several runs
+        sorted_cta = run_cta[by_cta]
+        if len(sorted_cta) > 1 and np.any(sorted_cta[1:] == sorted_cta[:-1]):  # a CTA in several runs
+            cta = np.repeat(run_cta, np.diff(np.r_[first, n]))  # each interval's (this case only)
             self.first = np.argsort(cta, kind="stable")
-            run_cta = cta[self.first]
+            sorted_cta = cta[self.first]
             self.lens = np.ones(n, np.int64)
         else:
             self.lens = np.diff(np.r_[first, n])[by_cta]
             self.first = first[by_cta]
+        self.run_cta = run_cta = sorted_cta
         self.run_at = np.r_[0, np.cumsum(self.lens)]  # where each run starts in the output; n at the end
         g = np.asarray(cta_group, np.int64)[run_cta]
         group_run = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
@@ -101,23 +101,29 @@ class Pieces:
         lens, at = self.lens[r0:r1], self.run_at[r0:r1]
         return np.repeat(self.first[r0:r1] - at, lens) + np.arange(int(self.run_at[r0]), int(self.run_at[r1]))
 
+    def cta(self, k: int) -> np.ndarray:
+        """The CTA rank of each interval of ``sel(k)``, in its order."""
+        r0, r1 = int(self.cut_run[k]), int(self.cut_run[k + 1])
+        return np.repeat(self.run_cta[r0:r1], self.lens[r0:r1])
 
-def index_piece(sel: np.ndarray, row_of_cta, iv_cta, unit, lane, units: int, lanes: int, n_rows: int, pair_key,
-                n_pairs: int | None = None, native_keys=None):
-    """Phase one of a piece (its intervals ``sel``), on a worker: its unit tracks (sorted
-    (row, unit, lane), each interval's index among them) and its (kernel, scope) pairs
+
+def index_piece(sel: np.ndarray, cta: np.ndarray, row_of_cta, unit, lane, units: int, lanes: int, n_rows: int,
+                pair_key, n_pairs: int | None = None, native_keys=None):
+    """Phase one of a piece (its intervals ``sel``, their CTA ranks ``cta``), on a worker: its
+    unit tracks (sorted (row, unit, lane), each interval's index among them) and its (kernel, scope) pairs
     (sorted, each interval's index); the writer numbers both trace-wide from all pieces'
     results.  ``n_pairs``: a bound on the pair keys (a table instead of a sort);
-    ``native_keys(sel)``: both keys from the C extension (or None), then numbered in C too."""
-    got = native_keys(sel) if native_keys is not None and n_pairs is not None else None
+    ``native_keys(sel, cta)``: both keys from the C extension (or None), then numbered in C too;
+    ``pair_key(sel, cta)`` otherwise."""
+    got = native_keys(sel, cta) if native_keys is not None and n_pairs is not None else None
     if got is not None:
         tracks = native_events.dense_unique(got[0], n_rows * units * lanes)
         pairs = native_events.dense_unique(got[1], n_pairs)
         if tracks is not None and pairs is not None:
             keys, inv = tracks
             return (keys // (units * lanes), (keys // lanes) % units, keys % lanes, inv), pairs[0], pairs[1]
-    ut = unit_tracks_of(row_of_cta[iv_cta[sel]], unit[sel], lane[sel], units, lanes, n_rows)
-    keys = pair_key(sel)
+    ut = unit_tracks_of(row_of_cta[cta], unit[sel], lane[sel], units, lanes, n_rows)
+    keys = pair_key(sel, cta)
     if n_pairs is not None:
         pairs, pair_inv = _unique(keys, n_pairs)
     else:

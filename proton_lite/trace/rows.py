@@ -23,7 +23,7 @@ import numpy as np
 
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace.interval_runs import key_parts, reduce_runs
+from proton_lite.trace.interval_runs import key_parts, reduce_runs, repeat_runs
 from proton_lite.trace.nesting import _argsort_keys, _unique
 from proton_lite.trace._proto import Rows
 from proton_lite.trace import slots_c
@@ -40,7 +40,8 @@ class SlotLayout:
     ``row_group``/``row_slot`` (``slot``: each CTA's slot in its group, made when asked);
     ``extent_lo``: where the half-open span it occupies begins (its end, used only to pack,
     is not kept: a column per CTA); ``iv_row``: each interval's slot track (made at first
-    use: the .pftrace writer takes it piece by piece from ``row`` and ``iv_cta``).
+    use from ``runs``, the runs of one CTA's intervals, and ``n_iv`` intervals: the .pftrace
+    writer takes it piece by piece from ``row`` and its pieces' runs).
     """
     group: np.ndarray
     group_first: np.ndarray  # index of each group's first CTA
@@ -48,7 +49,8 @@ class SlotLayout:
     row_group: np.ndarray
     row_slot: np.ndarray
     extent_lo: np.ndarray
-    iv_cta: np.ndarray
+    runs: tuple  # (first interval of each run of one CTA's intervals, that CTA's rank)
+    n_iv: int
 
     @property
     def slot(self) -> np.ndarray:
@@ -56,7 +58,8 @@ class SlotLayout:
 
     @functools.cached_property
     def iv_row(self) -> np.ndarray:
-        return self.row[self.iv_cta] if len(self.iv_cta) else self.iv_cta
+        first, rank = self.runs
+        return repeat_runs(self.row[rank], first, self.n_iv)
 
     @property
     def n_groups(self) -> int:
@@ -67,12 +70,12 @@ class SlotLayout:
         return len(self.row_group)
 
 
-def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, iv_cta: np.ndarray, runs=None,
-                pmap=map, extents=None) -> SlotLayout:
+def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: tuple, pmap=map,
+                extents=None) -> SlotLayout:
     """Pack the CTAs of each (top group, SM) into slots: ``cta_top`` is each CTA's top group
     (its launch, or its GPU: ``plan``), the CTAs sorted by it, then SM; other inputs as
-    ``_cta_layout`` returns them (``runs``: its runs of one CTA's intervals, found again if
-    not given; ``extents``: the CTAs' ``cta_extents`` where already known)."""
+    ``_cta_layout`` returns them (``runs``: its runs of one CTA's intervals; ``extents``: the
+    CTAs' ``cta_extents`` where already known)."""
     n = len(ctas)
     new_group = np.ones(n, bool)
     new_group[1:] = (cta_top[1:] != cta_top[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
@@ -80,7 +83,7 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, iv_cta:
     group -= 1  # (in place: a column per CTA is 32 MB for 4 M CTAs)
     group_first = np.flatnonzero(new_group)
     del new_group
-    lo, hi = cta_extents(ctas, iv_cta, profile.intervals, runs, pmap) if extents is None else extents
+    lo, hi = cta_extents(ctas, profile.intervals, runs, pmap) if extents is None else extents
     slot = _pack_slots_in_parts(group, lo, hi, pmap)
     del hi
     # groups are runs of CTAs: a group's slots are its largest slot + 1
@@ -92,7 +95,7 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, iv_cta:
     row_group = np.repeat(np.arange(len(n_slots)), n_slots)
     row_slot = np.arange(len(row_group)) - row_base[row_group]
     return SlotLayout(group=group, group_first=group_first, row=row, row_group=row_group,
-                      row_slot=row_slot, extent_lo=lo, iv_cta=iv_cta)
+                      row_slot=row_slot, extent_lo=lo, runs=runs, n_iv=len(profile.intervals))
 
 
 PACK_PART = 1 << 16  # CTAs per part of ``pack_slots`` run on a worker
@@ -114,17 +117,14 @@ def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.maximum(end, start + 1)
 
 
-def cta_extents(ctas: np.ndarray, iv_cta: np.ndarray, intervals: np.ndarray, runs=None,
-                pmap=map) -> tuple[np.ndarray, np.ndarray]:
-    """Half-open [lo, hi) of each CTA: its lifetime and all of its units' intervals (without
+def cta_extents(ctas: np.ndarray, intervals: np.ndarray, runs: tuple, pmap=map) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open [lo, hi) of each CTA: its lifetime and all of its units' intervals, by
+    ``runs`` (first interval of each run of one CTA's intervals, that CTA) (without
     intervals ``lo`` is the start column itself: no copy of a column per CTA)."""
     start = np.asarray(ctas["start_ns"], np.int64)
     lo = start.copy() if len(intervals) else start
     hi = _occupied_end(start, np.asarray(ctas["end_ns"], np.int64))
     if len(intervals):  # per run of one CTA's intervals first (they usually come so), then per CTA
-        if runs is None:
-            first = np.concatenate(([0], np.flatnonzero(iv_cta[1:] != iv_cta[:-1]) + 1))
-            runs = (first, iv_cta[first])
         first, owner = runs
         # straight from the int64 fields, in chunks on ``pmap``: no copy of a column;
         # max(max(end, start + 1)) over a run is max(max(end), max(start) + 1)

@@ -8,7 +8,7 @@ import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.trace.cta_view import CtaView
-from proton_lite.trace.interval_runs import key_parts, repeat_runs, run_starts
+from proton_lite.trace.interval_runs import key_parts, run_starts
 
 CTA_PART = 1 << 16  # CTAs per part sorted on a worker
 
@@ -92,11 +92,12 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
     ``top`` (the top group of each launch rank, ``plan.top_groups``): sorted by (top group,
     SM, launch, CTA id) instead, the order of the layout whose SM groups span launches.
 
-    Returns (ctas_sorted, cta_launch_rank, interval_cta_rank, runs); ``ctas_sorted`` is a
-    ``CtaView`` (columns gathered when asked, no sorted copy).  Intervals usually
-    come in runs of one CTA (the decoder and the reader write them so): each run is looked
-    up once and the ranks repeated over it; ``runs`` is (first interval of each run, its CTA
-    rank), for the steps that work per run.  ``pmap`` runs the passes over all intervals in
+    Returns (ctas_sorted, cta_launch_rank, runs); ``ctas_sorted`` is a ``CtaView`` (columns
+    gathered when asked, no sorted copy).  Intervals usually come in runs of one CTA (the
+    decoder and the reader write them so): each run is looked up once; ``runs`` is (first
+    interval of each run, its CTA rank), which every step works from (each interval's rank
+    repeated over its run would be 8 bytes an interval: ``TracePlan.iv_cta`` makes it where
+    one asks).  ``pmap`` runs the passes over all intervals in
     chunks (``interval_runs``); ``lr``: each CTA's launch rank, where the caller has it.
     """
     ctas = profile.ctas
@@ -124,7 +125,7 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
         rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)  # raises on duplicates
     else:  # no interval (kernels without scopes): nothing to look up
         rank = np.zeros(0, np.int64)
-    return ctas_s, lr_s, repeat_runs(rank, run, len(iv), pmap), (run, rank)
+    return ctas_s, lr_s, (run, rank)
 
 
 def _cta_order(ctas: np.ndarray, lr: np.ndarray, pmap=map) -> np.ndarray:

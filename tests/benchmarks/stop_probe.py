@@ -58,23 +58,23 @@ def probe_index(prof, workers: int) -> None:
     pmap = pool.map if workers > 1 else map
     launches = perfetto._sorted_launches(prof)
     t0 = T()
-    ctas, cta_lr, iv_cta, runs = tree._cta_layout(prof, launches, pmap)
+    ctas, cta_lr, runs = tree._cta_layout(prof, launches, pmap)
     t1 = T()
-    lay = rows.slot_layout(prof, ctas, cta_lr, iv_cta, runs, pmap)
+    lay = rows.slot_layout(prof, ctas, cta_lr, runs, pmap)
     t2 = T()
-    cut = Pieces(lay.group, iv_cta, runs)
+    cut = Pieces(lay.group, runs, len(prof.intervals))
     iv = prof.intervals
     n_scopes, units, lanes = (int(iv[f].max()) + 1 for f in ("scope", "unit", "lane"))
     k_of_lr = launches["kernel"].astype(np.int64)
 
-    def pair_key(sel):
-        return k_of_lr[cta_lr[iv_cta[sel]]] * n_scopes + iv["scope"][sel].astype(np.int64)
+    def pair_key(sel, cta):
+        return k_of_lr[cta_lr[cta]] * n_scopes + iv["scope"][sel].astype(np.int64)
 
     def task(k):
         w, c = T(), time.thread_time()
-        index_piece(cut.sel(k), lay.row, iv_cta, iv["unit"], iv["lane"], units, lanes, lay.n_rows, pair_key,
-                    n_pairs=len(prof.kernels) * n_scopes, native_keys=lambda sel: native_events.index_keys(
-                        sel, iv_cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes))
+        index_piece(cut.sel(k), cut.cta(k), lay.row, iv["unit"], iv["lane"], units, lanes, lay.n_rows, pair_key,
+                    n_pairs=len(prof.kernels) * n_scopes, native_keys=lambda sel, cta: native_events.index_keys(
+                        sel, cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes))
         return T() - w, time.thread_time() - c
     t3 = T()
     res = list(pmap(task, range(len(cut))))
