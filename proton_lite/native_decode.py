@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite import fresh_memory
 from proton_lite.native_build import BUFFERS_C, CExtension
 from proton_lite.native_fit_c import FIT_C
 from proton_lite.native_rows_c import ROWS_C
@@ -222,8 +223,10 @@ def pair(words: np.ndarray, group: np.ndarray, n_scopes: int):
     group = np.ascontiguousarray(group, np.int64)
     n = len(words)
     # at most n // 2 pairs (the C code checks it): room for those, returned as views, not copied
-    # (16 bytes a record and a copy of the pairs before: a batch of records' largest step)
-    e_idx, x_idx, level = np.empty(n // 2 + 1, np.int64), np.empty(n // 2 + 1, np.int64), np.empty(n, np.int64)
+    # (16 bytes a record and a copy of the pairs before: a batch of records' largest step);
+    # mapped on their own, so that the decode's threads do not each keep their high-water mark
+    e_idx, x_idx = fresh_memory.empty(n // 2 + 1, np.int64), fresh_memory.empty(n // 2 + 1, np.int64)
+    level = fresh_memory.empty(n, np.int64)
     k = _EXTENSION.module().pair(words, group, int(n_scopes), e_idx, x_idx, level)
     return e_idx[:k], x_idx[:k], level
 
@@ -235,7 +238,7 @@ def records(buf, layout, rows_at, counts, kept):
     kept = np.ascontiguousarray(kept, np.int64).ravel()
     counts = np.ascontiguousarray(counts, np.int64).ravel()
     total = int(kept.sum())
-    words, group = np.empty(total, np.uint64), np.empty(total, np.int64)
+    words, group = fresh_memory.empty(total, np.uint64), fresh_memory.empty(total, np.int64)
     first = np.empty(len(kept), np.int64)
     n_words = len(buf) // RECORD_BYTES
     data = np.frombuffer(buf, dtype="<u8", count=n_words)
