@@ -92,7 +92,8 @@ def test_piece_keys_and_their_numbering_match_numpy():
         native_events.dense_unique(np.array([3, 9]), 5)
     assert native_events.dense_unique(tkey, native_events.DENSE_MAX + 1) is None
     other = np.zeros(n, [("unit", "<u8"), ("lane", "<u2"), ("scope", "<u4")])  # not the rows the C code reads
-    assert native_events.index_keys(sel, iv_cta[sel], row_of_cta, cta_lr, k_of_lr, other, units, lanes, n_scopes) is None
+    assert native_events.index_keys(sel, iv_cta[sel], row_of_cta, cta_lr, k_of_lr, other, units, lanes,
+                                    n_scopes) is None
 
 
 def _events(n: int, seed: int):
