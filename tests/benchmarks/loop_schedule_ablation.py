@@ -8,7 +8,9 @@ meets it right after the loads (design.md, "liger's layer norm backward").  This
 kernel of our own of that shape, takes the instrumented PTX apart (the entry's header, the
 exit's unit header, their stores, the branches around them) and assembles each form with the
 triton wheel's ``ptxas``: per form its registers, instructions, the loop's last global load,
-its first barrier and the gap between them.
+its first barrier and the gap between them.  (Triton 3.6's ptxas changes the loop when a store
+precedes it and another follows; 3.9's does not.  On the H200 the form that keeps plain's loop,
+the header written once at exit, did not make liger's kernel faster: design.md.)
 
     python tests/benchmarks/loop_schedule_ablation.py
 """
