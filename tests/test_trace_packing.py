@@ -338,6 +338,39 @@ def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, group
     assert sizes.max() <= 50 + biggest_group
 
 
+@pytest.mark.parametrize("grouped", [True, False])
+def test_pieces_cut_inside_a_group_only_where_no_slot_row_spans_the_cut(monkeypatch, grouped):
+    """With each CTA's slot row, a piece may end inside a (launch, SM) group (a persistent
+    launch's group is one SM's every interval), but never between two CTAs of one row: each
+    unit track stays in one piece.  Groups here: one of 40 CTAs on 40 rows (cut anywhere), one
+    of 40 CTAs taking turns on 2 rows (cut nowhere inside), and 20 small ones."""
+    import proton_lite.trace.perfetto_pieces as pp
+    monkeypatch.setattr(pp, "PIECE", 50)
+    rng = np.random.default_rng(3 + grouped)
+    cta_group = np.r_[np.zeros(40), np.ones(40), 2 + np.repeat(np.arange(20), 3)].astype(np.int64)
+    cta_row = np.r_[np.arange(40), 40 + np.arange(40) % 2, 42 + np.arange(60)]  # rows never span groups
+    per_cta = rng.integers(1, 8, len(cta_group))
+    iv_cta = np.repeat(np.arange(len(cta_group)), per_cta)
+    if not grouped:
+        iv_cta = rng.permutation(iv_cta)
+    first = np.flatnonzero(np.r_[True, iv_cta[1:] != iv_cta[:-1]])
+    cut = pp.Pieces(cta_group, (first, iv_cta[first]), len(iv_cta), cta_row)
+    whole = pp.Pieces(cta_group, (first, iv_cta[first]), len(iv_cta))
+    order = np.concatenate([cut.sel(k) for k in range(len(cut))])
+    assert np.array_equal(order, np.argsort(iv_cta, kind="stable"))
+    piece_of_row = {}
+    for k in range(len(cut)):
+        assert np.array_equal(cut.cta(k), iv_cta[cut.sel(k)])
+        for r in np.unique(cta_row[cut.cta(k)]).tolist():
+            assert piece_of_row.setdefault(r, k) == k, f"slot row {r} in pieces {piece_of_row[r]} and {k}"
+    sizes = np.diff(cut.bounds)
+    first_group = int(per_cta[:40].sum())  # ~160 intervals: whole, it would be one piece
+    assert len(cut) > len(whole) and sizes[0] <= 50 + per_cta.max() < first_group
+    second = np.isin(iv_cta[order], np.arange(40, 80))  # the turn-taking group: one piece, whole
+    assert len({k for k in range(len(cut)) if np.isin(cut.cta(k), np.arange(40, 80)).any()}) == 1
+    assert second.sum() == per_cta[40:80].sum()
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_resident_counts_change_where_a_brute_force_count_does_in_any_event_order(seed):
     """``rows.resident_changes`` (the SM and launch occupancy counters): the events where a

@@ -68,7 +68,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         clock.mark("slots")
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
-        cut = Pieces(lay.group, plan.runs, n_iv)  # each piece's CTA ranks from the runs, not a column
+        cut = Pieces(lay.group, plan.runs, n_iv, lay.row)  # each piece's CTA ranks from the runs, not a column
         # packed and deflated while the pieces are indexed
         extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))
         clock.mark("pieces")

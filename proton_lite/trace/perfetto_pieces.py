@@ -6,8 +6,9 @@ longer than encoding and deflating everything else.  A track's events only need 
 be in time order within the track, and the trace processor sorts the events of all
 sequences into one timeline when it loads a file (its sorter merges sequences; the
 writers' two-sequence traces have relied on that since the CTA slices moved to their own).
-So the intervals are cut into pieces of whole SM groups (launch or GPU, SM), in the tree's order,
-about ``PIECE`` intervals each: no track spans two pieces, so at equal timestamps the
+So the intervals are cut into pieces in the tree's order (launch or GPU, SM, CTA), about
+``PIECE`` intervals each, between SM groups or inside one where no slot row has CTAs on both
+sides: no track spans two pieces, so at equal timestamps the
 order of one track's events is still the file order within one sequence (END before
 BEGIN), and each piece is nested, sorted, encoded and deflated by one worker thread on
 its own.  A piece's sequence clears its state, interns the scope names it uses under
@@ -64,10 +65,13 @@ class Pieces:
     ``n`` intervals), so ordering by CTA rank orders by group.  A profile's intervals come
     in runs of one CTA (the decoder and the reader write them so): then only the runs are
     sorted and cut here, and each piece lists its own intervals (``sel``, on its worker
-    thread); otherwise a stable sort, one run per interval.
+    thread); otherwise a stable sort, one run per interval.  With ``cta_row`` (each CTA's slot
+    row) a piece may also end inside a group, where no slot row has CTAs on both sides (a
+    persistent launch's group is one SM's ~64 k intervals and more: whole groups made pieces
+    of 4 times ``PIECE`` and more, each a thread's temporaries).
     """
 
-    def __init__(self, cta_group: np.ndarray, runs: tuple, n: int):
+    def __init__(self, cta_group: np.ndarray, runs: tuple, n: int, cta_row: np.ndarray | None = None):
         first, run_cta = runs
         first, run_cta = np.asarray(first, np.int64), np.asarray(run_cta, np.int64)
         by_cta = np.argsort(run_cta, kind="stable")
@@ -83,9 +87,12 @@ class Pieces:
         self.run_cta = run_cta = sorted_cta
         self.run_at = np.r_[0, np.cumsum(self.lens)]  # where each run starts in the output; n at the end
         g = np.asarray(cta_group, np.int64)[run_cta]
-        group_run = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
-        piece_of_group = self.run_at[group_run] // PIECE
-        self.cut_run = np.r_[group_run[np.r_[True, piece_of_group[1:] != piece_of_group[:-1]]] if len(g) else
+        may_start = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)  # a group's first run
+        if cta_row is not None and len(g) > 1:
+            may_start[1:] |= _rows_closed(np.asarray(cta_row, np.int64)[run_cta])
+        starts = np.flatnonzero(may_start)
+        piece_of_start = self.run_at[starts] // PIECE
+        self.cut_run = np.r_[starts[np.r_[True, piece_of_start[1:] != piece_of_start[:-1]]] if len(g) else
                              np.zeros(0, np.int64), len(g)]
 
     def __len__(self) -> int:
@@ -105,6 +112,18 @@ class Pieces:
         """The CTA rank of each interval of ``sel(k)``, in its order."""
         r0, r1 = int(self.cut_run[k]), int(self.cut_run[k + 1])
         return np.repeat(self.run_cta[r0:r1], self.lens[r0:r1])
+
+
+def _rows_closed(row: np.ndarray) -> np.ndarray:
+    """For each run but the first: whether every slot row of the runs before it has no run at
+    or after it (a piece may start there: no track spans two pieces)."""
+    order = np.argsort(row, kind="stable")
+    by_row = row[order]
+    ends = np.flatnonzero(np.r_[by_row[1:] != by_row[:-1], True])
+    last = np.zeros(int(by_row[-1]) + 1, np.int64)
+    last[by_row[ends]] = order[ends]  # each row's last run
+    reach = np.maximum.accumulate(last[row])  # the furthest run that any row seen so far reaches
+    return reach[:-1] < np.arange(1, len(row))
 
 
 def index_piece(sel: np.ndarray, cta: np.ndarray, row_of_cta, unit, lane, units: int, lanes: int, n_rows: int,
