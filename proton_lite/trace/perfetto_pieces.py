@@ -84,12 +84,12 @@ class Pieces:
         else:
             self.lens = np.diff(np.r_[first, n])[by_cta]
             self.first = first[by_cta]
-        self.run_cta = run_cta = sorted_cta
+        self.run_cta = sorted_cta  # each run's CTA, in the output's order
         self.run_at = np.r_[0, np.cumsum(self.lens)]  # where each run starts in the output; n at the end
-        g = np.asarray(cta_group, np.int64)[run_cta]
+        g = np.asarray(cta_group, np.int64)[sorted_cta]
         may_start = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)  # a group's first run
         if cta_row is not None and len(g) > 1:
-            may_start[1:] |= _rows_closed(np.asarray(cta_row, np.int64)[run_cta])
+            may_start[1:] |= _rows_closed(np.asarray(cta_row, np.int64)[sorted_cta])
         starts = np.flatnonzero(may_start)
         piece_of_start = self.run_at[starts] // PIECE
         self.cut_run = np.r_[starts[np.r_[True, piece_of_start[1:] != piece_of_start[:-1]]] if len(g) else
