@@ -338,37 +338,109 @@ def test_pieces_order_intervals_by_cta_and_cut_between_groups(monkeypatch, group
     assert sizes.max() <= 50 + biggest_group
 
 
+def _safe_cut(row, lo, hi, i: int) -> bool:
+    """Reference: a piece may begin at CTA ``i`` if every row with CTAs on both sides has
+    those before ending strictly before those after begin (brute force)."""
+    for r in set(row.tolist()):
+        before = [k for k in range(i) if row[k] == r]
+        after = [k for k in range(i, len(row)) if row[k] == r]
+        if before and after and max(hi[before]) >= min(lo[after]):
+            return False
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans())
+def test_piece_starts_are_safe_and_miss_no_cut_where_rows_run_in_time_order(seed, ordered):
+    """``rows.piece_starts``: every CTA it lets a piece begin at is a safe cut (the reference
+    above), and where each row's CTAs come in time order (a launch's CTAs on an SM, launches
+    one after another) it finds every safe cut; gaps that touch (one CTA ends in the ns the
+    next on its row begins) are never cut."""
+    from proton_lite.trace.rows import piece_starts
+    rng = np.random.default_rng(seed)
+    n, n_rows = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+    row = rng.integers(0, n_rows, n)
+    lo, hi = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    t = np.zeros(n_rows, np.int64)
+    for k in range(n):  # each row's CTAs one after another, some touching the one before
+        lo[k] = t[row[k]] + (0 if rng.random() < 0.3 else int(rng.integers(1, 20)))
+        hi[k] = lo[k] + int(rng.integers(1, 30))
+        t[row[k]] = hi[k]
+    if not ordered:  # some rows' CTAs shuffled in time (not in the order the plan lists them)
+        for r in range(n_rows):
+            if rng.random() < 0.5:
+                idx = np.flatnonzero(row == r)
+                perm = rng.permutation(len(idx))
+                lo[idx], hi[idx] = lo[idx][perm], hi[idx][perm]
+    ok = piece_starts(row, lo, hi)
+    safe = np.array([_safe_cut(row, lo, hi, i) for i in range(n)])
+    assert not np.any(ok & ~safe), "a cut where a row's CTAs on both sides are not apart in time"
+    if ordered:
+        assert np.array_equal(ok, safe)
+
+
 @pytest.mark.parametrize("grouped", [True, False])
-def test_pieces_cut_inside_a_group_only_where_no_slot_row_spans_the_cut(monkeypatch, grouped):
-    """With each CTA's slot row, a piece may end inside a (launch, SM) group (a persistent
-    launch's group is one SM's every interval), but never between two CTAs of one row: each
-    unit track stays in one piece.  Groups here: one of 40 CTAs on 40 rows (cut anywhere), one
-    of 40 CTAs taking turns on 2 rows (cut nowhere inside), and 20 small ones."""
+def test_pieces_begin_inside_a_group_only_at_a_ctas_first_interval_where_allowed(monkeypatch, grouped):
+    """With ``piece_ok`` (each CTA rank: may a piece begin there), a piece begins at a group's
+    first CTA or at an allowed CTA, never inside one CTA's intervals, and pieces stay near
+    PIECE where cuts are allowed: a group of 40 CTAs where every CTA is allowed is cut, one
+    where none is stays one piece."""
     import proton_lite.trace.perfetto_pieces as pp
     monkeypatch.setattr(pp, "PIECE", 50)
     rng = np.random.default_rng(3 + grouped)
     cta_group = np.r_[np.zeros(40), np.ones(40), 2 + np.repeat(np.arange(20), 3)].astype(np.int64)
-    cta_row = np.r_[np.arange(40), 40 + np.arange(40) % 2, 42 + np.arange(60)]  # rows never span groups
+    piece_ok = np.r_[np.ones(40, bool), np.zeros(40, bool), rng.random(60) < 0.5]
+    group_start = np.r_[True, cta_group[1:] != cta_group[:-1]]
     per_cta = rng.integers(1, 8, len(cta_group))
     iv_cta = np.repeat(np.arange(len(cta_group)), per_cta)
     if not grouped:
         iv_cta = rng.permutation(iv_cta)
     first = np.flatnonzero(np.r_[True, iv_cta[1:] != iv_cta[:-1]])
-    cut = pp.Pieces(cta_group, (first, iv_cta[first]), len(iv_cta), cta_row)
+    cut = pp.Pieces(cta_group, (first, iv_cta[first]), len(iv_cta), piece_ok)
     whole = pp.Pieces(cta_group, (first, iv_cta[first]), len(iv_cta))
     order = np.concatenate([cut.sel(k) for k in range(len(cut))])
     assert np.array_equal(order, np.argsort(iv_cta, kind="stable"))
-    piece_of_row = {}
     for k in range(len(cut)):
         assert np.array_equal(cut.cta(k), iv_cta[cut.sel(k)])
-        for r in np.unique(cta_row[cut.cta(k)]).tolist():
-            assert piece_of_row.setdefault(r, k) == k, f"slot row {r} in pieces {piece_of_row[r]} and {k}"
+    cta_at = iv_cta[order]
+    inner = cut.bounds[1:-1]
+    assert np.all(cta_at[inner] != cta_at[inner - 1]), "a piece begins inside a CTA's intervals"
+    assert np.all(piece_ok[cta_at[inner]] | group_start[cta_at[inner]])
     sizes = np.diff(cut.bounds)
-    first_group = int(per_cta[:40].sum())  # ~160 intervals: whole, it would be one piece
-    assert len(cut) > len(whole) and sizes[0] <= 50 + per_cta.max() < first_group
-    second = np.isin(iv_cta[order], np.arange(40, 80))  # the turn-taking group: one piece, whole
+    assert len(cut) > len(whole) and sizes[0] <= 50 + per_cta.max() < int(per_cta[:40].sum())
     assert len({k for k in range(len(cut)) if np.isin(cut.cta(k), np.arange(40, 80)).any()}) == 1
-    assert second.sum() == per_cta[40:80].sum()
+
+
+def _slice_rows(path) -> list:
+    """(track path, name, ts, dur, depth) of every slice, as Perfetto's importer reads them."""
+    q = ("select coalesce(gp.name, '') || '/' || coalesce(p.name, '') || '/' || t.name as track, s.name, s.ts, "
+         "s.dur, s.depth from slice s join track t on s.track_id = t.id left join track p on t.parent_id = p.id "
+         "left join track gp on p.parent_id = gp.id")
+    bad, rows, tracks = tp.query(str(path), [tp.BAD_STATS, q, "select count(*) as n from track"])
+    assert bad == []
+    return sorted((r["track"], r["name"], r["ts"], r["dur"], r["depth"]) for r in rows), tracks
+
+
+@needs_tp
+def test_unit_tracks_split_between_pieces_import_as_they_do_whole(tmp_path, monkeypatch):
+    """Pieces cut inside SM groups (the sm layout: an SM's every launch in one group), unit
+    tracks shared by several pieces: the importer reads the same slices, on the same tracks,
+    at the same depths as from a trace whose intervals are one sequence, and no track more; read back,
+    the same profile.  CTAs touching on their rows and units recording before and after
+    their CTA included."""
+    import proton_lite.trace.perfetto_pieces as pp
+    p = wave_profile(n_ctas=300, launches=6, sms=3, resident=3, early=0.05, late=0.05, touching=0.35, seed=5)
+    monkeypatch.setattr(pp, "PIECE", 1 << 30)
+    whole = write_trace(p, tmp_path / "whole.pftrace", "perfetto", layout="sm")
+    monkeypatch.setattr(pp, "PIECE", 64)
+    cut = write_trace(p, tmp_path / "cut.pftrace", "perfetto", layout="sm")
+    assert whole["pieces"] == 1 and cut["pieces"] > 50  # one sequence for all intervals, against many
+    assert cut["tracks"] == whole["tracks"]
+    rows_whole, tracks_whole = _slice_rows(tmp_path / "whole.pftrace")
+    rows_cut, tracks_cut = _slice_rows(tmp_path / "cut.pftrace")
+    assert len(rows_cut) == len(p.ctas) + len(p.intervals) + len(p.launches)
+    assert rows_cut == rows_whole and tracks_cut == tracks_whole
+    assert_same_profile(p, load_trace(tmp_path / "cut.pftrace"))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -39,7 +39,7 @@ from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
 from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, index_piece,
-                                               sequence_start)
+                                               sequence_start, track_numbers)
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
 from proton_lite.trace.plan import launch_spans, plan_trace
 
@@ -68,7 +68,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         clock.mark("slots")
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
-        cut = Pieces(lay.group, plan.runs, n_iv, lay.row)  # each piece's CTA ranks from the runs, not a column
+        cut = Pieces(lay.group, plan.runs, n_iv, lay.piece_ok)  # each piece's CTA ranks from the runs
         # packed and deflated while the pieces are indexed
         extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))
         clock.mark("pieces")
@@ -100,9 +100,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         index = [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]
         index = [f.result() for f in index]
         clock.mark("index")
-        ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # track index of each piece's first track
-        unit_list = tuple(np.concatenate([ut[j] for ut, _ in index]) if index else np.zeros(0, np.int64)
-                          for j in range(3))
+        ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # where each piece's tracks begin
+        unit_list, ut_number = track_numbers([ut for ut, _ in index], units, lanes, lay.n_rows)
         pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
         del index
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
@@ -129,7 +128,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 sel = cut.sel(k)
                 ut, pairs, pair_inv = piece_index(sel, cut.cta(k))
                 iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
-                track = ut_first[k] + ut[3] + 1
+                track = ut_number[ut_first[k] + ut[3]] + 1
                 del ut, pairs, pair_inv
                 return encode_piece(FIRST_PIECE_SEQ + k, sel, columns, event_names, compress, where, track, iid)
             return clock.busy("pieces", encode)

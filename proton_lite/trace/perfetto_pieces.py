@@ -7,13 +7,14 @@ be in time order within the track, and the trace processor sorts the events of a
 sequences into one timeline when it loads a file (its sorter merges sequences; the
 writers' two-sequence traces have relied on that since the CTA slices moved to their own).
 So the intervals are cut into pieces in the tree's order (launch or GPU, SM, CTA), about
-``PIECE`` intervals each, between SM groups or inside one where no slot row has CTAs on both
-sides: no track spans two pieces, so at equal timestamps the
-order of one track's events is still the file order within one sequence (END before
-BEGIN), and each piece is nested, sorted, encoded and deflated by one worker thread on
-its own.  A piece's sequence clears its state, interns the scope names it uses under
-the trace-wide ids (1 + the (kernel, scope) pair's index in the metadata's ``names``), and
-has its own incremental clock.
+``PIECE`` intervals each, between SM groups or inside one where every slot row with CTAs on
+both sides has them strictly apart in time (``rows.piece_starts``): a unit track split
+between pieces never has events of two pieces at one timestamp, so the order of one track's
+events at equal timestamps is still the file order within one sequence (END before BEGIN),
+and each piece is nested, sorted, encoded and deflated by one worker thread on its own; the
+writer numbers unit tracks across pieces (``track_numbers``).  A piece's sequence clears its
+state, interns the scope names it uses under the trace-wide ids (1 + the (kernel, scope)
+pair's index in the metadata's ``names``), and has its own incremental clock.
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ from proton_lite.trace.perfetto_fields import (ANNOTATION_NAMES, ANN_CYCLES, ANN
                                                P_INTERNED, P_SEQ_ID, SEQ_INCREMENTAL_STATE_CLEARED, TE_ANNOTATIONS,
                                                TE_NAME_IID, TPD_CLOCK_ID, packet, slice_event_start)
 
-# intervals per piece, about (whole SM groups).  Each writer thread holds one piece's
-# temporaries (~190 bytes an interval) and its heap keeps that much after: 2^17 made the
+# intervals per piece, about (cut where ``rows.piece_starts`` allows).  Each writer thread
+# holds one piece's temporaries (~190 bytes an interval) and its heap keeps that much after: 2^17 made the
 # stop of a 16.9 M-record persistent launch 7.8x its raw size on 16 threads, 2^15 5.9x,
 # for 0-2% more file (a piece's own interned names and clock) at the same speed
 PIECE = 1 << 15
@@ -56,22 +57,22 @@ class IntervalColumns:
 
 
 class Pieces:
-    """The intervals in the tree's CTA order, cut between SM groups about every
-    ``PIECE`` intervals: ``len(pieces)`` pieces, ``pieces.sel(k)`` the intervals of piece k
-    and ``pieces.cta(k)`` their CTA ranks.
+    """The intervals in the tree's CTA order, cut about every ``PIECE`` intervals:
+    ``len(pieces)`` pieces, ``pieces.sel(k)`` the intervals of piece k and ``pieces.cta(k)``
+    their CTA ranks.
 
     Built from ``cta_group`` (each CTA's group) and ``runs`` (first interval of each run of
     one CTA's intervals, that CTA's rank in ``_cta_layout`` order: launch or GPU, SM, ...;
     ``n`` intervals), so ordering by CTA rank orders by group.  A profile's intervals come
     in runs of one CTA (the decoder and the reader write them so): then only the runs are
     sorted and cut here, and each piece lists its own intervals (``sel``, on its worker
-    thread); otherwise a stable sort, one run per interval.  With ``cta_row`` (each CTA's slot
-    row) a piece may also end inside a group, where no slot row has CTAs on both sides (a
-    persistent launch's group is one SM's ~64 k intervals and more: whole groups made pieces
-    of 4 times ``PIECE`` and more, each a thread's temporaries).
+    thread); otherwise a stable sort, one run per interval.  Pieces begin at a group's first
+    CTA, and with ``piece_ok`` (``rows.piece_starts``, per CTA rank) also at a CTA inside a
+    group (an SM group of the sm layout holds an SM's every interval: whole groups made
+    pieces of n / 132 intervals, each a thread's temporaries).
     """
 
-    def __init__(self, cta_group: np.ndarray, runs: tuple, n: int, cta_row: np.ndarray | None = None):
+    def __init__(self, cta_group: np.ndarray, runs: tuple, n: int, piece_ok: np.ndarray | None = None):
         first, run_cta = runs
         first, run_cta = np.asarray(first, np.int64), np.asarray(run_cta, np.int64)
         by_cta = np.argsort(run_cta, kind="stable")
@@ -88,8 +89,8 @@ class Pieces:
         self.run_at = np.r_[0, np.cumsum(self.lens)]  # where each run starts in the output; n at the end
         g = np.asarray(cta_group, np.int64)[sorted_cta]
         may_start = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)  # a group's first run
-        if cta_row is not None and len(g) > 1:
-            may_start[1:] |= _rows_closed(np.asarray(cta_row, np.int64)[sorted_cta])
+        if piece_ok is not None and len(g) > 1:  # at a CTA's first run only
+            may_start[1:] |= np.asarray(piece_ok, bool)[sorted_cta[1:]] & (sorted_cta[1:] != sorted_cta[:-1])
         starts = np.flatnonzero(may_start)
         piece_of_start = self.run_at[starts] // PIECE
         self.cut_run = np.r_[starts[np.r_[True, piece_of_start[1:] != piece_of_start[:-1]]] if len(g) else
@@ -114,16 +115,24 @@ class Pieces:
         return np.repeat(self.run_cta[r0:r1], self.lens[r0:r1])
 
 
-def _rows_closed(row: np.ndarray) -> np.ndarray:
-    """For each run but the first: whether every slot row of the runs before it has no run at
-    or after it (a piece may start there: no track spans two pieces)."""
-    order = np.argsort(row, kind="stable")
-    by_row = row[order]
-    ends = np.flatnonzero(np.r_[by_row[1:] != by_row[:-1], True])
-    last = np.zeros(int(by_row[-1]) + 1, np.int64)
-    last[by_row[ends]] = order[ends]  # each row's last run
-    reach = np.maximum.accumulate(last[row])  # the furthest run that any row seen so far reaches
-    return reach[:-1] < np.arange(1, len(row))
+def track_numbers(piece_tracks: list, units: int, lanes: int, n_rows: int):
+    """Unit tracks numbered across pieces (a track may lie in several: ``rows.piece_starts``).
+
+    ``piece_tracks``: each piece's (rows, units, lanes) of its tracks.  Returns the columns
+    (row, unit, lane) of the distinct tracks in order of first appearance (where no track
+    spans pieces, the pieces' lists joined), and the number of each piece's track in them,
+    the pieces' lists joined (a piece's track ``t`` is ``numbers[first + t]``)."""
+    cols = [np.concatenate([np.asarray(t[j], np.int64) for t in piece_tracks]) if piece_tracks else
+            np.zeros(0, np.int64) for j in range(3)]
+    row, unit, lane = cols
+    keys = (row * units + unit) * lanes + lane if n_rows * units * lanes < 1 << 62 else \
+        (row << 32) | (unit << 16) | lane
+    _, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
+    by_first = np.argsort(first_at, kind="stable")
+    number = np.empty(len(first_at), np.int64)
+    number[by_first] = np.arange(len(first_at))
+    keep = first_at[by_first]
+    return (row[keep], unit[keep], lane[keep]), number[inv.reshape(-1)]
 
 
 def index_piece(sel: np.ndarray, cta: np.ndarray, row_of_cta, unit, lane, units: int, lanes: int, n_rows: int,

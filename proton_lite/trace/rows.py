@@ -39,7 +39,8 @@ class SlotLayout:
     track, numbered over the whole trace in (group, slot) order, whose group and slot are
     ``row_group``/``row_slot`` (``slot``: each CTA's slot in its group, made when asked);
     ``extent_lo``: where the half-open span it occupies begins (its end, used only to pack,
-    is not kept: a column per CTA); ``iv_row``: each interval's slot track (made at first
+    is not kept: a column per CTA); ``piece_ok``: where a piece of the .pftrace's intervals
+    may begin (``piece_starts``; None without intervals); ``iv_row``: each interval's slot track (made at first
     use from ``runs``, the runs of one CTA's intervals, and ``n_iv`` intervals: the .pftrace
     writer takes it piece by piece from ``row`` and its pieces' runs).
     """
@@ -51,6 +52,7 @@ class SlotLayout:
     extent_lo: np.ndarray
     runs: tuple  # (first interval of each run of one CTA's intervals, that CTA's rank)
     n_iv: int
+    piece_ok: np.ndarray | None = None
 
     @property
     def slot(self) -> np.ndarray:
@@ -85,17 +87,52 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: t
     del new_group
     lo, hi = cta_extents(ctas, profile.intervals, runs, pmap) if extents is None else extents
     slot = _pack_slots_in_parts(group, lo, hi, pmap)
-    del hi
     # groups are runs of CTAs: a group's slots are its largest slot + 1
     n_slots = np.maximum.reduceat(slot, group_first).astype(np.int64) + 1 if n else np.zeros(0, np.int64)
     row_base = np.cumsum(n_slots) - n_slots
     row = row_base[group]
     row += slot
     del slot
+    piece_ok = _in_group_parts(piece_starts, group, (row, lo, hi), pmap) if len(profile.intervals) else None
+    del hi
     row_group = np.repeat(np.arange(len(n_slots)), n_slots)
     row_slot = np.arange(len(row_group)) - row_base[row_group]
     return SlotLayout(group=group, group_first=group_first, row=row, row_group=row_group,
-                      row_slot=row_slot, extent_lo=lo, runs=runs, n_iv=len(profile.intervals))
+                      row_slot=row_slot, extent_lo=lo, runs=runs, n_iv=len(profile.intervals), piece_ok=piece_ok)
+
+
+def piece_starts(row: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether a piece of the .pftrace's intervals (``perfetto_pieces``) may begin at each CTA
+    (in the plan's order, ``row`` its slot row, [``lo``, ``hi``) its extent): wherever every
+    slot row with CTAs on both sides has those before strictly earlier than those after.
+
+    Why: the pieces are sequences of their own, and the trace processor orders the events of
+    different sequences at one timestamp as it likes, so a unit track split between two
+    pieces must not have an END in one and a BEGIN in the other at the same ns.  Where a row's
+    CTAs come in time order (the rule: a launch's CTAs on an SM, launches of a stream one
+    after another), a cut between two of them is safe unless they touch (``hi == lo``: that
+    gap only); a row whose CTAs come out of time order is not cut anywhere between its first
+    and last CTA.  (Before, a piece ended only where no row had CTAs on both sides, so pieces
+    were whole SM groups in the sm layout, ~n / 132 intervals each: 16 threads held 2 GB of
+    temporaries for an 85 M-record capture.)
+    """
+    n = len(row)
+    if n < 2:
+        return np.ones(n, bool)
+    order = np.argsort(row, kind="stable")  # each row's CTAs, in the plan's order
+    r = row[order]
+    same = r[1:] == r[:-1]  # consecutive CTAs of one row: order[k] before order[k + 1]
+    h, lo_next = hi[order[:-1]], lo[order[1:]]
+    k = np.flatnonzero(same & (h == lo_next))  # touching gaps
+    disordered = same & (h > lo_next)
+    opens, closes = [order[k] + 1], [order[k + 1] + 1]  # cuts at CTAs p+1 .. q unsafe
+    if disordered.any():  # cuts at a disordered row's CTAs first+1 .. last unsafe
+        bad = np.unique(r[1:][disordered])
+        opens.append(order[np.searchsorted(r, bad, "left")] + 1)
+        closes.append(order[np.searchsorted(r, bad, "right") - 1] + 1)
+    opens, closes = np.concatenate(opens), np.concatenate(closes)
+    unsafe = np.cumsum(np.bincount(opens, minlength=n + 1) - np.bincount(closes, minlength=n + 1))[:n] > 0
+    return ~unsafe
 
 
 PACK_PART = 1 << 16  # CTAs per part of ``pack_slots`` run on a worker
@@ -104,11 +141,16 @@ PACK_PART = 1 << 16  # CTAs per part of ``pack_slots`` run on a worker
 def _pack_slots_in_parts(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, pmap=map) -> np.ndarray:
     """``pack_slots`` over parts of about ``PACK_PART`` CTAs cut between groups (groups are
     packed independently and come in runs), the parts on ``pmap``."""
-    n = len(group)
-    if n <= PACK_PART:
-        return pack_slots(group, lo, hi)
-    parts = key_parts(group, PACK_PART)
-    return np.concatenate(list(pmap(lambda b: pack_slots(group[b[0]:b[1]], lo[b[0]:b[1]], hi[b[0]:b[1]]), parts)))
+    return _in_group_parts(pack_slots, group, (group, lo, hi), pmap)
+
+
+def _in_group_parts(step, group: np.ndarray, columns: tuple, pmap=map) -> np.ndarray:
+    """``step(*columns)`` over parts of about ``PACK_PART`` CTAs cut between groups, on
+    ``pmap``, joined: for steps that treat each group on its own (slots and rows never span
+    two groups)."""
+    if len(group) <= PACK_PART:
+        return step(*columns)
+    return np.concatenate(list(pmap(lambda b: step(*(c[b[0]:b[1]] for c in columns)), key_parts(group, PACK_PART))))
 
 
 def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
