@@ -35,10 +35,12 @@ from proton_lite.trace.perfetto_fields import (ANNOTATION_NAMES, ANN_CYCLES, ANN
                                                TE_NAME_IID, TPD_CLOCK_ID, packet, slice_event_start)
 
 # intervals per piece, about (cut where ``rows.piece_starts`` allows).  Each writer thread
-# holds one piece's temporaries (~190 bytes an interval) and its heap keeps that much after: 2^17 made the
-# stop of a 16.9 M-record persistent launch 7.8x its raw size on 16 threads, 2^15 5.9x,
-# for 0-2% more file (a piece's own interned names and clock) at the same speed
-PIECE = 1 << 15
+# holds one piece's temporaries (~190 bytes an interval), and its heap keeps that much after;
+# but each piece also makes its thread take the GIL back some hundred times, and on 16 threads
+# the waits grow with the number of pieces (H200 host, 21.3 M records, 16 threads: the write
+# 1.65-1.80 s at 2^15, 1.30-1.41 s at 2^16, 1.11-1.20 s at 2^17, for a stop peak of 3.2x, 3.3x
+# and 4.1x its raw size; 85 M records: 5.1 s and 2.4-2.5x at 2^16, 4.4 s and 2.6-2.7x at 2^17)
+PIECE = 1 << 16
 CHUNK = 1 << 18  # events encoded at once (bounds the temporary byte matrices)
 MAX_RAW_BATCH = 1 << 20  # bytes of packets per compressed_packets batch, before deflate
 
