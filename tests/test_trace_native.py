@@ -155,3 +155,63 @@ def test_rows_are_laid_out_in_c_as_numpy_lays_them_out(seed):
         mod.rows_bytes(n, np.zeros(1, np.uint8), (np.zeros(n + 1, np.uint8), ), (None, ))
     with pytest.raises(ValueError, match="one constant per column"):
         mod.rows_bytes(n, np.zeros(2, np.uint8), (None, ), (None, ))
+
+
+def _nested_intervals(rng, n_tracks: int, per_track: int, t_scale: int):
+    """Intervals that nest on each track, with shared times: touching, zero-length, equal
+    starts and ends, children ending with their parent, a span twice (ties for every
+    tie-breaker)."""
+    track, start, end, depth = [], [], [], []
+    for tr in range(n_tracks):
+        t = 0
+        for _ in range(per_track):
+            a = t + int(rng.integers(0, 3)) * t_scale
+            b = a + int(rng.integers(0, 4)) * t_scale
+            track.append(tr + 1), start.append(a), end.append(b), depth.append(0)
+            c = a
+            for _ in range(int(rng.integers(0, 3))):  # children one after another in [a, b], some at its edges
+                c = c + int(rng.integers(0, b - c + 1)) if b > c else c
+                d = c + int(rng.integers(0, b - c + 1)) if b > c else c
+                track.append(tr + 1), start.append(c), end.append(d), depth.append(1)
+                c = d
+            if rng.random() < 0.2:  # the same span twice on the track (it nests: one in the other)
+                track.append(tr + 1), start.append(a), end.append(b), depth.append(0)
+            t = b
+    perm = rng.permutation(len(start))
+    return tuple(np.asarray(x, np.int64)[perm] for x in (track, start, end, depth))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_pieces_event_order_in_c_is_numpys(seed):
+    """``event_order_c.piece_events`` gives ``_nesting`` + ``time_order``'s events, deltas and
+    levels exactly, on pieces full of ties, with times small and near 2^62, and with one track
+    2^61 ns after the others (one key no longer holds track, time and phase: the comparison
+    sort of every event)."""
+    _native_or_skip()
+    from proton_lite.trace.event_order_c import piece_events
+    from proton_lite.trace.nesting import _nesting
+    from proton_lite.trace.perfetto_pieces import time_order
+    rng = np.random.default_rng(seed)
+    track, start, end, depth = _nested_intervals(rng, int(rng.integers(1, 6)), int(rng.integers(1, 60)),
+                                                 int(rng.integers(1, 4)))
+    far = np.where(track == 1, 1 << 61, 0)  # track 1 far later: the comparison sort's case
+    for offset in (0, 1 << 62 if seed % 2 else 10**15, far):
+        s, e = start + offset, end + offset
+        seq, ts, nest = _nesting(track, s, e, depth, str)
+        want_ev, want_dts = time_order(seq, ts)
+        ev, dts, nest_c = piece_events(track, s, e, depth, str)
+        assert np.array_equal(ev, want_ev) and np.array_equal(dts, want_dts) and np.array_equal(nest_c, nest)
+
+
+def test_a_pieces_event_order_in_c_names_crossing_scopes_as_numpy_does():
+    _native_or_skip()
+    from proton_lite.trace.event_order_c import piece_events
+    from proton_lite.trace.nesting import _nesting
+    track = np.array([1, 1, 2], np.int64)
+    start, end, depth = np.array([0, 5, 0], np.int64), np.array([10, 15, 3], np.int64), np.zeros(3, np.int64)
+    for f in (lambda: _nesting(track, start, end, depth, lambda i: f"interval {i}"),
+              lambda: piece_events(track, start, end, depth, lambda i: f"interval {i}")):
+        with pytest.raises(ValueError, match=r"interval 0: scopes overlap without nesting .*\[0, 10\]"):
+            f()
+    with pytest.raises(ValueError, match="interval 2: a slice ends before it starts"):
+        piece_events(track, start, np.array([10, 15, -1], np.int64), depth, lambda i: f"interval {i}")
