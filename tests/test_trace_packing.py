@@ -350,12 +350,13 @@ def _safe_cut(row, lo, hi, i: int) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.booleans())
-def test_piece_starts_are_safe_and_miss_no_cut_where_rows_run_in_time_order(seed, ordered):
-    """``rows.piece_starts``: every CTA it lets a piece begin at is a safe cut (the reference
-    above), and where each row's CTAs come in time order (a launch's CTAs on an SM, launches
-    one after another) it finds every safe cut; gaps that touch (one CTA ends in the ns the
-    next on its row begins) are never cut."""
+@given(st.integers(0, 2**32 - 1), st.booleans(), st.booleans())
+def test_piece_starts_are_the_safe_cuts(seed, ordered, far):
+    """``rows.piece_starts`` lets a piece begin exactly where the brute-force rule above says
+    it is safe, whether each row's CTAs come in time order or some rows' are shuffled; gaps
+    that touch (one CTA ends in the ns the next on its row begins) are never cut.  With times
+    too far apart for its one running max (``far``: a CTA 2^61 ns on), it still never allows an
+    unsafe cut, and where the rows run in time order it finds every safe one."""
     from proton_lite.trace.rows import piece_starts
     rng = np.random.default_rng(seed)
     n, n_rows = int(rng.integers(1, 40)), int(rng.integers(1, 5))
@@ -366,6 +367,9 @@ def test_piece_starts_are_safe_and_miss_no_cut_where_rows_run_in_time_order(seed
         lo[k] = t[row[k]] + (0 if rng.random() < 0.3 else int(rng.integers(1, 20)))
         hi[k] = lo[k] + int(rng.integers(1, 30))
         t[row[k]] = hi[k]
+    if far:
+        lo[-1:] += 1 << 61
+        hi[-1:] += 1 << 61
     if not ordered:  # some rows' CTAs shuffled in time (not in the order the plan lists them)
         for r in range(n_rows):
             if rng.random() < 0.5:
@@ -375,7 +379,7 @@ def test_piece_starts_are_safe_and_miss_no_cut_where_rows_run_in_time_order(seed
     ok = piece_starts(row, lo, hi)
     safe = np.array([_safe_cut(row, lo, hi, i) for i in range(n)])
     assert not np.any(ok & ~safe), "a cut where a row's CTAs on both sides are not apart in time"
-    if ordered:
+    if ordered or not far or n_rows * (1 << 61) < 1 << 62:
         assert np.array_equal(ok, safe)
 
 
@@ -422,14 +426,18 @@ def _slice_rows(path) -> list:
 
 
 @needs_tp
-def test_unit_tracks_split_between_pieces_import_as_they_do_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shape", ["waves", "steps"])
+def test_unit_tracks_split_between_pieces_import_as_they_do_whole(tmp_path, monkeypatch, shape):
     """Pieces cut inside SM groups (the sm layout: an SM's every launch in one group), unit
     tracks shared by several pieces: the importer reads the same slices, on the same tracks,
-    at the same depths as from a trace whose intervals are one sequence, and no track more; read back,
-    the same profile.  CTAs touching on their rows and units recording before and after
-    their CTA included."""
+    at the same depths as from a trace whose intervals are one sequence, and no track more;
+    read back, the same profile.  Waves: CTAs touching on their rows, units recording before
+    and after their CTA; steps: a kernel on a second stream running beside the others (rows
+    whose CTAs are not in the plan's order in time)."""
     import proton_lite.trace.perfetto_pieces as pp
-    p = wave_profile(n_ctas=300, launches=6, sms=3, resident=3, early=0.05, late=0.05, touching=0.35, seed=5)
+    from synth import steps_profile
+    p = wave_profile(n_ctas=300, launches=6, sms=3, resident=3, early=0.05, late=0.05, touching=0.35, seed=5) \
+        if shape == "waves" else steps_profile(steps=3, sms=4, seed=1)
     monkeypatch.setattr(pp, "PIECE", 1 << 30)
     whole = write_trace(p, tmp_path / "whole.pftrace", "perfetto", layout="sm")
     monkeypatch.setattr(pp, "PIECE", 64)

@@ -104,17 +104,20 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: t
 def piece_starts(row: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Whether a piece of the .pftrace's intervals (``perfetto_pieces``) may begin at each CTA
     (in the plan's order, ``row`` its slot row, [``lo``, ``hi``) its extent): wherever every
-    slot row with CTAs on both sides has those before strictly earlier than those after.
+    slot row with CTAs on both sides has those before ending strictly before those after
+    begin.
 
     Why: the pieces are sequences of their own, and the trace processor orders the events of
     different sequences at one timestamp as it likes, so a unit track split between two
-    pieces must not have an END in one and a BEGIN in the other at the same ns.  Where a row's
-    CTAs come in time order (the rule: a launch's CTAs on an SM, launches of a stream one
-    after another), a cut between two of them is safe unless they touch (``hi == lo``: that
-    gap only); a row whose CTAs come out of time order is not cut anywhere between its first
-    and last CTA.  (Before, a piece ended only where no row had CTAs on both sides, so pieces
-    were whole SM groups in the sm layout, ~n / 132 intervals each: 16 threads held 2 GB of
-    temporaries for an 85 M-record capture.)
+    pieces must not have an END in one and a BEGIN in the other at the same ns.  Per row, in
+    the plan's order: the latest end so far against the earliest start from the next CTA on;
+    a cut between two of the row's CTAs is safe where the first is below the second (CTAs
+    that touch, ``hi == lo``, are not).  Rows whose CTAs come in time order (a launch's CTAs
+    on an SM, the launches of a stream one after another) allow a cut between any two; a
+    kernel on another stream beside them blocks the cuts across the span it overlaps.
+    (Before, a piece ended only where no row had CTAs on both sides, so pieces were whole SM
+    groups in the sm layout, ~n / 132 intervals each: 16 threads held 2 GB of temporaries for
+    an 85 M-record capture.)
     """
     n = len(row)
     if n < 2:
@@ -122,17 +125,29 @@ def piece_starts(row: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     order = np.argsort(row, kind="stable")  # each row's CTAs, in the plan's order
     r = row[order]
     same = r[1:] == r[:-1]  # consecutive CTAs of one row: order[k] before order[k + 1]
-    h, lo_next = hi[order[:-1]], lo[order[1:]]
-    k = np.flatnonzero(same & (h == lo_next))  # touching gaps
-    disordered = same & (h > lo_next)
-    opens, closes = [order[k] + 1], [order[k + 1] + 1]  # cuts at CTAs p+1 .. q unsafe
-    if disordered.any():  # cuts at a disordered row's CTAs first+1 .. last unsafe
-        bad = np.unique(r[1:][disordered])
-        opens.append(order[np.searchsorted(r, bad, "left")] + 1)
-        closes.append(order[np.searchsorted(r, bad, "right") - 1] + 1)
-    opens, closes = np.concatenate(opens), np.concatenate(closes)
-    unsafe = np.cumsum(np.bincount(opens, minlength=n + 1) - np.bincount(closes, minlength=n + 1))[:n] > 0
-    return ~unsafe
+    seg = np.r_[0, np.cumsum(~same)]  # each CTA's row, numbered 0, 1, ... in this order
+    h, lo_s = hi[order], lo[order]
+    base = min(int(lo_s.min()), int(h.min()))
+    span = max(int(lo_s.max()), int(h.max())) - base + 1
+    if (int(seg[-1]) + 1) * span < 1 << 62:  # rows offset apart: one running max / min serves all
+        off = seg * span - base
+        latest = np.maximum.accumulate(h + off)  # the latest end so far on the row
+        earliest = np.minimum.accumulate((lo_s + off)[::-1])[::-1]  # the earliest start from here on
+        k = np.flatnonzero(same & (latest[:-1] >= earliest[1:]))
+    else:  # (times too far apart to offset): cut only between CTAs in time order on every row
+        k = np.flatnonzero(same & (h[:-1] >= lo_s[1:]))
+        out_of_order = np.unique(r[k][h[k] > lo_s[k + 1]])
+        k = k[~np.isin(r[k], out_of_order)]
+        first = order[np.searchsorted(r, out_of_order, "left")]
+        last = order[np.searchsorted(r, out_of_order, "right") - 1]
+        unsafe = _spans(np.r_[order[k], first], np.r_[order[k + 1], last], n)
+        return ~unsafe
+    return ~_spans(order[k], order[k + 1], n)
+
+
+def _spans(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+    """Over n CTAs, those in any (p, q]: where a piece may not begin between row neighbours p and q."""
+    return np.cumsum(np.bincount(p + 1, minlength=n + 1) - np.bincount(q + 1, minlength=n + 1))[:n] > 0
 
 
 PACK_PART = 1 << 16  # CTAs per part of ``pack_slots`` run on a worker
