@@ -16,6 +16,7 @@ from test_trace import _kernel
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, Profile
 from proton_lite.trace import cta_sequence as cs
 from proton_lite.trace import meta, native_events, slots_c
+from proton_lite.trace.cta_events_c import part_packets
 from proton_lite.trace.nesting import _unique
 from proton_lite.trace.perfetto import write_perfetto
 from proton_lite.trace.readback import load_trace
@@ -189,9 +190,17 @@ def test_a_trace_of_lifetimes_sorted_in_parts_is_the_numpy_paths_trace(tmp_path,
     task that encodes it: the packets of the numpy path, which makes the sequence in one
     piece (deflated, the batches are cut at other packets: the same trace read back)."""
     _native_or_skip()
+    import proton_lite.trace.perfetto_tree as pt
     p = _lifetimes_profile()
     monkeypatch.setattr(cs, "PART_EVENTS", 1000)  # 24 parts
     assert cs.planned_parts(len(p.ctas)) == 24
+    fused = []  # each part sorted, counted and laid out in one C call (``cta_events_c.part_packets``)
+
+    def counted(*args):
+        got = part_packets(*args)
+        fused.append(got is not None)
+        return got
+    monkeypatch.setattr(pt, "part_packets", counted)
     for compress in (False, True):
         write_perfetto(p, tmp_path / f"parts{compress}.pftrace", workers=3, layout=layout, compress=compress)
     with monkeypatch.context() as m:
@@ -200,6 +209,7 @@ def test_a_trace_of_lifetimes_sorted_in_parts_is_the_numpy_paths_trace(tmp_path,
         for compress in (False, True):
             write_perfetto(p, tmp_path / f"numpy{compress}.pftrace", workers=3, layout=layout, compress=compress)
     assert (tmp_path / "partsFalse.pftrace").read_bytes() == (tmp_path / "numpyFalse.pftrace").read_bytes()
+    assert fused == [True] * (2 * 24)
     a, b = load_trace(tmp_path / "partsTrue.pftrace"), load_trace(tmp_path / "numpyTrue.pftrace")
     for name in ("ctas", "launches", "intervals"):
         assert getattr(a, name).tobytes() == getattr(b, name).tobytes()

@@ -361,7 +361,7 @@ static PyObject *release(PyObject *self, PyObject *unused) {  /* this thread's w
     Py_RETURN_NONE;
 }
 
-""" + DEFLATE_PY_C + ROWS_C + SLOTS_C + CTA_C + ORDER_C + r"""
+""" + DEFLATE_PY_C + ROWS_C + SLOTS_C + ORDER_C + CTA_C + r"""
 static PyObject *init_zlib(PyObject *self, PyObject *arg) {
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) return NULL;

@@ -31,7 +31,7 @@ from proton_lite.trace.perfetto_fields import (ANN_CTA, ANN_CTAS, ANN_CYCLES, AN
                                                TE_EXTRA_COUNTER_VALUES, TE_NAME, TE_NAME_IID, packet,
                                                slice_event_start)
 from proton_lite.trace import native_events
-from proton_lite.trace.cta_events_c import cta_packets
+from proton_lite.trace.cta_events_c import cta_packets, part_packets
 from proton_lite.trace.cta_sequence import CtaParts, CtaSequence, planned_parts
 from proton_lite.trace.perfetto_pieces import deflated, finish
 from proton_lite.trace.rows import SLOT_NAME, SlotLayout, cta_name, grid_of_launches, unit_names
@@ -240,6 +240,8 @@ class CtaEvents:
         self.n_units = 0
         self.ctas, self.lr = ctas, plan.cta_lr  # each part's fields are gathered from these
         self.gx, self.gy, self.multi = grid_of_launches(launches)
+        self.launch_tables = tuple(np.ascontiguousarray(a, np.int64) for a in
+                                   (self.gx, self.gy, self.multi, launches["launch"]))
         self.n_samples = 0  # counter samples written, summed as the parts are encoded
         self._lock = threading.Lock()
         self.by_launch = plan.layout == "launch"
@@ -287,8 +289,18 @@ class CtaEvents:
         """The events of ``task`` (``tasks``) as the file's bytes (deflated batches where
         ``compress``): laid out in C where the extension is built (``cta_events_c``), else by
         ``rows``."""
-        seq, sel = self._part(task[0]), task[1]
         mod = native_events.module()
+        if mod is not None and self.parts.n_parts > 1:  # a part in one C call, where its columns allow
+            j = task[0]
+            got = part_packets(mod, SEQ_CTAS, self.by_launch, self.n_units, self.parts, j, self.parts.counts_before(j),
+                               self.ctas, self.parts.track, self.parts.keys[1], self.sm_uuid, self.top_uuid, self.lr,
+                               self.launch_tables)
+            if got is not None:
+                data, ends, samples = got
+                with self._lock:
+                    self.n_samples += samples
+                return deflated(data, ends) if compress and data else data
+        seq, sel = self._part(task[0]), task[1]
         if mod is None:
             return finish(self.rows(seq, sel), compress)
         begin, c, cid, lr, dts, track, value = self._columns(seq, sel)
