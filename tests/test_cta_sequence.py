@@ -300,3 +300,22 @@ def test_the_cta_view_reads_what_a_sorted_copy_holds(monkeypatch):
         assert len(view) == len(copy)
         assert np.shares_memory(view["cta"], p.ctas) == (view.order is None)
     assert CtaView(p.ctas, np.arange(len(p.ctas))).order is None
+
+
+@pytest.mark.parametrize("layout", ["launch", "sm"])
+def test_parts_in_c_with_a_launch_whose_ctas_are_all_missing(tmp_path, monkeypatch, layout):
+    """A launch without a CTA row (every header missing) has a top group in the launch layout
+    but no key in the CTAs' columns: the parts made in C still give the numpy path's trace."""
+    _native_or_skip()
+    p = _lifetimes_profile(n_ctas=3000)
+    launches = np.zeros(3, LAUNCH_DTYPE)
+    launches[:2] = p.launches
+    launches[2]["launch"], launches[2]["grid_x"], launches[2]["num_ctas"], launches[2]["missing_ctas"] = 2, 64, 64, 64
+    p = Profile(p.kernels, launches, p.ctas, p.intervals, p.t0_ns, p.session)
+    monkeypatch.setattr(cs, "PART_EVENTS", 1000)
+    write_perfetto(p, tmp_path / "parts.pftrace", workers=2, layout=layout, compress=False)
+    with monkeypatch.context() as m:
+        m.setattr(native_events, "deflate", native_events.module().deflate)
+        m.setattr(native_events, "module", lambda: None)
+        write_perfetto(p, tmp_path / "numpy.pftrace", workers=2, layout=layout, compress=False)
+    assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "numpy.pftrace").read_bytes()

@@ -180,8 +180,8 @@ static PyObject *cta_part_packets(PyObject *self, PyObject *args) {
     Py_ssize_t n_src = itemsize > 0 ? v[12].len / itemsize : 0, n_l = v[15].len / 8;
     int bad = itemsize <= 0 || off_s < 0 || off_e < 0 || off_s + 8 > itemsize || off_e + 8 > itemsize ||
               v[2].len != n * 8 || v[3].len != n * 8 || v[5].len != n * 8 || v[7].len != n * 4 ||
-              v[11].len != n * 4 || v[13].len != n * 4 || v[14].len != n * 8 || v[9].len != nk0 * 8 ||
-              v[10].len != nk1 * 8 || v[16].len != n_l * 8 || v[17].len != n_l * 8 || v[18].len != n_l * 8 ||
+              v[11].len != n * 4 || v[13].len != n * 4 || v[14].len != n * 8 || v[9].len < nk0 * 8 ||
+              v[10].len < nk1 * 8 || v[16].len != n_l * 8 || v[17].len != n_l * 8 || v[18].len != n_l * 8 ||
               v[19].len != m * 8;
     unsigned char *out = NULL;
     Py_ssize_t size = 0;
