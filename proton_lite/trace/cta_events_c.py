@@ -84,6 +84,14 @@ static inline int lay_cta_event(unsigned char **pp, uint64_t seq, int seq_len, i
     return 0;
 }
 
+/* the error of a layout's code: 1 (lengths: ``lengths``), 2, 3 (lay_cta_event's) or 4; NULL */
+static PyObject *cta_error(int bad, const char *lengths) {
+    if (bad == 2) return PyErr_NoMemory();
+    PyErr_SetString(PyExc_ValueError, bad == 1 ? lengths : bad == 3 ? "cta_packets: a negative CTA id or an empty grid"
+                    : "row message longer than 127 bytes: one-byte length prefix does not fit");
+    return NULL;
+}
+
 /* cta_packets(seq, by_launch, dts, begin, track, a, b, c, d, value, has1, uuid1, val1, has2, uuid2,
    val2, ends_out) -> bytes: TracePacket { timestamp = dts; sequence id; track_event = { type;
    track_uuid; [BEGIN] name "CTA a (a % b,a / b % c,a / (b * c))" (the grid part where d) if
@@ -125,36 +133,10 @@ static PyObject *cta_packets(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     give_buffers(v, 15);
-    PyObject *result = NULL;
-    if (bad == 1) PyErr_SetString(PyExc_ValueError, "cta_packets: array lengths differ");
-    else if (bad == 2) PyErr_NoMemory();
-    else if (bad == 3) PyErr_SetString(PyExc_ValueError, "cta_packets: a negative CTA id or an empty grid");
-    else if (bad == 4) PyErr_SetString(PyExc_ValueError, "row message longer than 127 bytes: one-byte length prefix "
-                                                         "does not fit");
-    else result = PyBytes_FromStringAndSize((const char *)out, size);
+    PyObject *result = bad ? cta_error(bad, "cta_packets: array lengths differ")
+                           : PyBytes_FromStringAndSize((const char *)out, size);
     free(out);
     return result;
-}
-
-/* resident counts of one key column over events in time order, as slots_c's resident_marks */
-static int part_marks(Py_ssize_t m, const int64_t *key, const int64_t *t, const int64_t *delta,
-                      const int64_t *init, int64_t n_keys, uint8_t *has, int64_t *value) {
-    int64_t *st = malloc((size_t)(n_keys + 1) * 4 * sizeof(int64_t));
-    if (!st) return 2;
-    int64_t *count = st, *before = st + n_keys + 1, *at = st + 2 * (n_keys + 1), *last = st + 3 * (n_keys + 1);
-    for (int64_t k = 0; k < n_keys; k++) { count[k] = before[k] = init[k]; at[k] = 0; last[k] = -1; }
-    for (Py_ssize_t e = 0; e < m; e++) {
-        int64_t k = key[e];
-        if (last[k] >= 0 && t[e] != at[k]) {
-            if (count[k] != before[k]) { has[last[k]] = 1; value[last[k]] = count[k]; }
-            before[k] = count[k];
-        }
-        count[k] += delta[e]; at[k] = t[e]; last[k] = e;
-    }
-    for (int64_t k = 0; k < n_keys; k++)
-        if (last[k] >= 0 && count[k] != before[k]) { has[last[k]] = 1; value[last[k]] = count[k]; }
-    free(st);
-    return 0;
 }
 
 /* cta_part_packets(seq, by_launch, n_units, shift, prev_t, ev, start, end, row, row_uuid, key0, init0, key1,
@@ -236,11 +218,11 @@ static PyObject *cta_part_packets(PyObject *self, PyObject *args) {
             }
             if (!bad) {
                 for (Py_ssize_t j = 0; j < m; j++) k[j] = key0[cta[x[j]]];
-                bad = part_marks(m, k, tt, delta, init0, nk0, has, val);
+                bad = resident_sweep(m, k, tt, delta, init0, nk0, has, val);
             }
             if (!bad) {
                 for (Py_ssize_t j = 0; j < m; j++) k[j] = key1[cta[x[j]]];
-                bad = part_marks(m, k, tt, delta, init1, nk1, has + m, val + m);
+                bad = resident_sweep(m, k, tt, delta, init1, nk1, has + m, val + m);
             }
         }
         if (!bad) {
@@ -277,13 +259,9 @@ static PyObject *cta_part_packets(PyObject *self, PyObject *args) {
     }
     give_buffers(v, 20);
     PyObject *result = NULL;
-    if (bad == 1) PyErr_SetString(PyExc_ValueError, "cta_part_packets: array lengths or offsets do not fit");
-    else if (bad == 2) PyErr_NoMemory();
-    else if (bad == 3) PyErr_SetString(PyExc_ValueError, "cta_packets: a negative CTA id or an empty grid");
-    else if (bad == 4) PyErr_SetString(PyExc_ValueError, "row message longer than 127 bytes: one-byte length prefix "
-                                                         "does not fit");
-    else if (bad == 5) PyErr_SetString(PyExc_IndexError, "cta_part_packets: an index lies outside its table");
+    if (bad == 5) PyErr_SetString(PyExc_IndexError, "cta_part_packets: an index lies outside its table");
     else if (bad == 6) { Py_INCREF(Py_None); result = Py_None; }
+    else if (bad) cta_error(bad, "cta_part_packets: array lengths or offsets do not fit");
     else result = Py_BuildValue("y#L", out ? (const char *)out : "", size, samples);
     free(out);
     return result;

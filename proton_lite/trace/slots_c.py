@@ -134,6 +134,33 @@ static PyObject *pack_slots(PyObject *self, PyObject *args) {
    the number of resident CTAs per key (``init[key]`` before the first event; len(init) keys)
    after all of a (key, time)'s events, set on the last of them where it differs from the
    number before them (rows.resident_changes's events) */
+/* the sweep of resident_marks over events in time order: 0, 2 (no memory) or 3 (a key outside
+   [0, n_keys)); without the GIL (cta_events_c's parts call it too) */
+static int resident_sweep(Py_ssize_t n, const int64_t *key, const int64_t *t, const int64_t *delta,
+                          const int64_t *init, int64_t n_keys, uint8_t *has, int64_t *value) {
+    /* per key: the count now, the count before its current time, that time, its last event */
+    int64_t *st = malloc((size_t)(n_keys + 1) * 4 * sizeof(int64_t));
+    if (!st) return 2;
+    int bad = 0;
+    int64_t *count = st, *before = st + n_keys + 1, *at = st + 2 * (n_keys + 1), *last = st + 3 * (n_keys + 1);
+    for (int64_t k = 0; k < n_keys; k++) { count[k] = before[k] = init[k]; at[k] = 0; last[k] = -1; }
+    for (Py_ssize_t e = 0; e < n; e++) {
+        int64_t k = key[e];
+        if (k < 0 || k >= n_keys) { bad = 3; break; }
+        if (last[k] >= 0 && t[e] != at[k]) {
+            if (count[k] != before[k]) { has[last[k]] = 1; value[last[k]] = count[k]; }
+            before[k] = count[k];
+        }
+        count[k] += delta[e];
+        at[k] = t[e];
+        last[k] = e;
+    }
+    for (int64_t k = 0; k < n_keys && !bad; k++)
+        if (last[k] >= 0 && count[k] != before[k]) { has[last[k]] = 1; value[last[k]] = count[k]; }
+    free(st);
+    return bad;
+}
+
 static PyObject *resident_marks(PyObject *self, PyObject *args) {
     PyObject *o[6];
     if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[5], &o[3], &o[4])) return NULL;
@@ -147,27 +174,7 @@ static PyObject *resident_marks(PyObject *self, PyObject *args) {
         uint8_t *has = v[3].buf;
         int64_t *value = v[4].buf;
         Py_BEGIN_ALLOW_THREADS
-        /* per key: the count now, the count before its current time, that time, its last event */
-        int64_t *st = malloc((size_t)(n_keys + 1) * 4 * sizeof(int64_t));
-        if (!st) bad = 2;
-        else {
-            int64_t *count = st, *before = st + n_keys + 1, *at = st + 2 * (n_keys + 1), *last = st + 3 * (n_keys + 1);
-            for (int64_t k = 0; k < n_keys; k++) { count[k] = before[k] = init[k]; at[k] = 0; last[k] = -1; }
-            for (Py_ssize_t e = 0; e < n; e++) {
-                int64_t k = key[e];
-                if (k < 0 || k >= n_keys) { bad = 3; break; }
-                if (last[k] >= 0 && t[e] != at[k]) {
-                    if (count[k] != before[k]) { has[last[k]] = 1; value[last[k]] = count[k]; }
-                    before[k] = count[k];
-                }
-                count[k] += delta[e];
-                at[k] = t[e];
-                last[k] = e;
-            }
-            for (int64_t k = 0; k < n_keys && !bad; k++)
-                if (last[k] >= 0 && count[k] != before[k]) { has[last[k]] = 1; value[last[k]] = count[k]; }
-            free(st);
-        }
+        bad = resident_sweep(n, key, t, delta, init, n_keys, has, value);
         Py_END_ALLOW_THREADS
     }
     give_buffers(v, 6);
