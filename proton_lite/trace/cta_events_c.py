@@ -146,7 +146,8 @@ static PyObject *cta_packets(PyObject *self, PyObject *args) {
    laid out, as CtaParts.part, CtaEvents._columns / counters and cta_packets make them in numpy; per CTA:
    start, end, row, key0, lr (int64), key1 (int32), cid (uint32), and its clocks in ``src`` (the profile's
    rows, itemsize bytes each) at row order[c] (int32). None where time, phase and track do not fit one
-   64-bit key (times over 2^60 ns apart in one part): the numpy path sorts those */
+   64-bit key (a part's time span times its tracks' range over ~2^62: an hour at a million tracks); the
+   numpy path sorts those */
 static PyObject *cta_part_packets(PyObject *self, PyObject *args) {
     long long seq, n_units, shift, prev_t, itemsize, off_s, off_e;
     int by_launch;
@@ -209,7 +210,7 @@ static PyObject *cta_part_packets(PyObject *self, PyObject *args) {
                 for (Py_ssize_t e = 0; e < m; e++)
                     key[e] = (((uint64_t)(t[e] - t_lo) << 2 | phase[e]) << tr_bits) | (uint64_t)(track[e] - tr_lo);
                 radix_pairs(key, x, tkey, tx, m, t_bits + 2 + tr_bits);
-            } else bad = 6;  /* times over 2^60 ns apart in one part: the numpy path's sort */
+            } else bad = 6;  /* a part spanning too long a time for one key: the numpy path sorts it */
             for (Py_ssize_t j = 0; j < m && !bad; j++) {
                 int64_t e = x[j], c = cta[e];
                 tt[j] = t[e]; delta[j] = ev[e] < n ? 1 : -1;
