@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite.trace.nesting import check_ends, crossing_error
+
 SOURCE = r"""
 /* LSD radix sort of (key, idx) pairs by key's low ``bits`` bits, 11 bits a pass; stable. The
    result is in k/x (tk/tx: scratch of the same size) */
@@ -168,13 +170,10 @@ def piece_events(track, start, end, depth, what):
         return None
     c = np.ascontiguousarray
     track, start, end, depth = c(track, np.int64), c(start, np.int64), c(end, np.int64), c(depth, np.int64)
-    if np.any(end < start):
-        bad = int(np.flatnonzero(end < start)[0])
-        raise ValueError(f"{what(bad)}: a slice ends before it starts ({int(start[bad])} > {int(end[bad])} ns)")
+    check_ends(start, end, what)
     n = len(start)
     ev, dts, nest = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64), np.empty(n, np.int64)
     bad = mod.piece_events(track, start, end, depth, ev, dts, nest)
     if bad >= 0:
-        raise ValueError(f"{what(bad)}: scopes overlap without nesting on one track "
-                         f"(interval [{int(start[bad])}, {int(end[bad])}] ns); they need distinct lanes")
+        raise crossing_error(bad, start, end, what)
     return ev, dts, nest

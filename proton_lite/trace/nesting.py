@@ -103,19 +103,28 @@ def _nesting(track: np.ndarray, start: np.ndarray, end: np.ndarray, depth: np.nd
     level before each interval's BEGIN).
     """
     n = len(start)
-    if np.any(end < start):
-        bad = int(np.flatnonzero(end < start)[0])
-        raise ValueError(f"{what(bad)}: a slice ends before it starts ({int(start[bad])} > {int(end[bad])} ns)")
+    check_ends(start, end, what)
     order, ts = _event_sequence([track], start, end, depth)
     level = np.empty(2 * n, np.int64)  # level after each event
     level[order] = np.cumsum(np.where(order >= n, -1, 1))
     before_begin = level[:n] - 1
     crossing = before_begin != level[n:]
     if crossing.any():
-        bad = int(np.flatnonzero(crossing)[0])
-        raise ValueError(f"{what(bad)}: scopes overlap without nesting on one track "
-                         f"(interval [{int(start[bad])}, {int(end[bad])}] ns); they need distinct lanes")
+        raise crossing_error(int(np.flatnonzero(crossing)[0]), start, end, what)
     return order, ts, before_begin
+
+
+def check_ends(start: np.ndarray, end: np.ndarray, what) -> None:
+    """Raise at the first interval that ends before it starts (``what(i)`` names its track)."""
+    if np.any(end < start):
+        bad = int(np.flatnonzero(end < start)[0])
+        raise ValueError(f"{what(bad)}: a slice ends before it starts ({int(start[bad])} > {int(end[bad])} ns)")
+
+
+def crossing_error(bad: int, start: np.ndarray, end: np.ndarray, what) -> ValueError:
+    """The error for interval ``bad``, whose slice crosses another on its track."""
+    return ValueError(f"{what(bad)}: scopes overlap without nesting on one track "
+                      f"(interval [{int(start[bad])}, {int(end[bad])}] ns); they need distinct lanes")
 
 
 def _unique(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
