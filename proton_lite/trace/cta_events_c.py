@@ -291,15 +291,16 @@ def cta_packets(mod, seq_id: int, by_launch: bool, dts, begin, track, a, b, c, d
     return data, ends
 
 
-def part_packets(mod, seq_id: int, by_launch: bool, n_units: int, parts, j: int, init: list, ctas, row, key1,
-                 sm_uuid, top_uuid, lr, launch_tables):
-    """Part ``j`` of ``parts`` (a ``CtaParts`` cut into parts) sorted, counted and laid out in one
-    C call: (packets, each one's end offset, counter samples), or None where the columns are not
-    laid out as that call reads them (then ``CtaParts.part`` and ``cta_packets`` do it).
-    ``init``: each key column's counts before the part; ``ctas``: the plan's ``CtaView``;
+def part_packets(mod, seq_id: int, by_launch: bool, n_units: int, parts, j: int, ctas, sm_uuid, top_uuid, lr,
+                 launch_tables):
+    """Part ``j`` of ``parts`` (a ``CtaParts`` cut into parts; its rows and two key columns, SM
+    group and top group) sorted, counted and laid out in one C call: (packets, each one's end
+    offset, counter samples), or None where the columns are not laid out as that call reads them
+    (then ``CtaParts.part`` and ``cta_packets`` do it).  ``ctas``: the plan's ``CtaView``;
     ``launch_tables``: grid x, grid y, multi-dimensional (int64 each) and launch numbers."""
     src = ctas.source
     fields = src.dtype.fields or {}
+    row, key1 = parts.track, parts.keys[1]
     cols = (parts.start, parts.end, row, parts.track_ids, parts.keys[0], lr)
     cid = ctas["cta"]
     if parts.by_part is None or parts.by_part.dtype != np.int32 or ctas.order is None or \
@@ -310,6 +311,7 @@ def part_packets(mod, seq_id: int, by_launch: bool, n_units: int, parts, j: int,
         return None
     lo, hi = int(parts.bounds[j]), int(parts.bounds[j + 1])
     ends = np.empty(hi - lo, np.int64)
+    init = parts.counts_before(j)
     gx, gy, multi, launch_no = launch_tables
     got = mod.cta_part_packets(
         int(seq_id), bool(by_launch), int(n_units), int(parts.shift), int(parts.prev_t[j]), parts.by_part[lo:hi],

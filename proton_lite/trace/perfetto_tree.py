@@ -292,9 +292,8 @@ class CtaEvents:
         mod = native_events.module()
         if mod is not None and self.parts.n_parts > 1:  # a part in one C call, where its columns allow
             j = task[0]
-            got = part_packets(mod, SEQ_CTAS, self.by_launch, self.n_units, self.parts, j, self.parts.counts_before(j),
-                               self.ctas, self.parts.track, self.parts.keys[1], self.sm_uuid, self.top_uuid, self.lr,
-                               self.launch_tables)
+            got = part_packets(mod, SEQ_CTAS, self.by_launch, self.n_units, self.parts, j, self.ctas, self.sm_uuid,
+                               self.top_uuid, self.lr, self.launch_tables)
             if got is not None:
                 data, ends, samples = got
                 with self._lock:
