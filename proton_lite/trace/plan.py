@@ -29,7 +29,7 @@ from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import launch_captures
 from proton_lite.trace.cta_view import CtaView
 from proton_lite.trace.interval_runs import repeat_runs
-from proton_lite.trace.rows import SlotLayout, cta_extents, pack_slots, slot_layout
+from proton_lite.trace.rows import SlotLayout, pack_slots, slot_layout
 from proton_lite.trace.nesting import _unique
 from proton_lite.trace.tree import _cta_layout, _launch_rank, launch_titles
 
@@ -117,8 +117,7 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
         layout = choose_layout(profile, launches, lr)
     tops = top_groups(profile, launches, layout)
     ctas, cta_lr, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr)
-    lo, hi = cta_extents(ctas, profile.intervals, runs, pmap)
-    lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), runs, pmap, extents=(lo, hi))
+    lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), runs, pmap)
     return TracePlan(tops, ctas, cta_lr, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
 
 

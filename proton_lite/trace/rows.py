@@ -40,9 +40,9 @@ class SlotLayout:
     ``row_group``/``row_slot`` (``slot``: each CTA's slot in its group, made when asked);
     ``extent_lo``: where the half-open span it occupies begins (its end, used only to pack,
     is not kept: a column per CTA); ``piece_ok``: where a piece of the .pftrace's intervals
-    may begin (``piece_starts``; None without intervals); ``iv_row``: each interval's slot track (made at first
-    use from ``runs``, the runs of one CTA's intervals, and ``n_iv`` intervals: the .pftrace
-    writer takes it piece by piece from ``row`` and its pieces' runs).
+    may begin (``piece_starts``; None without intervals); ``iv_row``: each interval's slot
+    track (made at first use from ``runs``, the runs of one CTA's intervals, and ``n_iv``
+    intervals: the .pftrace writer takes it piece by piece from ``row`` and its pieces' runs).
     """
     group: np.ndarray
     group_first: np.ndarray  # index of each group's first CTA
@@ -72,12 +72,10 @@ class SlotLayout:
         return len(self.row_group)
 
 
-def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: tuple, pmap=map,
-                extents=None) -> SlotLayout:
+def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: tuple, pmap=map) -> SlotLayout:
     """Pack the CTAs of each (top group, SM) into slots: ``cta_top`` is each CTA's top group
     (its launch, or its GPU: ``plan``), the CTAs sorted by it, then SM; other inputs as
-    ``_cta_layout`` returns them (``runs``: its runs of one CTA's intervals; ``extents``: the
-    CTAs' ``cta_extents`` where already known)."""
+    ``_cta_layout`` returns them (``runs``: its runs of one CTA's intervals)."""
     n = len(ctas)
     new_group = np.ones(n, bool)
     new_group[1:] = (cta_top[1:] != cta_top[:-1]) | (ctas["smid"][1:] != ctas["smid"][:-1])
@@ -85,7 +83,7 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: t
     group -= 1  # (in place: a column per CTA is 32 MB for 4 M CTAs)
     group_first = np.flatnonzero(new_group)
     del new_group
-    lo, hi = cta_extents(ctas, profile.intervals, runs, pmap) if extents is None else extents
+    lo, hi = cta_extents(ctas, profile.intervals, runs, pmap)
     slot = _pack_slots_in_parts(group, lo, hi, pmap)
     # groups are runs of CTAs: a group's slots are its largest slot + 1
     n_slots = np.maximum.reduceat(slot, group_first).astype(np.int64) + 1 if n else np.zeros(0, np.int64)
