@@ -451,6 +451,34 @@ def test_unit_tracks_split_between_pieces_import_as_they_do_whole(tmp_path, monk
     assert_same_profile(p, load_trace(tmp_path / "cut.pftrace"))
 
 
+@needs_tp
+@pytest.mark.parametrize("shape", ["waves", "steps"])
+def test_chrome_json_in_pieces_and_parts_imports_as_it_does_whole(tmp_path, monkeypatch, shape):
+    """The JSON writer's intervals in pieces of 64 (unit tracks split between pieces) and its
+    counters in parts of 64 events of time: the importer reads the same slices, tracks, depths
+    and counter values as from one piece and one part, and the file reads back as the profile."""
+    import proton_lite.trace.cta_sequence as cs
+    import proton_lite.trace.perfetto_pieces as pp
+    from synth import steps_profile
+    p = wave_profile(n_ctas=300, launches=6, sms=3, resident=3, early=0.05, late=0.05, touching=0.35, seed=5) \
+        if shape == "waves" else steps_profile(steps=3, sms=4, seed=1)
+    counters = ("select t.name as track, c.ts, c.value from counter c join counter_track t on c.track_id = t.id "
+                "order by t.name, c.ts, c.value")
+    got = {}
+    for name, piece, part in (("whole", 1 << 30, 1 << 30), ("cut", 64, 64)):
+        monkeypatch.setattr(pp, "PIECE", piece)
+        monkeypatch.setattr(cs, "PART_EVENTS", part)
+        stats = write_trace(p, tmp_path / f"{name}.json", "chrome", layout="sm")
+        rows, tracks = _slice_rows(tmp_path / f"{name}.json")
+        got[name] = stats, rows, tracks, tp.query(str(tmp_path / f"{name}.json"), [counters])[0]
+    (whole, *read_whole), (cut, *read_cut) = got["whole"], got["cut"]
+    assert whole["pieces"] == 1 and cut["pieces"] > 50
+    assert cut["counter_events"] == whole["counter_events"] > 0
+    assert len(read_cut[0]) == len(p.ctas) + len(p.intervals) + len(p.launches)
+    assert read_cut == read_whole
+    assert_same_profile(p, load_trace(tmp_path / "cut.json"))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_resident_counts_change_where_a_brute_force_count_does_in_any_event_order(seed):
     """``rows.resident_changes`` (the SM and launch occupancy counters): the events where a

@@ -20,26 +20,41 @@ named ``CTA 37`` (``CTA 37 (5,1,0)`` in a 2-D grid).  Counters are ``C`` events.
 
 Why the lines are built as byte columns (``_proto.Rows``) rather than with ``%``: string
 formatting costs microseconds per event in Python, several seconds per million slices.
+
+Why in pieces: the JSON importer sorts the events itself (at one timestamp the longer ``X``
+event first: Perfetto's trace processor v52 nests two slices that start together whichever
+comes first in the file), so no order over the whole file is needed.  The intervals are
+written in the .pftrace's pieces (``perfetto_pieces``: whole unit tracks, or tracks cut
+where their slices are apart in time), each checked for crossing slices (which the importer
+drops) and laid out on a worker thread, a track's slices by time; the CTA slices in runs of
+CTAs (a slot's CTAs never overlap); the resident-CTA counters in the CTA sequence's parts of
+time (``cta_sequence``).  Whole columns over every
+slice, one sort of them all and one nesting pass took 8-14x a capture's raw size and most
+of the write on one core (21.3 M records: 12.6 s, +2.4 GiB on the CPU host, 2026-11-29).
 """
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.stop_threads import stop_threads
+from proton_lite.trace import event_order_c
+from proton_lite.trace.cta_sequence import CtaParts
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
+from proton_lite.trace.perfetto_pieces import Pieces, piece_indexer, track_numbers
 from proton_lite.trace.plan import lane_name, launch_names, launch_spans, plan_trace
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
-from proton_lite.trace.workers import _run_ordered
+from proton_lite.trace.workers import _Done, _ordered
 from proton_lite.trace._proto import Rows
-from proton_lite.trace.rows import SLOT_NAME, cta_name, grid_of_ctas, resident_changes, unit_names, unit_tracks
+from proton_lite.trace.rows import SLOT_NAME, cta_name, grid_of_launches, unit_names
 
-CHUNK = 1 << 16  # lines per encoding task
+CHUNK = 1 << 16  # lines per task of thread names and of CTA slices
 COUNTER_NAME, COUNTER_ARG = "resident", "CTAs"  # the importer names the track "resident CTAs"
 
 
@@ -90,11 +105,26 @@ def _after_capture(profile: Profile, titles: list[str], capture) -> list[str]:
 
 def write_chrome(profile: Profile, path: str | Path, workers: int | None = None, progress=None,
                  layout: str = "auto") -> dict:
-    from proton_lite.trace.readback import scope_lookup
+    """Write ``profile`` as Chrome JSON (the module's docstring); the lines are made on
+    ``workers`` threads (the bytes do not depend on how many) and written in order."""
+    workers = stop_threads() if workers is None else workers
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        return _write(profile, path, workers, pool, progress, layout)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+def _write(profile: Profile, path, workers: int, pool, progress, layout: str) -> dict:
+    """The file: the head (processes, launch slices), then in order the tasks' lines (thread
+    names, counters, CTA slices, the pieces' intervals), each task run ahead on ``pool``."""
+    run = pool.submit if pool else (lambda f: _Done(f()))
+    pmap = pool.map if pool else map
     launches = _sorted_launches(profile)
     shift = _time_shift(profile)
-    plan = plan_trace(profile, launches, layout)
-    ctas, cta_lr, iv_cta, lay, tops = plan.ctas, plan.cta_lr, plan.iv_cta, plan.lay, plan.tops
+    plan = plan_trace(profile, launches, layout, pmap)
+    ctas, cta_lr, lay, tops = plan.ctas, plan.cta_lr, plan.lay, plan.tops
     by_launch = plan.layout == "launch"
     iv = profile.intervals
     n_iv, n_cta = len(iv), len(ctas)
@@ -110,37 +140,55 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
     group_bounds = np.searchsorted(group_top, np.arange(n_tops + 1))  # each top group's SM groups
     top_pid = np.arange(n_tops) + 1 + group_bounds[:-1]
     n_pid = n_tops + lay.n_groups
-    sm = ctas["smid"].astype(np.int64)
+    group_sm = ctas.take("smid", lay.group_first).astype(np.int64)
     head, processes = [], []
     titles = _after_capture(profile, tops.titles, tops.capture)
     for g in range(n_tops):
         title = titles[g]
         pids = [(int(top_pid[g]), title, -1)]
         owner = title if by_launch else title.split(" · ")[0]  # "#3 matmul ... SM 12", or "GPU 0 SM 12"
-        pids += [(int(group_pid[k]), f"{owner} SM {int(sm[lay.group_first[k]])}", int(sm[lay.group_first[k]]))
+        pids += [(int(group_pid[k]), f"{owner} SM {int(group_sm[k])}", int(group_sm[k]))
                  for k in range(group_bounds[g], group_bounds[g + 1])]
         for pid, name, smid in pids:
             head.append(_json({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
             head.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}')
             processes.append([int(launch_no[g]) if by_launch else -1, smid])
 
-    # threads (names need no JSON escaping): each slot, then its unit/lane tracks; tids above all pids
-    ut_row, ut_unit, ut_lane, iv_track = unit_tracks(profile, lay.iv_row, lay.n_rows)
+    # the intervals' pieces (perfetto_pieces), phase one on the workers: their unit tracks and
+    # (kernel, scope) pairs, numbered trace-wide here
+    cut = Pieces(lay.group, plan.runs, n_iv, lay.piece_ok)
+    piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, k_of_launch, len(kernels), lay.n_rows)
+
+    def trace_wide(k: int):
+        (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k), cut.cta(k))
+        return (rows, units_of, lanes_of), pairs
+    index = [f.result() for f in [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]]
+    ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # where each piece's tracks begin
+    (ut_row, ut_unit, ut_lane), ut_number = track_numbers([ut for ut, _ in index], piece_index.units,
+                                                          piece_index.lanes, lay.n_rows)
+    pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
+    del index
+
+    # threads (names need no JSON escaping): each slot, then its unit/lane tracks in (unit,
+    # lane) order; tids above all pids
+    by_track = np.lexsort((ut_lane, ut_unit, ut_row))
+    ut_row, ut_unit, ut_lane = ut_row[by_track], ut_unit[by_track], ut_lane[by_track]
     n_rows, n_ut = lay.n_rows, len(ut_row)
     units_before = np.searchsorted(ut_row, np.arange(n_rows))  # unit tracks of earlier slots
     row_tid = n_pid + 1 + np.arange(n_rows) + units_before
-    ut_tid = n_pid + 2 + ut_row + np.arange(n_ut)  # right after their slot's tid
+    ut_tid = np.empty(n_ut, np.int64)  # by the tracks' trace-wide number
+    ut_tid[by_track] = n_pid + 2 + ut_row + np.arange(n_ut)  # right after their slot's tid
     row_pid = group_pid[lay.row_group]
     first_tid = np.zeros(n_pid + 1, np.int64)
     first_tid[row_pid[lay.row_slot == 0]] = row_tid[lay.row_slot == 0]
     unit_labels, ut_name = unit_names(kernels, plan.row_kernel[ut_row], ut_unit, ut_lane)
     is_row_t = np.r_[np.ones(n_rows, bool), np.zeros(n_ut, bool)]
     t_row = np.r_[np.arange(n_rows), ut_row].astype(np.int64)
-    t_tid = np.r_[row_tid, ut_tid].astype(np.int64)
+    t_tid = np.r_[row_tid, ut_tid[by_track]].astype(np.int64)
     t_name = np.r_[np.zeros(n_rows, np.int64), ut_name]
     by_tid = np.argsort(t_tid, kind="stable")
 
-    def thread_lines(sel: slice) -> bytes:
+    def thread_lines(sel: slice):
         o = by_tid[sel]
         row, pid, tid, unit = t_row[o], row_pid[t_row[o]], t_tid[o], ~is_row_t[o]
         r = Rows(len(o))
@@ -157,97 +205,99 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         r.const(b',"args":{"sort_index":')
         r.decimal(tid - first_tid[pid])
         r.const(b"}},\n")
-        return r.tobytes()
+        return r.tobytes(), 0
 
-    # slices: check nesting per thread (crossing X events are dropped by the importer)
-    track = np.r_[ut_tid[iv_track] if n_iv else np.zeros(0, np.int64), row_tid[lay.row]].astype(np.int64)
-    start = np.r_[iv["start_ns"], ctas["start_ns"]].astype(np.int64) + shift
-    end = np.r_[iv["end_ns"], ctas["end_ns"]].astype(np.int64) + shift
-    depth = np.r_[iv["depth"], np.zeros(n_cta, np.uint16)].astype(np.int64)
-
-    def where(i: int) -> str:
-        if i >= n_iv:
-            return f"launch {int(ctas['launch'][i - n_iv])} CTA {int(ctas['cta'][i - n_iv])}"
-        return (f"launch {int(iv['launch'][i])} CTA {int(iv['cta'][i])} unit {int(iv['unit'][i])} "
-                f"lane {int(iv['lane'][i])}")
-    seq, _, _ = _nesting(track, start, end, depth, where)
-    order = seq[seq < len(start)]  # slices in BEGIN order: per thread, by time, outer first
-
-    # names per (kernel, scope); an explicit scope arg where the reader's rule would miss
-    iv_kernel = k_of_launch[cta_lr[iv_cta]] if n_iv else np.zeros(0, np.int64)
-    n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
-    pairs, pair_idx = np.unique(iv_kernel * n_scopes + iv["scope"].astype(np.int64), return_inverse=True)
-    names, explicit, notes = [b""], [False], [b""]
-    for key in pairs.tolist():
-        k, sc = divmod(key, n_scopes)
-        name = _scope_names(kernels[k], sc)[sc]
-        names.append(_json(name).encode())
-        note = _scope_note(kernels[k], name)
-        notes.append(b',"note":' + _json(note).encode() if note else b"")  # passes/pipelining.py
-        try:
-            explicit.append(scope_lookup(kernels[k])(name) != sc)
-        except ValueError:
-            explicit.append(True)
-    name_idx = np.r_[pair_idx + 1, np.zeros(n_cta, np.int64)]
-    explicit = np.array(explicit, bool)
-    slice_cta = np.r_[iv_cta, np.arange(n_cta)].astype(np.int64)
-    cid = ctas["cta"].astype(np.int64)
-    gx, gy, multi = grid_of_ctas(launches, cta_lr)
+    names, explicit, notes = _scope_tables(kernels, pair_keys, n_scopes)
+    noted = any(notes)
+    grid = grid_of_launches(launches)  # (grid x, grid y, multi-dimensional) per launch rank
     launch_names_json = [_json(name)[1:-1].encode() for name in launch_names(kernels, launches)]
-    cycles = np.r_[iv["cycles"].astype(np.int64), (ctas["end_clock"] - ctas["start_clock"]).view(np.int64)]
-    unit = np.r_[iv["unit"], np.zeros(n_cta, np.uint32)].astype(np.int64)
-    lane = np.r_[iv["lane"], np.zeros(n_cta, np.uint16)].astype(np.int64)
-    scope = np.r_[iv["scope"], np.zeros(n_cta, np.uint32)].astype(np.int64)
 
-    def slice_lines(sel: slice, of_ctas: bool) -> bytes:
-        """Lines of the slices ``order[sel]``: all CTA lifetimes, or all intervals (each kind
-        with only its own columns)."""
-        o = order[sel]
-        c = slice_cta[o]
+    def piece_lines(k: int):
+        """The intervals of piece ``k``, by time; an error where two cross on a track."""
+        sel, c = cut.sel(k), cut.cta(k)
+        ut, pairs, pair_inv = piece_index(sel, c)
+        track = ut_tid[ut_number[ut_first[k] + ut[3]]]
+        name = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
+        del ut, pairs, pair_inv
+        start = iv["start_ns"][sel].astype(np.int64) + shift
+        end = iv["end_ns"][sel].astype(np.int64) + shift
+        depth = iv["depth"][sel].astype(np.int64)
+
+        def where(i: int) -> str:
+            j = int(sel[i])
+            return (f"launch {int(iv['launch'][j])} CTA {int(iv['cta'][j])} unit {int(iv['unit'][j])} "
+                    f"lane {int(iv['lane'][j])}")
+        ordered = event_order_c.piece_events(track, start, end, depth, where)
+        ev = ordered[0] if ordered is not None else _nesting(track, start, end, depth, where)[0]
+        o = ev[ev < len(sel)]  # the BEGINs in time order (at one time the outer slice first)
+        s, co = sel[o], c[o]
+        lane, scope = iv["lane"][s].astype(np.int64), iv["scope"][s].astype(np.int64)
         r = Rows(len(o))
         r.const(b'{"ph":"X","name":')
-        if of_ctas:
-            r.const(b'"')
-            if by_launch:  # "CTA 37"
-                cta_name(r, cid[c], gx[c], gy[c], multi[c])
-            else:  # "matmul #3": the CTAs of a launch alike (and coloured alike)
-                r.table(launch_names_json, cta_lr[c])
-            r.const(b'"')
-        else:
-            r.table(names, name_idx[o])
+        r.table(names, name[o])
         _times(r, b"ts", start[o])
         _times(r, b"dur", end[o] - start[o])
-        _int(r, b"pid", group_pid[lay.group[c]])
+        _int(r, b"pid", group_pid[lay.group[co]])
         _int(r, b"tid", track[o])
         r.const(b',"args":{"cycles":')
-        r.decimal(cycles[o], signed=True)
-        _int(r, b"sm", sm[c])
-        _int(r, b"cta", cid[c])
+        r.decimal(iv["cycles"][s].astype(np.int64), signed=True)
+        _int(r, b"sm", ctas.take("smid", co))
+        _int(r, b"cta", ctas.take("cta", co))
         if not by_launch:  # SM groups shared by the launches: each slice names its own
-            _int(r, b"launch", launch_no[cta_lr[c]])
-        if not of_ctas:
-            _int(r, b"unit", unit[o])
-            _int(r, b"depth", depth[o])
-            _int(r, b"lane", lane[o], lane[o] > 0)
-            _int(r, b"scope", scope[o], explicit[name_idx[o]])
-            if any(notes):
-                r.table(notes, name_idx[o])
+            _int(r, b"launch", launch_no[cta_lr[co]])
+        _int(r, b"unit", iv["unit"][s])
+        _int(r, b"depth", depth[o])
+        _int(r, b"lane", lane, lane > 0)
+        _int(r, b"scope", scope, explicit[name[o]])
+        if noted:
+            r.table(notes, name[o])
         r.const(b"}},\n")
-        return r.tobytes()
+        return r.tobytes(), 0
 
-    # counters: resident CTAs per top group (on the GPU) and per SM
-    c_t = np.r_[start[n_iv:], end[n_iv:]]
-    c_delta = np.r_[np.ones(n_cta, np.int64), -np.ones(n_cta, np.int64)]
-    lev, lv = resident_changes(np.r_[cta_top, cta_top], c_t, c_delta)
-    gev, gv = resident_changes(np.r_[lay.group, lay.group], c_t, c_delta)
-    c_pid = np.r_[top_pid[cta_top[lev % max(n_cta, 1)]], group_pid[lay.group[gev % max(n_cta, 1)]]]
-    c_t, c_v = np.r_[c_t[lev], c_t[gev]], np.r_[lv, gv]
+    def cta_lines(lo: int, hi: int):
+        """The lifetime slices of the CTAs of ranks [lo, hi), on their slots."""
+        s = slice(lo, hi)
+        lr = cta_lr[s]
+        start = ctas.take("start_ns", s).astype(np.int64) + shift
+        end = ctas.take("end_ns", s).astype(np.int64) + shift
+        cid = ctas.take("cta", s).astype(np.int64)
+        r = Rows(hi - lo)
+        r.const(b'{"ph":"X","name":"')
+        if by_launch:  # "CTA 37"
+            cta_name(r, cid, grid[0][lr], grid[1][lr], grid[2][lr])
+        else:  # "matmul #3": the CTAs of a launch alike (and coloured alike)
+            r.table(launch_names_json, lr)
+        r.const(b'"')
+        _times(r, b"ts", start)
+        _times(r, b"dur", end - start)
+        _int(r, b"pid", group_pid[lay.group[s]])
+        _int(r, b"tid", row_tid[lay.row[s]])
+        r.const(b',"args":{"cycles":')
+        r.decimal((ctas.take("end_clock", s) - ctas.take("start_clock", s)).view(np.int64), signed=True)
+        _int(r, b"sm", ctas.take("smid", s))
+        _int(r, b"cta", cid)
+        if not by_launch:
+            _int(r, b"launch", launch_no[lr])
+        r.const(b"}},\n")
+        return r.tobytes(), 0
+
+    # counters: resident CTAs per SM group and per top group (on the GPU), part by part of time
+    parts = CtaParts(ctas["start_ns"], ctas["end_ns"], lay.row, [lay.group, cta_top], workers, shift=shift)
+
+    def counter_lines(j: int):
+        """Part j's changes of the counts, in the sequence's time order (a top group's before
+        its SM group's at one event), so that the lines do not depend on where parts end."""
+        seq = parts.part(j)
+        (g_has, g_value), (t_has, t_value) = seq.marks
+        at = np.sort(np.r_[2 * np.flatnonzero(t_has), 2 * np.flatnonzero(g_has) + 1])
+        e, of_group = at >> 1, (at & 1).astype(bool)
+        c = seq.cta[e]
+        pid = np.where(of_group, group_pid[lay.group[c]], top_pid[cta_top[c]])
+        return _counter_lines(pid, seq.t[e], np.where(of_group, g_value[e], t_value[e])), len(at)
 
     # each launch's span, on a thread of its top group's process: drawn in its row while collapsed
     spans = launch_spans(plan, len(launches))
-    sms = np.zeros(len(launches), np.int64)
-    if n_cta:
-        np.add.at(sms, np.unique(np.stack([cta_lr, sm]), axis=1)[0], 1)
+    sms = _sms_of_launches(cta_lr, ctas, len(launches))
     span_tid = n_pid + 1 + n_rows + n_ut + (spans.row_top[spans.row] if by_launch else spans.row)
     titles_of_launch = _after_capture(profile, launch_titles(kernels, launches),
                                       launch_captures(profile.session, launches["launch"]))
@@ -263,17 +313,13 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         head.append(f'{{"ph":"X","name":{_json(titles_of_launch[li])},"ts":{_us(t0)},"dur":{_us(t1 - t0)},'
                     f'"pid":{pid},"tid":{tid},"args":{{{which}"ctas":{int(spans.ctas[k])},"sms":{int(sms[li])}}}}}')
 
-    meta = _metadata(profile, launches, shift, processes=processes, ctas=_cta_extras(ctas, lay.extent_lo),
+    meta = _metadata(profile, launches, shift, processes=processes, ctas=_cta_extras(ctas, lay.extent_lo, workers),
                      layout=layout_meta(plan))
-    # CTA slices first (their order puts CTAs after the intervals), then the intervals
-    order = np.r_[order[order >= n_iv], order[order < n_iv]]
     tasks = [lambda sel=slice(lo, lo + CHUNK): thread_lines(sel) for lo in range(0, n_rows + n_ut, CHUNK)]
-    tasks += [lambda sel=slice(lo, lo + CHUNK): _counter_lines(c_pid[sel], c_t[sel], c_v[sel])
-              for lo in range(0, len(c_pid), CHUNK)]
-    tasks += [lambda sel=slice(lo, min(lo + CHUNK, n_cta)): slice_lines(sel, True) for lo in range(0, n_cta, CHUNK)]
-    tasks += [lambda sel=slice(lo, lo + CHUNK): slice_lines(sel, False) for lo in range(n_cta, len(order), CHUNK)]
-    workers = stop_threads() if workers is None else workers
-    size, pending = 0, b""
+    tasks += [lambda j=j: counter_lines(j) for j in range(parts.n_parts)]
+    tasks += [lambda lo=lo: cta_lines(lo, min(lo + CHUNK, n_cta)) for lo in range(0, n_cta, CHUNK)]
+    tasks += [lambda k=k: piece_lines(k) for k in range(len(cut))]
+    size, pending, n_counter = 0, b"", 0
     with open(path, "wb") as f:
         def put(data: bytes) -> None:  # one piece held back: the last line loses its comma
             nonlocal size, pending
@@ -283,8 +329,9 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
                 pending = data
         put(('{"otherData":{"proton_lite":' + _meta_json(meta) + '},\n"traceEvents":[\n').encode())
         put("".join(line + ",\n" for line in head).encode())
-        for done, data in enumerate(_run_ordered(tasks, workers), start=1):
+        for done, (data, counted) in enumerate(_ordered(run, tasks, 2 * workers + 1), start=1):
             put(data)
+            n_counter += counted
             if progress is not None:  # (done, total) as batches of events are written
                 progress(done, len(tasks))
         tail = (pending[:-2] + b"\n" if pending.endswith(b",\n") else pending) + b"]}\n"
@@ -292,6 +339,33 @@ def write_chrome(profile: Profile, path: str | Path, workers: int | None = None,
         size += len(tail)
     n_slices = n_iv + n_cta
     return {"format": "chrome", "path": str(path), "bytes": size, "slices": n_slices, "layout": plan.layout,
-            "processes": n_pid,
-            "threads": n_rows + n_ut, "slots": n_rows, "counter_events": len(c_pid),
-            "bytes_per_slice": size / n_slices if n_slices else 0.0}
+            "processes": n_pid, "threads": n_rows + n_ut, "slots": n_rows, "counter_events": n_counter,
+            "pieces": len(cut), "bytes_per_slice": size / n_slices if n_slices else 0.0}
+
+
+def _scope_tables(kernels, pair_keys: np.ndarray, n_scopes: int):
+    """Per (kernel, scope) pair (entry 0: none): its name as JSON, whether a slice needs an
+    explicit ``scope`` arg (the reader's rule would give another id), its note arg."""
+    from proton_lite.trace.readback import scope_lookup
+    names, explicit, notes = [b""], [False], [b""]
+    for key in pair_keys.tolist():
+        k, sc = divmod(key, n_scopes)
+        name = _scope_names(kernels[k], sc)[sc]
+        names.append(_json(name).encode())
+        note = _scope_note(kernels[k], name)
+        notes.append(b',"note":' + _json(note).encode() if note else b"")  # passes/pipelining.py
+        try:
+            explicit.append(scope_lookup(kernels[k])(name) != sc)
+        except ValueError:
+            explicit.append(True)
+    return names, np.array(explicit, bool), notes
+
+
+def _sms_of_launches(cta_lr: np.ndarray, ctas, n_launches: int) -> np.ndarray:
+    """How many SMs ran CTAs of each launch (the launch slices' ``sms`` arg): CTAs come in
+    (top group, SM) groups, so one pass over (launch, SM) pairs counted once each."""
+    sms = np.zeros(n_launches, np.int64)
+    if len(cta_lr):
+        pairs = np.unique(cta_lr.astype(np.int64) * (int(ctas["smid"].max()) + 1) + ctas["smid"])
+        np.add.at(sms, pairs // (int(ctas["smid"].max()) + 1), 1)
+    return sms

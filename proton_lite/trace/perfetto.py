@@ -34,11 +34,11 @@ from proton_lite.profile_data import Profile
 from proton_lite.stop_threads import stop_threads
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
-from proton_lite.trace.workers import _ordered
+from proton_lite.trace.workers import _Done, _ordered
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
-from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, index_piece,
+from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, piece_indexer,
                                                sequence_start, track_numbers)
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
 from proton_lite.trace.plan import launch_spans, plan_trace
@@ -73,23 +73,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
-        n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
-        units = int(iv["unit"].max()) + 1 if n_iv else 1
-        lanes = int(iv["lane"].max()) + 1 if n_iv else 1
-        k_of_lr = launches["kernel"].astype(np.int64)
-
-        def native_keys(sel, cta):  # both keys of a piece in one pass in C, where the extension is built
-            if native_events.module() is None:
-                return None
-            return native_events.index_keys(sel, cta, lay.row, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
-
-        def pair_key(sel, cta):
-            return k_of_lr[cta_lr[cta]] * n_scopes + iv["scope"][sel].astype(np.int64)
-
-        def piece_index(sel, cta):
-            """A piece's unit tracks and (kernel, scope) pairs, each interval's index in both."""
-            return index_piece(sel, cta, lay.row, iv["unit"], iv["lane"], units, lanes, lay.n_rows,
-                               pair_key, n_pairs=len(profile.kernels) * n_scopes, native_keys=native_keys)
+        piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, launches["kernel"].astype(np.int64),
+                                              len(profile.kernels), lay.n_rows)
 
         def trace_wide(k: int):
             """What the trace numbers across pieces: the piece's tracks and pairs.  Its per-interval
@@ -101,7 +86,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         index = [f.result() for f in index]
         clock.mark("index")
         ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # where each piece's tracks begin
-        unit_list, ut_number = track_numbers([ut for ut, _ in index], units, lanes, lay.n_rows)
+        unit_list, ut_number = track_numbers([ut for ut, _ in index], piece_index.units, piece_index.lanes,
+                                             lay.n_rows)
         pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
         del index
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
@@ -237,13 +223,3 @@ class _Phases:
         if name == "events":
             with self._lock:
                 self.spans.update((f"busy_{k}", round(v, 4)) for k, v in sorted(self._busy.items()))
-
-
-class _Done:
-    """A finished computation with the ``result()`` of a future (no thread pool)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def result(self):
-        return self.value

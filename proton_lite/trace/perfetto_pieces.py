@@ -139,6 +139,33 @@ def track_numbers(piece_tracks: list, units: int, lanes: int, n_rows: int):
     return (row[keep], unit[keep], lane[keep]), number[inv.reshape(-1)]
 
 
+def piece_indexer(iv: np.ndarray, row_of_cta: np.ndarray, cta_lr: np.ndarray, k_of_lr: np.ndarray, n_kernels: int,
+                  n_rows: int):
+    """``index_piece`` for the pieces of both writers: (a function of a piece's intervals and
+    their CTA ranks, the scope ids' bound ``n_scopes``).  ``row_of_cta``: each CTA's slot
+    row, ``cta_lr`` its launch rank, ``k_of_lr`` each launch rank's kernel; a (kernel, scope)
+    pair's key is ``kernel * n_scopes + scope``."""
+    n_iv = len(iv)
+    n_scopes = int(iv["scope"].max()) + 1 if n_iv else 1
+    units = int(iv["unit"].max()) + 1 if n_iv else 1
+    lanes = int(iv["lane"].max()) + 1 if n_iv else 1
+
+    def native_keys(sel, cta):  # both keys of a piece in one pass in C, where the extension is built
+        if native_events.module() is None:
+            return None
+        return native_events.index_keys(sel, cta, row_of_cta, cta_lr, k_of_lr, iv, units, lanes, n_scopes)
+
+    def pair_key(sel, cta):
+        return k_of_lr[cta_lr[cta]] * n_scopes + iv["scope"][sel].astype(np.int64)
+
+    def index(sel, cta):
+        """A piece's unit tracks and (kernel, scope) pairs, each interval's index in both."""
+        return index_piece(sel, cta, row_of_cta, iv["unit"], iv["lane"], units, lanes, n_rows, pair_key,
+                           n_pairs=n_kernels * n_scopes, native_keys=native_keys)
+    index.units, index.lanes = units, lanes
+    return index, n_scopes
+
+
 def index_piece(sel: np.ndarray, cta: np.ndarray, row_of_cta, unit, lane, units: int, lanes: int, n_rows: int,
                 pair_key, n_pairs: int | None = None, native_keys=None):
     """Phase one of a piece (its intervals ``sel``, their CTA ranks ``cta``), on a worker: its

@@ -34,3 +34,13 @@ def _run_ordered(tasks, workers: int):
     with ThreadPoolExecutor(workers) as ex:
         yield from _ordered(ex.submit, tasks, 2 * workers + 1)
 
+
+
+class _Done:
+    """A finished computation with the ``result()`` of a future (no thread pool)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
