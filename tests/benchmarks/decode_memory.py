@@ -7,7 +7,7 @@ read (memory-mapped, checksummed), after the decode and after the trace is writt
 growth over the read capture is the stop's memory, next to what the profile keeps (its
 intervals and CTAs).
 
-Usage: python tests/benchmarks/decode_memory.py CAPTURE.plraw [--workers 2,16]
+Usage: python tests/benchmarks/decode_memory.py CAPTURE.plraw [--workers 2,16] [--format chrome]
        (e.g. the 21 M-record capture that ``decode_speed.py --repeat 16 --keep DIR`` leaves)
 """
 import argparse
@@ -31,9 +31,10 @@ kept = (profile.intervals.nbytes + profile.ctas.nbytes) / 2**20
 raw = os.path.getsize(sys.argv[1]) / 2**20
 print(f"{sys.argv[2]:>3s} threads: decode {seconds:5.2f} s, +{after - before:6.0f} MiB over the read capture "
       f"({(after - before) / raw:.2f}x its {raw:.0f} MiB); the profile keeps {kept:.0f} MiB ({kept / raw:.2f}x)")
+from proton_lite.trace.chrome import write_chrome
 from proton_lite.trace.perfetto import write_perfetto
 t = time.perf_counter()
-write_perfetto(profile, sys.argv[4], workers=int(sys.argv[2]))
+(write_chrome if sys.argv[5] == "chrome" else write_perfetto)(profile, sys.argv[4], workers=int(sys.argv[2]))
 seconds = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(f"{'':>3s}          then the trace {seconds:5.2f} s: peak +{peak - before:6.0f} MiB over the read capture "
@@ -45,12 +46,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("capture")
     ap.add_argument("--workers", default="2,16")
+    ap.add_argument("--format", default="perfetto", choices=("perfetto", "chrome"))
     a = ap.parse_args()
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     for w in a.workers.split(","):
-        trace = os.path.splitext(a.capture)[0] + ".memory.pftrace"
-        r = subprocess.run([sys.executable, "-c", _CHILD, a.capture, w.strip(), root, trace], capture_output=True,
-                           text=True)
+        trace = os.path.splitext(a.capture)[0] + (".memory.json" if a.format == "chrome" else ".memory.pftrace")
+        r = subprocess.run([sys.executable, "-c", _CHILD, a.capture, w.strip(), root, trace, a.format],
+                           capture_output=True, text=True)
         print(r.stdout.strip() or r.stderr.strip()[-500:])
 
 
