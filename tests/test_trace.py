@@ -597,6 +597,26 @@ def test_writers_refuse_duplicate_ctas_and_intervals_without_their_cta(tmp_path,
         write_trace(lost, tmp_path / "lost.pftrace", "perfetto")
 
 
+def test_chrome_bytes_do_not_depend_on_the_c_extension(tmp_path, monkeypatch):
+    """The JSON writer's pieces ordered and its counters counted in numpy where the C
+    extension is missing (one part of time, the pieces' events by ``_nesting``): the same
+    event lines (the metadata's packed columns are deflated by zlib then: other bytes, the
+    same profile read back)."""
+    import proton_lite.trace.cta_sequence as cs
+    import proton_lite.trace.perfetto_pieces as pp
+    from proton_lite.trace import native_events
+    monkeypatch.setattr(pp, "PIECE", 200)
+    monkeypatch.setattr(cs, "PART_EVENTS", 300)
+    p = big_profile(n_ctas=1024, iters=2)
+    with_c = write_trace(p, tmp_path / "c.json", "chrome")
+    monkeypatch.setattr(native_events, "module", lambda: None)
+    without = write_trace(p, tmp_path / "numpy.json", "chrome")
+    assert with_c["pieces"] == without["pieces"] > 10
+    events = [(tmp_path / name).read_bytes().split(b"\n", 1)[1] for name in ("c.json", "numpy.json")]
+    assert events[0] == events[1] and events[0].count(b'"ph":"X"') == len(p.ctas) + len(p.intervals) + len(p.launches)
+    assert_same_profile(load_trace(tmp_path / "c.json"), load_trace(tmp_path / "numpy.json"))
+
+
 @needs_tp
 @pytest.mark.parametrize("native,fmt", [(True, "perfetto"), (False, "perfetto"), (True, "chrome")])
 def test_a_scopes_pipelining_note_rides_on_its_slices(tmp_path, monkeypatch, native, fmt):

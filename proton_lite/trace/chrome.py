@@ -47,7 +47,7 @@ from proton_lite.trace.cta_sequence import CtaParts
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
-from proton_lite.trace.perfetto_pieces import Pieces, piece_indexer, track_numbers
+from proton_lite.trace.perfetto_pieces import Pieces, piece_indexer, time_order, track_numbers
 from proton_lite.trace.plan import lane_name, launch_names, launch_spans, plan_trace
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _Done, _ordered
@@ -228,7 +228,7 @@ def _write(profile: Profile, path, workers: int, pool, progress, layout: str) ->
             return (f"launch {int(iv['launch'][j])} CTA {int(iv['cta'][j])} unit {int(iv['unit'][j])} "
                     f"lane {int(iv['lane'][j])}")
         ordered = event_order_c.piece_events(track, start, end, depth, where)
-        ev = ordered[0] if ordered is not None else _nesting(track, start, end, depth, where)[0]
+        ev = ordered[0] if ordered is not None else time_order(*_nesting(track, start, end, depth, where)[:2])[0]
         o = ev[ev < len(sel)]  # the BEGINs in time order (at one time the outer slice first)
         s, co = sel[o], c[o]
         lane, scope = iv["lane"][s].astype(np.int64), iv["scope"][s].astype(np.int64)
