@@ -28,9 +28,9 @@ written in the .pftrace's pieces (``perfetto_pieces``: whole unit tracks, or tra
 where their slices are apart in time), each checked for crossing slices (which the importer
 drops) and laid out on a worker thread, a track's slices by time; the CTA slices in runs of
 CTAs (a slot's CTAs never overlap); the resident-CTA counters in the CTA sequence's parts of
-time (``cta_sequence``).  Whole columns over every
-slice, one sort of them all and one nesting pass took 8-14x a capture's raw size and most
-of the write on one core (21.3 M records: 12.6 s, +2.4 GiB on the CPU host, 2026-11-29).
+time (``cta_sequence``).  Whole columns over every slice, one sort of them all and one
+nesting pass took 8-14x a capture's raw size and most of the write on one core (21.3 M
+records: 14.9 s, +2.4 GiB on the CPU host's 2 threads, 2026-11-29; design.md §6).
 """
 from __future__ import annotations
 
@@ -362,10 +362,10 @@ def _scope_tables(kernels, pair_keys: np.ndarray, n_scopes: int):
 
 
 def _sms_of_launches(cta_lr: np.ndarray, ctas, n_launches: int) -> np.ndarray:
-    """How many SMs ran CTAs of each launch (the launch slices' ``sms`` arg): CTAs come in
-    (top group, SM) groups, so one pass over (launch, SM) pairs counted once each."""
+    """How many SMs ran CTAs of each launch (the launch slices' ``sms`` arg): its distinct
+    (launch, SM) pairs."""
     sms = np.zeros(n_launches, np.int64)
     if len(cta_lr):
-        pairs = np.unique(cta_lr.astype(np.int64) * (int(ctas["smid"].max()) + 1) + ctas["smid"])
-        np.add.at(sms, pairs // (int(ctas["smid"].max()) + 1), 1)
+        width = int(ctas["smid"].max()) + 1
+        np.add.at(sms, np.unique(cta_lr.astype(np.int64) * width + ctas["smid"]) // width, 1)
     return sms

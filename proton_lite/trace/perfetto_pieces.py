@@ -18,7 +18,6 @@ pair's index in the metadata's ``names``), and has its own incremental clock.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 import numpy as np

@@ -28,7 +28,6 @@ from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import Profile
 from proton_lite.profile_merge import launch_captures
 from proton_lite.trace.cta_view import CtaView
-from proton_lite.trace.interval_runs import repeat_runs
 from proton_lite.trace.rows import SlotLayout, pack_slots, slot_layout
 from proton_lite.trace.nesting import _unique
 from proton_lite.trace.tree import _cta_layout, _launch_rank, launch_titles
@@ -89,13 +88,6 @@ class TracePlan:
         made at first use: only unit tracks' names need it, and a capture of kernels without
         scopes has none (4 M CTAs: 0.1 s of the plan on one thread)."""
         return self.row_kernels()
-
-    @functools.cached_property
-    def iv_cta(self) -> np.ndarray:
-        """The CTA rank of each interval, made where a writer asks (the JSON's): the .pftrace
-        writer takes it piece by piece from ``runs`` (8 bytes an interval, 45% of what that
-        writer held beside the profile)."""
-        return repeat_runs(self.runs[1], self.runs[0], self.lay.n_iv)
 
     @property
     def layout(self) -> str:

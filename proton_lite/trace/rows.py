@@ -16,14 +16,13 @@ The names of CTAs and unit tracks are here too, so that both writers name them a
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
-from proton_lite.trace.interval_runs import key_parts, reduce_runs, repeat_runs
+from proton_lite.trace.interval_runs import key_parts, reduce_runs
 from proton_lite.trace.nesting import _argsort_keys, _unique
 from proton_lite.trace._proto import Rows
 from proton_lite.trace import slots_c
@@ -40,9 +39,9 @@ class SlotLayout:
     ``row_group``/``row_slot`` (``slot``: each CTA's slot in its group, made when asked);
     ``extent_lo``: where the half-open span it occupies begins (its end, used only to pack,
     is not kept: a column per CTA); ``piece_ok``: where a piece of the .pftrace's intervals
-    may begin (``piece_starts``; None without intervals); ``iv_row``: each interval's slot
-    track (made at first use from ``runs``, the runs of one CTA's intervals, and ``n_iv``
-    intervals: the .pftrace writer takes it piece by piece from ``row`` and its pieces' runs).
+    may begin (``piece_starts``; None without intervals); ``runs``: the runs of one CTA's
+    intervals, from which both writers take each interval's slot track piece by piece
+    (``row`` of its CTA), over ``n_iv`` intervals.
     """
     group: np.ndarray
     group_first: np.ndarray  # index of each group's first CTA
@@ -57,11 +56,6 @@ class SlotLayout:
     @property
     def slot(self) -> np.ndarray:
         return self.row_slot[self.row]
-
-    @functools.cached_property
-    def iv_row(self) -> np.ndarray:
-        first, rank = self.runs
-        return repeat_runs(self.row[rank], first, self.n_iv)
 
     @property
     def n_groups(self) -> int:
@@ -306,23 +300,10 @@ def cta_by_time(cta_row: np.ndarray, cta_lo: np.ndarray, iv_row: np.ndarray, iv_
 
 # ---- names and unit tracks, shared by both writers -------------------------------------------
 
-def unit_tracks(profile: Profile, iv_row: np.ndarray, n_rows: int):
-    """The (slot row, unit, lane) tracks that hold intervals, sorted, and each interval's track.
-
-    Returns (track row, track unit, track lane, interval track index).
-    """
-    iv = profile.intervals
-    if not len(iv):
-        z = np.zeros(0, np.int64)
-        return z, z, z, z
-    units = int(iv["unit"].max()) + 1
-    lanes = int(iv["lane"].max()) + 1
-    return unit_tracks_of(iv_row, iv["unit"], iv["lane"], units, lanes, n_rows)
-
-
 def unit_tracks_of(iv_row, unit, lane, units: int, lanes: int, n_rows: int):
-    """``unit_tracks`` for some intervals: (track row, unit, lane, each interval's track index),
-    tracks sorted by (row, unit, lane); ``units``/``lanes``: bounds over the whole profile."""
+    """The (slot row, unit, lane) tracks that hold some intervals (each interval's slot row,
+    unit and lane): (track row, unit, lane, each interval's track index), tracks sorted by
+    (row, unit, lane); ``units``/``lanes``: bounds over the whole profile."""
     unit = np.asarray(unit).astype(np.int64)
     lane = np.asarray(lane).astype(np.int64)
     iv_row = np.asarray(iv_row, np.int64)
@@ -380,7 +361,3 @@ def grid_of_launches(launches: np.ndarray):
     grid = np.maximum(np.stack([launches["grid_x"], launches["grid_y"], launches["grid_z"]], 1).astype(np.int64), 1)
     return grid[:, 0], grid[:, 1], grid[:, 1] * grid[:, 2] > 1
 
-
-def grid_of_ctas(launches: np.ndarray, cta_lr: np.ndarray):
-    """``grid_of_launches`` for each CTA (its launch rank ``cta_lr``)."""
-    return tuple(a[cta_lr] for a in grid_of_launches(launches))

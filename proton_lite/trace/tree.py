@@ -96,8 +96,8 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
     gathered when asked, no sorted copy).  Intervals usually come in runs of one CTA (the
     decoder and the reader write them so): each run is looked up once; ``runs`` is (first
     interval of each run, its CTA rank), which every step works from (each interval's rank
-    repeated over its run would be 8 bytes an interval: ``TracePlan.iv_cta`` makes it where
-    one asks).  ``pmap`` runs the passes over all intervals in
+    repeated over its run would be 8 bytes an interval; both writers take it piece by piece,
+    ``perfetto_pieces.Pieces``).  ``pmap`` runs the passes over all intervals in
     chunks (``interval_runs``); ``lr``: each CTA's launch rank, where the caller has it.
     """
     ctas = profile.ctas

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 
 def _ordered(submit, tasks: list, ahead: int):
@@ -19,21 +18,6 @@ def _ordered(submit, tasks: list, ahead: int):
         while window:
             yield window.popleft().result()
     return results()
-
-
-def _run_ordered(tasks, workers: int):
-    """Yield the results of ``tasks`` (callables) in order, a few computed ahead in threads.
-
-    numpy's sorting, copying and masking and zlib release the GIL, so tasks really run
-    in parallel.
-    """
-    if workers <= 1:
-        for t in tasks:
-            yield t()
-        return
-    with ThreadPoolExecutor(workers) as ex:
-        yield from _ordered(ex.submit, tasks, 2 * workers + 1)
-
 
 
 class _Done:
