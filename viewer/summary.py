@@ -36,6 +36,7 @@ from proton_lite.json_values import plain
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
 from proton_lite.viewer.completeness import capture_losses, incomplete
+from proton_lite.viewer.summary_arrays import dense_unique, rows_of_launches, sweep
 from proton_lite.viewer.summary_checks import clock_warning, copy_notes
 
 SCHEMA = "proton_lite.summary/1"
@@ -81,11 +82,11 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
         launches = launches[np.isin(launches["kernel"], np.asarray(selected, dtype=np.uint32))]
         launches = launches[np.argsort(launches["launch"], kind="stable")]
     launch_ids = launches["launch"]
-    ctas = profile.ctas[np.isin(profile.ctas["launch"], launch_ids)] if len(profile.ctas) else profile.ctas
-    intervals = (profile.intervals[np.isin(profile.intervals["launch"], launch_ids)]
-                 if len(profile.intervals) else profile.intervals)
-    kernel_of_cta = _lookup(launch_ids, launches["kernel"], ctas["launch"])
-    kernel_of_interval = _lookup(launch_ids, launches["kernel"], intervals["launch"])
+    ctas, cta_launch = rows_of_launches(launch_ids, profile.ctas)
+    intervals, iv_launch = rows_of_launches(launch_ids, profile.intervals)
+    kernel_of_cta = launches["kernel"].astype(np.int64)[cta_launch]
+    kernel_of_interval = launches["kernel"].astype(np.int64)[iv_launch]
+    del iv_launch
 
     warnings: list[dict] = []
     if kernel is not None and not selected:
@@ -124,7 +125,7 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
         },
         "filters": {"kernel": kernel, "scope": scope, "sort": sort, "top": None if top is None else int(top)},
         "definitions": dict(DEFINITIONS),
-        "launches": _launch_rows(kernels, launches, ctas, bool(capture_losses(profile))),
+        "launches": _launch_rows(kernels, launches, ctas, cta_launch, bool(capture_losses(profile))),
         "scopes": scopes,
         "scopes_total": scopes_total,
         "sms": _sm_rows(ctas),
@@ -185,7 +186,7 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
                 mine = kernel_of_interval == i
                 part[mine] = pu[1][np.minimum(intervals["unit"][mine].astype(np.int64), len(pu[1]) - 1)]
         pair = (kernel_of_interval << 40) | ((part + 1) << 32) | intervals["scope"].astype(np.int64)
-        pairs, inverse = np.unique(pair, return_inverse=True)
+        pairs, inverse = dense_unique(pair, kernel_of_interval, part + 1, intervals["scope"])
         labels: dict[tuple[str, str, str | None], int] = {}
         pair_label = np.empty(len(pairs), dtype=np.int64)
         for j, p in enumerate(pairs):
@@ -194,7 +195,8 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
             key = (k.name, _scope_name(k, int(p & 0xFFFFFFFF)), parts[ki][0][pi] if pi >= 0 else None)
             pair_label[j] = labels.setdefault(key, len(labels))
         label = pair_label[inverse.reshape(-1)]
-        order = np.argsort(label, kind="stable")
+        # a stable sort of 16-bit labels is a radix sort (of 64-bit ones, a merge sort: 2 s for 21 M)
+        order = np.argsort(label.astype(np.uint16) if len(labels) <= 1 << 16 else label, kind="stable")
         bounds = np.searchsorted(label[order], np.arange(len(labels) + 1))
         durations = (intervals["end_ns"] - intervals["start_ns"]).astype(np.int64)
         cycles = intervals["cycles"].astype(np.int64)
@@ -230,41 +232,23 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
     return rows, total
 
 
-def _sweep(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
-    """Sweep [start, end) intervals per group.
-
-    Returns (group ids, max overlap per group, union length per group), groups sorted.
-    """
-    ends = np.maximum(ends, starts)
-    n = len(starts)
-    g = np.concatenate([groups, groups])
-    t = np.concatenate([starts, ends])
-    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    order = np.lexsort((delta, t, g))  # by group, then time, ends (-1) before starts (+1)
-    g, t, delta = g[order], t[order], delta[order]
-    alive = np.cumsum(delta)  # each group nets to zero, so the sum restarts at every group
-    gid, first = np.unique(g, return_index=True)
-    max_alive = np.maximum.reduceat(alive, first)
-    step = np.zeros(len(t), dtype=np.int64)
-    step[:-1] = np.where((alive[:-1] > 0) & (g[1:] == g[:-1]), t[1:] - t[:-1], 0)
-    busy = np.add.reduceat(step, first)
-    return gid, max_alive, busy
-
-
-def _launch_rows(kernels, launches, ctas, capture_incomplete: bool = False) -> list[dict]:
+def _launch_rows(kernels, launches, ctas, cta_launch, capture_incomplete: bool = False) -> list[dict]:
+    """A row per launch; ``cta_launch``: each CTA's launch (its position in ``launches``).
+    Its SMs and their concurrency from one sweep of every (launch, SM) group."""
     rows = []
-    by_launch = np.argsort(ctas["launch"], kind="stable")
-    sorted_launch = ctas["launch"][by_launch]
-    for row in launches:
+    n = len(launches)
+    recorded_of = np.bincount(cta_launch, minlength=n) if n else np.zeros(0, np.int64)
+    sms_of, conc_of = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    if len(ctas):
+        width = int(ctas["smid"].max()) + 1
+        gid, max_alive, _ = sweep(cta_launch * width + ctas["smid"], ctas["start_ns"], ctas["end_ns"])
+        np.add.at(sms_of, gid // width, 1)
+        np.maximum.at(conc_of, gid // width, max_alive)
+    for i, row in enumerate(launches):
         k = kernels[int(row["kernel"])]
-        lo, hi = np.searchsorted(sorted_launch, [row["launch"], row["launch"] + 1])
-        mine = ctas[by_launch[lo:hi]]
-        recorded = int(len(mine))
-        sms = int(len(np.unique(mine["smid"]))) if recorded else 0
-        conc = 0
-        if recorded:
-            _, max_alive, _ = _sweep(mine["smid"].astype(np.int64), mine["start_ns"], mine["end_ns"])
-            conc = max(1, int(max_alive.max()))
+        recorded = int(recorded_of[i])
+        sms = int(sms_of[i])
+        conc = max(1, int(conc_of[i])) if recorded else 0
         num_ctas = int(row["num_ctas"]) or recorded
         waves = math.ceil(num_ctas / (sms * conc)) if sms and conc else None
         rows.append({
@@ -290,7 +274,7 @@ def _sm_rows(ctas) -> list[dict]:
     if not len(ctas):
         return []
     smid = ctas["smid"].astype(np.int64)
-    gid, _, busy = _sweep(smid, ctas["start_ns"], ctas["end_ns"])
+    gid, _, busy = sweep(smid, ctas["start_ns"], ctas["end_ns"])
     counts = np.bincount(np.searchsorted(gid, smid), minlength=len(gid))
     return [{"sm": int(s), "busy_ns": int(b), "ctas": int(c)} for s, b, c in zip(gid, busy, counts)]
 

@@ -1,0 +1,54 @@
+"""The summary's passes over every row (viewer/summary_arrays.py) against the numpy calls they
+replace: one packed sort for a three-key lexsort, a presence table for np.unique, the rows of
+some launches without a copy where they are all of them."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proton_lite.profile_data import CTA_DTYPE
+from proton_lite.viewer.summary_arrays import dense_unique, group_time_order, rows_of_launches, sweep
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 400), st.booleans())
+def test_group_time_order_is_the_lexsort_of_group_time_and_end_before_start(seed, n, far):
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, 5, n)
+    t = rng.integers(0, 50, n) + (rng.integers(0, 2, n) << 62 if far else 0)  # far: too wide to pack
+    delta = rng.choice([-1, 1], n)
+    order = group_time_order(g, t, delta)
+    expected = np.lexsort((delta, t, g))
+    key = lambda o: np.stack([g[o], t[o], delta[o]], 1)  # noqa: E731  (equal keys may come in any order)
+    assert np.array_equal(key(order), key(expected)) and sorted(order.tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_dense_unique_is_np_unique_of_the_packed_pairs(wide):
+    rng = np.random.default_rng(3)
+    kernel = rng.integers(0, 7, 5000)
+    part = rng.integers(0, 3, 5000)
+    scope = rng.integers(0, 2**25 if wide else 40, 5000)  # wide: too many keys for a table
+    pair = (kernel << 40) | (part << 32) | scope
+    keys, inverse = dense_unique(pair, kernel, part, scope)
+    e_keys, e_inv = np.unique(pair, return_inverse=True)
+    assert np.array_equal(keys, e_keys) and np.array_equal(np.asarray(inverse).reshape(-1), e_inv.reshape(-1))
+
+
+def test_rows_of_launches_keeps_the_array_itself_unless_some_rows_are_of_other_launches():
+    ctas = np.zeros(6, CTA_DTYPE)
+    ctas["launch"] = [3, 3, 7, 9, 7, 3]
+    rows, pos = rows_of_launches(np.array([3, 7, 9], np.uint32), ctas)
+    assert rows is ctas and pos.tolist() == [0, 0, 1, 2, 1, 0]
+    rows, pos = rows_of_launches(np.array([3, 9], np.uint32), ctas)
+    assert rows["launch"].tolist() == [3, 3, 9, 3] and pos.tolist() == [0, 0, 1, 0]
+    rows, pos = rows_of_launches(np.zeros(0, np.uint32), ctas)
+    assert len(rows) == 0 and len(pos) == 0
+
+
+def test_sweep_counts_overlap_and_union_per_group_touching_spans_apart():
+    g = np.array([0, 0, 0, 1, 1])
+    start = np.array([0, 5, 10, 100, 100])
+    end = np.array([10, 8, 20, 150, 120])
+    gid, most, busy = sweep(g, start, end)
+    assert gid.tolist() == [0, 1] and most.tolist() == [2, 2] and busy.tolist() == [20, 50]
