@@ -41,7 +41,8 @@ from rich.text import Text
 from proton_lite.profile_data import Profile
 from proton_lite.viewer.completeness import LEGEND, capture_losses, kernel_losses
 from proton_lite.viewer.render import compact_table, fmt_count, fmt_ns, fmt_pct
-from proton_lite.viewer.summary import _lookup, _scope_name
+from proton_lite.viewer.summary import _scope_name
+from proton_lite.viewer.summary_arrays import dense_unique, rows_of_launches
 
 SCHEMA = "proton_lite.diff/1"
 FASTER, SLOWER, NO_CHANGE, INCOMPLETE = "faster", "slower", "no clear change", "incomplete"
@@ -127,19 +128,20 @@ def _collect(p: Profile, kernel_filter: str | None) -> dict:
             continue
         entry = out.setdefault(names[i], {"durations": [], "cta_life": [], "scopes": {}})
         entry["durations"].append((mine["end_ns"] - mine["start_ns"]).astype(np.int64))
-    ctas = p.ctas[np.isin(p.ctas["launch"], ids)] if len(p.ctas) else p.ctas
+    kernel_of = launches["kernel"].astype(np.int64)
+    ctas, cta_launch = rows_of_launches(ids, p.ctas)  # (no copy of every row: summary_arrays)
     if len(ctas):
-        kc = _lookup(ids, launches["kernel"], ctas["launch"])
+        kc = kernel_of[cta_launch]
         life = (ctas["end_ns"] - ctas["start_ns"]).astype(np.int64)
-        for i in np.unique(kc):
+        for i in np.flatnonzero(np.bincount(kc)):
             out[names[int(i)]]["cta_life"].append(life[kc == i])
-    iv = p.intervals[np.isin(p.intervals["launch"], ids)] if len(p.intervals) else p.intervals
+    iv, iv_launch = rows_of_launches(ids, p.intervals)
     if len(iv):
-        ki = _lookup(ids, launches["kernel"], iv["launch"])
+        ki = kernel_of[iv_launch]
         pair = (ki << 32) | iv["scope"].astype(np.int64)
-        pairs, inverse = np.unique(pair, return_inverse=True)
+        pairs, inverse = dense_unique(pair, ki, iv["scope"])
         inverse = inverse.reshape(-1)
-        order = np.argsort(inverse, kind="stable")
+        order = np.argsort(inverse.astype(np.uint16) if len(pairs) <= 1 << 16 else inverse, kind="stable")
         bounds = np.searchsorted(inverse[order], np.arange(len(pairs) + 1))
         dur = (iv["end_ns"] - iv["start_ns"]).astype(np.int64)
         for j, pv in enumerate(pairs):
@@ -175,7 +177,7 @@ def _kernel_side(entry: dict) -> dict:
 def _scope_side(data: tuple[np.ndarray, np.ndarray]) -> dict:
     launch, dur = data
     d = dur.astype(np.float64)
-    ids, inverse = np.unique(launch, return_inverse=True)
+    ids, inverse = dense_unique(launch, launch)
     inverse = inverse.reshape(-1)
     if len(ids) >= 2:
         means = np.bincount(inverse, weights=d) / np.bincount(inverse)

@@ -135,14 +135,6 @@ def summarize(profile: Profile, kernel: str | None = None, scope: str | None = N
     }
 
 
-def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """values[i] where keys[i] == query, for every query (keys sorted, every query present)."""
-    if len(query) == 0:
-        return np.zeros(0, dtype=np.int64)
-    pos = np.searchsorted(keys, query)
-    return values[np.minimum(pos, len(keys) - 1)].astype(np.int64)
-
-
 def _units_per_cta(k: KernelInfo) -> int:
     return max(1, int(k.num_warps) // max(1, int(k.unit_warps)))
 
