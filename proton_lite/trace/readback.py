@@ -24,7 +24,8 @@ from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, Profile
 from proton_lite.profile_merge import merged_captures
 from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns, layout_of
 from proton_lite.trace.tree import _launch_rank
-from proton_lite.trace._proto import fields, packet_bounds, parse_messages, read_varint
+from proton_lite.trace._proto import fields, read_varint
+from proton_lite.trace.readback_events import read_events
 from proton_lite.trace.rows import cta_by_time
 
 
@@ -89,53 +90,17 @@ def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
 def _load_perfetto(data: bytes, path) -> Profile:
     from proton_lite.trace import perfetto_fields as pf
     meta = _first_packet_meta(data, pf.META_FIELD, path)
-    wanted = {pf.P_TIMESTAMP: 0, pf.P_SEQ_ID: 0, pf.P_TRACK_EVENT: 2, pf.P_TRACK_DESCRIPTOR: 2, pf.P_DEFAULTS: 2,
-              pf.P_COMPRESSED: 2}
-    starts, ends = packet_bounds(data)
-    buf = np.frombuffer(data, np.uint8)
-    pk = parse_messages(buf, starts, ends, wanted)
-    comp, c_lo, c_hi = pk[pf.P_COMPRESSED]
-    if comp.any():  # inflate the batches in place: one packet stream, in file order
-        parts, last = [], 0
-        for k in np.flatnonzero(comp).tolist():
-            parts.append(data[last:int(ends[k - 1]) if k else 0])  # packets are contiguous
-            parts.append(zlib.decompress(data[int(c_lo[k]):int(c_hi[k])]))
-            last = int(ends[k])
-        parts.append(data[last:])
-        data = b"".join(parts)
-        starts, ends = packet_bounds(data)
-        buf = np.frombuffer(data, np.uint8)
-        pk = parse_messages(buf, starts, ends, wanted)
-        if pk[pf.P_COMPRESSED][0].any():
-            raise ValueError("compressed packets inside compressed packets")
-    t_all = _timestamps(buf, pk, pf)
-    # track descriptors: uuid -> (parent, rank)
-    has, lo, hi = pk[pf.P_TRACK_DESCRIPTOR]
-    td = parse_messages(buf, lo[has], hi[has], {pf.TD_UUID: 0, pf.TD_PARENT: 0, pf.TD_RANK: 0})
-    t_uuid = td[pf.TD_UUID][1].astype(np.int64)
-    t_parent = np.where(td[pf.TD_PARENT][0], td[pf.TD_PARENT][1].astype(np.int64), -1)
-    t_rank = (td[pf.TD_RANK][1] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    # track events (the counter values on the CTA slices are derived from them: not read)
-    has, lo, hi = pk[pf.P_TRACK_EVENT]
-    if np.any(has & ~pk[pf.P_TIMESTAMP][0]):
-        raise ValueError("a TrackEvent packet without a timestamp")
-    t = t_all[has]
-    te_lo, te_hi = lo[has], hi[has]
-    te = parse_messages(buf, te_lo, te_hi, {pf.TE_TYPE: 0, pf.TE_TRACK_UUID: 0, pf.TE_NAME_IID: 0,
-                                            pf.TE_ANNOTATIONS: 2})
     by_gpu = layout_of(meta)[0] == "sm"
-    typ = te[pf.TE_TYPE][1].astype(np.int64)
+    # every TrackEvent's columns, read chunk by chunk (the counter values on the CTA slices are
+    # derived from them: not read); in the sm layout also each one's first annotation
+    events = read_events(data, first_annotation=by_gpu)
+    del data
+    t_uuid, t_parent, t_rank = events.t_uuid, events.t_parent, events.t_rank
+    t, typ, track, an, av = events.t, events.typ, events.track, events.an, events.av
     if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
-    track = te[pf.TE_TRACK_UUID][1].astype(np.int64)
-    a_has, a_lo, a_hi = te[pf.TE_ANNOTATIONS]
-    ann = parse_messages(buf, a_lo[a_has], a_hi[a_has], {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
-    an = np.zeros(len(typ), np.int64)
-    av = np.zeros(len(typ), np.int64)
-    an[a_has] = ann[pf.DA_NAME_IID][1].astype(np.int64)
-    av[a_has] = ann[pf.DA_INT][1].view(np.int64)
     b, e = _match(track, typ == pf.TYPE_SLICE_END)
-    iid = te[pf.TE_NAME_IID][1].astype(np.int64)[b]
+    iid = events.iid[b]
     cycles = np.where(an[e] == pf.ANN_CYCLES, av[e], np.where(an[b] == pf.ANN_CYCLES, av[b], 0))
     shift = int(meta["shift_ns"])
     start, end = t[b] - shift, t[e] - shift
@@ -162,14 +127,11 @@ def _load_perfetto(data: bytes, path) -> Profile:
     names = np.array([s for _, s in meta["names"]] or [0], np.int64)
     scope = names[np.clip(iid - 1, 0, len(names) - 1)]
     c, u = is_cta, ~is_cta
-    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last: read its first one
+    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last: its first one
         ev = b[c]
-        f_has, f_lo, f_hi = parse_messages(buf, te_lo[ev], te_hi[ev], {pf.TE_ANNOTATIONS: 2},
-                                           keep="first")[pf.TE_ANNOTATIONS]
-        fa = parse_messages(buf, f_lo, f_hi, {pf.DA_NAME_IID: 0, pf.DA_INT: 0})
-        if not f_has.all() or np.any(fa[pf.DA_NAME_IID][1].astype(np.int64) != pf.ANN_LAUNCH):
+        if np.any(events.first_an[ev] != pf.ANN_LAUNCH):
             raise ValueError("a CTA slice without its 'launch' arg in a trace laid out by GPU")
-        cta_launch = fa[pf.DA_INT][1].view(np.int64)
+        cta_launch = events.first_av[ev]
     else:
         cta_launch = rank(launch_i)[c]
     table, lo_ns, order = _cta_table(meta, {"launch": cta_launch, "smid": rank(sm_i)[c], "cta": av[b][c],
@@ -183,24 +145,6 @@ def _load_perfetto(data: bytes, path) -> Profile:
           "lane": u_rank & 0xFFFF, "scope": scope[u], "depth": depth[u], "start_ns": start[u], "end_ns": end[u],
           "cycles": cycles[u]}
     return _profile(meta, table, iv)
-
-
-def _timestamps(buf: np.ndarray, pk: dict, pf) -> np.ndarray:
-    """Each packet's timestamp: with the writers' incremental clock, a running sum per sequence."""
-    incremental = False
-    has, lo, hi = pk[pf.P_DEFAULTS]
-    for k in np.flatnonzero(has).tolist():
-        d = parse_messages(buf, lo[k:k + 1], hi[k:k + 1], {pf.TPD_CLOCK_ID: 0})[pf.TPD_CLOCK_ID]
-        incremental = bool(d[0][0]) and int(d[1][0]) == pf.CLOCK_ID
-    has_ts, ts = pk[pf.P_TIMESTAMP]
-    if not incremental:
-        return ts.astype(np.int64)
-    seq = pk[pf.P_SEQ_ID][1].astype(np.int64)
-    out = np.zeros(len(ts), np.int64)
-    for s in np.unique(seq).tolist():
-        m = seq == s
-        out[m] = np.cumsum(np.where(has_ts[m], ts[m], 0).astype(np.int64))
-    return out
 
 
 def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray, levels: int) -> list[np.ndarray]:

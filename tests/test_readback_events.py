@@ -1,0 +1,46 @@
+"""A .pftrace read back chunk by chunk (trace/readback_events.py): cut into many small chunks,
+with sequences and deflated batches spread over several, on one thread or several, compressed
+or not, the same events and the same profile as read in one chunk."""
+import numpy as np
+import pytest
+
+from proton_lite.trace import load_trace, write_trace
+from proton_lite.trace import readback_events as rbe
+from synth import wave_profile
+from test_trace import assert_same_profile
+
+
+@pytest.mark.parametrize("compress, layout", [(True, "sm"), (False, "launch")])
+def test_small_chunks_read_the_same_events_and_profile_as_one(tmp_path, monkeypatch, compress, layout):
+    import proton_lite.trace.perfetto as pf
+    import proton_lite.trace.perfetto_pieces as pp
+    p = wave_profile(n_ctas=600, launches=4, sms=4, resident=3, early=0.05, late=0.05, touching=0.3, seed=2)
+    path = tmp_path / "w.pftrace"
+    monkeypatch.setattr(pp, "PIECE", 64)  # many sequences
+    monkeypatch.setattr(pp, "MAX_RAW_BATCH", 2048)  # many deflated batches
+    pf.write_perfetto(p, path, compress=compress, layout=layout)
+    data = path.read_bytes()
+    monkeypatch.setattr(rbe, "CHUNK_BYTES", 1 << 40)
+    whole = rbe.read_events(data, first_annotation=layout == "sm", workers=1)
+    monkeypatch.setattr(rbe, "CHUNK_BYTES", 4096)
+    starts, ends = rbe.packet_bounds(data)
+    outer = rbe.parse_messages(np.frombuffer(data, np.uint8), starts, ends, {rbe.pf.P_COMPRESSED: 2})[rbe.pf.P_COMPRESSED]
+    assert len(rbe._chunks(starts, ends, outer)) > 10
+    for workers in (1, 3):
+        cut = rbe.read_events(data, first_annotation=layout == "sm", workers=workers)
+        for name in ("t", "typ", "track", "iid", "an", "av", "first_an", "first_av", "t_uuid", "t_parent", "t_rank"):
+            a, b = getattr(whole, name), getattr(cut, name)
+            assert (a is None and b is None) or np.array_equal(a, b), name
+    assert len(whole.t) == 2 * (len(p.ctas) + len(p.intervals) + (len(p.launches) if layout == "sm" else 0))
+    assert_same_profile(p, load_trace(path))
+
+
+def test_a_damaged_batch_is_a_one_line_error(tmp_path):
+    p = wave_profile(n_ctas=200, launches=2, sms=2, resident=2, seed=3)
+    path = tmp_path / "d.pftrace"
+    write_trace(p, path, "perfetto")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside a deflated batch
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="d.pftrace"):
+        load_trace(path)
