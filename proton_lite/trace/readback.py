@@ -71,6 +71,22 @@ def _cta_table(meta: dict, ctas: dict) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return c, c["start_ns"] - lead, order
 
 
+def _interval_order(iv: np.ndarray) -> np.ndarray:
+    """The decoder's order of intervals: by launch, CTA, unit, lane, start, end (later
+    first), depth; the first four packed into one key where their values fit 63 bits (seven
+    keys took 6.5 s for 10.6 M intervals, 2026-11-29)."""
+    names = ("launch", "cta", "unit", "lane")
+    bits = [max(int(iv[k].max()), 0).bit_length() for k in names]
+    if sum(bits) > 63:
+        return np.lexsort((iv["depth"], -iv["end_ns"], iv["start_ns"], iv["lane"], iv["unit"], iv["cta"],
+                           iv["launch"]))
+    key = np.zeros(len(iv), np.int64)
+    for k, b in zip(names, bits):  # (one column widened at a time)
+        key <<= b
+        key |= iv[k]
+    return np.lexsort((iv["depth"], -iv["end_ns"], iv["start_ns"], key))
+
+
 def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
     """Assemble a Profile from the CTA table (``_cta_table``) and the interval columns."""
     launches = _launches_from_meta(meta)
@@ -79,8 +95,7 @@ def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
     out = np.zeros(len(iv["cta"]), INTERVAL_DTYPE)
     for k in INTERVAL_DTYPE.names:
         out[k] = iv[k]
-    out = out[np.lexsort((out["depth"], -out["end_ns"], out["start_ns"], out["lane"], out["unit"], out["cta"],
-                          out["launch"]))] if len(out) else out
+    out = out[_interval_order(out)] if len(out) else out
     return Profile(kernels=_kernels_from_meta(meta), launches=launches, ctas=c, intervals=out,
                    t0_ns=int(meta["t0_ns"]), session=meta.get("session") or {})
 
@@ -190,7 +205,7 @@ def _match(track: np.ndarray, is_end: np.ndarray):
     n = len(track)
     if not n:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    by_track = np.lexsort((np.arange(n), track))
+    by_track = np.argsort(track, kind="stable")  # (by track, then position)
     tr = track[by_track]
     end = is_end[by_track]
     step = np.where(end, -1, 1)
@@ -201,7 +216,9 @@ def _match(track: np.ndarray, is_end: np.ndarray):
     key = np.where(end, lvl, lvl - 1)  # BEGIN: level it enters from; END: level it returns to
     if key.min() < 0:
         raise ValueError("a SLICE_END without an open slice on its track")
-    ev = by_track[np.lexsort((np.arange(n), key, tr))]
+    run_of = np.repeat(np.arange(len(first)), run)  # each event's track, numbered in order
+    ev = by_track[np.argsort((run_of << 32) | key, kind="stable") if int(key.max()) < 1 << 31
+                  else np.lexsort((np.arange(n), key, tr))]
     b, e = ev[0::2], ev[1::2]
     if len(b) != len(e) or np.any(is_end[b]) or np.any(~is_end[e]) or np.any(track[b] != track[e]):
         raise ValueError("BEGIN/END events do not pair up on their tracks (a slice left open)")
@@ -211,10 +228,9 @@ def _match(track: np.ndarray, is_end: np.ndarray):
 def _nest_level(track: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Nesting depth of each slice on its track (number of enclosing open slices)."""
     n = len(track)
-    pos = np.arange(n, dtype=np.int64)
     is_end = np.zeros(n, bool)
     is_end[e] = True
-    by_track = np.lexsort((pos, track))
+    by_track = np.argsort(track, kind="stable")  # (by track, then position)
     step = np.where(is_end[by_track], -1, 1)
     after = np.cumsum(step)
     level = np.empty(n, np.int64)
