@@ -162,7 +162,7 @@ class CtaParts:
         is_begin, c = self._events(j)
         t = np.where(is_begin, self.start[c], self.end[c]) + self.shift
         phase = np.where(is_begin, 1, np.where(self.end[c] <= self.start[c], 2, 0))
-        o = _argsort_keys([t, phase, self._track(c)], lambda i: [])  # ties: in CTA order
+        o = _argsort_keys([t, phase, self._track(c)])  # ties: in CTA order
         begin, cta, tt = is_begin[o], c[o], t[o]
         delta = np.where(begin, 1, -1)
         init = self.counts_before(j) if self.inits is not None else [None] * len(self.keys)

@@ -22,18 +22,20 @@ def _pack(keys: list[np.ndarray]) -> np.ndarray | None:
     return packed
 
 
-def _argsort_keys(major: list[np.ndarray], minor) -> np.ndarray:
+def _argsort_keys(major: list[np.ndarray], minor=None) -> np.ndarray:
     """Stable order by ``major`` keys then ``minor`` keys (both most significant first).
 
     The major keys are packed into one int64; with the row index in the low bits the keys
     are unique, so a plain ``np.sort`` (SIMD, ~10x a stable argsort on shuffled input) gives
     the stable order.  ``minor(idx)`` returns the minor keys of rows ``idx`` only: they
-    reorder runs of equal major keys, which are rare, so they are computed for those alone.
+    reorder runs of equal major keys, which are rare, so they are computed for those alone;
+    without ``minor`` the stable order by the major keys is the answer (no pass over the
+    runs of equal keys: 0.6 s of 1 s for 8 M CTA events whose times tick by 32 ns).
     """
     n = len(major[0]) if major else 0
     packed = _pack(major)
     if packed is None:
-        m = minor(np.arange(n))
+        m = minor(np.arange(n)) if minor is not None else []
         return np.lexsort(tuple(reversed(m)) + tuple(reversed(major)))
     pos_bits = max(n.bit_length(), 1)
     top = int(packed.max()).bit_length() if n else 0
@@ -41,7 +43,7 @@ def _argsort_keys(major: list[np.ndarray], minor) -> np.ndarray:
         order = np.sort((packed << pos_bits) | np.arange(n, dtype=np.int64)) & ((1 << pos_bits) - 1)
     else:
         order = np.argsort(packed, kind="stable")
-    if n < 2:
+    if n < 2 or minor is None:
         return order
     ps = packed[order]
     eq = ps[1:] == ps[:-1]

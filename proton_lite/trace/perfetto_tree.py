@@ -195,7 +195,7 @@ def launch_span_rows(spans: LaunchSpans, titles: list[bytes], launch_no: np.ndar
     t = np.r_[spans.start, spans.end] + shift
     track = np.r_[spans.row, spans.row]
     phase = np.r_[np.full(n, 1), np.where(spans.end <= spans.start, 2, 0)]
-    order = _argsort_keys([t, phase, track], lambda idx: [])
+    order = _argsort_keys([t, phase, track])
     begin, k = order < n, order % max(n, 1)
     r = Rows(2 * n)
     plen, p0, tlen, t0 = slice_event_start(r, SEQ_LAUNCHES, np.diff(t[order], prepend=np.int64(0)), ~begin,

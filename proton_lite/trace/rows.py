@@ -256,7 +256,7 @@ def resident_changes(key: np.ndarray, t: np.ndarray, delta: np.ndarray) -> tuple
     # events already in time order (the CTA sequence's): (key, position) is (key, t) order, and
     # packs into few bits (ns since the epoch do not: a stable sort of every event, ~10x slower)
     minor = np.arange(n, dtype=np.int64) if (t[1:] >= t[:-1]).all() else t
-    order = _argsort_keys([np.asarray(key, np.int64), minor], lambda idx: [])
+    order = _argsort_keys([np.asarray(key, np.int64), minor])
     k, tt = key[order], t[order]
     value = np.cumsum(delta[order])
     last = np.r_[(k[1:] != k[:-1]) | (tt[1:] != tt[:-1]), True]  # the count after all events at (key, t)
