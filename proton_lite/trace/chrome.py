@@ -47,7 +47,7 @@ from proton_lite.trace.cta_sequence import CtaParts
 from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
 from proton_lite.trace.nesting import _nesting
 from proton_lite.profile_merge import capture_titles, launch_captures
-from proton_lite.trace.perfetto_pieces import Pieces, piece_indexer, time_order, track_numbers
+from proton_lite.trace.perfetto_pieces import Pieces, number_pieces, piece_indexer, time_order
 from proton_lite.trace.plan import lane_name, launch_names, launch_spans, plan_trace
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _Done, _ordered
@@ -158,16 +158,7 @@ def _write(profile: Profile, path, workers: int, pool, progress, layout: str) ->
     # (kernel, scope) pairs, numbered trace-wide here
     cut = Pieces(lay.group, plan.runs, n_iv, lay.piece_ok)
     piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, k_of_launch, len(kernels), lay.n_rows)
-
-    def trace_wide(k: int):
-        (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k), cut.cta(k))
-        return (rows, units_of, lanes_of), pairs
-    index = [f.result() for f in [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]]
-    ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # where each piece's tracks begin
-    (ut_row, ut_unit, ut_lane), ut_number = track_numbers([ut for ut, _ in index], piece_index.units,
-                                                          piece_index.lanes, lay.n_rows)
-    pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
-    del index
+    ut_first, (ut_row, ut_unit, ut_lane), ut_number, pair_keys = number_pieces(cut, piece_index, run, lay.n_rows)
 
     # threads (names need no JSON escaping): each slot, then its unit/lane tracks in (unit,
     # lane) order; tids above all pids

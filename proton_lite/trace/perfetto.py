@@ -38,8 +38,8 @@ from proton_lite.trace.workers import _Done, _ordered
 from proton_lite.trace import native_events
 from proton_lite.trace._proto import field_bytes
 from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
-from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, piece_indexer,
-                                               sequence_start, track_numbers)
+from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, number_pieces,
+                                               piece_indexer, sequence_start)
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
 from proton_lite.trace.plan import launch_spans, plan_trace
 
@@ -75,21 +75,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, launches["kernel"].astype(np.int64),
                                               len(profile.kernels), lay.n_rows)
-
-        def trace_wide(k: int):
-            """What the trace numbers across pieces: the piece's tracks and pairs.  Its per-interval
-            lists are made again when its events are (12 bytes an interval, kept for every piece
-            until then, were 0.4-0.8x a capture's raw size)."""
-            (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k), cut.cta(k))
-            return (rows, units_of, lanes_of), pairs
-        index = [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]
-        index = [f.result() for f in index]
+        ut_first, unit_list, ut_number, pair_keys = number_pieces(cut, piece_index, run, lay.n_rows)
         clock.mark("index")
-        ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])  # where each piece's tracks begin
-        unit_list, ut_number = track_numbers([ut for ut, _ in index], piece_index.units, piece_index.lanes,
-                                             lay.n_rows)
-        pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
-        del index
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads

@@ -165,6 +165,22 @@ def piece_indexer(iv: np.ndarray, row_of_cta: np.ndarray, cta_lr: np.ndarray, k_
     return index, n_scopes
 
 
+def number_pieces(cut: "Pieces", piece_index, run, n_rows: int):
+    """Phase one of both writers, every piece's ``piece_index`` on the workers (``run``
+    submits a task): (where each piece's tracks begin in the joined lists, the trace's unit
+    tracks (row, unit, lane), each piece track's number among them, the sorted (kernel,
+    scope) pair keys).  A piece's per-interval lists are made again when its events are (12
+    bytes an interval, kept for every piece until then, were 0.4-0.8x a capture's raw size)."""
+    def trace_wide(k: int):
+        (rows, units_of, lanes_of, _), pairs, _ = piece_index(cut.sel(k), cut.cta(k))
+        return (rows, units_of, lanes_of), pairs
+    index = [f.result() for f in [run(lambda k=k: trace_wide(k)) for k in range(len(cut))]]
+    ut_first = np.cumsum([0] + [len(ut[0]) for ut, _ in index])
+    unit_list, ut_number = track_numbers([ut for ut, _ in index], piece_index.units, piece_index.lanes, n_rows)
+    pair_keys = np.unique(np.concatenate([p for _, p in index])) if index else np.zeros(0, np.int64)
+    return ut_first, unit_list, ut_number, pair_keys
+
+
 def index_piece(sel: np.ndarray, cta: np.ndarray, row_of_cta, unit, lane, units: int, lanes: int, n_rows: int,
                 pair_key, n_pairs: int | None = None, native_keys=None):
     """Phase one of a piece (its intervals ``sel``, their CTA ranks ``cta``), on a worker: its
