@@ -63,6 +63,9 @@ def own_workloads():
         # straight-line, one short row per program (CTAs of ~1 µs, as liger's forwards): CTA header at exit
         "gated_silu_fwd": (lambda: F.gated_silu_fwd[(ROWS, )](x, b, y, COLS, 1.0, n_cols=COLS // 2,
                                                                BLOCK=COLS // 2, num_warps=8), "gated_silu_fwd"),
+        # one 512-element tile per program, 4 warps (FlagGems' generated pointwise kernels): 65,536 CTAs of ~2 µs
+        "tile_gelu": (lambda: F.tile_gelu[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, TILE=512, num_warps=4),
+                      "tile_gelu"),
         # a loop after a load in the entry block, 32 warps (liger's cross-entropy's shape): header at entry
         "row_cross_entropy": (lambda: F.row_cross_entropy[(ROWS, )](x, target, loss, COLS, COLS, BLOCK=1024,
                                                                      num_warps=32), "row_cross_entropy"),

@@ -28,7 +28,8 @@ u32reads``; run_gpu.sh ``TIMER_READS=1``; on the H100 no gain: layer norm +7.3% 
 the header at exit: thread 0's seven 8-byte stores as four 16-byte-aligned ones, chosen by the
 CTA block's parity on the 56-byte stride (tests/test_record_code.py checks the bytes; on the
 H100 no gain: liger mean 1.0269 and 1.0243 against 1.0269 and 1.0271; run_gpu.sh
-``FORMS_AB="pass v4stores"``; both in benchmarks.md "Timer reads by the lane"); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part: its ``%globaltimer``
+``FORMS_AB="pass v4stores"``; both in benchmarks.md "Timer reads by the lane"); ``xnogt``/``xnosmid``/``xnostore`` diagnoses, the exit without one part (``noexit``/``noentry``: without
+the whole exit, or the entry's timer reads): its ``%globaltimer``
 read (a ``%clock64`` read instead), its ``%smid`` read, its stores (behind a predicate that
 is never true, so that everything they store is still computed); ``onestore`` a diagnosis
 of straight-line scope-less kernels: thread 0's exit stores only what a CTA's lifetime needs,
@@ -121,6 +122,10 @@ def use_form(form: str) -> None:
             "mov.u32 %pl_r0, %tid.x;", "setp.ne.u32 %pl_p0, %pl_r0, 0;", f"@%pl_p0 bra $pl_done_{k};",
             "mov.u32 %pl_r1, %clock;", f"$pl_spin_{k}:", "mov.u32 %pl_r2, %clock;", "sub.u32 %pl_r3, %pl_r2, %pl_r1;",
             f"setp.lt.u32 %pl_p1, %pl_r3, {cycles};", f"@%pl_p1 bra $pl_spin_{k};", f"$pl_done_{k}:"]
+    if form == "noexit":  # a diagnosis of straight-line kernels: the entry's two timer reads, no exit code
+        ptx_lifetimes.LifetimesCode.lifetimes_epilogue = lambda self, k: []
+    if form == "noentry":  # a diagnosis: the exit as shipped, no timer read at entry (its start pair is garbage)
+        ptx_lifetimes.LifetimesCode.lifetimes_prologue = lambda self: ["mov.u32 %pl_r13, 0;", "mov.u32 %pl_r14, 0;"]
     if form in ("xnogt", "xnosmid", "xnostore"):  # diagnoses: the exit without one of its parts
         exit_code = ptx_lifetimes.LifetimesCode._exit_code
 
@@ -306,7 +311,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore",
+                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore", "noexit", "noentry",
                                        "lateheader", "onestore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
