@@ -26,6 +26,7 @@ from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns, layout_of
 from proton_lite.trace.tree import _launch_rank
 from proton_lite.trace._proto import fields, read_varint
+from proton_lite.trace import pairing_c
 from proton_lite.trace.readback_events import read_events
 from proton_lite.trace.rows import cta_by_time
 
@@ -107,12 +108,14 @@ def _load_perfetto(data: bytes, path) -> Profile:
     t, typ, track, an, av = events.t, events.typ, events.track, events.an, events.av
     if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
-    b, e = _match(track, typ == pf.TYPE_SLICE_END)
+    got = pairing_c.pair(track, typ == pf.TYPE_SLICE_END, t_uuid)  # in C, with each slice's depth
+    b, e, level = got if got is not None else (*_match(track, typ == pf.TYPE_SLICE_END), None)
     iid = events.iid[b]
     cycles = np.where(an[e] == pf.ANN_CYCLES, av[e], np.where(an[b] == pf.ANN_CYCLES, av[b], 0))
     shift = int(meta["shift_ns"])
     start, end = t[b] - shift, t[e] - shift
-    depth = np.where(an[b] == pf.ANN_DEPTH, av[b], _nest_level(track, b, e))
+    depth = np.where(an[b] == pf.ANN_DEPTH, av[b], level if level is not None else _nest_level(track, b, e))
+    del level
 
     # each slice's track: a slot (parent SM, grandparent launch) or a unit track one level down;
     # in a trace of merged captures each launch has its capture's track above it
