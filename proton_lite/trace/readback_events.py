@@ -10,6 +10,9 @@ time, on the stop's threads, and each chunk leaves only compact columns per slic
 Timestamps: the writers use an incremental clock per sequence (TracePacketDefaults), so a
 packet's time is the running sum of its sequence's timestamps up to it.  Each chunk sums
 its own packets per sequence; the sums of the chunks before it are added afterwards.
+
+A chunk is parsed in C without the GIL where that is built (``readback_c``, the same columns);
+the numpy parse here reads it otherwise, and reads a malformed chunk to say what is wrong.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.stop_threads import stop_threads
-from proton_lite.trace import perfetto_fields as pf
+from proton_lite.trace import perfetto_fields as pf, readback_c
 from proton_lite.trace._proto import packet_bounds, parse_messages
 
 CHUNK_BYTES = 8 << 20  # packet bytes a chunk holds once inflated, about (~60 MB of its temporaries)
@@ -80,6 +83,9 @@ def _chunk_events(data: bytes, starts, ends, outer, run: tuple[int, int], first_
         at = int(ends[k])
     chunk = b"".join(pieces)
     del pieces
+    cols = readback_c.chunk_columns(chunk, first_annotation)
+    if cols is not None:
+        return cols
     buf = np.frombuffer(chunk, np.uint8)
     p_lo, p_hi = packet_bounds(chunk)
     pk = parse_messages(buf, p_lo, p_hi, WANTED)
