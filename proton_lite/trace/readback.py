@@ -82,13 +82,15 @@ def _interval_order(iv: np.ndarray) -> np.ndarray:
 
 
 def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
-    """Assemble a Profile from the CTA table (``_cta_table``) and the interval columns."""
+    """Assemble a Profile from the CTA table (``_cta_table``) and the interval columns (taken
+    out of ``iv`` as they are copied: each column goes before the intervals are sorted)."""
     launches = _launches_from_meta(meta)
     lr = _launch_rank(launches, c["launch"], "CTA slices")
     c = c[np.lexsort((c["cta"], lr))]  # decode order: launch, then CTA id
+    del lr
     out = np.zeros(len(iv["cta"]), INTERVAL_DTYPE)
     for k in INTERVAL_DTYPE.names:
-        out[k] = iv[k]
+        out[k] = iv.pop(k)
     out = out[_interval_order(out)] if len(out) else out
     return Profile(kernels=_kernels_from_meta(meta), launches=launches, ctas=c, intervals=out,
                    t0_ns=int(meta["t0_ns"]), session=meta.get("session") or {})
@@ -97,6 +99,12 @@ def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
 # ---- Perfetto ------------------------------------------------------------------------------
 
 def _load_perfetto(data: bytes, path) -> Profile:
+    # (the events' and slices' columns, ~100 bytes a slice, go before the profile is sorted)
+    return _profile(*_perfetto_columns(data, path))
+
+
+def _perfetto_columns(data: bytes, path) -> tuple[dict, np.ndarray, dict]:
+    """The metadata, the CTA table and the interval columns of a .pftrace (``_profile``'s input)."""
     from proton_lite.trace import perfetto_fields as pf
     meta = _first_packet_meta(data, pf.META_FIELD, path)
     by_gpu = layout_of(meta)[0] == "sm"
@@ -110,6 +118,7 @@ def _load_perfetto(data: bytes, path) -> Profile:
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
     got = pairing_c.pair(track, typ == pf.TYPE_SLICE_END, t_uuid)  # in C, with each slice's depth
     b, e, level = got if got is not None else (*_match(track, typ == pf.TYPE_SLICE_END), None)
+    del got
     iid = events.iid[b]
     cycles = np.where(an[e] == pf.ANN_CYCLES, av[e], np.where(an[b] == pf.ANN_CYCLES, av[b], 0))
     shift = int(meta["shift_ns"])
@@ -155,7 +164,7 @@ def _load_perfetto(data: bytes, path) -> Profile:
     iv = {"launch": table["launch"][owner], "cta": table["cta"][owner], "unit": u_rank >> 16,
           "lane": u_rank & 0xFFFF, "scope": scope[u], "depth": depth[u], "start_ns": start[u], "end_ns": end[u],
           "cycles": cycles[u]}
-    return _profile(meta, table, iv)
+    return meta, table, iv
 
 
 def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray, levels: int) -> list[np.ndarray]:
