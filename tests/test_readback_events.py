@@ -44,3 +44,16 @@ def test_a_damaged_batch_is_a_one_line_error(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="d.pftrace"):
         load_trace(path)
+
+
+def test_each_slices_track_and_its_ancestors_are_found_or_named_missing():
+    from proton_lite.trace.readback import _ancestors
+    t_uuid = np.array([30, 10, 20, 40, 50], np.int64)  # 10 > 20 > 30 > 40; 50's parent 99 is not described
+    t_parent = np.array([20, -1, 10, 30, 99], np.int64)
+    up = _ancestors(t_uuid, t_parent, np.array([40, 20, 30], np.int64), 4)
+    assert [u.tolist() for u in up] == [[3, 2, 0], [0, 1, 2], [2, -1, 1], [1, -1, -1], [-1, -1, -1]]
+    with pytest.raises(ValueError, match="no TrackDescriptor"):
+        _ancestors(t_uuid, t_parent, np.array([20, 60], np.int64), 2)  # a slice's own track
+    with pytest.raises(ValueError, match="no TrackDescriptor"):
+        _ancestors(t_uuid, t_parent, np.array([50], np.int64), 2)  # its parent
+    assert len(_ancestors(t_uuid, t_parent, np.array([20], np.int64), 2)[0]) == 1  # 50 unused: no error

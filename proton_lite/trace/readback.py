@@ -168,24 +168,32 @@ def _perfetto_columns(data: bytes, path) -> tuple[dict, np.ndarray, dict]:
 
 
 def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray, levels: int) -> list[np.ndarray]:
-    """[own descriptor index, parent's, grandparent's, ...] of each track uuid; -1 above the root."""
+    """[own descriptor index, parent's, grandparent's, ...] of each track uuid; -1 above the root.
+    Each uuid is looked up once; the levels above follow each descriptor's parent, looked up
+    once per descriptor (a few thousand), not once per slice and level."""
     by_uuid = np.argsort(t_uuid)
 
-    def lookup(u):
+    def lookup(u, missing=None):
         if not len(by_uuid):
-            if len(u):
+            if len(u) and missing is None:
                 raise ValueError("slices on a track that has no TrackDescriptor")
-            return np.zeros(0, np.int64)
+            return np.full(len(u), missing if missing is not None else 0, np.int64)
         i = by_uuid[np.minimum(np.searchsorted(t_uuid, u, sorter=by_uuid), len(by_uuid) - 1)]
-        if not np.all(t_uuid[i] == u):
+        found = t_uuid[i] == u
+        if missing is not None:
+            return np.where(found, i, missing)
+        if not np.all(found):
             raise ValueError("slices on a track that has no TrackDescriptor")
         return i
+    parent = np.full(len(t_uuid), -1, np.int64)  # each descriptor's parent's index; -2: a parent not described
+    has = t_parent >= 0
+    parent[has] = lookup(t_parent[has], missing=-2)
     up = [lookup(uuid)]
     for _ in range(levels):
         prev = up[-1]
-        par = np.where(prev >= 0, t_parent[np.maximum(prev, 0)], -1)
-        nxt = np.full(len(prev), -1, np.int64)
-        nxt[par >= 0] = lookup(par[par >= 0])
+        nxt = np.where(prev >= 0, parent[np.maximum(prev, 0)], -1)
+        if np.any(nxt == -2):
+            raise ValueError("slices on a track that has no TrackDescriptor")
         up.append(nxt)
     return up
 
