@@ -52,15 +52,19 @@ def _cta_table(meta: dict, ctas: dict) -> tuple[np.ndarray, np.ndarray, np.ndarr
     per-CTA columns), those columns joined; returns (ctas, their extent starts, the index
     in ``ctas`` (the input) of each row)."""
     launches = _launches_from_meta(meta)
-    c = np.zeros(len(ctas["cta"]), CTA_DTYPE)
-    lr = _launch_rank(launches, np.asarray(ctas["launch"]), "CTA slices")
-    for k in ("launch", "cta", "smid", "start_ns", "end_ns"):
-        c[k] = ctas[k]
+    cols = {k: np.asarray(ctas[k]) for k in ("launch", "cta", "smid", "start_ns", "end_ns")}
+    lr = _launch_rank(launches, cols["launch"], "CTA slices")
     _, top = layout_of(meta)  # the sm layout orders CTAs by GPU, SM, launch (trace/plan.py)
     if top is not None and len(top) != len(launches):
         raise ValueError("the metadata's layout names a GPU for another number of launches")
-    order = np.lexsort((c["cta"], c["smid"], lr)) if top is None else np.lexsort((c["cta"], lr, c["smid"], top[lr]))
-    c = c[order]
+    # sorted by packed keys from the columns (a lexsort of the table's strided fields took 2.8 s
+    # for 4.19 M CTAs), then each column gathered into the table once
+    keys = [lr, cols["smid"], cols["cta"]] if top is None else [np.asarray(top)[lr], cols["smid"], lr, cols["cta"]]
+    order = _argsort_keys(keys)
+    del keys, lr
+    c = np.zeros(len(order), CTA_DTYPE)
+    for k, v in cols.items():
+        c[k] = v[order]
     if int(meta["ctas"]["rows"]) != len(c):
         raise ValueError(f"{len(c)} CTA slices but metadata for {meta['ctas']['rows']} CTAs")
     extras = _unpack_columns(meta["ctas"])
