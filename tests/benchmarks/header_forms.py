@@ -5,7 +5,7 @@ Forms (passes/ptx_lifetimes.py): ``pass`` what the pass chooses (at exit in stra
 kernels, at entry in kernels with loops), ``exit`` the start pair's low halves kept in
 registers until exit in every scope-less kernel, loops included, ``entry`` the header at
 entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``exit`` with
-thread 0 alone reading the halves (a diagnosis: are the other warps' timer reads the
+thread 0 alone reading the halves (``warp0``: warp 0's threads) (a diagnosis: are the other warps' timer reads the
 cost?), ``empty`` a scope-less kernel with no code of ours at all, launched by the session
 as any other (a diagnosis: is what a short kernel pays in its code, or around it: its
 buffer, its launch?), ``cs2r`` the halves taken from 64-bit reads (ptxas then issues
@@ -260,6 +260,10 @@ def use_form(form: str) -> None:
     if form == "lateheader":  # kernels with loops: the header at entry, but after the entry block's first load
         rewrite = stage_hook.rewrite
         stage_hook.rewrite = lambda *a, **k: late_prologue(rewrite(*a, **k))
+    if form == "warp0":  # a diagnosis: the start's two reads in warp 0 alone (predicated), whose thread 0 uses them
+        halves0 = ptx_lifetimes.LifetimesCode._start_halves
+        ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
+            ["mov.u32 %pl_r0, %tid.x;", "setp.lt.u32 %pl_p1, %pl_r0, 32;"] + ["@%pl_p1 " + i for i in halves0(self)])
     if form == "pred":
         halves = ptx_lifetimes.LifetimesCode._start_halves
         ptx_lifetimes.LifetimesCode._start_halves = lambda self: (
@@ -311,7 +315,7 @@ def session_binaries(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
-                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore", "noexit", "noentry",
+                                       "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore", "noexit", "noentry", "warp0",
                                        "lateheader", "onestore"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
