@@ -161,3 +161,17 @@ def tile_gelu(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
     y = tl.load(y_ptr + tid % n_cols, mask=mask)
     v = x * y + 1.0
     tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)
+
+
+@triton.jit(do_not_specialize=["n"])
+def tile_gelu_scalar(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
+    """``tile_gelu`` with ``n`` left unspecialized: its mask is then not known to hold in runs
+    of 4, so each thread loads and stores its 4 elements one by one, as FlagGems' block
+    pointers make its pointwise kernels do (LDG.E where ``tile_gelu`` has LDG.E.128)."""
+    pid = tl.program_id(0)
+    tid = pid * TILE + tl.arange(0, TILE)
+    mask = tid < n
+    x = tl.load(x_ptr + tid, mask=mask)
+    y = tl.load(y_ptr + tid % n_cols, mask=mask)
+    v = x * y + 1.0
+    tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)

@@ -66,6 +66,8 @@ def own_workloads():
         # one 512-element tile per program, 4 warps (FlagGems' generated pointwise kernels): 65,536 CTAs of ~2 µs
         "tile_gelu": (lambda: F.tile_gelu[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, TILE=512, num_warps=4),
                       "tile_gelu"),
+        "tile_gelu_scalar": (lambda: F.tile_gelu_scalar[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, TILE=512,
+                                                                                num_warps=4), "tile_gelu_scalar"),
         # a loop after a load in the entry block, 32 warps (liger's cross-entropy's shape): header at entry
         "row_cross_entropy": (lambda: F.row_cross_entropy[(ROWS, )](x, target, loss, COLS, COLS, BLOCK=1024,
                                                                      num_warps=32), "row_cross_entropy"),
