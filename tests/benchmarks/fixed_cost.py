@@ -4,7 +4,9 @@ under Proton, by CUPTI kernel durations in interleaved rounds, one process (GPU)
 Kernels: tests/fixed_cost_kernels.py, shaped like the production kernels the issue names
 (row-wise norms and gated activations with 8-16 warps, one row per program, the gated
 SiLU forward with rows of 2,048 and a header written at exit; a reduction
-over a persistent grid; a 2-D-grid weight gradient), and liger-kernel's ops when its wheel
+over a persistent grid; a 2-D-grid weight gradient; one 512-element tile per program with
+vector or scalar loads, FlagGems' pointwise shape, and on Triton < 3.9 FlagGems' generated gelu
+kernel itself, tests/benchmarks/flaggems_gelu_shape.py), and liger-kernel's ops when its wheel
 is importable (tests/liger_ops.py, rows x ``--liger-scale``: 8,192 tokens by default, kernels
 of tens of µs as in the issue).  In a session a kernel without scopes records only its
 CTAs' and warps' lifetimes (granularity "auto" picks one unit per CTA).  Proton's
@@ -27,6 +29,7 @@ import triton
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import fixed_cost_kernels as F  # noqa: E402
+import flaggems_gelu_shape as G  # noqa: E402
 from bench import ProtonRef  # noqa: E402
 from library import liger_workloads, measure  # noqa: E402
 
@@ -49,7 +52,7 @@ def own_workloads():
     dw = torch.empty(triton.cdiv(ROWS, 32), COLS, device="cuda")
     target = torch.randint(0, COLS, (ROWS, ), device="cuda", generator=g)
     loss = torch.empty(ROWS, device="cuda")
-    return {
+    work = {
         "rms_norm_fwd": (lambda: F.rms_norm_fwd[(ROWS, )](x, w, y, rstd, COLS, COLS, 1e-6, BLOCK=COLS, num_warps=8),
                          "rms_norm_fwd"),
         "dyt_bwd": (lambda: F.dyt_bwd[(sms, )](x, dy, dx, alpha, w, dalpha, dgamma, ROWS, COLS, COLS, BLOCK=COLS,
@@ -72,6 +75,12 @@ def own_workloads():
         "row_cross_entropy": (lambda: F.row_cross_entropy[(ROWS, )](x, target, loss, COLS, COLS, BLOCK=1024,
                                                                      num_warps=32), "row_cross_entropy"),
     }
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 9):  # block pointers: gone in Triton 3.9
+        # FlagGems' generated gelu kernel itself, launched as a plain JIT kernel on our inputs
+        work["flaggems_gelu"] = (lambda: G.gelu_none_kernel_rank_1[(ROWS * COLS // 512, )](
+            x, y, 1, 0, 1, 0, ROWS * COLS, ROWS * COLS, 1, tile_size0=512, one_tile_per_cta=True, num_warps=4),
+            "gelu_none_kernel_rank_1")
+    return work
 
 
 def main():
