@@ -80,6 +80,10 @@ def own_workloads():
         work["flaggems_gelu"] = (lambda: G.gelu_none_kernel_rank_1[(ROWS * COLS // 512, )](
             x, y, 1, 0, 1, 0, ROWS * COLS, ROWS * COLS, 1, tile_size0=512, one_tile_per_cta=True, num_warps=4),
             "gelu_none_kernel_rank_1")
+        xy1 = x * w + 1.0  # the input FlagGems' gelu kernel gets in gelu(x * y + 1): other values for its erf
+        work["flaggems_gelu_xy1"] = (lambda: G.gelu_none_kernel_rank_1[(ROWS * COLS // 512, )](
+            xy1, y, 1, 0, 1, 0, ROWS * COLS, ROWS * COLS, 1, tile_size0=512, one_tile_per_cta=True, num_warps=4),
+            "gelu_none_kernel_rank_1")
     return work
 
 
