@@ -152,8 +152,9 @@ def layer_norm_rows(x_ptr, y_ptr, w_ptr, b_ptr, stride, n, eps, BLOCK: tl.conste
 @triton.jit
 def tile_gelu(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
     """gelu(x * y + 1) over a flat tensor, one tile of ``TILE`` elements per program: the
-    shape of the pointwise kernels that FlagGems generates (512-element tiles, 4 warps: 4
-    elements a thread) and Inductor's (1,024): tens of thousands of CTAs of 1-3 µs."""
+    shape of the pointwise kernels that FlagGems generates while its grid stays under its cap
+    of 65,536 CTAs (one tile a CTA, 4 warps; past it they loop over tiles, benchmarks.md) and
+    of Inductor's (1,024): tens of thousands of straight-line CTAs of 1-3 µs."""
     pid = tl.program_id(0)
     tid = pid * TILE + tl.arange(0, TILE)
     mask = tid < n
@@ -166,7 +167,7 @@ def tile_gelu(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
 @triton.jit(do_not_specialize=["n"])
 def tile_gelu_scalar(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
     """``tile_gelu`` with ``n`` left unspecialized: its mask is then not known to hold in runs
-    of 4, so each thread loads and stores its 4 elements one by one, as FlagGems' block
+    of 4, so each thread loads and stores its elements one by one, as FlagGems' block
     pointers make its pointwise kernels do (LDG.E where ``tile_gelu`` has LDG.E.128)."""
     pid = tl.program_id(0)
     tid = pid * TILE + tl.arange(0, TILE)

@@ -20,7 +20,7 @@ GATED = (F.gated_silu_fwd, {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32"
 SHIFT = 4  # instructions a load may move: the prologue's two reads and what ptxas moves with them
 
 
-# one 512-element tile per program (FlagGems' generated pointwise kernels; Inductor's are alike)
+# one 512-element tile per program (FlagGems' pointwise kernels below its grid cap; Inductor's are alike)
 TILE = (F.tile_gelu, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "n_cols": "i32"})
 
 

@@ -5,8 +5,9 @@ Kernels: tests/fixed_cost_kernels.py, shaped like the production kernels the iss
 (row-wise norms and gated activations with 8-16 warps, one row per program, the gated
 SiLU forward with rows of 2,048 and a header written at exit; a reduction
 over a persistent grid; a 2-D-grid weight gradient; one 512-element tile per program with
-vector or scalar loads, FlagGems' pointwise shape, and on Triton < 3.9 FlagGems' generated gelu
-kernel itself, tests/benchmarks/flaggems_gelu_shape.py), and liger-kernel's ops when its wheel
+vector or scalar loads, and on Triton < 3.9 FlagGems' generated gelu kernel itself built that
+way, tests/benchmarks/flaggems_gelu_shape.py: the shape of FlagGems' pointwise kernels below its
+grid cap), and liger-kernel's ops when its wheel
 is importable (tests/liger_ops.py, rows x ``--liger-scale``: 8,192 tokens by default, kernels
 of tens of µs as in the issue).  In a session a kernel without scopes records only its
 CTAs' and warps' lifetimes (granularity "auto" picks one unit per CTA).  Proton's
@@ -66,7 +67,7 @@ def own_workloads():
         # straight-line, one short row per program (CTAs of ~1 µs, as liger's forwards): CTA header at exit
         "gated_silu_fwd": (lambda: F.gated_silu_fwd[(ROWS, )](x, b, y, COLS, 1.0, n_cols=COLS // 2,
                                                                BLOCK=COLS // 2, num_warps=8), "gated_silu_fwd"),
-        # one 512-element tile per program, 4 warps (FlagGems' generated pointwise kernels): 65,536 CTAs of ~2 µs
+        # one 512-element tile per program, 4 warps (FlagGems' pointwise kernels below its grid cap): 65,536 CTAs of ~2 µs
         "tile_gelu": (lambda: F.tile_gelu[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, TILE=512, num_warps=4),
                       "tile_gelu"),
         "tile_gelu_scalar": (lambda: F.tile_gelu_scalar[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, TILE=512,

@@ -1,5 +1,6 @@
-"""FlagGems' generated pointwise kernel for gelu on a contiguous tensor (rank 1, one 512-element
-tile per program, block pointers), written here from its generator's template
+"""FlagGems' generated pointwise kernel for gelu on a contiguous tensor (rank 1, block pointers;
+one tile per program where ``one_tile_per_cta``, else a grid-stride loop over tiles, which
+FlagGems runs past its grid cap of 65,536 CTAs), written here from its generator's template
 (``flag_gems/utils/pointwise_dynamic.py``, 5.0.2) so that its SASS can be compared with the
 plain build without a GPU (design.md, "Short CTAs of other libraries").  Block pointers were
 removed in Triton 3.9: build it with Triton 3.6-3.8, e.g.
