@@ -176,3 +176,20 @@ def tile_gelu_scalar(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
     y = tl.load(y_ptr + tid % n_cols, mask=mask)
     v = x * y + 1.0
     tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)
+
+
+@triton.jit
+def tile_gelu_loop(x_ptr, y_ptr, out_ptr, n, n_cols, tiles_per_cta, TILE: tl.constexpr):
+    """``tile_gelu`` as a grid-stride loop over ``tiles_per_cta`` tiles a program: what
+    FlagGems' pointwise kernels run past its grid cap of 65,536 CTAs (8,192 x 4,096 elements:
+    tiles of 256, two a CTA; benchmarks.md "Scope-less kernels of other libraries").  A kernel
+    with a loop gets its CTA header at entry."""
+    pid = tl.program_id(0)
+    num_ctas = tl.num_programs(0)
+    for j in range(0, tiles_per_cta):
+        tid = (pid + j * num_ctas) * TILE + tl.arange(0, TILE)
+        mask = tid < n
+        x = tl.load(x_ptr + tid, mask=mask)
+        y = tl.load(y_ptr + tid % n_cols, mask=mask)
+        v = x * y + 1.0
+        tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)

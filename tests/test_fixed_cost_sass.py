@@ -194,3 +194,33 @@ def test_the_lateheader_form_issues_a_loop_kernel_s_first_load_before_its_header
     shipped, late = first_load_and_store(False), first_load_and_store(True)
     assert shipped[1] < shipped[0], shipped  # shipped: the header's stores before the kernel's first load
     assert late[0] < late[1], late  # the form: the load first
+
+
+def test_a_short_loop_kernel_gets_its_header_at_entry_and_the_exit_form_keeps_its_start(tmp_path, monkeypatch):
+    """FlagGems' pointwise kernels past its grid cap are grid-stride loops of two short tiles a
+    CTA, 16 CTAs per SM (``tile_gelu_loop``, our kernel of that shape): as shipped a kernel with
+    a loop writes its CTA header at entry (thread 0, before its first load), which costs them
+    3.3-3.7 points on the H200; ``header_forms.py --form exit``/``pred`` keep the start's halves
+    across the loop instead and write everything at exit (1.2-2 points better there, worse on
+    liger's cross-entropy: design.md, "Short CTAs of other libraries")."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "benchmarks"))
+    from proton_lite.passes import ptx_instrument, stage_hook
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "n_cols": "i32", "tiles_per_cta": "i32"}
+
+    def build(keep_start: bool):
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"cache_{keep_start}"))  # the key does not see the form
+        if keep_start:  # what header_forms.use_form("exit") sets
+            def keeps(ptx, info, layout):
+                return ptx_instrument.lifetimes_only(info, layout) and "setmaxnreg" not in ptx
+            monkeypatch.setattr(stage_hook, "keeps_start_pair", keeps)
+            monkeypatch.setattr(ptx_instrument, "keeps_start_pair", keeps)
+        k = proton_lite.compile(F.tile_gelu_loop, sig, {"TILE": 256}, num_warps=4,
+                                divisible_by_16=("x_ptr", "y_ptr", "out_ptr", "n", "n_cols"))
+        ops = [i.opcode for i in disassemble(k.asm["cubin"])]
+        first_load = next(n for n, o in enumerate(ops) if o.startswith("LDG"))
+        stores_before = sum(1 for o in ops[:first_load] if o.startswith("STG"))
+        return k.profile["cta_header"], stores_before, k.profile["layout"]
+    shipped, kept = build(False), build(True)
+    assert shipped[0] == "entry" and shipped[1] > 0, shipped  # the header's stores before the first load
+    assert kept[0] == "exit" and kept[1] == 0, kept  # nothing of ours stored before it

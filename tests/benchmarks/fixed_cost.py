@@ -72,6 +72,9 @@ def own_workloads():
                       "tile_gelu"),
         "tile_gelu_scalar": (lambda: F.tile_gelu_scalar[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, TILE=512,
                                                                                 num_warps=4), "tile_gelu_scalar"),
+        # the same as a grid-stride loop of two 256-element tiles a CTA (FlagGems' pointwise kernels past its grid cap)
+        "tile_gelu_loop": (lambda: F.tile_gelu_loop[(ROWS * COLS // 512, )](x, w, y, ROWS * COLS, COLS, 2, TILE=256,
+                                                                            num_warps=4), "tile_gelu_loop"),
         # a loop after a load in the entry block, 32 warps (liger's cross-entropy's shape): header at entry
         "row_cross_entropy": (lambda: F.row_cross_entropy[(ROWS, )](x, target, loss, COLS, COLS, BLOCK=1024,
                                                                      num_warps=32), "row_cross_entropy"),
