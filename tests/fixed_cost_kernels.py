@@ -150,18 +150,23 @@ def layer_norm_rows(x_ptr, y_ptr, w_ptr, b_ptr, stride, n, eps, BLOCK: tl.conste
 
 
 @triton.jit
-def tile_gelu(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
-    """gelu(x * y + 1) over a flat tensor, one tile of ``TILE`` elements per program: the
-    shape of the pointwise kernels that FlagGems generates while its grid stays under its cap
-    of 65,536 CTAs (one tile a CTA, 4 warps; past it they loop over tiles, benchmarks.md) and
-    of Inductor's (1,024): tens of thousands of straight-line CTAs of 1-3 µs."""
-    pid = tl.program_id(0)
-    tid = pid * TILE + tl.arange(0, TILE)
+def _gelu_tile(x_ptr, y_ptr, out_ptr, tid, n, n_cols):
+    """gelu(x * y + 1) at the flat positions ``tid`` below ``n`` (``y`` a row of ``n_cols``),
+    inlined by Triton into each tile kernel below."""
     mask = tid < n
     x = tl.load(x_ptr + tid, mask=mask)
     y = tl.load(y_ptr + tid % n_cols, mask=mask)
     v = x * y + 1.0
     tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)
+
+
+@triton.jit
+def tile_gelu(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
+    """gelu(x * y + 1) over a flat tensor, one tile of ``TILE`` elements per program: the
+    shape of the pointwise kernels that FlagGems generates while its grid stays under its cap
+    of 65,536 CTAs (one tile a CTA, 4 warps; past it they loop over tiles, benchmarks.md) and
+    of Inductor's (1,024): tens of thousands of straight-line CTAs of 1-3 µs."""
+    _gelu_tile(x_ptr, y_ptr, out_ptr, tl.program_id(0) * TILE + tl.arange(0, TILE), n, n_cols)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -169,13 +174,7 @@ def tile_gelu_scalar(x_ptr, y_ptr, out_ptr, n, n_cols, TILE: tl.constexpr):
     """``tile_gelu`` with ``n`` left unspecialized: its mask is then not known to hold in runs
     of 4, so each thread loads and stores its elements one by one, as FlagGems' block
     pointers make its pointwise kernels do (LDG.E where ``tile_gelu`` has LDG.E.128)."""
-    pid = tl.program_id(0)
-    tid = pid * TILE + tl.arange(0, TILE)
-    mask = tid < n
-    x = tl.load(x_ptr + tid, mask=mask)
-    y = tl.load(y_ptr + tid % n_cols, mask=mask)
-    v = x * y + 1.0
-    tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)
+    _gelu_tile(x_ptr, y_ptr, out_ptr, tl.program_id(0) * TILE + tl.arange(0, TILE), n, n_cols)
 
 
 @triton.jit
@@ -187,9 +186,4 @@ def tile_gelu_loop(x_ptr, y_ptr, out_ptr, n, n_cols, tiles_per_cta, TILE: tl.con
     pid = tl.program_id(0)
     num_ctas = tl.num_programs(0)
     for j in range(0, tiles_per_cta):
-        tid = (pid + j * num_ctas) * TILE + tl.arange(0, TILE)
-        mask = tid < n
-        x = tl.load(x_ptr + tid, mask=mask)
-        y = tl.load(y_ptr + tid % n_cols, mask=mask)
-        v = x * y + 1.0
-        tl.store(out_ptr + tid, 0.5 * v * (1.0 + tl.erf(v * 0.7071067811865476)), mask=mask)
+        _gelu_tile(x_ptr, y_ptr, out_ptr, (pid + j * num_ctas) * TILE + tl.arange(0, TILE), n, n_cols)
