@@ -95,9 +95,9 @@ def measure_modes(name, call, keep, args, tmp, proton_ref) -> dict:
     kernels = []
     for k in sorted(t["plain"]):
         row = {"kernel": k, "plain_us": statistics.median(t["plain"][k])}
-        for mode, key in (("pl", "pl"), ("proton", "proton")):
+        for mode in ("pl", "proton"):
             if t[mode].get(k):
-                row[f"{key}_us"] = statistics.median(t[mode][k])
+                row[f"{mode}_us"] = statistics.median(t[mode][k])
         kernels.append(row)
     clear_library_caches()
     return {"workload": name, "kernels": kernels, "session_launches": dict(seen)}
