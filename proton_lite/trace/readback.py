@@ -232,12 +232,12 @@ def _match(track: np.ndarray, is_end: np.ndarray):
     lvl = after - np.repeat(after[first] - step[first], run)  # level after each event, per track
     key = np.where(end, lvl, lvl - 1)  # BEGIN: level it enters from; END: level it returns to
     if key.min() < 0:
-        raise ValueError("a SLICE_END without an open slice on its track")
+        raise ValueError(pairing_c.NO_OPEN_SLICE)
     run_of = np.repeat(np.arange(len(first)), run)  # each event's track, numbered in order
     ev = by_track[_argsort_keys([run_of, key])]
     b, e = ev[0::2], ev[1::2]
     if len(b) != len(e) or np.any(is_end[b]) or np.any(~is_end[e]) or np.any(track[b] != track[e]):
-        raise ValueError("BEGIN/END events do not pair up on their tracks (a slice left open)")
+        raise ValueError(pairing_c.LEFT_OPEN)
     return b, e
 
 
