@@ -57,3 +57,19 @@ def test_each_slices_track_and_its_ancestors_are_found_or_named_missing():
     with pytest.raises(ValueError, match="no TrackDescriptor"):
         _ancestors(t_uuid, t_parent, np.array([50], np.int64), 2)  # its parent
     assert len(_ancestors(t_uuid, t_parent, np.array([20], np.int64), 2)[0]) == 1  # 50 unused: no error
+
+
+@pytest.mark.parametrize("span", [10**6, 1 << 61])  # times packed beside the slot as they are, or as ranks
+def test_an_interval_finds_its_cta_by_slot_and_time(span):
+    """``rows.cta_by_time``: the last CTA on the interval's slot whose extent starts at or before
+    the interval's start, -1 where none does, against a loop written here."""
+    from proton_lite.trace.rows import cta_by_time
+    rng = np.random.default_rng(7)
+    cta_row = rng.integers(0, 6, 300)
+    cta_lo = rng.integers(-span, span, 300)
+    iv_row = np.r_[rng.integers(0, 7, 1990), cta_row[:10]]  # slot 6 has no CTA
+    iv_start = np.r_[rng.integers(-span, span, 1990), cta_lo[:10]]  # some start exactly at their CTA's
+    got = cta_by_time(cta_row, cta_lo, iv_row, iv_start)
+    for i in range(len(iv_row)):
+        mine = [(cta_lo[j], j) for j in range(len(cta_row)) if cta_row[j] == iv_row[i] and cta_lo[j] <= iv_start[i]]
+        assert got[i] == (max(mine)[1] if mine else -1), i

@@ -288,11 +288,19 @@ def cta_by_time(cta_row: np.ndarray, cta_lo: np.ndarray, iv_row: np.ndarray, iv_
         return np.zeros(0, np.int64)
     if not len(cta_row):
         return np.full(len(iv_row), -1, np.int64)
-    times, inv = np.unique(np.concatenate([cta_lo, iv_start]).astype(np.int64), return_inverse=True)
-    width = len(times) + 1
-    key = np.asarray(cta_row, np.int64) * width + inv[:len(cta_lo)]
+    cta_lo, iv_start = np.asarray(cta_lo, np.int64), np.asarray(iv_start, np.int64)
+    low = min(int(cta_lo.min()), int(iv_start.min()))
+    width = max(int(cta_lo.max()), int(iv_start.max())) - low + 1
+    top = max(int(np.max(cta_row)), int(np.max(iv_row))) + 1
+    if top * width < 1 << 62:  # (slot, time) packed as they are: no sort of every time first
+        cta_t, iv_t = cta_lo - low, iv_start - low
+    else:  # times as their ranks among all of them
+        times, inv = np.unique(np.concatenate([cta_lo, iv_start]), return_inverse=True)
+        width = len(times) + 1
+        cta_t, iv_t = inv[:len(cta_lo)], inv[len(cta_lo):]
+    key = np.asarray(cta_row, np.int64) * width + cta_t
     by_key = np.argsort(key, kind="stable")
-    pos = np.searchsorted(key[by_key], np.asarray(iv_row, np.int64) * width + inv[len(cta_lo):], side="right") - 1
+    pos = np.searchsorted(key[by_key], np.asarray(iv_row, np.int64) * width + iv_t, side="right") - 1
     found = by_key[np.maximum(pos, 0)]
     ok = (pos >= 0) & (cta_row[found] == iv_row)
     return np.where(ok, found, -1)
