@@ -222,15 +222,20 @@ def run_gems(op):
     return [out.float() if out.is_floating_point() else out]
 
 
+def live_instances(cls) -> list:
+    """Every object of class ``cls`` alive in the process (the garbage collector's view)."""
+    found = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, cls):
+                found.append(o)
+        except ReferenceError:  # a weak proxy whose object is gone (SageAttention's imports, torch.compile leave some)
+            continue
+    return found
+
+
 def triton_kernel_names() -> set[str]:
     """Names of every Triton JIT function alive in the process: the libraries' kernels, those
     FlagGems generated at run time included (CUPTI names a Triton kernel by its function)."""
     from triton.runtime.jit import JITFunction
-    names = set()
-    for o in gc.get_objects():
-        try:
-            if isinstance(o, JITFunction):
-                names.add(o.__name__)
-        except ReferenceError:  # a weak proxy whose object is gone (one of SageAttention's imports has them)
-            continue
-    return names
+    return {o.__name__ for o in live_instances(JITFunction)}

@@ -67,18 +67,32 @@ def liger_workloads():
     return {op.__name__: (lambda op=op: liger_ops.step(op)) for op in liger_ops.OPS}, liger_ops.liger_kernel_names
 
 
-def measure(name, call, keep, args, tmp, proton_ref):
+def measure(name, call, keep, args, tmp, proton_ref, before_mode=None, host=True):
+    """Per kernel (``keep(name)``), the median CUPTI duration plain, in a session and under
+    Proton, in ``args.rounds`` interleaved rounds, and the host wall per call plain and in a
+    session (``host``); ``before_mode()`` runs as each mode begins (a library's own kernel
+    cache emptied, library_fixed_cost.py).  ``session_launches``: the sessions' launches
+    recorded, and their counters (those that ran a plain binary among them)."""
     t = {"plain": defaultdict(list), "pl": defaultdict(list), "proton": defaultdict(list)}
+    seen = defaultdict(int)
+    begin = before_mode or (lambda: None)
     for r in range(args.rounds):
+        begin()
         for k, v in kernel_times(call, args.reps, keep).items():
             t["plain"][k] += v
-        with proton_lite.start(os.path.join(tmp, f"{name}_{r}"), quiet=True, decode=False, calibrate=False):
+        with proton_lite.start(os.path.join(tmp, f"{name}_{r}"), quiet=True, decode=False,
+                               calibrate=False) as session:
+            begin()
             for k, v in kernel_times(call, args.reps, keep).items():
                 t["pl"][k] += v
+        seen["recorded"] += session.result.launches
+        for key, n in session.result.counters.items():
+            seen[key] += n
         if proton_ref is not None and proton_ref.active:
             import triton.profiler as proton
             proton.activate()
             try:
+                begin()
                 for k, v in kernel_times(call, args.reps, keep).items():
                     t["proton"][k] += v
             except Exception as e:  # noqa: BLE001
@@ -96,10 +110,12 @@ def measure(name, call, keep, args, tmp, proton_ref):
             row["proton_us"] = statistics.median(t["proton"][k])
             row["proton_overhead_pct"] = 100 * (row["proton_us"] / row["plain_us"] - 1)
         kernels.append(row)
-    host_plain = host_us(call)
-    with proton_lite.start(os.path.join(tmp, f"{name}_host"), quiet=True, decode=False, calibrate=False):
-        host_pl = host_us(call)
-    return {"workload": name, "kernels": kernels, "host_plain_us": host_plain, "host_pl_us": host_pl}
+    out = {"workload": name, "kernels": kernels, "session_launches": dict(seen)}
+    if host:
+        out["host_plain_us"] = host_us(call)
+        with proton_lite.start(os.path.join(tmp, f"{name}_host"), quiet=True, decode=False, calibrate=False):
+            out["host_pl_us"] = host_us(call)
+    return out
 
 
 def inductor_host(pairs: int, calls: int, out: str) -> None:

@@ -26,8 +26,9 @@ import triton
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench import ProtonRef, kernel_times  # noqa: E402
-from library_ops_more import triton_kernel_names  # noqa: E402
+from bench import ProtonRef  # noqa: E402
+from library import measure  # noqa: E402
+from library_ops_more import live_instances, triton_kernel_names  # noqa: E402
 
 DEV = "cuda"
 
@@ -41,66 +42,16 @@ def clear_library_caches() -> int:
     next call looks its kernel up through Triton again: a binary compiled plain would
     otherwise run in the session too (not profiled), and one compiled in the session after
     it (its records read by nobody).  Returns the entries dropped."""
-    import gc
     try:
         from flag_gems.utils.libentry import LibEntry
     except ImportError:
         return 0
     dropped = 0
-    for o in gc.get_objects():
-        try:
-            if not isinstance(o, LibEntry):
-                continue
-        except ReferenceError:  # a weak proxy whose object is gone (torch.compile leaves some)
-            continue
+    for o in live_instances(LibEntry):
         for cache in o.kernel_cache:
             dropped += len(cache)
             cache.clear()
     return dropped
-
-
-def measure_modes(name, call, keep, args, tmp, proton_ref) -> dict:
-    """Per kernel, the median CUPTI duration plain, in a session (scope-less: CTA lifetimes)
-    and under Proton, in interleaved rounds; the libraries' own kernel caches emptied before
-    each mode (``clear_library_caches``)."""
-    import statistics
-    from collections import defaultdict
-
-    import proton_lite
-    t = {"plain": defaultdict(list), "pl": defaultdict(list), "proton": defaultdict(list)}
-    seen = defaultdict(int)  # the sessions' launches recorded, and those that ran a plain binary
-    for r in range(args.rounds):
-        clear_library_caches()
-        for k, v in kernel_times(call, args.reps, keep).items():
-            t["plain"][k] += v
-        with proton_lite.start(os.path.join(tmp, f"{name}_{r}"), quiet=True, decode=False,
-                               calibrate=False) as session:
-            clear_library_caches()
-            for k, v in kernel_times(call, args.reps, keep).items():
-                t["pl"][k] += v
-        seen["recorded"] += session.result.launches
-        for key, n in session.result.counters.items():
-            seen[key] += n
-        if proton_ref is not None and proton_ref.active:
-            import triton.profiler as proton
-            proton.activate()
-            try:
-                clear_library_caches()
-                for k, v in kernel_times(call, args.reps, keep).items():
-                    t["proton"][k] += v
-            except Exception as e:  # noqa: BLE001
-                proton_ref.error = f"{type(e).__name__}: {e}"[:300]
-            finally:
-                proton.deactivate()
-    kernels = []
-    for k in sorted(t["plain"]):
-        row = {"kernel": k, "plain_us": statistics.median(t["plain"][k])}
-        for mode in ("pl", "proton"):
-            if t[mode].get(k):
-                row[f"{mode}_us"] = statistics.median(t[mode][k])
-        kernels.append(row)
-    clear_library_caches()
-    return {"workload": name, "kernels": kernels, "session_launches": dict(seen)}
 
 
 def _gems(fn):
@@ -279,7 +230,8 @@ def main():
                 call()  # compiled (and tuned) plain, so that the kernels' names are known
                 torch.cuda.synchronize()
                 names = triton_kernel_names()
-                row = measure_modes(name, call, names.__contains__, args, tmp, proton_ref)
+                row = measure(name, call, names.__contains__, args, tmp, proton_ref, before_mode=clear_library_caches,
+                              host=False)
             except Exception as e:  # noqa: BLE001  (a library missing or refusing: named, the rest go on)
                 out["errors"][name] = f"{type(e).__name__}: {e}"[:400]
                 print(f"{name}: {out['errors'][name]}", flush=True)
