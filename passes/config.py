@@ -81,6 +81,8 @@ class InstrumentConfig:
         cap = "auto" if self.capacity is None else str(self.capacity)
         from proton_lite.passes import ptx_lifetimes, ptx_staging  # their switches change the PTX: in the key
         exit_form = ".exitfunc" if ptx_lifetimes.EXIT_IN_FUNCTION else "" if ptx_lifetimes.EXIT_CHOSEN else ".exitinline"
+        if ptx_lifetimes.LOOP_START != ptx_lifetimes.DEFAULT_LOOP_START:
+            exit_form += f".loop{ptx_lifetimes.LOOP_START}"
         if ptx_staging.FLUSH_SLOTS != ptx_staging.DEFAULT_FLUSH_SLOTS:
             exit_form += f".flush{ptx_staging.FLUSH_SLOTS}"
         if ptx_staging.MIN_INSTRUCTIONS_PER_RECORD != ptx_staging.DEFAULT_MIN_INSTRUCTIONS_PER_RECORD:

@@ -28,9 +28,12 @@ class _Emitter(LifetimesCode, BlockCode, LoopCode):
     def __init__(self, layout: BufferLayout, param: str, smem_symbol: str, smem_offset: int = 0,
                  keeps_alive: bool = False, loop_sites: bool = False, defers: int = 0, by_address: bool = False,
                  unrolled_tags: list[tuple[int, int]] | None = None, start_at_exit: bool = False,
-                 copy_tags: tuple[int, int] = (0, 0)) -> None:
+                 copy_tags: tuple[int, int] = (0, 0), loop_start: str | None = None) -> None:
         self.layout = layout
-        self.start_at_exit = start_at_exit  # a straight-line kernel writes its CTA header at exit
+        self.start_at_exit = start_at_exit or bool(loop_start)  # the CTA header is written at exit
+        # ... from the start thread 0 alone kept across the kernel's loops (a kernel without
+        # scopes: ptx_lifetimes.LOOP_START), not from the low halves every thread read
+        self.loop_start = loop_start
         self.exit_function = None  # the name of the .func its exit calls (ptx_lifetimes.EXIT_IN_FUNCTION)
         self.pool = PoolCode(layout) if layout.pool else None  # records past the unit block: passes/pool.py
         self.param = param

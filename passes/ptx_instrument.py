@@ -71,10 +71,23 @@ def keeps_start_pair(ptx: str, info: PtxScan, layout: BufferLayout) -> bool:
     entry (H200, header_forms.py).  ``setmaxnreg`` lowers some warps' registers below what a
     value kept across it needs.  The session's record-cost kernel keeps the entry: at exit
     its measured cost rose from 14-15 to 18 cycles (H200), which would shift every duration
-    compensated with it (runtime/calibrate.py)."""
+    compensated with it (runtime/calibrate.py).  Loops without scopes: thread 0 alone keeps
+    them since pass 22 (``loop_start``)."""
     if info.kernel == CALIBRATION_KERNEL:
         return False
     return not layout.sized_at_launch and not info.back_edges and "setmaxnreg" not in ptx
+
+
+def loop_start(ptx: str, info: PtxScan, layout: BufferLayout) -> str | None:
+    """How thread 0 keeps the CTA's start until exit in a kernel without scopes, with loops
+    (``keeps_start_pair`` keeps the others' low halves in every thread): the form of
+    ``ptx_lifetimes.LOOP_START``, or None (the header at entry) where it is ``entry`` or the
+    kernel's register count is not fixed (``setmaxnreg``)."""
+    form = ptx_lifetimes.LOOP_START
+    if form == "entry" or info.kernel == CALIBRATION_KERNEL or not info.back_edges \
+            or not lifetimes_only(info, layout) or "setmaxnreg" in ptx:
+        return None
+    return form
 
 
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
@@ -131,11 +144,13 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         return encode_tag(ids[site.name], site.kind == "exit")
 
     pair_tags = [tuple(tag(s) for s in info.sites if s.unrolled == n) for n in range(len(unrolled))]
+    in_registers = start_at_exit and keeps_start_pair(ptx, info, layout)
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
-                    unrolled_tags=pair_tags, start_at_exit=start_at_exit and keeps_start_pair(ptx, info, layout),
+                    unrolled_tags=pair_tags, start_at_exit=in_registers,
                     copy_tags=(encode_tag(ids[COPY_SCOPE], False), encode_tag(ids[COPY_SCOPE], True))
-                    if layout.flush_slots else (0, 0))
+                    if layout.flush_slots else (0, 0),
+                    loop_start=loop_start(ptx, info, layout) if start_at_exit and not in_registers else None)
     if (ptx_lifetimes.EXIT_IN_FUNCTION if exit_call is None else exit_call) and emit.start_at_exit \
             and lifetimes_only(info, layout):
         emit.exit_function = f"__proton_lite_exit_{info.kernel}"

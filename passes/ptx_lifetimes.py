@@ -12,9 +12,11 @@ unit's leader computes its block at exit and writes its header there.  The CTA h
   there.  The entry costs two reads with nothing to wait for.  Two registers, not four:
   with the 64-bit pair kept, Triton 3.6's ptxas delayed kernels' loads to stay within its
   register count (design.md).
+- kernels with loops (pass 22, ``LOOP_START``): thread 0 alone reads them (the timer from
+  bit 5 with ``gt5``) and keeps them across the loops; the same exit.
 - otherwise (kernels with ``setmaxnreg``, or where ptxas spilled for those two registers:
-  register_cap.build_best): thread 0 computes its CTA block and writes the header at
-  entry, about 100 cycles on warp 0's path before its first instruction of the kernel,
+  register_cap.build_best; ``LOOP_START`` "entry"): thread 0 computes its CTA block and
+  writes the header at entry, about 100 cycles on warp 0's path before its first instruction of the kernel,
   and no register of ours lives across the kernel.
 
 With one unit per CTA and the header at exit the layout is ``compact`` (layout.py): thread 0
@@ -53,6 +55,26 @@ _EXIT_CALL = os.environ.get("PROTON_LITE_EXIT_CALL", "auto").strip().lower()
 EXIT_IN_FUNCTION = _EXIT_CALL not in ("0", "", "auto")
 EXIT_CHOSEN = _EXIT_CALL == "auto"
 
+# Kernels with loops and without scopes: thread 0 alone reads its CTA's start (predicated, no
+# branch) and keeps it in the two registers a straight-line kernel's threads keep, across the
+# loops, and writes the whole lifetime block at exit, where until pass 21 it wrote the CTA
+# header at entry (its block's address arithmetic and four stores, ~100 cycles, before its
+# first load).  ``gt5``: the timer in its 32 ns ticks (bits 5-36, exact on GPUs whose timer
+# ticks at 32 ns: H100, H200) and the clock's low half; a start is exact while its CTA lives
+# less than 2^37 ns (137 s) and 2^32 cycles (2.2 s at 1.98 GHz: the clock's length past it is
+# not known).  ``halves``: both low halves (4.3 s and 2.2 s), ~1 point cheaper on FlagGems'
+# short loop kernels.  ``entry``: the header at entry (exact however long a CTA lives).  The
+# decoder counts a start it cannot place (proton_lite/start_range.py).  More registers cost
+# more: the 64-bit timer alone took liger's layer-norm backward from 1.03x to 1.37x plain.
+# Why, with numbers: design.md, "Loop kernels keep their start".  ``PROTON_LITE_LOOP_START``
+# picks one (part of the cache key: config.InstrumentConfig.to_mode).
+LOOP_STARTS = ("gt5", "halves", "entry")
+DEFAULT_LOOP_START = "gt5"
+LOOP_START = os.environ.get("PROTON_LITE_LOOP_START", DEFAULT_LOOP_START).strip().lower()
+if LOOP_START not in LOOP_STARTS:
+    raise ValueError(f"proton_lite: PROTON_LITE_LOOP_START={LOOP_START!r} is not one of {', '.join(LOOP_STARTS)}")
+TIMER_SHIFT = {"gt5": 5, "halves": 0}  # the bits of %globaltimer below the kept 32
+
 
 class LifetimesCode:
     @property
@@ -78,12 +100,25 @@ class LifetimesCode:
         """The start pair's low halves, kept until exit (%pl_r13, %pl_r14)."""
         return ["mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]
 
+    def _loop_start_reads(self) -> list[str]:
+        """A loop kernel's start (``loop_start``), read by thread 0 alone: predicated, not
+        branched around, so that the kernel's first block stays whole."""
+        timer = ["mov.u64 %pl_d4, %globaltimer;", f"shr.u64 %pl_d4, %pl_d4, {TIMER_SHIFT[self.loop_start]};",
+                 "cvt.u32.u64 %pl_r13, %pl_d4;"] if TIMER_SHIFT[self.loop_start] else ["mov.u32 %pl_r13, %globaltimer_lo;"]
+        return ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;"] + \
+            ["@%pl_p1 " + r for r in timer + ["mov.u32 %pl_r14, %clock;"]]
+
     def _start_rebuilt(self) -> list[str]:
-        """%pl_d4/%pl_d5 = the start pair, from its low halves and the end pair (%pl_d8/%pl_d9)."""
-        out = []
-        for half, end, start in (("%pl_r13", "%pl_d8", "%pl_d4"), ("%pl_r14", "%pl_d9", "%pl_d5")):
-            out += ["cvt.u32.u64 %pl_r15, " + end + ";", f"sub.u32 %pl_r15, %pl_r15, {half};",
-                    "cvt.u64.u32 %pl_d6, %pl_r15;", f"sub.u64 {start}, {end}, %pl_d6;"]
+        """%pl_d4/%pl_d5 = the start pair, from its kept halves (%pl_r13: the timer's 32 bits
+        from bit ``shift``, %pl_r14: the clock's low half) and the end pair (%pl_d8/%pl_d9)."""
+        shift = TIMER_SHIFT.get(self.loop_start, 0)
+        out = ([f"shr.u64 %pl_d6, %pl_d8, {shift};", "cvt.u32.u64 %pl_r15, %pl_d6;"] if shift else
+               ["cvt.u32.u64 %pl_r15, %pl_d8;"])
+        out += ["sub.u32 %pl_r15, %pl_r15, %pl_r13;", "cvt.u64.u32 %pl_d6, %pl_r15;"]
+        out += [f"shl.b64 %pl_d6, %pl_d6, {shift};"] if shift else []
+        out += ["sub.u64 %pl_d4, %pl_d8, %pl_d6;",
+                "cvt.u32.u64 %pl_r15, %pl_d9;", "sub.u32 %pl_r15, %pl_r15, %pl_r14;",
+                "cvt.u64.u32 %pl_d6, %pl_r15;", "sub.u64 %pl_d5, %pl_d9, %pl_d6;"]
         return out
 
     def _cta_header(self) -> list[str]:
@@ -107,7 +142,8 @@ class LifetimesCode:
 
     def lifetimes_prologue(self) -> list[str]:
         if self.start_at_exit:
-            return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + self._start_halves()
+            return ["// proton_lite: prologue (lifetimes only: the start pair, stored at exit)"] + (
+                self._loop_start_reads() if self.loop_start else self._start_halves())
         return (["// proton_lite: prologue (lifetimes only)", "mov.u32 %pl_r0, %tid.x;",
                  "setp.eq.u32 %pl_p1, %pl_r0, 0;", "@!%pl_p1 bra $pl_prologue_done;"]
                 + self._block_address() + self._cta_header() + ["$pl_prologue_done:"])
@@ -139,13 +175,24 @@ class LifetimesCode:
         return (["// proton_lite: epilogue (lifetimes only, one block)", "mov.u32 %pl_r0, %tid.x;",
                  "setp.ne.u32 %pl_p0, %pl_r0, 0;", f"@%pl_p0 bra $pl_done_{k};",
                  "mov.u64 %pl_d8, %globaltimer;", "mov.u64 %pl_d9, %clock64;", "mov.u32 %pl_r10, %smid;"]
-                + self._block_address(param)
-                + ["cvt.u32.u64 %pl_r15, %pl_d8;", "sub.u32 %pl_r15, %pl_r15, %pl_r13;",
-                   "cvt.u32.u64 %pl_r16, %pl_d9;", "sub.u32 %pl_r16, %pl_r16, %pl_r14;",
-                   f"or.b32 %pl_r10, %pl_r10, {LIFETIME_TAG << 16};", f"mov.u32 %pl_r21, {LAYOUT_VERSION};",
+                + self._block_address(param) + self._lengths()
+                + [f"or.b32 %pl_r10, %pl_r10, {LIFETIME_TAG << 16};",
                    "mov.b64 {%pl_r17, %pl_r18}, %pl_d8;", "mov.b64 {%pl_r19, %pl_r20}, %pl_d9;",
                    "st.global.v4.u32 [%pl_d0], {%pl_r10, %pl_r15, %pl_r17, %pl_r18};",
                    "st.global.v4.u32 [%pl_d0+16], {%pl_r19, %pl_r20, %pl_r16, %pl_r21};", f"$pl_done_{k}:"])
+
+    def _lengths(self) -> list[str]:
+        """A lifetime block's lengths (%pl_r15: ns, %pl_r16: cycles) and version word (%pl_r21):
+        end minus start in 32 bits; a timer kept in ticks (``gt5``) gives the ns length's
+        bits 32-36 too, in the version word's third byte (format.md §1.2a)."""
+        shift = TIMER_SHIFT.get(self.loop_start, 0)
+        clock = ["cvt.u32.u64 %pl_r16, %pl_d9;", "sub.u32 %pl_r16, %pl_r16, %pl_r14;"]
+        if not shift:
+            return ["cvt.u32.u64 %pl_r15, %pl_d8;", "sub.u32 %pl_r15, %pl_r15, %pl_r13;"] + clock + \
+                [f"mov.u32 %pl_r21, {LAYOUT_VERSION};"]
+        return [f"shr.u64 %pl_d6, %pl_d8, {shift};", "cvt.u32.u64 %pl_r15, %pl_d6;", "sub.u32 %pl_r15, %pl_r15, %pl_r13;",
+                f"shr.u32 %pl_r22, %pl_r15, {32 - shift};", f"shl.b32 %pl_r15, %pl_r15, {shift};"] + clock + \
+            ["shl.b32 %pl_r22, %pl_r22, 16;", f"or.b32 %pl_r21, %pl_r22, {LAYOUT_VERSION};"]
 
     def _exit_code(self, k: int, param: str) -> list[str]:
         """Each unit's leader: its end pair and header, its block computed again (the buffer

@@ -42,7 +42,7 @@ from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
 from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keeps_start_pair, lifetimes_only, rewrite,
-                                               scan, shared_bytes, staging_offset, strip_markers)
+                                               loop_start, scan, shared_bytes, staging_offset, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
@@ -54,8 +54,10 @@ from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keep
 # 18: loops sized at launch stage their records in shared memory, copied in blocks (flush_slots)
 # 19: straight-line kernels without scopes, one unit per CTA: one 32-byte lifetime block (compact)
 # (20: a start pair in shared memory, tried and reverted) 21: a compact kernel's exit inline or as a
-# call, chosen per kernel by the two builds' schedules (exit_choice.py)
-PASS_VERSION = "proton_lite-ptx-pass-21"
+# call, chosen per kernel by the two builds' schedules (exit_choice.py) 22: kernels without scopes
+# with loops: thread 0 keeps the start (the timer from bit 5, the clock's low half) across the
+# loops and writes one lifetime block at exit (ptx_lifetimes.LOOP_START)
+PASS_VERSION = "proton_lite-ptx-pass-22"
 _lock = threading.Lock()
 _users = 0
 _previous_hook = None
@@ -132,7 +134,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         start, end = info.body
         pool_plan = plan_pool(ptx.split("\n"), start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
-    at_exit = keeps_start_pair(ptx, info, layout)
+    kept = None if keeps_start_pair(ptx, info, layout) else loop_start(ptx, info, layout)
+    at_exit = bool(kept) or keeps_start_pair(ptx, info, layout)  # a loop kernel's start kept by thread 0, or halves
     headers = layout  # the layout of the entry form (CTA and unit headers)
     layout = compact_layout(info, layout, at_exit)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)
@@ -151,6 +154,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
                 "proton_lite": entry}
 
     metadata.update(kernel_metadata(info, layout, at_exit))
+    if kept:  # where thread 0 keeps a loop kernel's start (ptx_lifetimes.LOOP_START)
+        metadata["proton_lite"]["loop_start"] = kept
     if fallbacks is not None and at_exit:  # the header at entry, where the start pair made ptxas spill
         fallbacks.append((rewrite(ptx, info, headers, triton_shared, None, start_at_exit=False),
                           kernel_metadata(info, headers, False)))

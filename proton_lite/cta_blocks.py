@@ -18,7 +18,14 @@ def cta_block_dtype(layout: BufferLayout) -> np.dtype:
 
 _ONE_UNIT = cta_block_dtype(BufferLayout("cta", 1, 0, "global"))  # what a lifetime block reads as
 LIFETIME_DTYPE = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
-                           ("clk_length", "<u4"), ("version", "<u4")])  # format.md §1.2a
+                           ("clk_length", "<u4"), ("version", "<u2"), ("gt_length_hi", "u1"),
+                           ("clk_length_hi", "u1")])  # format.md §1.2a
+
+
+def _lengths(lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A lifetime block's two lengths, ns and cycles, with their bits 32-39 (format.md §1.2a)."""
+    return (lt["gt_length"] | (lt["gt_length_hi"].astype(np.uint64) << np.uint64(32)),
+            lt["clk_length"] | (lt["clk_length_hi"].astype(np.uint64) << np.uint64(32)))
 
 
 def expand_lifetimes(buffer: bytes, num_ctas: int) -> np.ndarray:
@@ -33,9 +40,10 @@ def expand_lifetimes(buffer: bytes, num_ctas: int) -> np.ndarray:
     if not ran.all():  # (every CTA ran, as a rule: no copies through the mask)
         lt = lt[ran]
     unit = out["unit"][:, 0]  # views into ``out``
+    gt_length, clk_length = _lengths(lt)
     fields = ((out["magic"], CTA_MAGIC), (out["smid"], lt["tag_smid"] & 0xFFFF), (out["version"], lt["version"]),
-              (out["units"], 1), (out["start_gt"], lt["end_gt"] - lt["gt_length"]),
-              (out["start_clk"], lt["end_clk"] - lt["clk_length"]), (unit["magic"], UNIT_MAGIC),
+              (out["units"], 1), (out["start_gt"], lt["end_gt"] - gt_length),
+              (out["start_clk"], lt["end_clk"] - clk_length), (unit["magic"], UNIT_MAGIC),
               (unit["end_gt"], lt["end_gt"]), (unit["end_clk"], lt["end_clk"]))
     for column, value in fields:
         if len(lt) == num_ctas:
@@ -56,7 +64,7 @@ def start_end_gt(buffer: bytes, layout: BufferLayout, num_ctas: int) -> tuple[np
     if layout.compact:
         lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
         lt = lt[_written(lt)]
-        return lt["end_gt"] - lt["gt_length"], lt["end_gt"]
+        return lt["end_gt"] - _lengths(lt)[0], lt["end_gt"]
     blocks = np.frombuffer(buffer, cta_block_dtype(layout), num_ctas)
     started = blocks["magic"] == CTA_MAGIC
     return blocks["start_gt"][started], blocks["unit"]["end_gt"][started].ravel()

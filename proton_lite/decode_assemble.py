@@ -16,6 +16,7 @@ import numpy as np
 from proton_lite import native_decode
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES
 from proton_lite.profile_data import INTERVAL_DTYPE, LAUNCH_DTYPE, Profile, copy_intervals
+from proton_lite.start_range import uncertain_starts
 
 
 def interval_bounds(launches, layouts, pools) -> np.ndarray:
@@ -258,6 +259,8 @@ def assemble(capture, batches, launches_in, pools, kernel_ids, kinfo, index_of, 
         session[key] = int(value) if isinstance(value, int) and value > 0 else 0
     session["graph_overruns"] = _graph_overruns(end, capture.kernels)
     session["clock_anchors"] = [a for a in end.get("clock_anchors") or [] if isinstance(a, dict)]
+    # loop kernels' CTA starts kept in 32 bits that the decoder cannot place (start_range.py)
+    session["uncertain_starts"] = uncertain_starts(capture, kernels, launches, ctas)
     if cal is None:
         return Profile(kernels=kernels, launches=launches, ctas=ctas, intervals=intervals, t0_ns=t0_int,
                        session=session)

@@ -68,20 +68,23 @@ A unit's records are its unit block's, then its chunks' in the order of ``first`
 region's, at most its slots.  Only the chunks taken (``min(taken, chunks)``) are copied
 back.
 
-A kernel without scopes, without loops and with one unit per CTA (``compact``, since
-2026-11-28) has a 32-byte *lifetime block* per CTA instead, written by thread 0 at its exit
-with two 16-byte stores (one 32-byte memory sector)::
+A kernel without scopes and with one unit per CTA whose header waits for the exit
+(``compact``: straight-line since 2026-11-28, with loops since pass 22) has a 32-byte
+*lifetime block* per CTA instead, written by thread 0 at its exit with two 16-byte stores
+(one 32-byte memory sector)::
 
       0  u32  (0x544C << 16) | smid   (bytes: smid, "LT")
       4  u32  gt_length        end_globaltimer - start_globaltimer (ns)
       8  u64  end_globaltimer  %globaltimer at thread 0's exit
      16  u64  end_clock        %clock64 at the same point
      24  u32  clock_length     end_clock - start_clock (cycles)
-     28  u32  layout_version   LAYOUT_VERSION
+     28  u16  layout_version   LAYOUT_VERSION
+     30  u8   gt_length bits 32-39 (a loop kernel's CTA may live past 2^32 ns)
+     31  u8   clock_length bits 32-39 (0)
 
 It holds what the CTA header and its one unit's header hold (``expand_lifetimes`` rebuilds
 them): the starts are exact while a CTA lives less than 2^32 ns and cycles, which a CTA
-without loops does not approach.  What it saves is the exit's cost in short CTAs (issue 24:
+without loops does not approach (a loop kernel's: format.md §1.2, start_range.py).  What it saves is the exit's cost in short CTAs (issue 24:
 seven stores over 56 bytes made liger-kernel's 20 kernels 2.4-2.8% slower on the H100, two
 over 32 bytes 2.1-2.3%).
 

@@ -17,7 +17,8 @@ def kernel_meta(kid, name, scopes, layout: BufferLayout):
 CTA_HEADER = struct.Struct("<IIQQII")  # docs/format.md §1.2: magic, smid, start_gt, start_clk, version, units
 UNIT_HEADER = struct.Struct("<IIQQ")  # §1.3: count, magic, end_gt, end_clk
 RECORD = struct.Struct("<II")  # §1.4: tag, low 32 bits of the clock
-LIFETIME = struct.Struct("<IIQQII")  # §1.2a: ("LT" << 16) | smid, gt_length, end_gt, end_clk, clock_length, version
+# §1.2a: ("LT" << 16) | smid, gt_length, end_gt, end_clk, clock_length (bits 0-31), version, bits 32-39 of the lengths
+LIFETIME = struct.Struct("<IIQQIHBB")
 
 
 def launch_buffer(layout: BufferLayout, ctas):
@@ -32,8 +33,10 @@ def launch_buffer(layout: BufferLayout, ctas):
             if c is not None:
                 ((count, end_gt, end_clk, recs), ) = c["units"]
                 assert count == 0 and not recs
-                LIFETIME.pack_into(buf, 32 * i, (0x544C << 16) | c["smid"], end_gt - c["start_gt"], end_gt, end_clk,
-                                   end_clk - c["start_clk"], LAYOUT_VERSION)
+                gt_length, clk_length = end_gt - c["start_gt"], end_clk - c["start_clk"]
+                assert 0 <= gt_length < 1 << 40 and 0 <= clk_length < 1 << 40
+                LIFETIME.pack_into(buf, 32 * i, (0x544C << 16) | c["smid"], gt_length & 0xFFFFFFFF, end_gt, end_clk,
+                                   clk_length & 0xFFFFFFFF, LAYOUT_VERSION, gt_length >> 32, clk_length >> 32)
         return bytes(buf)
     unit_bytes = 24 + 8 * (layout.capacity + layout.sink_slots)  # §1.1
     stride = 32 + layout.units * unit_bytes

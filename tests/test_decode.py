@@ -411,6 +411,8 @@ def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path, mo
     wrap = (1 << 32) * 7 - 40  # low halves that wrap inside the CTA's life
     ctas[5] = {"smid": 2, "start_gt": g0 + wrap % 10**6, "start_clk": wrap,
                "units": [(0, g0 + wrap % 10**6 + 1_000, wrap + 1_990, [])]}
+    # a CTA of a loop kernel living past 2^32 ns and cycles (the lengths' bits 32-39 in the version word)
+    ctas[8] = {"smid": 1, "start_gt": g0, "start_clk": c0, "units": [(0, g0 + (5 << 32) + 77, c0 + (11 << 32) + 3, [])]}
     profiles = []
     for layout in (headers, compact):
         path = str(tmp_path / f"{layout.stride}.plraw")
@@ -426,7 +428,7 @@ def test_compact_lifetime_blocks_decode_as_the_headers_they_replace(tmp_path, mo
     assert len(a) == 5 * 11 and a.tobytes() == b.tobytes()
     assert profiles[1].launches["missing_ctas"].tolist() == [1] * 5
     assert b["cta"].tolist() == [i for i in range(12) if i != 3] * 5
-    cycles = {i: 1_990 if i == 5 else 2_970 + 13 * i for i in range(12) if i != 3}
+    cycles = {i: 1_990 if i == 5 else (11 << 32) + 3 if i == 8 else 2_970 + 13 * i for i in range(12) if i != 3}
     assert (b["end_clock"] - b["start_clock"]).tolist() == [cycles[int(c)] for c in b["cta"]]
     assert len(D._batches(read_raw(path).launches, [compact] * 5)) == 2
     raw = bytearray(launch_buffer(compact, ctas))
@@ -452,3 +454,51 @@ def test_start_readings_sorted_per_launch_by_packed_keys_are_the_lexsorts_order(
         if trial % 3 == 0:
             gt[rng.integers(0, len(gt))] = np.uint64(rng.integers(0, 2**63))
         assert np.array_equal(_sorted_by_launch(gt, launch), gt[np.lexsort((gt, launch))])
+
+
+@pytest.mark.parametrize("form,range_ns", [("gt5", 1 << 37), ("halves", 1 << 32)])
+def test_a_loop_kernel_s_start_is_placed_only_where_its_cta_lived_less_than_the_kept_range(form, range_ns, tmp_path):
+    """A kernel without scopes with loops keeps its CTA's start in 32 bits (gt5: the timer
+    from bit 5, 137 s; halves: its low half, 4.3 s), so a CTA living longer would show a start
+    one range late.  The decoder bounds each CTA's life by its launch's host time and the
+    session's end (proton_lite/start_range.py): a CTA that ended within the range (less the
+    1 s margin) of its launch is placed; one ending later is counted, and its kernel's numbers
+    are marked incomplete.  A kernel writing its header at entry is never counted, nor are
+    kernels of a capture whose END bounds nothing past the range; a capture cut off before its
+    END bounds nothing: every CTA of such a kernel is counted."""
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout
+    from proton_lite.raw_format import RawWriter
+    from viewer.completeness import kernel_losses
+    layout = BufferLayout("cta", 4, 0, "global", compact=True)
+    g0 = 1_764_000_000_000_000_000
+
+    def cta(end, length=1_000):
+        return {"smid": 1, "start_gt": end - length, "start_clk": 10**9, "units": [(0, end, 10**9 + 2 * length, [])]}
+
+    def capture(ended: bool, late_ns: int):
+        path = str(tmp_path / f"{form}_{ended}_{late_ns}.plraw")
+        w = RawWriter(path, {"name": "synth"})
+        for kid, (name, header) in enumerate((("loop", "exit"), ("entry_kernel", "entry"))):
+            meta = kernel_meta(kid, name, [], layout)
+            meta["proton_lite"]["cta_header"] = header
+            if header == "exit":
+                meta["proton_lite"]["loop_start"] = form
+            w.kernel(meta)
+        # launch 0: two CTAs ending 1 ms after it was queued; launch 1: one CTA ending late_ns after
+        for n, (kid, ends) in enumerate([(0, [g0 + 10**6, g0 + 10**6]), (0, [g0 + late_ns]), (1, [g0 + late_ns])]):
+            w.launch(kid, 0, n, (len(ends), 1, 1), len(ends), 0, g0, launch_buffer(layout, [cta(e) for e in ends]))
+        if ended:  # the session ends 1 s after the last CTA
+            w.end({"host_end_ns": g0 + late_ns + 10**9})
+        w.close()
+        return decode(read_raw(path))
+
+    # the late CTA ends last: the timer's offset to the host clock is at least its end - host_end, so
+    # it lived at most late_ns + 1 s (the end's slack) + 1 s (the margin): placed below the range
+    for late_ns, unsure in ((range_ns - 2 * 10**9 - 1, {}), (range_ns - 2 * 10**9, {"loop": 1})):
+        prof = capture(True, late_ns)
+        assert prof.session["uncertain_starts"] == unsure, (late_ns, prof.session["uncertain_starts"])
+        reasons = kernel_losses(prof)
+        assert any("CTA start(s) not placed" in r for r in reasons["loop"]) == bool(unsure)
+        assert reasons.get("entry_kernel") == []
+    assert capture(False, 10**6).session["uncertain_starts"] == {"loop": 3}

@@ -3,7 +3,10 @@ scopes, and a straight-line kernel with scopes, whose records must lie inside it
 
 A straight-line kernel reads the low halves of its CTA's start pair first and thread 0
 writes the header at exit, with the 64-bit pair rebuilt from its end pair (one unit per CTA:
-all of it in a 32-byte lifetime block); a kernel with a loop writes it at entry.  Both must give every CTA once, a start before each unit's end,
+all of it in a 32-byte lifetime block); in a kernel with a loop thread 0 alone reads and keeps
+them (pass 22, the timer from bit 5; with ``PROTON_LITE_LOOP_START=entry`` it writes the header
+at entry).
+Each must give every CTA once, a start before each unit's end,
 real SM ids, a clock rate per CTA within 5% of the GPU's highest (one word-per-lane exit read
 2.05 median, up to 5.6) and none flagged by the summary, CTAs inside the kernel's event time, and
 outputs equal to the plain run; with the exit inline and as a call."""
@@ -35,12 +38,20 @@ def _row_sum(a, b, c):
     F.persistent_row_sum[(132, )](a, c.view(-1)[:ROWS], ROWS, COLS, COLS, BLOCK=COLS, num_warps=8)
 
 
-@pytest.mark.parametrize("launch,header,ctas,exit_form", [(_gated, "exit", ROWS, "inline"), (_gated, "exit", ROWS, "call"),
-                                                          (_row_sum, "entry", 132, "inline")])
+def _tile_loop(a, b, c):  # FlagGems' pointwise kernels past its grid cap: two short tiles a CTA, 16 CTAs per SM
+    F.tile_gelu_loop[(ROWS * COLS // 512, )](a, b[0], c, ROWS * COLS, COLS, 2, TILE=256, num_warps=4)
+
+
+@pytest.mark.parametrize("launch,header,ctas,exit_form", [
+    (_gated, "exit", ROWS, "inline"), (_gated, "exit", ROWS, "call"), (_row_sum, "exit", 132, "inline"),
+    (_row_sum, "exit", 132, "call"), (_row_sum, "entry", 132, "inline"), (_tile_loop, "exit", ROWS * COLS // 512, "inline"),
+    (_tile_loop, "entry", ROWS * COLS // 512, "inline")])
 def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas, exit_form, tmp_path, monkeypatch):
     from proton_lite.passes import ptx_lifetimes
     exit_call = exit_form == "call"
     monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", exit_call)  # the exit as a call (off by default)
+    # a loop kernel's start kept by thread 0 (pass 22) or its header at entry (PROTON_LITE_LOOP_START=entry)
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", ptx_lifetimes.DEFAULT_LOOP_START if header == "exit" else "entry")
     g = torch.Generator(device="cuda").manual_seed(3)
     a, b = (torch.randn(ROWS, COLS, device="cuda", generator=g) for _ in range(2))
     plain = torch.zeros(ROWS, COLS, device="cuda")
@@ -54,12 +65,14 @@ def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas
     torch.cuda.synchronize()
     assert torch.equal(plain, out)
     cap = read_raw(session.result.raw_path)
-    (kmeta, ) = [m for m in cap.kernels.values() if m["name"] in ("gated_silu_fwd", "persistent_row_sum")]
+    (kmeta, ) = [m for m in cap.kernels.values() if m["name"] in ("gated_silu_fwd", "persistent_row_sum",
+                                                                  "tile_gelu_loop")]
     assert kmeta["proton_lite"]["cta_header"] == header
     if exit_call:  # a binary of this session has the call (the earlier case left the inline one)
-        ptxs = [k.asm["ptx"] for c in F.gated_silu_fwd.device_caches.values() for k in c[0].values()
+        fn = getattr(F, kmeta["name"])
+        ptxs = [k.asm["ptx"] for c in fn.device_caches.values() for k in c[0].values()
                 if getattr(k.metadata, "proton_lite", None)]
-        assert any("call.uni __proton_lite_exit_gated_silu_fwd" in p for p in ptxs)
+        assert any(f"call.uni __proton_lite_exit_{kmeta['name']}" in p for p in ptxs)
     layout = BufferLayout.from_json(kmeta["proton_lite"]["layout"])
     (la, ) = [la for la in cap.launches if cap.kernels[la.kernel_id] is kmeta]
     # one unit per CTA and the header at exit: a 32-byte lifetime block per CTA (format.md §1.2a)

@@ -14,7 +14,7 @@ import pytest
 
 from proton_lite.decode import cta_block_dtype, expand_lifetimes
 from proton_lite.layout import UNIT_MAGIC, BufferLayout, capacity_word, encode_tag
-from proton_lite.passes.ptx_instrument import fold_exit_branches, rewrite, scan, shared_bytes
+from proton_lite.passes.ptx_instrument import fold_exit_branches, loop_start, rewrite, scan, shared_bytes
 from ptx_sim import Kernel, Launch
 from test_kernel_side import _ptx
 
@@ -337,8 +337,25 @@ def test_the_exit_as_a_function_writes_what_the_inline_exit_writes(granularity, 
         units, want = blocks["unit"], expected["unit"]
         assert (units["magic"] == want["magic"]).all() and (units["count"] == 0).all()
         assert (units["end_clk"] >= want["end_clk"]).all() and (units["end_clk"] > blocks["start_clk"][:, None]).all()
-    # kernels that keep the header at entry (a loop) are not changed
-    looped = _ptx(["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"])
+    # a loop: the function reads the start from shared memory; the header at entry has no exit function
+    body = [FMA, "$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;",
+            "\tsetp.eq.s32 %p3, %r3, 0;", "\t@%p3 ret;", FMA]
+    looped = fold_exit_branches(_ptx(body))
+    out = rewrite(looped, scan(looped), layout)
+    # thread 0's kept halves (gt5: the timer from bit 5), passed as the straight-line kernel's are
+    assert out.count(".func __proton_lite_exit_k(.param .b64 pl_buf, .param .b32 pl_gt0, .param .b32 pl_clk0)") == 1
+    called = {early: run(body, layout, {"%r2": 3, "%r3": 1 - early})[0] for early in (0, 1)}
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)
+    for early, blocks in called.items():
+        inline, _ = run(body, layout, {"%r2": 3, "%r3": 1 - early})
+        for field in ("magic", "smid", "start_clk", "version", "units"):
+            assert (blocks[field] == inline[field]).all(), (field, early)
+        # gt5 keeps the timer from bit 5: the start's low bits are the end's, which the call reads later
+        # (the simulator's timer is not in 32 ns ticks as the H100's and H200's are)
+        assert (abs(blocks["start_gt"].astype(np.int64) - inline["start_gt"].astype(np.int64)) < 32).all()
+        assert (blocks["unit"]["magic"] == UNIT_MAGIC).all()
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", True)
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", "entry")
     assert ".func" not in rewrite(looped, scan(looped), layout)
 
 
@@ -381,9 +398,88 @@ def test_a_kernel_without_scopes_reads_its_start_first_and_writes_its_header_at_
     assert not keeps_start_pair(ptx, scan(ptx), global_layout(4, sized=True, granularity="cta", num_warps=4))
     body = ["$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;"]
     looped = _ptx(body)
-    assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: the header at entry
+    assert not keeps_start_pair(looped, scan(looped), layout)  # a loop: not in registers (in shared memory: below)
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", "entry")  # PROTON_LITE_LOOP_START=entry
     blocks, _ = run(body, layout, {"%r2": 3})
     assert (blocks["start_clk"] > START_CLOCK + 10).all() and (blocks["magic"] == 0x314C5043).all()
+
+
+LOOPED = [FMA, "$L_head:", FMA, "\tadd.s32 %r2, %r2, -1;", "\tsetp.ne.s32 %p1, %r2, 0;", "\t@%p1 bra $L_head;",
+          "\tsetp.eq.s32 %p3, %r3, 0;", "\t@%p3 ret;", FMA]
+
+
+READS = {"gt5": ["mov.u64 %pl_d4, %globaltimer;", "shr.u64 %pl_d4, %pl_d4, 5;", "cvt.u32.u64 %pl_r13, %pl_d4;",
+                 "mov.u32 %pl_r14, %clock;"],
+         "halves": ["mov.u32 %pl_r13, %globaltimer_lo;", "mov.u32 %pl_r14, %clock;"]}
+
+
+@pytest.mark.parametrize("form", sorted(READS))
+@pytest.mark.parametrize("layout", [BufferLayout("cta", 4, 0, "global", compact=True),
+                                    BufferLayout("warp", 2, 0, "global")], ids=["compact", "warps"])
+def test_a_loop_kernel_without_scopes_keeps_its_start_until_exit(form, layout, monkeypatch):
+    """ptx_lifetimes.LOOP_START: thread 0 alone reads the start before the kernel's code
+    (predicated: no branch, no address arithmetic, no global store) and keeps it in the two
+    registers a straight-line kernel's threads keep (gt5: the timer from bit 5); at each exit
+    it writes the CTA's headers (a compact layout: its lifetime block) from it, whichever ret
+    it leaves by."""
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", form)
+    ptx = fold_exit_branches(_ptx(LOOPED))
+    assert loop_start(ptx, scan(ptx), layout) == form
+    assert loop_start(ptx.replace(FMA, "\tsetmaxnreg.dec.sync.aligned.u32 24;", 1), scan(ptx), layout) is None
+    straight = _ptx([FMA])
+    assert loop_start(straight, scan(straight), layout) is None  # no loop: every thread's halves
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", "entry")
+    assert loop_start(ptx, scan(ptx), layout) is None
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", form)
+    out = rewrite(ptx, scan(ptx), layout, triton_shared=100).split("\n")
+    assert not any(".shared" in line for line in out)
+    first = out.index("\t// proton_lite: prologue (lifetimes only: the start pair, stored at exit)")
+    n = 2 + len(READS[form])
+    head = ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;"] + ["@%pl_p1 " + r for r in READS[form]]
+    assert [line.strip() for line in out[first + 1:first + 1 + n]] == head
+    assert out[first + 1 + n] == FMA and not any("st.global" in line for line in out[:first + 1 + n])
+    # the timer and clock reads: after %tid and its test (gt5: the timer's shift between)
+    gt_at, clock_at = {"gt5": (3, 6)}.get(form, (3, 4))
+    for early in (0, 1):
+        blocks, read = run(LOOPED, layout, {"%r2": 3, "%r3": 1 - early})
+        assert (blocks["magic"] == 0x314C5043).all() and (blocks["version"] == 1).all()
+        assert (blocks["start_clk"] == START_CLOCK + clock_at).all()
+        if form == "gt5":  # the timer kept in its 32 ns ticks: the start's low 5 bits are the end's
+            end_gt = blocks["unit"]["end_gt"].min(axis=1)
+            assert (abs(blocks["start_gt"].astype(np.int64) - 10 * (START_CLOCK + gt_at)) < 32).all()
+            assert (blocks["start_gt"] % 32 == end_gt % 32).all()
+        else:
+            assert (blocks["start_gt"] == 10 * (START_CLOCK + gt_at)).all()
+        assert (blocks["unit"]["magic"] == UNIT_MAGIC).all()
+        assert (blocks["unit"]["end_clk"] > blocks["start_clk"][:, None] + 3 * 3).all()
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "headers"])
+@pytest.mark.parametrize("lived,exact", [((1 << 37) - (1 << 20), True), ((1 << 37) + (1 << 20), False)])
+def test_a_gt5_loop_kernel_s_start_is_exact_for_a_cta_shorter_than_137_s(lived, exact, compact, monkeypatch):
+    """``gt5``: the timer kept from bit 5 (its 32 ns tick) gives a CTA's start exactly while it
+    lives less than 2^37 ns, past the 2^32 ns of the low half alone: the lifetime block holds
+    the length's bits 32-36 in its version word.  A CTA living longer shows its start one
+    range late (what the decoder bounds from outside: proton_lite/start_range.py).  The
+    kernel's own code puts an older start in thread 0's register (as one ``lived`` ns old)."""
+    from proton_lite.passes import ptx_lifetimes
+    monkeypatch.setattr(ptx_lifetimes, "EXIT_IN_FUNCTION", False)
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", "gt5")
+    layout = BufferLayout("cta", 1, 0, "global", compact=compact)
+    base = 1 << 40  # the simulator's timer: 10 ns a tick of its clock, multiples of 32 here
+    # thread 0's kept timer: (start >> 5) for a start `lived` ns before the clock's base
+    old = [f"\tmov.u32 %pl_r13, {((10 * base - lived) >> 5) & 0xFFFFFFFF};"]
+    blocks, _ = run(old + LOOPED, layout, {"%r2": 2, "%r3": 1}, clock_base=base)
+    end = blocks["unit"][:, 0]
+    start = (10 * base - lived) >> 5 << 5
+    if exact:
+        assert (blocks["start_gt"] == start + (end["end_gt"] & 31)).all()
+        assert ((end["end_gt"] - blocks["start_gt"]) >> 32 > 0).all()  # longer than the low half's range
+    else:
+        assert (blocks["start_gt"] - (end["end_gt"] & 31) - start == 1 << 37).all()  # one range late
+
 
 
 def test_a_straight_run_of_records_checks_for_room_once_per_chunk():

@@ -6,7 +6,8 @@ record of theirs was lost, so every row built from lost records is marked where 
 shown, with the reason, and ``diff`` gives no verdict on it.
 
 Per kernel: records dropped (buffer full), records without a partner (unmatched), CTAs
-without a header (missing), pool chunks torn.  Per kernel too: replays of CUDA graphs that found their ring full.  For the whole capture: cut off before
+without a header (missing), pool chunks torn, CTA starts a loop kernel kept in 32 bits that
+cannot be placed (proton_lite/start_range.py).  Per kernel too: replays of CUDA graphs that found their ring full.  For the whole capture: cut off before
 ``stop()`` (truncated), launches lost to a kernel fault, a part of a capture (``proton-lite
 trace --launch/--window``).
 """
@@ -27,6 +28,7 @@ def kernel_losses(profile: Profile, launches: np.ndarray | None = None) -> dict[
     out: dict[str, list[str]] = {}
     names = [k.name for k in profile.kernels]
     overruns = (profile.session or {}).get("graph_overruns") or {}
+    unsure = (profile.session or {}).get("uncertain_starts") or {}  # proton_lite/start_range.py
     for k in sorted({int(i) for i in launches["kernel"]}):
         mine = launches[launches["kernel"] == k]
         reasons = out.setdefault(names[k], [])
@@ -35,6 +37,10 @@ def kernel_losses(profile: Profile, launches: np.ndarray | None = None) -> dict[
             if values.sum():
                 reasons.append(f"{int(values.sum()):,} {what} in {int((values > 0).sum()):,} of {len(mine):,} "
                                "launch(es)")
+        if unsure.get(names[k]):
+            reasons.append(f"{int(unsure[names[k]]):,} CTA start(s) not placed: these CTAs ended too long after "
+                           "their launch for the start this loop kernel kept (32 bits) to be exact; "
+                           "PROTON_LITE_LOOP_START=entry keeps it whole")
         if overruns.get(names[k]):
             reasons.append(f"{int(overruns[names[k]]):,} CUDA graph replay(s) not kept (their ring was full: "
                            "graph_slots=)")

@@ -2,7 +2,9 @@
 op, plain vs in a session, by CUPTI kernel durations, for one form of the header per run.
 
 Forms (passes/ptx_lifetimes.py): ``pass`` what the pass chooses (at exit in straight-line
-kernels, at entry in kernels with loops), ``exit`` the start pair's low halves kept in
+kernels from the start's halves in registers, at exit in kernels with loops from the start
+pair thread 0 keeps since pass 22: ``PROTON_LITE_LOOP_START``), ``loopentry`` pass 21 for
+kernels with loops (the header at entry; ``PROTON_LITE_LOOP_START=entry``), ``exit`` the start pair's low halves kept in
 registers until exit in every scope-less kernel, loops included, ``entry`` the header at
 entry everywhere (``bench.py --header-form entry`` uses it too), ``pred`` as ``exit`` with
 thread 0 alone reading the halves (``warp0``: warp 0's threads) (a diagnosis: are the other warps' timer reads the
@@ -76,6 +78,8 @@ from proton_lite.passes import ptx_instrument, ptx_lifetimes, ptx_scan, stage_ho
 
 
 def use_form(form: str) -> None:
+    if form in ("entry", "loopentry", "lateheader"):  # loop kernels: the header at entry (pass 21)
+        ptx_lifetimes.LOOP_START = "entry"
     if form == "entry":  # the metadata says so too (cta_header "entry")
         stage_hook.rewrite = functools.partial(ptx_instrument.rewrite, start_at_exit=False)
         stage_hook.keeps_start_pair = lambda ptx, info, layout: False
@@ -316,7 +320,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--form", choices=("pass", "exit", "entry", "pred", "empty", "cs2r", "clockonly", "ublock", "func", "inline",
                                        "predall", "u32reads", "v4stores", "spin64", "spin256", "xnogt", "xnosmid", "xnostore", "noexit", "noentry", "warp0",
-                                       "lateheader", "onestore"),
+                                       "lateheader", "onestore", "loopentry"),
                     default="pass")
     ap.add_argument("--op", default="dyt", help="a function of tests/liger_ops.py")
     ap.add_argument("--rounds", type=int, default=4)
