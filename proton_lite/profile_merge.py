@@ -112,6 +112,12 @@ def merge_profiles(profiles: list[Profile], align_on: str | None = None) -> Prof
     session = dict(profiles[0].session or {})
     session["truncated"] = any((p.session or {}).get("truncated") for p in profiles)
     session["lost_launches"] = sum(int((p.session or {}).get("lost_launches") or 0) for p in profiles)
+    for key in ("graph_overruns", "uncertain_starts"):  # kernel name -> count, per capture: summed
+        summed: dict[str, int] = {}
+        for p in profiles:
+            for name, n in ((p.session or {}).get(key) or {}).items():
+                summed[name] = summed.get(name, 0) + int(n)
+        session[key] = summed
     cuts = [(p.session or {}).get("cut") for p in profiles if isinstance((p.session or {}).get("cut"), dict)]
     if cuts:
         session["cut"] = {"launches": [n for c in cuts for n in c.get("launches") or []],

@@ -50,6 +50,21 @@ def test_a_cut_off_capture_makes_the_merged_one_incomplete(tmp_path):
         merge_profiles([])
 
 
+def test_per_kernel_losses_of_every_capture_are_summed_into_the_merged_one():
+    """What each capture counted per kernel name (graph replays not kept, loop kernels' CTA
+    starts not placed: proton_lite/start_range.py) is the merged profile's sum, not the first
+    capture's, so the kernel is marked incomplete whichever rank lost something."""
+    from viewer.completeness import kernel_losses
+    a, b = _load(WHOLE), _load(WHOLE)
+    name = a.kernels[0].name
+    a.session["uncertain_starts"], b.session["uncertain_starts"] = {}, {name: 3}
+    b.session["graph_overruns"] = {name: 2}
+    m = merge_profiles([a, b])
+    assert m.session["uncertain_starts"] == {name: 3} and m.session["graph_overruns"] == {name: 2}
+    assert any("3 CTA start(s) not placed" in r for r in kernel_losses(m)[name])
+    assert merge_profiles([b, b]).session["uncertain_starts"] == {name: 6}
+
+
 def test_diff_of_two_folders_of_captures(tmp_path, capsys):
     before, after = tmp_path / "before", tmp_path / "after"
     before.mkdir()
