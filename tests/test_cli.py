@@ -819,6 +819,25 @@ def test_compile_report_matches_the_kernel(case, capsys):
         assert r["records_per_unit"]["exact"] == sites == cap
 
 
+def test_compile_reports_where_a_loop_kernel_without_scopes_keeps_its_start(capsys, monkeypatch):
+    """Pass 22: a scope-less kernel with a loop (a grid-stride loop of tiles) writes its CTA
+    header at exit from what thread 0 kept (the timer from bit 5), and the report says so and
+    how long a CTA may live for it; ``PROTON_LITE_LOOP_START=entry`` puts it back at entry."""
+    from proton_lite.passes import ptx_lifetimes
+    args = ["compile", f"{Path(KERNELS_PY).parent / 'fixed_cost_kernels.py'}:tile_gelu_loop", "--signature",
+            "*fp32,*fp32,*fp32,i32,i32,i32", "--num-warps", "4", "--constexpr", "TILE=256"]
+    rc, out, err = call(capsys, *args, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert (r["cta_header"], r["loop_start"], r["capacity"]) == ("exit", "gt5", 0)
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row
+    rc, out, _ = call(capsys, *args)
+    assert "keeps it across the loops" in out and "137 s" in out
+    monkeypatch.setattr(ptx_lifetimes, "LOOP_START", "entry")
+    r = json.loads(call(capsys, *args, "--json")[1])
+    assert (r["cta_header"], r["loop_start"]) == ("entry", None)
+
+
 def test_compile_per_scope_sites_of_a_helper_called_twice(capsys):
     rc, out, _ = call(capsys, *_compile_args("helper_twice"), "--json")
     r = json.loads(out)

@@ -164,6 +164,8 @@ def compile_report(ck, kernel_name: str, arch: int) -> dict:
         "registers": _registers(pl.get("registers"), num_warps),
         # where thread 0 writes the CTA header (passes/ptx_lifetimes.py; absent before pass 15)
         "cta_header": pl.get("cta_header", "entry"),
+        # a kernel with loops: what thread 0 keeps of the start until exit (pass 22)
+        "loop_start": pl.get("loop_start"),
     }
 
 
@@ -280,7 +282,12 @@ def render_compile_report(r: dict, console) -> None:
                  f"{sass['plain_behind']}" + ("; each one more may be a further trip to memory, unless its data is cached)"
                                               if sass["behind"] > sass["plain_behind"] else ")"))
         kv.add_row("SASS", text)
-    if r.get("cta_header") == "exit":
+    if r.get("cta_header") == "exit" and r.get("loop_start"):
+        kept = "the timer's bits 5-36, exact while a CTA lives < 137 s" if r["loop_start"] == "gt5" else \
+            "the timer's low half, exact while a CTA lives < 4.3 s"
+        kv.add_row("CTA header", f"at exit: thread 0 reads the start first and keeps it across the loops ({kept}; "
+                                 "PROTON_LITE_LOOP_START=entry writes it at entry)")
+    elif r.get("cta_header") == "exit":
         kv.add_row("CTA header", "at exit: the kernel starts with two timer reads "
                                  "(the start pair's low halves, kept in registers)")
     if regs and regs.get("exit"):
