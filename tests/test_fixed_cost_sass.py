@@ -249,6 +249,5 @@ def test_a_loop_kernel_s_loads_issue_nearer_plain_s_with_its_start_kept(monkeypa
     entry = proton_lite.compile(fn, sig, constexprs, num_warps=warps, divisible_by_16=("stride", ))
     assert entry.profile["cta_header"] == "entry"
     r_entry = load_shift(listing[False], [i.text for i in disassemble(entry.asm["cubin"])])
-    print("shared", r, "entry", r_entry)
     # Triton 3.9: the loads 7-13 instructions later than plain's against 20-24 with the header at entry
     assert 0 <= r["first_moved"] and r["max_moved"] < r_entry["first_moved"], (r, r_entry)

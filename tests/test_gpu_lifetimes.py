@@ -86,6 +86,8 @@ def test_a_kernel_without_scopes_records_every_cta_lifetime(launch, header, ctas
     assert (blocks["start_gt"] <= unit_end).all() and (unit_end - blocks["start_gt"] < 10_000_000).all()
     assert (blocks["start_clk"] < blocks["unit"]["end_clk"].max(axis=1)).all()
     prof = decode(cap)
+    # a loop kernel's kept start: every CTA ended well within its range of its launch (start_range.py)
+    assert prof.session["uncertain_starts"] == {}
     kid = next(i for i, k in enumerate(prof.kernels) if k.name == kmeta["name"])
     (launch, ) = prof.launches["launch"][prof.launches["kernel"] == kid]
     mine = prof.ctas[prof.ctas["launch"] == launch]
