@@ -5,14 +5,16 @@ A kernel without scopes and with loops keeps its CTA's start in 32 bits until ex
 ``halves`` its low half (2^32 ns, 4.3 s).  The start rebuilt from the end is exact while the
 CTA lives less than that range; a CTA living longer would show a start one range (or more) too
 late, with nothing in its block to tell.  So the decoder bounds every such CTA's life from
-outside: no CTA starts before its launch was queued, which the collector's exit hook times on
-the host (``host_time_ns``, after the queueing, so less ``MARGIN_NS``), and none ends after
-the session's end (``host_end_ns``, the same host clock); the timer's offset to that clock is
-at least the latest CTA end minus that end.  A CTA whose end lies less than the range after
+outside: no CTA starts before its launch was queued, which the collector's hooks time on the
+host around the queueing (``host_time_ns``, ``CLOCK_REALTIME`` in the Python and C paths
+alike; less ``MARGIN_NS``), and none ends after the session's end (``host_end_ns``, the same
+clock); the timer's offset to that clock is at least the latest CTA end minus that end.  A CTA whose end lies less than the range after
 its launch's time on that bound lived less than the range: its start is exact.  The others
 (a CTA of minutes, or a launch queued that long) are counted per kernel, and the kernel's
 numbers are marked incomplete (viewer/completeness.py).  The clock's low half (2^32 cycles,
 2.2 s at 1.98 GHz) limits only the CTA's own clock rate, which the summary's rate check shows.
+A host clock stepped forward during the session only loosens the bound (more CTAs counted);
+one stepped back by more than the margin could hide a CTA that lived past the range.
 """
 from __future__ import annotations
 
