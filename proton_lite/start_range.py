@@ -26,33 +26,43 @@ RANGE_BITS = {"gt5": 37, "halves": 32}  # of a loop kernel's kept start (ptx_lif
 
 def uncertain_starts(capture, kernels, launches: np.ndarray, ctas: np.ndarray) -> dict[str, int]:
     """Kernel name -> CTAs whose start may lie a whole range earlier than shown, over the
-    kernels whose metadata has ``loop_start`` (``launches``/``ctas``: the decoder's tables, CTA
-    times on one axis).  A capture cut off before its END chunk has no end to bound them by:
-    every such CTA is counted."""
-    ranges = {k: 1 << RANGE_BITS[info.meta.get("loop_start")] for k, info in enumerate(kernels)
-              if info.meta.get("loop_start") in RANGE_BITS and info.meta.get("cta_header") == "exit"}
-    if not ranges or not len(ctas):
-        return {}
-    order = np.argsort(launches["launch"], kind="stable")
-    row = order[np.searchsorted(launches["launch"][order], ctas["launch"])]
-    kernel = launches["kernel"][row]
-    mine = np.isin(kernel, np.fromiter(ranges, np.uint32))
+    kernels whose metadata has ``loop_start`` (``launches``/``ctas``: the decoder's tables,
+    CTA times on one axis, each launch's ``end_ns`` its latest CTA's).  Launch by launch
+    first: where a launch's latest CTA is placed, so are all of its CTAs.  A capture cut off
+    before its END chunk has no end to bound them by: every such CTA is counted."""
+    limit = np.zeros(len(kernels), np.int64)  # each kernel's range (0: not such a kernel)
+    for k, info in enumerate(kernels):
+        if info.meta.get("loop_start") in RANGE_BITS and info.meta.get("cta_header") == "exit":
+            limit[k] = 1 << RANGE_BITS[info.meta["loop_start"]]
+    kernel = launches["kernel"].astype(np.int64)
+    present = launches["num_ctas"].astype(np.int64) - launches["missing_ctas"]  # CTAs with a block
+    mine = (limit[kernel] > 0) & (present > 0)
     if not mine.any():
         return {}
-    host_end = (capture.end or {}).get("host_end_ns")
-    if isinstance(host_end, int) and host_end > 0:
-        host_ns = {launch.launch_index: launch.host_time_ns for launch in capture.launches}
-        queued = np.array([host_ns.get(int(i), 0) for i in launches["launch"]], np.int64)[row[mine]]
-        device = launches["device"][row[mine]]
-        end = ctas["end_ns"][mine].astype(np.int64)
-        latest = {int(d): int(ctas["end_ns"][launches["device"][row] == d].max()) for d in np.unique(device)}
-        latest_end = np.array([latest[int(d)] for d in device], np.int64)
-        # the CTA's end after its launch was queued, on the host clock (a lower bound of the timer's offset)
-        lived_at_most = (end - latest_end) - (queued - host_end) + MARGIN_NS
-        limit = np.array([ranges[int(k)] for k in kernel[mine]], np.int64)
-        unsure = lived_at_most >= limit
-    else:
-        unsure = np.ones(int(mine.sum()), bool)
     names = [info.name for info in kernels]
-    counts = np.bincount(kernel[mine][unsure].astype(np.int64), minlength=len(kernels))
+    host_end = (capture.end or {}).get("host_end_ns")
+    if not (isinstance(host_end, int) and host_end > 0):
+        counts = np.bincount(kernel[mine], weights=present[mine], minlength=len(kernels))
+        return {names[k]: int(n) for k, n in enumerate(counts) if n}
+    host_ns = {launch.launch_index: launch.host_time_ns for launch in capture.launches}
+    queued = np.array([host_ns.get(int(i), 0) for i in launches["launch"]], np.int64)
+    device = launches["device"].astype(np.int64)
+    ran = present > 0
+    latest = np.zeros(int(device.max()) + 1, np.int64)  # each device's latest CTA end
+    for d in np.unique(device[ran]):
+        latest[d] = launches["end_ns"][ran & (device == d)].max()
+    offset = latest[device] + queued - host_end  # the launch's host time on the timer, at the latest
+    # a launch whose latest CTA lived less than the range after it: all its CTAs are placed
+    suspect = mine & (launches["end_ns"] - offset + MARGIN_NS >= limit[kernel])
+    if not suspect.any():
+        return {}
+    counts = np.zeros(len(kernels), np.int64)
+    at = np.flatnonzero(suspect)  # the suspect launches' rows, by their launch ids
+    ids = launches["launch"][at].astype(np.int64)
+    order = np.argsort(ids)
+    ids, at = ids[order], at[order]
+    picked = np.isin(ctas["launch"], ids)
+    rows = at[np.searchsorted(ids, ctas["launch"][picked])]
+    unsure = ctas["end_ns"][picked] - offset[rows] + MARGIN_NS >= limit[kernel[rows]]
+    np.add.at(counts, kernel[rows][unsure], 1)
     return {names[k]: int(n) for k, n in enumerate(counts) if n}
