@@ -8,8 +8,9 @@ late, with nothing in its block to tell.  So the decoder bounds every such CTA's
 outside: no CTA starts before its launch was queued, which the collector's hooks time on the
 host around the queueing (``host_time_ns``, ``CLOCK_REALTIME`` in the Python and C paths
 alike; less ``MARGIN_NS``), and none ends after the session's end (``host_end_ns``, the same
-clock); the timer's offset to that clock is at least the latest CTA end minus that end.  A CTA whose end lies less than the range after
-its launch's time on that bound lived less than the range: its start is exact.  The others
+clock); the timer's offset to that clock is at least the latest CTA end minus that end.  A
+CTA whose end lies less than the range after its launch's time on that bound lived less than
+the range: its start is exact.  The others
 (a CTA of minutes, or a launch queued that long) are counted per kernel, and the kernel's
 numbers are marked incomplete (viewer/completeness.py).  The clock's low half (2^32 cycles,
 2.2 s at 1.98 GHz) limits only the CTA's own clock rate, which the summary's rate check shows.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MARGIN_NS = 1_000_000_000  # the exit hook's time after the launch was queued, at most
+MARGIN_NS = 1_000_000_000  # the hooks' time after the launch was queued, at most
 RANGE_BITS = {"gt5": 37, "halves": 32}  # of a loop kernel's kept start (ptx_lifetimes.TIMER_SHIFT + 32)
 
 
