@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 
-from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, LIFETIME_TAG, UNIT_MAGIC
+from proton_lite.layout import CTA_HEADER_BYTES, CTA_MAGIC, LAYOUT_VERSION, LIFETIME_TAG, LOOP_TIMER_SHIFT, UNIT_MAGIC
 
 # The exit of a straight-line kernel without scopes as a call to a ``.func`` of its own
 # (``exit_function``), which ptxas does not inline: the kernel's body is then scheduled as
@@ -73,7 +73,7 @@ DEFAULT_LOOP_START = "gt5"
 LOOP_START = os.environ.get("PROTON_LITE_LOOP_START", DEFAULT_LOOP_START).strip().lower()
 if LOOP_START not in LOOP_STARTS:
     raise ValueError(f"proton_lite: PROTON_LITE_LOOP_START={LOOP_START!r} is not one of {', '.join(LOOP_STARTS)}")
-TIMER_SHIFT = {"gt5": 5, "halves": 0}  # the bits of %globaltimer below the kept 32
+TIMER_SHIFT = LOOP_TIMER_SHIFT  # the bits of %globaltimer below the kept 32 (layout.py)
 
 
 class LifetimesCode:

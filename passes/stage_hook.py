@@ -134,8 +134,9 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         start, end = info.body
         pool_plan = plan_pool(ptx.split("\n"), start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
-    kept = None if keeps_start_pair(ptx, info, layout) else loop_start(ptx, info, layout)
-    at_exit = bool(kept) or keeps_start_pair(ptx, info, layout)  # a loop kernel's start kept by thread 0, or halves
+    in_registers = keeps_start_pair(ptx, info, layout)  # every thread's halves (straight-line kernels)
+    kept = None if in_registers else loop_start(ptx, info, layout)  # thread 0's (loop kernels)
+    at_exit = in_registers or bool(kept)
     headers = layout  # the layout of the entry form (CTA and unit headers)
     layout = compact_layout(info, layout, at_exit)
     new_ptx = rewrite(ptx, info, layout, triton_shared, pool_plan if layout.pool else None)

@@ -104,6 +104,10 @@ COPY_SCOPE = "proton-lite: buffer copy"
 CTA_MAGIC = 0x314C5043
 UNIT_MAGIC = 0x31554C50
 LIFETIME_TAG = 0x544C  # top half of a lifetime block's first word (compact layouts)
+# A loop kernel's ``loop_start`` (its metadata, format.md §1.11): the bits of %globaltimer below
+# the 32 that thread 0 kept of its CTA's start; a start is exact while the CTA lives less than
+# 2^(32 + shift) ns (passes/ptx_lifetimes.py writes it, proton_lite/start_range.py bounds it)
+LOOP_TIMER_SHIFT = {"gt5": 5, "halves": 0}
 LIFETIME_BYTES = 32
 CTA_HEADER_BYTES = 32
 UNIT_HEADER_BYTES = 24

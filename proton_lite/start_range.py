@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite.layout import LOOP_TIMER_SHIFT
+
 MARGIN_NS = 1_000_000_000  # the hooks' time after the launch was queued, at most
-RANGE_BITS = {"gt5": 37, "halves": 32}  # of a loop kernel's kept start (ptx_lifetimes.TIMER_SHIFT + 32)
+RANGE_BITS = {form: 32 + shift for form, shift in LOOP_TIMER_SHIFT.items()}  # of a loop kernel's kept start
 
 
 def uncertain_starts(capture, kernels, launches: np.ndarray, ctas: np.ndarray) -> dict[str, int]:

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from proton_lite import compat
+from proton_lite.layout import LOOP_TIMER_SHIFT
 from proton_lite.viewer.cli_compile_args import (_divisible, check_constexprs_complete, parse_constexprs,
                                                 parse_signature)
 from proton_lite.viewer.cli_io import EXIT_OK, CliError, _check_file, _console, _one_line, _print_json
@@ -282,9 +283,10 @@ def render_compile_report(r: dict, console) -> None:
                  f"{sass['plain_behind']}" + ("; each one more may be a further trip to memory, unless its data is cached)"
                                               if sass["behind"] > sass["plain_behind"] else ")"))
         kv.add_row("SASS", text)
-    if r.get("cta_header") == "exit" and r.get("loop_start"):
-        kept = "the timer's bits 5-36, exact while a CTA lives < 137 s" if r["loop_start"] == "gt5" else \
-            "the timer's low half, exact while a CTA lives < 4.3 s"
+    if r.get("cta_header") == "exit" and r.get("loop_start") in LOOP_TIMER_SHIFT:
+        shift = LOOP_TIMER_SHIFT[r["loop_start"]]
+        kept = (f"the timer's bits {shift}-{shift + 31}" if shift else "the timer's low half") + \
+            f", exact while a CTA lives < {2 ** (32 + shift) / 1e9:.3g} s"
         kv.add_row("CTA header", f"at exit: thread 0 reads the start first and keeps it across the loops ({kept}; "
                                  "PROTON_LITE_LOOP_START=entry writes it at entry)")
     elif r.get("cta_header") == "exit":
