@@ -67,7 +67,7 @@ def test_pairs_and_depths_are_a_stack_per_track(seed, n_tracks, max_depth):
     assert got == _stack_pairs(track, is_end)
     nb, ne = readback._match(track, is_end)
     assert got == set(zip(nb.tolist(), ne.tolist(), readback._nest_level(track, nb, ne).tolist()))
-    assert list(e) == sorted(e)  # in the ENDs' order
+    assert list(b) == sorted(b)  # in the BEGINs' order (a unit track's slices by time, outermost first)
 
 
 @pytest.mark.parametrize("cut", ["end_first", "left_open"])
@@ -105,3 +105,16 @@ def test_a_trace_reads_back_the_same_with_the_extension_or_without(tmp_path, mon
     assert_same_profile(p, with_c)
     for name in with_c.intervals.dtype.names:
         assert np.array_equal(with_c.intervals[name], without.intervals[name]), name
+
+
+def test_tracks_numbered_one_to_n_are_ranked_without_a_search():
+    """The writers number tracks 1..N: each event's rank is its uuid less the first; an event
+    on a track outside them has no descriptor (None), as with uuids spread out."""
+    keys = np.arange(5, 12, dtype=np.int64)
+    track = np.array([5, 11, 7, 7, 9], np.int64)
+    assert pairing_c.track_index(track, keys).tolist() == [0, 6, 2, 2, 4]
+    assert pairing_c.track_index(np.r_[track, 12], keys) is None
+    assert pairing_c.track_index(np.r_[track, 4], keys) is None
+    spread = np.array([3, 40, 41], np.int64)  # not contiguous: searched
+    assert pairing_c.track_index(np.array([41, 3, 40]), spread).tolist() == [2, 0, 1]
+    assert pairing_c.track_index(np.array([41, 4]), spread) is None

@@ -50,8 +50,13 @@ def test_each_slices_track_and_its_ancestors_are_found_or_named_missing():
     from proton_lite.trace.readback import _ancestors
     t_uuid = np.array([30, 10, 20, 40, 50], np.int64)  # 10 > 20 > 30 > 40; 50's parent 99 is not described
     t_parent = np.array([20, -1, 10, 30, 99], np.int64)
-    up = _ancestors(t_uuid, t_parent, np.array([40, 20, 30], np.int64), 4)
-    assert [u.tolist() for u in up] == [[3, 2, 0], [0, 1, 2], [2, -1, 1], [1, -1, -1], [-1, -1, -1]]
+    own, above = _ancestors(t_uuid, t_parent, np.array([40, 20, 30], np.int64), 4)
+    assert [level[own].tolist() for level in above] == \
+        [[3, 2, 0], [0, 1, 2], [2, -1, 1], [1, -1, -1], [-1, -1, -1]]
+    # the same found from the distinct uuids and each slice's rank among them (the reader's way)
+    keys = np.array([20, 30, 40], np.int64)
+    own2, above2 = _ancestors(t_uuid, t_parent, None, 4, (keys, np.array([2, 0, 1])))
+    assert own2.tolist() == own.tolist() and all(np.array_equal(x, y) for x, y in zip(above, above2))
     with pytest.raises(ValueError, match="no TrackDescriptor"):
         _ancestors(t_uuid, t_parent, np.array([20, 60], np.int64), 2)  # a slice's own track
     with pytest.raises(ValueError, match="no TrackDescriptor"):

@@ -7,9 +7,11 @@ nesting depth of each slice (``readback._nest_level``, a third sort) took ~8 s o
 in file order: each END closes the track's innermost open BEGIN, whose depth is the number of
 slices open on the track when it began.  Tracks are given as dense numbers (``track_index``).
 
-The pairs come in the order of their ENDs where the numpy form gives them by (track, level,
-position): the same set of pairs, which the reader sorts into the profile's order
-(``tests/test_readback_native.py`` compares the profiles).  Without a compiler ``pair`` is
+The pairs come in the order of their BEGINs (the numpy form gives them by (track, level,
+position): the same set of pairs, which the reader sorts into the profile's order,
+``tests/test_readback_native.py`` compares the profiles): a unit track's slices then come
+in time order, outermost first, which is the profile's order within a unit, and the sort
+leaves them as they are (``nesting._argsort_keys``).  Without a compiler ``pair`` is
 None and the numpy forms do the work.  ``PROTON_LITE_NATIVE_PAIRING=0`` turns it off.
 """
 from __future__ import annotations
@@ -27,7 +29,8 @@ _SOURCE = r"""
 """ + BUFFERS_C + r"""
 /* pair(track, is_end, n_tracks, b, e, level) -> pairs, or -1 (an END with no open slice) / -2
    (a slice left open): track[i] in [0, n_tracks) per event in file order; writes each pair's
-   BEGIN and END index and the BEGIN's depth (slices open on its track before it) */
+   BEGIN and END index and the BEGIN's depth (slices open on its track before it), the pairs
+   in their BEGINs' order */
 static PyObject *pair(PyObject *self, PyObject *args) {
     PyObject *o[6];
     Py_ssize_t n_tracks;
@@ -44,7 +47,7 @@ static PyObject *pair(PyObject *self, PyObject *args) {
         return NULL;
     }
     int64_t *top = malloc((size_t)(n_tracks + 1) * 8), *depth = calloc((size_t)n_tracks + 1, 8);
-    int64_t *below = malloc((size_t)(n + 1) * 8);  /* the open BEGIN under each BEGIN on its track */
+    int64_t *below = malloc((size_t)(n / 2 + 1) * 8);  /* the open pair under each pair on its track */
     Py_ssize_t pairs = 0;
     int bad = 0;
     if (!top || !depth || !below) {
@@ -56,19 +59,19 @@ static PyObject *pair(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n && !bad; i++) {
         int64_t t = track[i];
         if (t < 0 || t >= n_tracks) { bad = -3; break; }
-        if (!is_end[i]) {
-            below[i] = top[t];
-            top[t] = i;
-            depth[t]++;
+        if (!is_end[i]) {  /* a pair numbered at its BEGIN: the pairs come in their BEGINs' order */
+            if (pairs >= n / 2) { bad = -2; break; }
+            b[pairs] = i;
+            level[pairs] = depth[t]++;
+            below[pairs] = top[t];
+            top[t] = pairs++;
             continue;
         }
         int64_t open = top[t];
         if (open < 0) { bad = -1; break; }
-        if (pairs >= n / 2) { bad = -2; break; }
-        b[pairs] = open; e[pairs] = i;
+        e[open] = i;
         top[t] = below[open];
-        level[pairs] = --depth[t];
-        pairs++;
+        depth[t]--;
     }
     if (!bad)
         for (Py_ssize_t t = 0; t < n_tracks; t++)
@@ -100,22 +103,35 @@ def track_index(track: np.ndarray, keys: np.ndarray) -> np.ndarray | None:
     or None where an event's track has no descriptor (the numpy path reports it)."""
     if not len(keys):
         return None if len(track) else np.zeros(0, np.int64)
+    if int(keys[-1]) - int(keys[0]) == len(keys) - 1:  # uuids 1..N, as the writers number tracks: no search
+        if len(track) and (int(track.min()) < int(keys[0]) or int(track.max()) > int(keys[-1])):
+            return None
+        return track.astype(np.int64) - int(keys[0])
     at = np.minimum(np.searchsorted(keys, track), len(keys) - 1)
     if not np.array_equal(keys[at], track):
         return None
     return at.astype(np.int64)
 
 
-def pair(track: np.ndarray, is_end: np.ndarray, uuids: np.ndarray):
-    """(BEGIN index, END index, depth) of every slice, the pairs in their ENDs' order; None
-    where the extension is not built or a track has no descriptor (the numpy forms then)."""
+def dense_tracks(track: np.ndarray, uuids: np.ndarray):
+    """(the descriptors' distinct uuids sorted, each event's track as its rank among them), or
+    None where an event's track has no descriptor (the numpy path reports it)."""
+    keys = np.unique(uuids)
+    dense = track_index(track, keys)
+    return None if dense is None else (keys, dense)
+
+
+def pair(track: np.ndarray, is_end: np.ndarray, uuids: np.ndarray, tracks=None):
+    """(BEGIN index, END index, depth) of every slice, the pairs in their BEGINs' order; None
+    where the extension is not built or a track has no descriptor (the numpy forms then).
+    ``tracks``: ``dense_tracks(track, uuids)``, where the caller has it."""
     mod = _EXTENSION.module()
     if mod is None:
         return None
-    keys = np.unique(uuids)
-    dense = track_index(track, keys)
-    if dense is None:
+    tracks = dense_tracks(track, uuids) if tracks is None else tracks
+    if tracks is None:
         return None
+    keys, dense = tracks
     n = len(dense)
     b, e, level = (np.empty(n // 2, np.int64) for _ in range(3))
     ends = is_end.view(np.uint8) if is_end.dtype == bool and is_end.flags.c_contiguous else \

@@ -77,7 +77,7 @@ def _cta_table(meta: dict, ctas: dict) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return c, c["start_ns"] - lead, order
 
 
-def _interval_order(iv: np.ndarray) -> np.ndarray:
+def _interval_order(iv) -> np.ndarray:
     """The decoder's order of intervals: by launch, CTA, unit, lane, start, end (later
     first), depth; the first four packed into one key (``nesting._argsort_keys``; seven keys
     took 6.5 s for 10.6 M intervals, 2026-11-29)."""
@@ -87,15 +87,19 @@ def _interval_order(iv: np.ndarray) -> np.ndarray:
 
 def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
     """Assemble a Profile from the CTA table (``_cta_table``) and the interval columns (taken
-    out of ``iv`` as they are copied: each column goes before the intervals are sorted)."""
+    out of ``iv`` as they are copied: ordered from the columns, then each gathered into the
+    intervals' rows in that order and freed; sorted as rows, the 48-byte rows were read by
+    column and copied whole once more)."""
     launches = _launches_from_meta(meta)
     lr = _launch_rank(launches, c["launch"], "CTA slices")
     c = c[np.lexsort((c["cta"], lr))]  # decode order: launch, then CTA id
     del lr
-    out = np.zeros(len(iv["cta"]), INTERVAL_DTYPE)
+    n = len(iv["cta"])
+    order = _interval_order(iv) if n else np.zeros(0, np.int64)
+    out = np.zeros(n, INTERVAL_DTYPE)
     for k in INTERVAL_DTYPE.names:
-        out[k] = iv.pop(k)
-    out = out[_interval_order(out)] if len(out) else out
+        out[k] = iv.pop(k)[order]
+    del order
     return Profile(kernels=_kernels_from_meta(meta), launches=launches, ctas=c, intervals=out,
                    t0_ns=int(meta["t0_ns"]), session=meta.get("session") or {})
 
@@ -116,65 +120,97 @@ def _perfetto_columns(data: bytes, path) -> tuple[dict, np.ndarray, dict]:
     # derived from them: not read); in the sm layout also each one's first annotation
     events = read_events(data, first_annotation=by_gpu)
     del data
-    t_uuid, t_parent, t_rank = events.t_uuid, events.t_parent, events.t_rank
-    t, typ, track, an, av = events.t, events.typ, events.track, events.an, events.av
-    if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
-        raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
-    got = pairing_c.pair(track, typ == pf.TYPE_SLICE_END, t_uuid)  # in C, with each slice's depth
-    b, e, level = got if got is not None else (*_match(track, typ == pf.TYPE_SLICE_END), None)
-    del got
-    iid = events.iid[b]
-    cycles = np.where(an[e] == pf.ANN_CYCLES, av[e], np.where(an[b] == pf.ANN_CYCLES, av[b], 0))
-    shift = int(meta["shift_ns"])
-    start, end = t[b] - shift, t[e] - shift
-    depth = np.where(an[b] == pf.ANN_DEPTH, av[b], level if level is not None else _nest_level(track, b, e))
-    del level
-
-    # each slice's track: a slot (parent SM, grandparent launch) or a unit track one level down;
-    # in a trace of merged captures each launch has its capture's track above it
-    merged = merged_captures(meta.get("session") or {}) is not None
-    up = _ancestors(t_uuid, t_parent, track[b], 4)
-    n_up = sum((u >= 0).astype(np.int64) for u in up[1:]) - int(merged)
-    if by_gpu:  # the launch slices, on the rows right below a GPU's track: derived, not read
-        keep = n_up != 1
-        b, e, iid, cycles, start, end, depth, n_up = (x[keep] for x in (b, e, iid, cycles, start, end, depth, n_up))
-        up = [u[keep] for u in up]
-    is_cta = n_up == 2
-    if np.any((n_up != 2) & (n_up != 3)):
-        raise ValueError("slices on a track that is neither a CTA slot nor a unit track")
-    if np.any(is_cta & (an[b] != pf.ANN_CTA)) or np.any(~is_cta & (iid < 1)):
-        raise ValueError("slice args do not match their tracks (a CTA slot's slices carry a 'cta' arg)")
+    t_rank = events.t_rank
+    c, u, sl = _slices(events, meta, by_gpu)  # (the events' columns go: ~45 bytes an event)
+    del events
     rank = lambda i: np.where(i >= 0, t_rank[np.maximum(i, 0)], 0)
-    slot_i = np.where(is_cta, up[0], up[1])
-    sm_i = np.where(is_cta, up[1], up[2])
-    launch_i = np.where(is_cta, up[2], up[3])
-    names = np.array([s for _, s in meta["names"]] or [0], np.int64)
-    scope = names[np.clip(iid - 1, 0, len(names) - 1)]
-    c, u = is_cta, ~is_cta
-    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last: its first one
-        ev = b[c]
-        if np.any(events.first_an[ev] != pf.ANN_LAUNCH):
-            raise ValueError("a CTA slice without its 'launch' arg in a trace laid out by GPU")
-        cta_launch = events.first_av[ev]
-    else:
-        cta_launch = rank(launch_i)[c]
-    table, lo_ns, order = _cta_table(meta, {"launch": cta_launch, "smid": rank(sm_i)[c], "cta": av[b][c],
-                                               "start_ns": start[c], "end_ns": end[c], "cycles": cycles[c]})
+    start, end, cycles = sl.pop("start"), sl.pop("end"), sl.pop("cycles")
+    table, lo_ns, order = _cta_table(meta, {"launch": sl.pop("cta_launch") if by_gpu else rank(sl.pop("launch_c")),
+                                            "smid": rank(sl.pop("sm_c")), "cta": sl.pop("cta_c"),
+                                            "start_ns": start[c], "end_ns": end[c], "cycles": cycles[c]})
     # an interval's CTA: the one whose extent on its slot holds the interval's start
-    owner = cta_by_time(slot_i[c][order], lo_ns, slot_i[u], start[u])
+    start_u = start[u]
+    owner = cta_by_time(sl.pop("slot_c")[order], lo_ns, sl.pop("slot_u"), start_u)
     if len(owner) and owner.min() < 0:
         raise ValueError("an interval starts before every CTA of its slot")
-    u_rank = rank(up[0])[u]
+    u_rank = rank(sl.pop("unit_u"))
+    names = np.array([s for _, s in meta["names"]] or [0], np.int64)
     iv = {"launch": table["launch"][owner], "cta": table["cta"][owner], "unit": u_rank >> 16,
-          "lane": u_rank & 0xFFFF, "scope": scope[u], "depth": depth[u], "start_ns": start[u], "end_ns": end[u],
-          "cycles": cycles[u]}
+          "lane": u_rank & 0xFFFF, "scope": names[np.clip(sl.pop("iid_u") - 1, 0, len(names) - 1)],
+          "depth": sl.pop("depth")[u], "start_ns": start_u, "end_ns": end[u], "cycles": cycles[u]}
     return meta, table, iv
 
 
-def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray, levels: int) -> list[np.ndarray]:
-    """[own descriptor index, parent's, grandparent's, ...] of each track uuid; -1 above the root.
-    Each uuid is looked up once; the levels above follow each descriptor's parent, looked up
-    once per descriptor (a few thousand), not once per slice and level."""
+def _slices(events, meta: dict, by_gpu: bool) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Each slice's BEGIN and END paired, and what the reader takes of its events, the slices
+    split by their track: (CTA slices' mask, intervals' mask, columns), the columns per slice
+    (times, cycles, depth) or per CTA slice (``_c``) or interval (``_u``).  The launch slices
+    of the sm layout, on the rows right below a GPU's track, are in neither mask: derived, not
+    read (not filtered out of every column: 2 s of a 21 M-record trace's 20 s on the CPU host).
+    Each of the events' columns is dropped from ``events`` once read (~45 bytes an event)."""
+    from proton_lite.trace import perfetto_fields as pf
+    typ, track = events.typ, events.track
+    if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
+        raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
+    is_end = typ == pf.TYPE_SLICE_END
+    events.typ = typ = None
+    tracks = pairing_c.dense_tracks(track, events.t_uuid)  # (each event's track numbered: pairing and ancestors)
+    got = pairing_c.pair(track, is_end, events.t_uuid, tracks)  # in C, with each slice's depth
+    b, e, level = got if got is not None else (*_match(track, is_end), None)
+    del is_end, got
+    an, av = events.an, events.av
+    out = {"depth": np.where(an[b] == pf.ANN_DEPTH, av[b], level if level is not None else _nest_level(track, b, e))}
+    del level
+    slice_track = track[b] if tracks is None else None
+    dense = None if tracks is None else (tracks[0], tracks[1][b])
+    events.track = track = tracks = None
+    shift = int(meta["shift_ns"])
+    out["start"], out["end"] = events.t[b] - shift, events.t[e] - shift
+    events.t = None
+    out["cycles"] = np.where(an[e] == pf.ANN_CYCLES, av[e], np.where(an[b] == pf.ANN_CYCLES, av[b], 0))
+    del e
+    iid = events.iid[b]
+    events.iid = None
+    # each slice's track: a slot (parent SM, grandparent launch) or a unit track one level down;
+    # in a trace of merged captures each launch has its capture's track above it
+    merged = merged_captures(meta.get("session") or {}) is not None
+    own, above = _ancestors(events.t_uuid, events.t_parent, slice_track, 4, dense)
+    del slice_track, dense
+    n_up = (sum((x >= 0).astype(np.int64) for x in above[1:]) - int(merged))[own]  # (per descriptor, then slice)
+    c, u = n_up == 2, n_up == 3
+    other = ~c & ~u
+    if by_gpu:
+        other &= n_up != 1
+    if np.any(other):
+        raise ValueError("slices on a track that is neither a CTA slot nor a unit track")
+    del other, n_up
+    if np.any(c & (an[b] != pf.ANN_CTA)) or np.any(u & (iid < 1)):
+        raise ValueError("slice args do not match their tracks (a CTA slot's slices carry a 'cta' arg)")
+    out["iid_u"] = iid[u]
+    del iid
+    b_c = b[c]
+    del b
+    out["cta_c"] = av[b_c]
+    events.an = events.av = an = av = None
+    if by_gpu:  # a CTA slice's BEGIN carries its launch first, its CTA id last: its first one
+        if np.any(events.first_an[b_c] != pf.ANN_LAUNCH):
+            raise ValueError("a CTA slice without its 'launch' arg in a trace laid out by GPU")
+        out["cta_launch"] = events.first_av[b_c]
+    events.first_an = events.first_av = None
+    own_c, own_u = own[c], own[u]
+    del own, b_c
+    out["slot_c"], out["sm_c"], out["launch_c"] = (x[own_c] for x in above[:3])  # its slot's, SM's, launch's tracks
+    out["unit_u"], out["slot_u"] = (x[own_u] for x in above[:2])  # an interval's unit track and slot
+    return c, u, out
+
+
+def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray | None, levels: int,
+               dense=None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(own descriptor index of each track uuid, [the descriptors' own index, their parents',
+    grandparents', ...]), -1 above the root: a slice's ancestor at level k is ``above[k][own]``,
+    gathered only for the slices that need it.  Each uuid is looked up once, or where
+    ``dense`` gives them as (distinct uuids sorted, each one's rank among them), each distinct
+    uuid; the levels follow each descriptor's parent (a few thousand), not each slice's."""
     by_uuid = np.argsort(t_uuid)
 
     def lookup(u, missing=None):
@@ -192,14 +228,16 @@ def _ancestors(t_uuid: np.ndarray, t_parent: np.ndarray, uuid: np.ndarray, level
     parent = np.full(len(t_uuid), -1, np.int64)  # each descriptor's parent's index; -2: a parent not described
     has = t_parent >= 0
     parent[has] = lookup(t_parent[has], missing=-2)
-    up = [lookup(uuid)]
+    own = lookup(uuid) if dense is None else lookup(dense[0])[dense[1]]
+    above = [np.arange(len(t_uuid), dtype=np.int64)]
     for _ in range(levels):
-        prev = up[-1]
-        nxt = np.where(prev >= 0, parent[np.maximum(prev, 0)], -1)
-        if np.any(nxt == -2):
-            raise ValueError("slices on a track that has no TrackDescriptor")
-        up.append(nxt)
-    return up
+        prev = above[-1]
+        above.append(np.where(prev >= 0, parent[np.maximum(prev, 0)], -1))
+    used = np.zeros(len(t_uuid), bool)
+    used[own] = True  # (a parent not described matters only above a track that has slices)
+    if any(np.any(level[used] == -2) for level in above):
+        raise ValueError("slices on a track that has no TrackDescriptor")
+    return own, above
 
 
 def _first_packet_meta(data: bytes, meta_field: int, path) -> dict:

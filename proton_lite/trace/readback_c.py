@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite import fresh_memory
 from proton_lite.native_build import BUFFERS_C, CExtension
 from proton_lite.trace import perfetto_fields as pf
 
@@ -334,7 +335,10 @@ def chunk_columns(chunk: bytes, first_annotation: bool) -> dict | None:
     n = mod.count_packets(chunk)  # (the events' columns are sized by it: nearly all packets are events)
     if n < 0:
         return None
-    cols = {k: np.empty(0 if k.startswith("first_") and not first_annotation else n, t) for k, t in _EVENT_COLUMNS}
+    # mapped on their own (``fresh_memory``): each goes back to the system as the chunks are joined,
+    # where in a worker thread's heap it stayed beside the joined columns
+    cols = {k: fresh_memory.empty(0 if k.startswith("first_") and not first_annotation else n, t)
+            for k, t in _EVENT_COLUMNS}
     got = mod.chunk_columns(chunk, bool(first_annotation), *cols.values())
     if got is None:
         return None
