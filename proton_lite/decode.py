@@ -65,11 +65,18 @@ def _check_size(launch, layout: BufferLayout, where: str = "", pool: PoolState |
 # 307 MB capture of decode_speed.py made 13 batches for 16 threads, the largest setting the pace.
 DECODE_WORKERS: int | None = None  # threads decoding batches at once; None: stop_threads()
 BATCH_BYTES = 8 << 20
+# Lifetime blocks (32 bytes a CTA, no records) are expanded to headers and each CTA gets ~20
+# columns of 8 bytes while its batch decodes: 8 MiB of them held ~40 MiB per thread, and 16
+# threads at once 5.5x the capture (4.19 M lifetimes on the H200 host). Their batches share
+# COMPACT_IN_FLIGHT bytes between the threads (at least 1 MiB each: smaller batches cost more
+# in numpy's per-call overhead than they save).
+COMPACT_IN_FLIGHT = 16 << 20
 
 
-def _batches(launches: list, launch_layouts: list):
+def _batches(launches: list, launch_layouts: list, threads: int = 1):
     """Launch indices grouped by kernel and layout, in launch order, each group small enough to
-    copy; a launch with a pool alone."""
+    copy (lifetime blocks: their share of COMPACT_IN_FLIGHT among ``threads``); a launch with a
+    pool alone."""
     by_kernel: dict = {}
     for i, launch in enumerate(launches):
         key = (launch.kernel_id, launch_layouts[i].capacity, i if launch_layouts[i].pool else -1)
@@ -77,9 +84,11 @@ def _batches(launches: list, launch_layouts: list):
     out = []
     for idx in by_kernel.values():
         cur, size = [], 0
+        limit = min(BATCH_BYTES, max(1 << 20, COMPACT_IN_FLIGHT // max(threads, 1))) \
+            if launch_layouts[idx[0]].compact else BATCH_BYTES
         for i in idx:
             b = len(launches[i].buffer)
-            if cur and (size + b > BATCH_BYTES or 2 * b >= BATCH_BYTES):
+            if cur and (size + b > limit or 2 * b >= limit):
                 out.append(cur)
                 cur, size = [], 0
             cur.append(i)
@@ -128,7 +137,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     max_khz = capture.session.get("sm_clock_max_khz")
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
-    batches = _batches(launches_in, launch_layouts)
+    threads = DECODE_WORKERS or stop_threads()
+    batches = _batches(launches_in, launch_layouts, threads)
 
     # the intervals' one array, each launch's room in it from its units' counts: every batch
     # writes its rows there as it is decoded, so no batch's pairs wait for the others
@@ -152,7 +162,6 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     # batches are independent and numpy releases the GIL in their large array work: several at
     # once on several cores; results are taken in batch order, so the arrays do not depend on it
-    threads = DECODE_WORKERS or stop_threads()
     workers = min(len(batches), threads)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-decode") if workers > 1 else None
     try:

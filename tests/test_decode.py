@@ -503,3 +503,26 @@ def test_a_loop_kernel_s_start_is_placed_only_where_its_cta_lived_less_than_the_
         assert any("CTA start(s) not placed" in r for r in reasons["loop"]) == bool(unsure)
         assert reasons.get("entry_kernel") == []
     assert capture(False, 10**6).session["uncertain_starts"] == {"loop": 4}
+
+
+def test_lifetime_blocks_in_flight_are_shared_between_the_threads():
+    """Batches of lifetime blocks (compact layouts) hold about COMPACT_IN_FLIGHT bytes across
+    all threads (each thread's batch expands ~5x while it decodes): many threads, smaller
+    batches, never under 1 MiB; layouts with records keep BATCH_BYTES whatever the threads."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+    import proton_lite.decode as D
+    from proton_lite.layout import BufferLayout
+    headers = BufferLayout("cta", 8, 0, "global")
+    compact = replace(headers, compact=True)
+    launches = [SimpleNamespace(kernel_id=0, buffer=bytes(256 << 10)) for _ in range(64)]  # 16 MiB in all
+    sizes = {}
+    for layout in (compact, headers):
+        for threads in (1, 2, 16, 64):
+            batches = D._batches(launches, [layout] * 64, threads)
+            assert sorted(i for b in batches for i in b) == list(range(64))  # every launch, once
+            sizes[layout.compact, threads] = max(len(b) for b in batches) * (256 << 10)
+    assert sizes[True, 1] == sizes[True, 2] == D.BATCH_BYTES
+    assert sizes[True, 16] == max(1 << 20, D.COMPACT_IN_FLIGHT // 16)
+    assert sizes[True, 64] == 1 << 20
+    assert {sizes[False, t] for t in (1, 2, 16, 64)} == {D.BATCH_BYTES}
