@@ -20,6 +20,7 @@ level by level without a sort.  Every result is the same as decoding launch by l
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -67,16 +68,19 @@ DECODE_WORKERS: int | None = None  # threads decoding batches at once; None: sto
 BATCH_BYTES = 8 << 20
 # Lifetime blocks (32 bytes a CTA, no records) are expanded to headers and each CTA gets ~20
 # columns of 8 bytes while its batch decodes: 8 MiB of them held ~40 MiB per thread, and 16
-# threads at once 5.5x the capture (4.19 M lifetimes on the H200 host). Their batches share
-# COMPACT_IN_FLIGHT bytes between the threads (at least 1 MiB each: smaller batches cost more
-# in numpy's per-call overhead than they save).
+# threads at once 5.8x the capture (4.19 M lifetimes on the H200 host). At most COMPACT_THREADS
+# batches of them decode at once, sharing COMPACT_IN_FLIGHT bytes: their ~600 numpy calls a
+# batch hold the GIL, and past 8 threads they wait for it (H200 host, 16 cores: 16 threads of
+# 1 MiB batches 0.95-1.05 s, 8 of 2 MiB 0.57-0.61 s, the 8 MiB batches on 16 threads before
+# 0.58 s at twice the memory; tests/benchmarks/decode_batches.py).
 COMPACT_IN_FLIGHT = 16 << 20
+COMPACT_THREADS = 8
 
 
 def _batches(launches: list, launch_layouts: list, threads: int = 1):
     """Launch indices grouped by kernel and layout, in launch order, each group small enough to
-    copy (lifetime blocks: their share of COMPACT_IN_FLIGHT among ``threads``); a launch with a
-    pool alone."""
+    copy (lifetime blocks: their share of COMPACT_IN_FLIGHT among ``threads``, at most
+    COMPACT_THREADS); a launch with a pool alone."""
     by_kernel: dict = {}
     for i, launch in enumerate(launches):
         key = (launch.kernel_id, launch_layouts[i].capacity, i if launch_layouts[i].pool else -1)
@@ -84,7 +88,7 @@ def _batches(launches: list, launch_layouts: list, threads: int = 1):
     out = []
     for idx in by_kernel.values():
         cur, size = [], 0
-        limit = min(BATCH_BYTES, max(1 << 20, COMPACT_IN_FLIGHT // max(threads, 1))) \
+        limit = min(BATCH_BYTES, max(1 << 20, COMPACT_IN_FLIGHT // max(min(threads, COMPACT_THREADS), 1))) \
             if launch_layouts[idx[0]].compact else BATCH_BYTES
         for i in idx:
             b = len(launches[i].buffer)
@@ -151,7 +155,15 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     cta_first = np.cumsum(cta_room) - cta_room
     cta_out = np.empty(int(cta_room.sum()), CTA_DTYPE)
 
+    compact_slots = threading.BoundedSemaphore(COMPACT_THREADS)
+
     def decode_one(idx):
+        if launch_layouts[idx[0]].compact:
+            with compact_slots:
+                return decode_batch(idx)
+        return decode_batch(idx)
+
+    def decode_batch(idx):
         kid = launches_in[idx[0]].kernel_id
         at = np.asarray(idx, np.int64)
         r = _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,

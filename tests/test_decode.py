@@ -507,8 +507,9 @@ def test_a_loop_kernel_s_start_is_placed_only_where_its_cta_lived_less_than_the_
 
 def test_lifetime_blocks_in_flight_are_shared_between_the_threads():
     """Batches of lifetime blocks (compact layouts) hold about COMPACT_IN_FLIGHT bytes across
-    all threads (each thread's batch expands ~5x while it decodes): many threads, smaller
-    batches, never under 1 MiB; layouts with records keep BATCH_BYTES whatever the threads."""
+    the threads that decode them at once (at most COMPACT_THREADS; each batch expands ~5x
+    while it decodes): more threads, smaller batches, never under 1 MiB; layouts with records
+    keep BATCH_BYTES whatever the threads."""
     from dataclasses import replace
     from types import SimpleNamespace
     import proton_lite.decode as D
@@ -523,6 +524,50 @@ def test_lifetime_blocks_in_flight_are_shared_between_the_threads():
             assert sorted(i for b in batches for i in b) == list(range(64))  # every launch, once
             sizes[layout.compact, threads] = max(len(b) for b in batches) * (256 << 10)
     assert sizes[True, 1] == sizes[True, 2] == D.BATCH_BYTES
-    assert sizes[True, 16] == max(1 << 20, D.COMPACT_IN_FLIGHT // 16)
-    assert sizes[True, 64] == 1 << 20
+    assert sizes[True, 16] == sizes[True, 64] == max(1 << 20, D.COMPACT_IN_FLIGHT // D.COMPACT_THREADS) < D.BATCH_BYTES
     assert {sizes[False, t] for t in (1, 2, 16, 64)} == {D.BATCH_BYTES}
+
+
+def test_at_most_compact_threads_batches_of_lifetime_blocks_decode_at_once(tmp_path, monkeypatch):
+    """Lifetime blocks' batches wait for one of COMPACT_THREADS slots (past that, their numpy
+    calls wait for the GIL and hold their batches' memory): on 8 threads with 2 slots, never
+    more than 2 at once, and the profile is the one decoded on one thread."""
+    import threading
+    import time
+    from dataclasses import replace
+    import proton_lite.decode as D
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout
+    from proton_lite.raw_format import RawWriter
+    compact = replace(BufferLayout("cta", 8, 0, "global"), compact=True)
+    g0, c0 = 1_764_000_000_000_000_000, 5_000_000_000
+    path = str(tmp_path / "c.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    w.kernel(kernel_meta(0, "k", [], compact))
+    for n in range(12):
+        ctas = [{"smid": i % 4, "start_gt": g0 + n * 10**6 + 900 * i, "start_clk": c0 + 1_780 * i,
+                 "units": [(0, g0 + n * 10**6 + 900 * i + 2_000, c0 + 1_780 * i + 3_960, [])]} for i in range(16)]
+        w.launch(0, 0, n, (16, 1, 1), 16, 0, 0, launch_buffer(compact, ctas))
+    w.close()
+    monkeypatch.setattr(D, "DECODE_WORKERS", 1)
+    one = decode(read_raw(path))
+    monkeypatch.setattr(D, "BATCH_BYTES", 16 * 32)  # a launch a batch
+    monkeypatch.setattr(D, "DECODE_WORKERS", 8)
+    monkeypatch.setattr(D, "COMPACT_THREADS", 2)
+    running, most, lock = [0], [0], threading.Lock()
+    inner = D._decode_batch
+
+    def counted(*a, **k):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        try:
+            return inner(*a, **k)
+        finally:
+            with lock:
+                running[0] -= 1
+    monkeypatch.setattr(D, "_decode_batch", counted)
+    many = decode(read_raw(path))
+    assert most[0] == 2
+    assert many.ctas.tobytes() == one.ctas.tobytes() and len(one.ctas) == 12 * 16
