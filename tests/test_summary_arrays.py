@@ -52,3 +52,22 @@ def test_sweep_counts_overlap_and_union_per_group_touching_spans_apart():
     end = np.array([10, 8, 20, 150, 120])
     gid, most, busy = sweep(g, start, end)
     assert gid.tolist() == [0, 1] and most.tolist() == [2, 2] and busy.tolist() == [20, 50]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sweep_is_a_sweep_written_here_on_random_spans(seed):
+    """Max overlap and union length per group against a plain loop over each group's spans."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    g = rng.integers(0, 9, n) * 7 + 3
+    start = rng.integers(-50, 500, n)
+    end = start + rng.integers(-5, 60, n)  # some empty, some ending before they start (taken as empty)
+    gid, most, busy = sweep(g, start, end)
+    want_g = sorted(set(g.tolist()))
+    assert gid.tolist() == want_g
+    for k, grp in enumerate(want_g):
+        spans = [(int(s), max(int(s), int(e))) for s, e, x in zip(start, end, g) if x == grp]
+        points = sorted({p for sp in spans for p in sp})
+        assert most[k] == max(sum(1 for s, e in spans if s <= p < e) for p in points)
+        covered = sum(b - a for a, b in zip(points, points[1:]) if any(s <= a and b <= e for s, e in spans))
+        assert busy[k] == covered
