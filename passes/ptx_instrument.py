@@ -90,6 +90,14 @@ def loop_start(ptx: str, info: PtxScan, layout: BufferLayout) -> str | None:
     return form
 
 
+def start_forms(ptx: str, info: PtxScan, layout: BufferLayout) -> tuple[bool, str | None]:
+    """How the CTA's start waits for the exit, if it does: (every thread keeps its low halves,
+    ``keeps_start_pair``; or thread 0 alone keeps a loop kernel's, ``loop_start``'s form)."""
+    if keeps_start_pair(ptx, info, layout):
+        return True, None
+    return False, loop_start(ptx, info, layout)
+
+
 def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 0,
             pool_plan: PoolPlan | None = None, start_at_exit: bool = True, exit_call: bool | None = None) -> str:
     """Return instrumented PTX for ``info``'s kernel with the given buffer layout (and, for a
@@ -144,13 +152,13 @@ def rewrite(ptx: str, info: PtxScan, layout: BufferLayout, triton_shared: int = 
         return encode_tag(ids[site.name], site.kind == "exit")
 
     pair_tags = [tuple(tag(s) for s in info.sites if s.unrolled == n) for n in range(len(unrolled))]
-    in_registers = start_at_exit and keeps_start_pair(ptx, info, layout)
+    in_registers, kept = start_forms(ptx, info, layout) if start_at_exit else (False, None)
     emit = _Emitter(layout, info.profile_param, smem_symbol, staging_offset(triton_shared), keeps_alive,
                     info.loop_sites > 0, defers=len(flush_after), by_address=any(s.by_address for s in info.sites),
                     unrolled_tags=pair_tags, start_at_exit=in_registers,
                     copy_tags=(encode_tag(ids[COPY_SCOPE], False), encode_tag(ids[COPY_SCOPE], True))
                     if layout.flush_slots else (0, 0),
-                    loop_start=loop_start(ptx, info, layout) if start_at_exit and not in_registers else None)
+                    loop_start=kept)
     if (ptx_lifetimes.EXIT_IN_FUNCTION if exit_call is None else exit_call) and emit.start_at_exit \
             and lifetimes_only(info, layout):
         emit.exit_function = f"__proton_lite_exit_{info.kernel}"

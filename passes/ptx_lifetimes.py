@@ -108,13 +108,18 @@ class LifetimesCode:
         return ["mov.u32 %pl_r0, %tid.x;", "setp.eq.u32 %pl_p1, %pl_r0, 0;"] + \
             ["@%pl_p1 " + r for r in timer + ["mov.u32 %pl_r14, %clock;"]]
 
+    def _timer_since_start(self) -> list[str]:
+        """%pl_r15 = the end timer (%pl_d8) less the kept start (%pl_r13), in 32 bits of the
+        kept form: ticks of 2^shift ns (``gt5``) or ns."""
+        shift = TIMER_SHIFT.get(self.loop_start, 0)
+        return ([f"shr.u64 %pl_d6, %pl_d8, {shift};", "cvt.u32.u64 %pl_r15, %pl_d6;"] if shift else
+                ["cvt.u32.u64 %pl_r15, %pl_d8;"]) + ["sub.u32 %pl_r15, %pl_r15, %pl_r13;"]
+
     def _start_rebuilt(self) -> list[str]:
         """%pl_d4/%pl_d5 = the start pair, from its kept halves (%pl_r13: the timer's 32 bits
         from bit ``shift``, %pl_r14: the clock's low half) and the end pair (%pl_d8/%pl_d9)."""
         shift = TIMER_SHIFT.get(self.loop_start, 0)
-        out = ([f"shr.u64 %pl_d6, %pl_d8, {shift};", "cvt.u32.u64 %pl_r15, %pl_d6;"] if shift else
-               ["cvt.u32.u64 %pl_r15, %pl_d8;"])
-        out += ["sub.u32 %pl_r15, %pl_r15, %pl_r13;", "cvt.u64.u32 %pl_d6, %pl_r15;"]
+        out = self._timer_since_start() + ["cvt.u64.u32 %pl_d6, %pl_r15;"]
         out += [f"shl.b64 %pl_d6, %pl_d6, {shift};"] if shift else []
         out += ["sub.u64 %pl_d4, %pl_d8, %pl_d6;",
                 "cvt.u32.u64 %pl_r15, %pl_d9;", "sub.u32 %pl_r15, %pl_r15, %pl_r14;",
@@ -188,10 +193,9 @@ class LifetimesCode:
         shift = TIMER_SHIFT.get(self.loop_start, 0)
         clock = ["cvt.u32.u64 %pl_r16, %pl_d9;", "sub.u32 %pl_r16, %pl_r16, %pl_r14;"]
         if not shift:
-            return ["cvt.u32.u64 %pl_r15, %pl_d8;", "sub.u32 %pl_r15, %pl_r15, %pl_r13;"] + clock + \
-                [f"mov.u32 %pl_r21, {LAYOUT_VERSION};"]
-        return [f"shr.u64 %pl_d6, %pl_d8, {shift};", "cvt.u32.u64 %pl_r15, %pl_d6;", "sub.u32 %pl_r15, %pl_r15, %pl_r13;",
-                f"shr.u32 %pl_r22, %pl_r15, {32 - shift};", f"shl.b32 %pl_r15, %pl_r15, {shift};"] + clock + \
+            return self._timer_since_start() + clock + [f"mov.u32 %pl_r21, {LAYOUT_VERSION};"]
+        return self._timer_since_start() + [f"shr.u32 %pl_r22, %pl_r15, {32 - shift};",
+                                            f"shl.b32 %pl_r15, %pl_r15, {shift};"] + clock + \
             ["shl.b32 %pl_r22, %pl_r22, 16;", f"or.b32 %pl_r21, %pl_r22, {LAYOUT_VERSION};"]
 
     def _exit_code(self, k: int, param: str) -> list[str]:

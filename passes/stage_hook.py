@@ -41,8 +41,8 @@ from proton_lite.passes import exit_choice, ptx_lifetimes
 from proton_lite.passes.register_cap import build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
-from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, keeps_start_pair, lifetimes_only, rewrite,
-                                               loop_start, scan, shared_bytes, staging_offset, strip_markers)
+from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, lifetimes_only, rewrite, scan,
+                                               shared_bytes, staging_offset, start_forms, strip_markers)
 
 # 9: capacity= leaves the record-cost kernel its size; 10: kernels without scopes record lifetimes
 # only (no record slot, nothing live across the kernel); 11: instrumented kernels keep their plain
@@ -134,8 +134,8 @@ def instrument_ptx(ptx: str, metadata: dict, config: InstrumentConfig, num_warps
         start, end = info.body
         pool_plan = plan_pool(ptx.split("\n"), start, end, {s.line for s in info.sites}, info.back_edges)
     layout = choose_layout(info, config, num_warps, triton_shared, bound, pool_plan, lambda: sparse_loops(ptx, info))
-    in_registers = keeps_start_pair(ptx, info, layout)  # every thread's halves (straight-line kernels)
-    kept = None if in_registers else loop_start(ptx, info, layout)  # thread 0's (loop kernels)
+    # every thread's halves (straight-line kernels), or thread 0's (loop kernels)
+    in_registers, kept = start_forms(ptx, info, layout)
     at_exit = in_registers or bool(kept)
     headers = layout  # the layout of the entry form (CTA and unit headers)
     layout = compact_layout(info, layout, at_exit)

@@ -26,7 +26,7 @@ from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.meta import _check_meta, _kernels_from_meta, _launches_from_meta, _unpack_columns, layout_of
 from proton_lite.trace.tree import _launch_rank
 from proton_lite.trace._proto import fields, read_varint
-from proton_lite.trace import pairing_c
+from proton_lite.trace import pairing_c, perfetto_fields as pf
 from proton_lite.trace.readback_events import read_events
 from proton_lite.trace.rows import cta_by_time
 
@@ -113,7 +113,6 @@ def _load_perfetto(data: bytes, path) -> Profile:
 
 def _perfetto_columns(data: bytes, path) -> tuple[dict, np.ndarray, dict]:
     """The metadata, the CTA table and the interval columns of a .pftrace (``_profile``'s input)."""
-    from proton_lite.trace import perfetto_fields as pf
     meta = _first_packet_meta(data, pf.META_FIELD, path)
     by_gpu = layout_of(meta)[0] == "sm"
     # every TrackEvent's columns, read chunk by chunk (the counter values on the CTA slices are
@@ -148,14 +147,14 @@ def _slices(events, meta: dict, by_gpu: bool) -> tuple[np.ndarray, np.ndarray, d
     of the sm layout, on the rows right below a GPU's track, are in neither mask: derived, not
     read (not filtered out of every column: 2 s of a 21 M-record trace's 20 s on the CPU host).
     Each of the events' columns is dropped from ``events`` once read (~45 bytes an event)."""
-    from proton_lite.trace import perfetto_fields as pf
     typ, track = events.typ, events.track
     if np.any((typ != pf.TYPE_SLICE_BEGIN) & (typ != pf.TYPE_SLICE_END)):
         raise ValueError("a TrackEvent that is neither SLICE_BEGIN nor SLICE_END")
     is_end = typ == pf.TYPE_SLICE_END
     events.typ = typ = None
     tracks = pairing_c.dense_tracks(track, events.t_uuid)  # (each event's track numbered: pairing and ancestors)
-    got = pairing_c.pair(track, is_end, events.t_uuid, tracks)  # in C, with each slice's depth
+    # in C, with each slice's depth (a track without a descriptor: the numpy forms, which say so)
+    got = pairing_c.pair(track, is_end, events.t_uuid, tracks) if tracks is not None else None
     b, e, level = got if got is not None else (*_match(track, is_end), None)
     del is_end, got
     an, av = events.an, events.av
