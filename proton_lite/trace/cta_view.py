@@ -25,15 +25,20 @@ class CtaView:
     """``source`` (a CTA_DTYPE array) in the order ``order``; the KEPT columns gathered at once
     on ``pmap`` (24 bytes a CTA), the rest when asked."""
 
-    def __init__(self, source: np.ndarray, order: np.ndarray, pmap=map):
+    def __init__(self, source: np.ndarray, order: np.ndarray, pmap=map, gathered: dict | None = None):
+        """``gathered``: the KEPT columns in ``order`` where the caller has them (``order`` then
+        is not the source's own: ``cta_order_c``)."""
         self.source = source
         self.dtype = source.dtype
-        identity = len(order) == len(source) and bool(np.array_equal(order, np.arange(len(order))))
+        identity = gathered is None and len(order) == len(source) and bool(np.array_equal(order, np.arange(len(order))))
         self.order = None if identity else np.asarray(order, np.int32 if len(order) < 2**31 else np.int64)
         self._n = len(order)
         kept = [name for name in KEPT if name in source.dtype.names]
-        self._kept = self._gather_rows(kept, pmap) if self.order is not None else \
-            {name: source[name] for name in kept}
+        if gathered is not None:
+            self._kept = {name: gathered[name] for name in kept}
+        else:
+            self._kept = self._gather_rows(kept, pmap) if self.order is not None else \
+                {name: source[name] for name in kept}
 
     def __len__(self) -> int:
         return self._n
@@ -67,6 +72,12 @@ class CtaView:
         if kept is not None:
             return kept[idx]
         return self.source[name][idx if self.order is None else self.order[idx]]
+
+    def take_rows(self, names, idx) -> dict:
+        """Columns ``names`` at view positions ``idx``, their rows read once for all of them
+        (one 64-byte row a CTA, not one cache line a column)."""
+        rows = self.source[idx] if self.order is None else np.take(self.source, self.order[idx])
+        return {name: rows[name] for name in names}
 
     def column(self, name: str) -> "LazyColumn":
         return LazyColumn(self, name)

@@ -64,53 +64,58 @@ def _launches_from_meta(meta: dict) -> np.ndarray:
 
 
 PACK_PIECE = 8 << 20  # shuffled bytes beyond which the packed columns are deflated in pieces
-PACK_ROWS = 1 << 18  # rows of a column per piece: a piece is one byte plane of that many rows
+PACK_ROWS = 1 << 15  # rows per piece: a piece is one byte plane of that many rows
 
 
-def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1) -> dict:
+def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1, fetch=None) -> dict:
     """Numeric columns as one compact JSON-able value (exact; dtypes kept).
 
     Integer columns are delta-coded (wrapping), every column byte-shuffled (its byte planes
     one after the other), the lot deflated (a zlib stream) and base64-encoded: per-CTA
     clocks and rates cost a few bytes each.  Beyond ``PACK_PIECE`` bytes, ``data`` is a list
     of streams whose contents, joined, are the same bytes: each one byte plane of PACK_ROWS
-    rows, made on ``workers`` threads from the rows of the column that it needs, so that the
-    whole (4 M CTAs: 144 MB) is never held; columns may be ``cta_view.LazyColumn``s, which
-    gather only the rows sliced from them.
+    rows, made on ``workers`` threads a block of rows at a time (every column's planes), so
+    that the whole (4 M CTAs: 144 MB) is never held.  ``fetch(lo, hi)``: the rows [lo, hi) of
+    every column (in ``arrays``' sorted names' order) where the caller reads them at once (the
+    CTA rows: each read once, not once a column); else each column is sliced.
     """
     import base64
 
     from proton_lite.trace.native_events import deflate
 
     names = sorted(arrays)
-    columns = [arrays[name] for name in names]
-    little = [_little(np.dtype(c.dtype)) for c in columns]
-    n = len(columns[0]) if names else 0
+    little = [_little(np.dtype(arrays[name].dtype)) for name in names]
+    n = len(arrays[names[0]]) if names else 0
+    fetch = fetch or (lambda lo, hi: [arrays[name][lo:hi] for name in names])
 
-    def planes(i: int, a: int, e: int) -> list[bytes]:
-        """Rows [a, e) of column i: each byte plane's bytes (little-endian, integers as deltas)."""
-        w = np.asarray(columns[i][max(a - 1, 0):e]).astype(little[i], copy=False).view(f"u{little[i].itemsize}")
+    def planes(rows, i: int, a: int) -> list[bytes]:
+        """Column i's ``rows`` (from row max(a - 1, 0)): each byte plane's bytes of the rows
+        from ``a`` (little-endian, integers as deltas)."""
+        w = np.asarray(rows).astype(little[i], copy=False).view(f"u{little[i].itemsize}")
         if little[i].kind in "iu":  # wrapping deltas, the first row kept
             w = w[1:] - w[:-1] if a else np.r_[w[:1], w[1:] - w[:-1]]
         elif a:
             w = w[1:]
-        return [(w >> (8 * b)).astype(np.uint8).tobytes() for b in range(little[i].itemsize)]
+        size = little[i].itemsize  # byte b of a little-endian word is its plane b: one transpose
+        planes_ = np.ascontiguousarray(np.ascontiguousarray(w, f"<u{size}").view(np.uint8).reshape(-1, size).T)
+        return [plane.tobytes() for plane in planes_]
 
     def packed(data: bytes) -> str:  # trace/deflate.py: zlib's level 6 was 19% smaller, 5x slower than level 1
         return base64.b64encode(deflate(data)).decode("ascii")
     cols = [[name, dt.str] for name, dt in zip(names, little)]
     if n * sum(dt.itemsize for dt in little) <= PACK_PIECE:
-        whole = b"".join(b"".join(planes(i, 0, n)) for i in range(len(names)))
+        got = fetch(0, n)
+        whole = b"".join(b"".join(planes(got[i], i, 0)) for i in range(len(names)))
         return {"rows": n, "columns": cols, "data": packed(whole)}
-    blocks = [(i, a) for i in range(len(names)) for a in range(0, n, PACK_ROWS)]
 
-    def block(task) -> list[str]:
-        i, a = task
-        return [packed(p) for p in planes(i, a, min(a + PACK_ROWS, n))]
+    def block(a: int) -> list[list[str]]:  # rows [a, a + PACK_ROWS): each column's planes
+        got = fetch(max(a - 1, 0), min(a + PACK_ROWS, n))
+        return [[packed(p) for p in planes(got[i], i, a)] for i in range(len(names))]
+    starts = range(0, n, PACK_ROWS)
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        done = dict(zip(blocks, pool.map(block, blocks)))
+        done = list(pool.map(block, starts))
     # in the order of the shuffled bytes: column, byte plane, rows
-    data = [done[(i, a)][b] for i, dt in enumerate(little) for b in range(dt.itemsize) for a in range(0, n, PACK_ROWS)]
+    data = [done[k][i][b] for i, dt in enumerate(little) for b in range(dt.itemsize) for k in range(len(starts))]
     return {"rows": n, "columns": cols, "data": data}
 
 
@@ -141,12 +146,18 @@ def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
     """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
     before its start each CTA's slot extent begins (the reader needs it to give intervals
     their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start)."""
-    column = ctas_sorted.column  # ``plan.ctas``, a CtaView: each column gathered piece by piece
+    fields = ("cycles_per_ns", "finished_units", "measured_cycles_per_ns", "start_clock")  # (sorted, as packed)
+    column = ctas_sorted.column  # ``plan.ctas``, a CtaView: the rows of a block read once for all its fields
+
+    def fetch(lo: int, hi: int) -> list:
+        got = ctas_sorted.take_rows(fields, slice(lo, hi))
+        lead = np.subtract(ctas_sorted.take("start_ns", slice(lo, hi)), extent_lo[lo:hi], dtype=np.int64)
+        return [got["cycles_per_ns"], lead, got["finished_units"], got["measured_cycles_per_ns"], got["start_clock"]]
     return _pack_columns({"start_clock": column("start_clock"),
                           "cycles_per_ns": column("cycles_per_ns"),
                           "measured_cycles_per_ns": column("measured_cycles_per_ns"),
                           "finished_units": column("finished_units"),
-                          "extent_lead_ns": _Lead(column("start_ns"), extent_lo)}, workers)
+                          "extent_lead_ns": _Lead(column("start_ns"), extent_lo)}, workers, fetch)
 
 
 class _Lead:

@@ -30,7 +30,8 @@ from proton_lite.profile_merge import launch_captures
 from proton_lite.trace.cta_view import CtaView
 from proton_lite.trace.rows import SlotLayout, pack_slots, slot_layout
 from proton_lite.trace.nesting import _unique
-from proton_lite.trace.tree import _cta_layout, _launch_rank, launch_titles
+from proton_lite.trace import cta_order_c
+from proton_lite.trace.tree import _cta_layout, _dense_limit, _launch_rank, launch_titles
 
 LAYOUTS = ("auto", "launch", "sm")
 # Perfetto's UI v52 (headless Chromium, 2026-11-28): 27,960 tracks drew in 6.1 s, 55,920 in 12.8 s
@@ -104,11 +105,13 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
     slots once, in the layout chosen."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
-    lr = _launch_rank(launches, profile.ctas["launch"], "CTAs")  # (both steps below read it)
+    # each CTA's launch rank (both steps below read it): in C where built, with each launch's SMs
+    ranks = cta_order_c.launch_ranks(profile.ctas, launches, _dense_limit(launches))
+    lr = ranks.lr if ranks is not None else _launch_rank(launches, profile.ctas["launch"], "CTAs")
     if layout == "auto":
-        layout = choose_layout(profile, launches, lr)
+        layout = choose_layout(profile, launches, lr, ranks.sms if ranks is not None else None)
     tops = top_groups(profile, launches, layout)
-    ctas, cta_lr, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr)
+    ctas, cta_lr, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr, ranks)
     lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), runs, pmap)
     return TracePlan(tops, ctas, cta_lr, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
 
@@ -117,14 +120,15 @@ def _top_of_ctas(of_launch: np.ndarray, cta_lr: np.ndarray) -> np.ndarray:
     return np.asarray(of_launch, np.int32)[cta_lr]
 
 
-def choose_layout(profile: Profile, launches: np.ndarray, lr: np.ndarray | None = None) -> str:
+def choose_layout(profile: Profile, launches: np.ndarray, lr: np.ndarray | None = None,
+                  sms: np.ndarray | None = None) -> str:
     """``launch`` unless sharing the SMs' slots makes fewer top groups than launches and the
     launch layout's tracks (``launch_layout_tracks``) exceed AUTO_TRACKS (``lr``: each CTA's
-    launch rank, where already known)."""
+    launch rank, ``sms``: each launch's distinct SMs, where already known)."""
     keys, _ = _gpu_groups(launch_captures(profile.session, launches["launch"]), launches)
     if len(keys) >= len(launches):  # (counted without titling the groups: top_groups does that once)
         return "launch"
-    return "sm" if launch_layout_tracks(profile, launches, AUTO_TRACKS, lr) > AUTO_TRACKS else "launch"
+    return "sm" if launch_layout_tracks(profile, launches, AUTO_TRACKS, lr, sms) > AUTO_TRACKS else "launch"
 
 
 def _units_per_cta(kernel) -> int:
@@ -152,19 +156,24 @@ def most_at_once(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_groups: in
 
 
 def launch_layout_tracks(profile: Profile, launches: np.ndarray, limit: int | None = None,
-                         lr: np.ndarray | None = None) -> int:
+                         lr: np.ndarray | None = None, sms: np.ndarray | None = None) -> int:
     """Tracks of the ``launch`` layout, from the CTAs' lifetimes: launches, (launch, SM)
     groups, their slots (the most CTAs a group held at once) and per slot the unit tracks its
     kernel can fill (lanes, and units recording before their CTA's start, not counted).
     With ``limit``, bounds that settle the comparison with it come first: one slot per
-    group already over it, or one per CTA still under it, skip the count."""
+    group already over it (from ``sms``, each launch's distinct SMs, where given), or one
+    per CTA still under it, skip the count."""
     c = profile.ctas
     if not len(c):
         return len(launches)
+    units = np.array([_units_per_cta(k) for k in profile.kernels] or [0], np.int64)
+    if limit is not None and sms is not None:  # a slot per group, the groups counted per launch
+        one_slot = len(launches) + int(sms.sum()) + int(sms @ (1 + units[launches["kernel"].astype(np.int64)]))
+        if one_slot > limit:
+            return one_slot
     lr = _launch_rank(launches, c["launch"], "CTAs") if lr is None else lr
     width = int(c["smid"].max()) + 1
     groups, group = _unique(lr * width + c["smid"].astype(np.int64), len(launches) * width)
-    units = np.array([_units_per_cta(k) for k in profile.kernels] or [0], np.int64)
     per_slot = 1 + units[launches["kernel"].astype(np.int64)[groups // width]]
     base = len(launches) + len(groups)
     if limit is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from proton_lite.profile_data import KernelInfo, Profile
+from proton_lite.trace import cta_order_c
 from proton_lite.trace.cta_view import CtaView
 from proton_lite.trace.interval_runs import key_parts, run_starts
 
@@ -87,7 +88,7 @@ def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.
     return pos_c.astype(np.int64)
 
 
-def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=None):
+def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=None, ranks=None):
     """CTAs sorted launch-major, then SM, then CTA id; and each interval's CTA rank.
     ``top`` (the top group of each launch rank, ``plan.top_groups``): sorted by (top group,
     SM, launch, CTA id) instead, the order of the layout whose SM groups span launches.
@@ -98,10 +99,18 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
     interval of each run, its CTA rank), which every step works from (each interval's rank
     repeated over its run would be 8 bytes an interval; both writers take it piece by piece,
     ``perfetto_pieces.Pieces``).  ``pmap`` runs the passes over all intervals in
-    chunks (``interval_runs``); ``lr``: each CTA's launch rank, where the caller has it.
+    chunks (``interval_runs``); ``lr``: each CTA's launch rank, where the caller has it, and
+    ``ranks`` the ``cta_order_c.LaunchRanks`` it came from (rows in (launch, CTA id) order:
+    the order by a counting sort in C).
     """
     ctas = profile.ctas
     lr = _launch_rank(launches, ctas["launch"], "CTAs") if lr is None else lr
+    fast = cta_order_c.cta_order(ctas, ranks, None if top is None else np.asarray(top, np.int64), pmap) \
+        if ranks is not None else None
+    if fast is not None:
+        order, kept, lr_s = fast
+        return _cta_runs(profile, launches, CtaView(ctas, order, pmap, gathered=kept), lr if lr_s is None else lr_s,
+                         distinct=True)  # (rows in strictly increasing (launch, CTA id) order)
     order = _cta_order(ctas, lr, pmap)
     if top is not None and len(order):  # (top, SM) first: a stable sort keeps (launch, CTA id) within,
         # and the launch order's runs (each launch's SMs ascending) make it a merge of sorted runs
@@ -117,11 +126,16 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
             pass
         order = order[np.argsort(key, kind="stable")]
         del key
-    ctas_s, lr_s = CtaView(ctas, order, pmap), lr[order]
+    return _cta_runs(profile, launches, CtaView(ctas, order, pmap), lr[order], pmap=pmap)
+
+
+def _cta_runs(profile: Profile, launches: np.ndarray, ctas_s, lr_s: np.ndarray, pmap=map, distinct: bool = False):
+    """``_cta_layout``'s result for CTAs in its order: the runs of one CTA's intervals and each
+    run's CTA rank (``distinct``: no two CTA rows share a (launch, CTA id), known already)."""
     iv = profile.intervals
     i_launch, i_cta = iv["launch"], iv["cta"]
     run = run_starts(i_launch, i_cta, pmap)
-    if len(iv) or not _distinct_ctas(lr_s, ctas_s["cta"]):
+    if len(iv) or not (distinct or _distinct_ctas(lr_s, ctas_s["cta"])):
         rank = _cta_rank(launches, ctas_s, lr_s, i_launch[run], i_cta[run], run)  # raises on duplicates
     else:  # no interval (kernels without scopes): nothing to look up
         rank = np.zeros(0, np.int64)
