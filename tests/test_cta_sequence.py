@@ -319,3 +319,35 @@ def test_parts_in_c_with_a_launch_whose_ctas_are_all_missing(tmp_path, monkeypat
         m.setattr(native_events, "module", lambda: None)
         write_perfetto(p, tmp_path / "numpy.pftrace", workers=2, layout=layout, compress=False)
     assert (tmp_path / "parts.pftrace").read_bytes() == (tmp_path / "numpy.pftrace").read_bytes()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_parts_cut_in_c_are_the_numpy_cut(seed, monkeypatch):
+    """``CtaParts`` cut in one C call (``cta_parts_c``): the events' part order, each part's
+    bounds, previous time and every key's count before it are those of the numpy cut, with
+    keys of both widths, many parts left empty and zero-length CTAs."""
+    _native_or_skip()
+    from proton_lite.trace import cta_parts_c
+    rng = np.random.default_rng(seed)
+    n = 2000
+    start, end = _spans(rng, n, 300 if seed else 5, 40)  # seed 0: few times, most parts empty
+    end = np.where(rng.random(n) < 0.1, start, end)
+    keys = [rng.integers(0, 40, n), rng.integers(0, 3, n).astype(np.int32)]
+
+    used = []
+
+    def cut(native: bool):
+        with monkeypatch.context() as m:
+            real = cta_parts_c.part_cut
+            m.setattr(cta_parts_c, "part_cut", (lambda *a: used.append(real(*a)) or used[-1]) if native else
+                      (lambda *a: None))
+            return cs.CtaParts(start, end, np.zeros(n, np.int64), keys, workers=2, part_events=64, shift=77)
+    fast, slow = cut(True), cut(False)
+    assert used and used[0] is not None and fast.n_parts == slow.n_parts > 50
+    if not seed:
+        assert (np.diff(slow.bounds) == 0).sum() > 10
+    for name in ("by_part", "bounds", "prev_t"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    for j in range(fast.n_parts):
+        for a, b in zip(fast.counts_before(j), slow.counts_before(j)):
+            assert np.array_equal(a, b), j

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.trace import slots_c
+from proton_lite.trace import cta_parts_c, slots_c
 from proton_lite.trace.nesting import _argsort_keys
 from proton_lite.trace.rows import resident_marks
 
@@ -89,11 +89,16 @@ class CtaParts:
         if parts == 1:
             return
         with ThreadPoolExecutor(max(1, min(workers, parts))) as pool:
-            self._cut(pool, parts)
+            part = self._part_ids(pool, parts)
+            got = cta_parts_c.part_cut(part, parts, self.start, self.end, self.shift, self.keys, self.n_keys)
+            if got is not None:  # in one C call without the GIL
+                self.by_part, self.bounds, self.prev_t, self.inits = got
+                return
+            self._cut(pool, parts, part)
             self._carry(list(pool.map(self._part_sums, range(parts))))
 
-    def _cut(self, pool, parts: int) -> None:
-        """Each event's part (by time, bounds from a sample) and the events in part order."""
+    def _part_ids(self, pool, parts: int) -> np.ndarray:
+        """Each event's part (16-bit), by time, the bounds from a sample of the times."""
         n, start, end = self.n, self.start, self.end
         step = max(1, n // min(parts * 32, SAMPLE))
         sample = np.sort(np.r_[start[::step], end[::step]])
@@ -105,6 +110,11 @@ class CtaParts:
             part[lo:hi] = np.searchsorted(edges, start[lo:hi], side="right")
             part[n + lo:n + hi] = np.searchsorted(edges, end[lo:hi], side="right")
         list(pool.map(bucket, range(0, n, CUT_CHUNK)))
+        return part
+
+    def _cut(self, pool, parts: int, part: np.ndarray) -> None:
+        """The events in part order (``part``: each event's part), in numpy."""
+        n = self.n
         # a counting sort by part, stable (each part's events stay in index order), in chunks of
         # events on the pool, each writing its events' places straight into the narrow result
         # (one argsort of all 2n events made 8 bytes an event first, and a bincount widened
