@@ -44,6 +44,9 @@ from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
 from proton_lite.trace.plan import launch_spans, plan_trace
 
 
+CTA_AHEAD = 8  # parts of the CTA sequence in flight per worker where the trace has no pieces
+
+
 def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, workers: int | None = None,
                    progress=None, layout: str = "auto") -> dict:
     """Write ``profile`` as a .pftrace; ``compress`` deflates packet batches (~5x smaller);
@@ -126,7 +129,9 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             # bytes until the last piece was written (the whole sequence: 100 MB for 4 M CTAs)
             pieces = _ordered(run, [piece_task(k) for k in range(len(cut))], workers + 2)
             cta_tasks = [cta_task(task) for task in CtaEvents.tasks(n_cta)]
-            cta_parts = _ordered(run, cta_tasks, 2 * workers)
+            # without pieces (kernels without scopes), the parts run ahead while the head waits for
+            # the metadata: a finished part holds only its deflated bytes (~150 KB at PART_EVENTS)
+            cta_parts = _ordered(run, cta_tasks, (2 if len(cut) else CTA_AHEAD) * workers)
             n_tasks = len(cut) + len(cta_tasks)
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
