@@ -241,7 +241,8 @@ def test_the_writer_holds_a_window_of_the_sequences_parts_not_every_part(tmp_pat
     p = _lifetimes_profile()
     write_perfetto(p, tmp_path / "w.pftrace", workers=2, layout="sm")
     assert live["made"] == cs.planned_parts(len(p.ctas)) >= 100
-    assert live["most"] <= 3 * 2 + 2, live
+    from proton_lite.trace.perfetto import CTA_AHEAD  # (a trace without pieces: CTA_AHEAD parts a worker)
+    assert live["most"] <= (CTA_AHEAD + 1) * 2 + 2 < live["made"] / 4, live
     back = load_trace(tmp_path / "w.pftrace")
     assert np.array_equal(np.sort(back.ctas["start_ns"]), np.sort(p.ctas["start_ns"]))
 
