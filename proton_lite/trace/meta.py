@@ -68,13 +68,21 @@ PACK_ROWS = 1 << 15  # rows per piece: a piece is one byte plane of that many ro
 
 
 def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1, fetch=None) -> dict:
-    """Numeric columns as one compact JSON-able value (exact; dtypes kept).
+    """Numeric columns as one compact JSON-able value (``_packing``'s, on ``workers`` threads)."""
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return _packing(arrays, pool.submit, fetch)()
+
+
+def _packing(arrays: dict[str, np.ndarray], submit, fetch=None):
+    """Numeric columns as one compact JSON-able value (exact; dtypes kept): its blocks queued
+    at once by ``submit`` (a zero-argument callable in, a future out), and a function that
+    waits for them and returns the value.
 
     Integer columns are delta-coded (wrapping), every column byte-shuffled (its byte planes
     one after the other), the lot deflated (a zlib stream) and base64-encoded: per-CTA
     clocks and rates cost a few bytes each.  Beyond ``PACK_PIECE`` bytes, ``data`` is a list
     of streams whose contents, joined, are the same bytes: each one byte plane of PACK_ROWS
-    rows, made on ``workers`` threads a block of rows at a time (every column's planes), so
+    rows, made a block of rows at a time (every column's planes) by the tasks queued, so
     that the whole (4 M CTAs: 144 MB) is never held.  ``fetch(lo, hi)``: the rows [lo, hi) of
     every column (in ``arrays``' sorted names' order) where the caller reads them at once (the
     CTA rows: each read once, not once a column); else each column is sliced.
@@ -104,19 +112,24 @@ def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1, fetch=None) -
         return base64.b64encode(deflate(data)).decode("ascii")
     cols = [[name, dt.str] for name, dt in zip(names, little)]
     if n * sum(dt.itemsize for dt in little) <= PACK_PIECE:
-        got = fetch(0, n)
-        whole = b"".join(b"".join(planes(got[i], i, 0)) for i in range(len(names)))
-        return {"rows": n, "columns": cols, "data": packed(whole)}
+        def whole() -> dict:
+            got = fetch(0, n)
+            data = b"".join(b"".join(planes(got[i], i, 0)) for i in range(len(names)))
+            return {"rows": n, "columns": cols, "data": packed(data)}
+        one = submit(whole)
+        return one.result
 
     def block(a: int) -> list[list[str]]:  # rows [a, a + PACK_ROWS): each column's planes
         got = fetch(max(a - 1, 0), min(a + PACK_ROWS, n))
         return [[packed(p) for p in planes(got[i], i, a)] for i in range(len(names))]
     starts = range(0, n, PACK_ROWS)
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        done = list(pool.map(block, starts))
-    # in the order of the shuffled bytes: column, byte plane, rows
-    data = [done[k][i][b] for i, dt in enumerate(little) for b in range(dt.itemsize) for k in range(len(starts))]
-    return {"rows": n, "columns": cols, "data": data}
+    blocks = [submit(lambda a=a: block(a)) for a in starts]
+
+    def joined() -> dict:  # in the order of the shuffled bytes: column, byte plane, rows
+        done = [f.result() for f in blocks]
+        data = [done[k][i][b] for i, dt in enumerate(little) for b in range(dt.itemsize) for k in range(len(starts))]
+        return {"rows": n, "columns": cols, "data": data}
+    return joined
 
 
 def _little(dt: np.dtype) -> np.dtype:
@@ -143,9 +156,18 @@ def _unpack_columns(packed: dict) -> dict[str, np.ndarray]:
 
 
 def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
+    """The CTA fields that the slices do not carry (``cta_extras_queued``), on ``workers`` threads."""
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return cta_extras_queued(ctas_sorted, extent_lo, pool.submit)()
+
+
+def cta_extras_queued(ctas_sorted, extent_lo: np.ndarray, submit):
     """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
     before its start each CTA's slot extent begins (the reader needs it to give intervals
-    their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start)."""
+    their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start): its
+    blocks queued by ``submit`` at once (the .pftrace writer queues them on its pool ahead of
+    the CTA sequence, whose parts would otherwise hold up the head of the file that waits for
+    them), and a function that returns the packed value."""
     fields = ("cycles_per_ns", "finished_units", "measured_cycles_per_ns", "start_clock")  # (sorted, as packed)
     column = ctas_sorted.column  # ``plan.ctas``, a CtaView: the rows of a block read once for all its fields
 
@@ -153,11 +175,11 @@ def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
         got = ctas_sorted.take_rows(fields, slice(lo, hi))
         lead = np.subtract(ctas_sorted.take("start_ns", slice(lo, hi)), extent_lo[lo:hi], dtype=np.int64)
         return [got["cycles_per_ns"], lead, got["finished_units"], got["measured_cycles_per_ns"], got["start_clock"]]
-    return _pack_columns({"start_clock": column("start_clock"),
-                          "cycles_per_ns": column("cycles_per_ns"),
-                          "measured_cycles_per_ns": column("measured_cycles_per_ns"),
-                          "finished_units": column("finished_units"),
-                          "extent_lead_ns": _Lead(column("start_ns"), extent_lo)}, workers, fetch)
+    return _packing({"start_clock": column("start_clock"),
+                     "cycles_per_ns": column("cycles_per_ns"),
+                     "measured_cycles_per_ns": column("measured_cycles_per_ns"),
+                     "finished_units": column("finished_units"),
+                     "extent_lead_ns": _Lead(column("start_ns"), extent_lo)}, submit, fetch)
 
 
 class _Lead:

@@ -32,7 +32,7 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.stop_threads import stop_threads
-from proton_lite.trace.meta import _cta_extras, _meta_json, _metadata, layout_meta
+from proton_lite.trace.meta import _meta_json, _metadata, cta_extras_queued, layout_meta
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _Done, _ordered
 from proton_lite.trace import native_events
@@ -72,8 +72,8 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
         cut = Pieces(lay.group, plan.runs, n_iv, lay.piece_ok)  # each piece's CTA ranks from the runs
-        # packed and deflated while the pieces are indexed
-        extras = run(lambda: _cta_extras(ctas, lay.extent_lo, workers))
+        # packed and deflated while the pieces are indexed: its blocks queued first (the head waits for them)
+        extras = cta_extras_queued(ctas, lay.extent_lo, run)
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, launches["kernel"].astype(np.int64),
@@ -89,7 +89,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
         event_names = [_scope_names(profile.kernels[k], s)[s] for k, s in names]
-        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names, ctas=extras.result(),
+        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names, ctas=extras(),
                                                 layout=layout_meta(plan))))
         note, notes = _scope_notes(profile, names, event_names)
         columns = IntervalColumns(start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"], cycles=iv["cycles"],
