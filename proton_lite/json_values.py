@@ -12,6 +12,9 @@ import math
 import numpy as np
 
 
+_AS_IS = {str, int, bool, type(None)}  # what JSON holds as Python gives it (bool and None: exact types)
+
+
 def plain(obj):
     """``obj`` with every value JSON can hold (see the module docstring); never raises."""
     if obj is None or isinstance(obj, (bool, str)):
@@ -27,6 +30,8 @@ def plain(obj):
     if isinstance(obj, dict):
         return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
+        if set(map(type, obj)) <= _AS_IS:  # (a launch column, the packed CTA streams: one C pass, no call a value)
+            return list(obj)
         return [plain(v) for v in obj]
     if isinstance(obj, (set, frozenset)):
         return [plain(v) for v in sorted(obj, key=repr)]
