@@ -210,3 +210,23 @@ def test_packed_planes_are_the_byte_planes():
             w = np.r_[w[:1], w[1:] - w[:-1]]
         want += b"".join(((w >> (8 * b)) & 0xFF).astype(np.uint8).tobytes() for b in range(w.dtype.itemsize))
     assert got == want
+
+
+def test_launch_ids_past_a_table_or_sm_ids_past_a_gpus_take_the_numpy_forms(monkeypatch):
+    """Launch ids too large for a lookup table (merged captures can number them so) and SM ids
+    no GPU has: C declines (no ranks, or ranks without an order) and the plan is the numpy plan."""
+    _native_or_skip()
+    rng = np.random.default_rng(9)
+    p = _profile(rng, devices=2)
+    big = p.launches["launch"].astype(np.int64) + (1 << 30)
+    p.ctas["launch"] = big[np.searchsorted(p.launches["launch"], p.ctas["launch"])]
+    p.launches["launch"] = big
+    launches = _sorted_launches(p)
+    assert cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches)) is None
+    _same_plans(*_plans(p, "sm", monkeypatch))
+    p = _profile(rng)
+    p.ctas["smid"][::7] += 70_000
+    launches = _sorted_launches(p)
+    ranks = cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches))
+    assert ranks is not None and not ranks.in_order and cta_order_c.cta_order(p.ctas, ranks, None) is None
+    _same_plans(*_plans(p, "launch", monkeypatch))

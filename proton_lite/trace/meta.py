@@ -164,7 +164,8 @@ def _cta_extras(ctas_sorted, extent_lo: np.ndarray, workers: int = 1) -> dict:
 def cta_extras_queued(ctas_sorted, extent_lo: np.ndarray, submit):
     """The CTA fields that the slices do not carry, in ``_cta_layout`` order, and how long
     before its start each CTA's slot extent begins (the reader needs it to give intervals
-    their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start): its
+    their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start, and 0
+    throughout where ``extent_lo`` is None: a profile without intervals): its
     blocks queued by ``submit`` at once (the .pftrace writer queues them on its pool ahead of
     the CTA sequence, whose parts would otherwise hold up the head of the file that waits for
     them), and a function that returns the packed value."""
@@ -173,13 +174,15 @@ def cta_extras_queued(ctas_sorted, extent_lo: np.ndarray, submit):
 
     def fetch(lo: int, hi: int) -> list:
         got = ctas_sorted.take_rows(fields, slice(lo, hi))
-        lead = np.subtract(ctas_sorted.take("start_ns", slice(lo, hi)), extent_lo[lo:hi], dtype=np.int64)
+        lead = np.zeros(hi - lo, np.int64) if extent_lo is None else \
+            np.subtract(ctas_sorted.take("start_ns", slice(lo, hi)), extent_lo[lo:hi], dtype=np.int64)
         return [got["cycles_per_ns"], lead, got["finished_units"], got["measured_cycles_per_ns"], got["start_clock"]]
     return _packing({"start_clock": column("start_clock"),
                      "cycles_per_ns": column("cycles_per_ns"),
                      "measured_cycles_per_ns": column("measured_cycles_per_ns"),
                      "finished_units": column("finished_units"),
-                     "extent_lead_ns": _Lead(column("start_ns"), extent_lo)}, submit, fetch)
+                     "extent_lead_ns": _Lead(column("start_ns"), extent_lo if extent_lo is not None else
+                                             column("start_ns"))}, submit, fetch)
 
 
 class _Lead:

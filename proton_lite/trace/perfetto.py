@@ -65,15 +65,21 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     run = pool.submit if pool else (lambda f: _Done(f()))
     pmap = pool.map if pool else map
     try:
-        plan = plan_trace(profile, launches, layout, pmap)
+        early = {}
+
+        def on_order(ctas) -> None:  # without intervals a CTA's extent starts at its start: no lead to wait for
+            if not len(profile.intervals):
+                early["extras"] = cta_extras_queued(ctas, None, run)
+        plan = plan_trace(profile, launches, layout, pmap, on_order)
         ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
         spans = launch_spans(plan, len(launches)) if plan.layout == "sm" else None
         clock.mark("slots")
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
         cut = Pieces(lay.group, plan.runs, n_iv, lay.piece_ok)  # each piece's CTA ranks from the runs
-        # packed and deflated while the pieces are indexed: its blocks queued first (the head waits for them)
-        extras = cta_extras_queued(ctas, lay.extent_lo, run)
+        # packed and deflated while the slots are packed (no intervals) or the pieces indexed: its blocks
+        # queued first (the head waits for them)
+        extras = early.get("extras") or cta_extras_queued(ctas, lay.extent_lo, run)
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, launches["kernel"].astype(np.int64),
