@@ -110,7 +110,7 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
     if fast is not None:
         order, kept, lr_s = fast
         return _cta_runs(profile, launches, CtaView(ctas, order, pmap, gathered=kept), lr if lr_s is None else lr_s,
-                         distinct=True)  # (rows in strictly increasing (launch, CTA id) order)
+                         pmap, distinct=True)  # (rows in strictly increasing (launch, CTA id) order)
     order = _cta_order(ctas, lr, pmap)
     if top is not None and len(order):  # (top, SM) first: a stable sort keeps (launch, CTA id) within,
         # and the launch order's runs (each launch's SMs ascending) make it a merge of sorted runs
@@ -126,10 +126,10 @@ def _cta_layout(profile: Profile, launches: np.ndarray, pmap=map, top=None, lr=N
             pass
         order = order[np.argsort(key, kind="stable")]
         del key
-    return _cta_runs(profile, launches, CtaView(ctas, order, pmap), lr[order], pmap=pmap)
+    return _cta_runs(profile, launches, CtaView(ctas, order, pmap), lr[order], pmap)
 
 
-def _cta_runs(profile: Profile, launches: np.ndarray, ctas_s, lr_s: np.ndarray, pmap=map, distinct: bool = False):
+def _cta_runs(profile: Profile, launches: np.ndarray, ctas_s, lr_s: np.ndarray, pmap, distinct: bool = False):
     """``_cta_layout``'s result for CTAs in its order: the runs of one CTA's intervals and each
     run's CTA rank (``distinct``: no two CTA rows share a (launch, CTA id), known already)."""
     iv = profile.intervals
