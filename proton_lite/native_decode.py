@@ -23,6 +23,7 @@ import numpy as np
 from proton_lite import fresh_memory
 from proton_lite.native_build import BUFFERS_C, CExtension
 from proton_lite.native_fit_c import FIT_C
+from proton_lite.native_lifetimes_c import LIFETIMES_C, LIFETIMES_METHODS
 from proton_lite.native_rows_c import ROWS_C
 from proton_lite.profile_data import INTERVAL_DTYPE
 
@@ -34,7 +35,7 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 """ + BUFFERS_C + r"""
-""" + ROWS_C + FIT_C + r"""
+""" + ROWS_C + FIT_C + LIFETIMES_C + r"""
 
 /* pair(words, group, n_scopes, e_out, x_out, level_out) -> number of pairs.  words: the
    records (tag in the low 32 bits), group: each record's (CTA, unit), non-decreasing.  As
@@ -159,7 +160,7 @@ static PyMethodDef methods[] = {
     {"settle", settle, METH_VARARGS, "launches' raw rows moved together and their times finished, without the GIL"},
     {"pair", pair, METH_VARARGS, "enter/exit records paired per (CTA, unit) and level, without the GIL"},
     {"sm_fit", sm_fit, METH_VARARGS, "decode_batch.sm_fits's per-group line fits, without the GIL"},
-    {NULL, NULL, 0, NULL}};
+""" + LIFETIMES_METHODS + r"""    {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_decode", NULL, -1, methods};
 
@@ -257,3 +258,19 @@ def sm_fit(inv: np.ndarray, k: int, clk: np.ndarray, gt: np.ndarray):
     _EXTENSION.module().sm_fit(np.ascontiguousarray(inv, np.int64), np.ascontiguousarray(clk, np.uint64),
                                np.ascontiguousarray(gt, np.int64), c_ref, g_ref, slope, intercept, rmax)
     return c_ref, g_ref, slope, intercept, rmax
+
+
+def expand_lifetimes(buffer, num_ctas: int, out: np.ndarray) -> bool:
+    """``cta_blocks.expand_lifetimes`` into ``out`` (zeros, its one-unit header dtype) in C;
+    False where the extension is not built (the numpy form fills it then)."""
+    mod = module()
+    if mod is None:
+        return False
+    from proton_lite.layout import CTA_MAGIC, LIFETIME_TAG, UNIT_MAGIC
+    f = out.dtype.fields
+    unit_at, unit = f["unit"][1], f["unit"][0].base.fields
+    offsets = (f["magic"][1], f["smid"][1], f["start_gt"][1], f["start_clk"][1], f["version"][1], f["units"][1],
+               unit_at + unit["magic"][1], unit_at + unit["end_gt"][1], unit_at + unit["end_clk"][1])
+    mod.expand_lifetimes(np.frombuffer(buffer, np.uint8, 32 * num_ctas), out.view(np.uint8), offsets,
+                         LIFETIME_TAG, CTA_MAGIC, UNIT_MAGIC)
+    return True

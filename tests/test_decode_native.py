@@ -221,3 +221,40 @@ def test_sm_fits_are_the_numpy_fits_to_the_bit(seed):
         got, want = native_decode.sm_fit(inv, len(uniq), clk, gt), _sm_fit_numpy(inv, len(uniq), clk, gt)
         for a, b in zip(got, want):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_lifetime_blocks_expand_in_c_as_in_numpy(monkeypatch):
+    """Lifetime blocks written byte by byte to format.md §1.2a (tag and SM, the two lengths with
+    their bits 32-39, the end anchors, the version), a fifth without the tag: the C expansion
+    gives the numpy expansion's bytes, and the headers read the start as end - length."""
+    import struct
+
+    from proton_lite.cta_blocks import _ONE_UNIT, expand_lifetimes
+    from proton_lite.layout import CTA_MAGIC, LIFETIME_TAG, UNIT_MAGIC
+    rng = np.random.default_rng(3)
+    n = 500
+    blocks, want = b"", []
+    for i in range(n):
+        tagged = i % 5 != 2
+        smid, version = int(rng.integers(0, 1 << 16)), int(rng.integers(0, 1 << 16))
+        gt_len, clk_len = int(rng.integers(0, 1 << 40)), int(rng.integers(0, 1 << 40))
+        end_gt, end_clk = int(rng.integers(0, 1 << 64, dtype=np.uint64)), int(rng.integers(0, 1 << 64, dtype=np.uint64))
+        tag = LIFETIME_TAG if tagged else (LIFETIME_TAG + 1) & 0xFFFF
+        blocks += struct.pack("<IIQQIHBB", (tag << 16) | smid, gt_len & 0xFFFFFFFF, end_gt, end_clk,
+                              clk_len & 0xFFFFFFFF, version, gt_len >> 32, clk_len >> 32)
+        want.append((tagged, smid, version, (end_gt - gt_len) % (1 << 64), (end_clk - clk_len) % (1 << 64), end_gt,
+                     end_clk))
+    fast = expand_lifetimes(blocks, n).view(_ONE_UNIT)
+    monkeypatch.setattr(native_decode, "module", lambda: None)
+    slow = expand_lifetimes(blocks, n).view(_ONE_UNIT)
+    assert fast.tobytes() == slow.tobytes()
+    for row, (tagged, smid, version, start_gt, start_clk, end_gt, end_clk) in zip(fast, want):
+        if not tagged:
+            assert row.tobytes() == bytes(_ONE_UNIT.itemsize)
+            continue
+        assert (int(row["magic"]), int(row["smid"]), int(row["version"]), int(row["units"])) == \
+            (CTA_MAGIC, smid, version, 1)
+        assert (int(row["start_gt"]), int(row["start_clk"])) == (start_gt, start_clk)
+        unit = row["unit"][0]
+        assert (int(unit["magic"]), int(unit["end_gt"]), int(unit["end_clk"]), int(unit["count"])) == \
+            (UNIT_MAGIC, end_gt, end_clk, 0)
