@@ -29,16 +29,23 @@ def _lengths(lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             lt["clk_length"] | (lt["clk_length_hi"].astype(np.uint64) << np.uint64(32)))
 
 
-def expand_lifetimes(buffer: bytes, num_ctas: int) -> np.ndarray:
-    """A compact layout's 32-byte lifetime blocks (layout.py) as the CTA header and unit header
+def expand_lifetimes(buffer, num_ctas: int) -> np.ndarray:
+    """A compact layout's 32-byte lifetime blocks (layout.py; ``buffer``: bytes-like, or a list of
+    them, one per launch, read as if joined) as the CTA header and unit header
     that the rest of the decoder reads (``BufferLayout.expanded``), as a bytes-like uint8 array
     (no copy into ``bytes``); a block without its tag (a CTA whose thread 0 never reached its
     exit) stays zero, a CTA missing as before.  Done per batch of launches, on the decoding
     threads (memory: the batches in flight)."""
     out = np.zeros(num_ctas, _ONE_UNIT)
-    if native_decode.expand_lifetimes(buffer, num_ctas, out):  # one pass in C (native_lifetimes_c)
+    parts = buffer if isinstance(buffer, list) else [buffer]
+    if native_decode.module() is not None:  # one pass in C (native_lifetimes_c), each launch's blocks in place
+        at = 0
+        for part in parts:
+            k = min(len(part) // LIFETIME_DTYPE.itemsize, num_ctas - at)
+            native_decode.expand_lifetimes(part, k, out[at:at + k])
+            at += k
         return out.view(np.uint8)
-    lt = np.frombuffer(buffer, LIFETIME_DTYPE, num_ctas)
+    lt = np.frombuffer(b"".join(parts) if len(parts) > 1 else parts[0], LIFETIME_DTYPE, num_ctas)
     ran = _written(lt)
     if not ran.all():  # (every CTA ran, as a rule: no copies through the mask)
         lt = lt[ran]

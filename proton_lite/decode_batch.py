@@ -128,9 +128,10 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
     n_l = len(batch)
     n_ctas = np.array([la.num_ctas for la in batch], np.int64)
     n = int(n_ctas.sum())
-    buf = batch[0].buffer if n_l == 1 else b"".join(la.buffer for la in batch)
-    if layout.compact:  # lifetime blocks, read as the headers they hold (records: none)
-        buf, layout = expand_lifetimes(buf, n), layout.expanded()
+    if layout.compact:  # lifetime blocks, read as the headers they hold (records: none); each launch's in place
+        buf, layout = expand_lifetimes([la.buffer for la in batch], n), layout.expanded()
+    else:
+        buf = batch[0].buffer if n_l == 1 else b"".join(la.buffer for la in batch)
     blocks = np.frombuffer(buf, dtype=cta_block_dtype(layout), count=n)
     unit_all = blocks["unit"]
     # a CTA counts only if its header is whole (a kernel that scribbles over the profile
