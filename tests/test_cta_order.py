@@ -248,3 +248,25 @@ def test_the_plan_runs_its_passes_over_the_intervals_on_the_pool_it_is_given():
     plan_module.plan_trace(p, _sorted_launches(p), "sm", pmap)
     assert any(getattr(f, "__qualname__", "").startswith(interval_runs.run_starts.__name__) for f in calls), \
         [getattr(f, "__qualname__", f) for f in calls]
+
+
+def test_a_trace_whose_launch_names_one_cta_twice_on_two_sms_is_refused(tmp_path):
+    """Read back, the CTA table is in the decoder's order (launch, CTA id), where two slices of
+    one launch with the same CTA id lie side by side whatever their SMs (in the writers' order,
+    SM first, such a pair on two SMs went unseen)."""
+    import json
+
+    from proton_lite.trace.chrome import write_chrome
+    rng = np.random.default_rng(11)
+    p = _profile(rng, n_launches=1, sms=4, missing=0)  # (one launch: every CTA slice is of it)
+    assert len(p.ctas) > 10
+    write_chrome(p, tmp_path / "t.json")
+    assert len(load_trace(tmp_path / "t.json").ctas) == len(p.ctas)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    slices = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "cta" in e.get("args", {})]
+    a = slices[0]
+    b = next(e for e in slices if e["args"]["sm"] != a["args"]["sm"])
+    b["args"]["cta"] = a["args"]["cta"]
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="same CTA id"):
+        load_trace(tmp_path / "bad.json")

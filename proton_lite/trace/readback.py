@@ -48,33 +48,42 @@ def load_trace(path: str | Path) -> Profile:
 
 
 def _cta_table(meta: dict, ctas: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The CTA rows in the writers' order (launch, SM, CTA id: that of the metadata's
-    per-CTA columns), those columns joined; returns (ctas, their extent starts, the index
-    in ``ctas`` (the input) of each row)."""
+    """The CTA rows in the decoder's order (launch, CTA id), the metadata's per-CTA columns
+    joined from the writers' order (launch or GPU, SM, ...: ``trace/plan.py``); returns (ctas,
+    their extent starts, the index in ``ctas`` (the input) of each row)."""
     launches = _launches_from_meta(meta)
     cols = {k: np.asarray(ctas[k]) for k in ("launch", "cta", "smid", "start_ns", "end_ns")}
     lr = _launch_rank(launches, cols["launch"], "CTA slices")
     _, top = layout_of(meta)  # the sm layout orders CTAs by GPU, SM, launch (trace/plan.py)
     if top is not None and len(top) != len(launches):
         raise ValueError("the metadata's layout names a GPU for another number of launches")
+    n = len(lr)
+    if int(meta["ctas"]["rows"]) != n:
+        raise ValueError(f"{n} CTA slices but metadata for {meta['ctas']['rows']} CTAs")
     # sorted by packed keys from the columns (a lexsort of the table's strided fields took 2.8 s
-    # for 4.19 M CTAs), then each column gathered into the table once
+    # for 4.19 M CTAs): the writers' order, where the per-CTA columns lie, and the decoder's,
+    # into which each column is gathered once (a table in the writers' order, sorted again as
+    # rows, took 0.9 s more for those CTAs)
     keys = [lr, cols["smid"], cols["cta"]] if top is None else [np.asarray(top)[lr], cols["smid"], lr, cols["cta"]]
-    order = _argsort_keys(keys)
-    del keys, lr
-    c = np.zeros(len(order), CTA_DTYPE)
+    writers = _argsort_keys(keys)
+    del keys
+    order = _argsort_keys([lr, cols["cta"]])
+    del lr
+    at = np.empty(n, np.int64)  # each row's place among the per-CTA columns
+    at[writers] = np.arange(n)
+    at = at[order]
+    del writers
+    c = np.zeros(n, CTA_DTYPE)
     for k, v in cols.items():
         c[k] = v[order]
-    if int(meta["ctas"]["rows"]) != len(c):
-        raise ValueError(f"{len(c)} CTA slices but metadata for {meta['ctas']['rows']} CTAs")
     extras = _unpack_columns(meta["ctas"])
-    lead = extras.pop("extent_lead_ns", np.zeros(len(c), np.int64))
+    lead = extras.pop("extent_lead_ns", None)
     for k, v in extras.items():
-        c[k] = v
+        c[k] = v[at]
     c["end_clock"] = c["start_clock"] + np.asarray(ctas["cycles"], np.int64)[order].view(np.uint64)
-    if len(c) > 1 and not np.all((c["launch"][1:] != c["launch"][:-1]) | (c["cta"][1:] != c["cta"][:-1])):
+    if n > 1 and not np.all((c["launch"][1:] != c["launch"][:-1]) | (c["cta"][1:] != c["cta"][:-1])):
         raise ValueError("two CTA slices of one launch carry the same CTA id")
-    return c, c["start_ns"] - lead, order
+    return c, c["start_ns"] - (lead[at] if lead is not None else 0), order
 
 
 def _interval_order(iv) -> np.ndarray:
@@ -90,10 +99,7 @@ def _profile(meta: dict, c: np.ndarray, iv: dict) -> Profile:
     out of ``iv`` as they are copied: ordered from the columns, then each gathered into the
     intervals' rows in that order and freed; sorted as rows, the 48-byte rows were read by
     column and copied whole once more)."""
-    launches = _launches_from_meta(meta)
-    lr = _launch_rank(launches, c["launch"], "CTA slices")
-    c = c[np.lexsort((c["cta"], lr))]  # decode order: launch, then CTA id
-    del lr
+    launches = _launches_from_meta(meta)  # (``c`` is in the decoder's order already: launch, then CTA id)
     n = len(iv["cta"])
     order = _interval_order(iv) if n else np.zeros(0, np.int64)
     out = np.zeros(n, INTERVAL_DTYPE)
