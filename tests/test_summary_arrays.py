@@ -71,3 +71,8 @@ def test_sweep_is_a_sweep_written_here_on_random_spans(seed):
         assert most[k] == max(sum(1 for s, e in spans if s <= p < e) for p in points)
         covered = sum(b - a for a, b in zip(points, points[1:]) if any(s <= a and b <= e for s, e in spans))
         assert busy[k] == covered
+
+
+def test_sweep_of_no_span_has_no_group():
+    gid, most, busy = sweep(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert len(gid) == len(most) == len(busy) == 0

@@ -57,7 +57,9 @@ def sweep(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     order = group_time_order(g, t, delta)  # by group, then time, ends (-1) before starts (+1)
     g, t, delta = g[order], t[order], delta[order]
     alive = np.cumsum(delta)  # each group nets to zero, so the sum restarts at every group
-    gid, first = np.unique(g, return_index=True)
+    # (g sorted: each group's first event, without np.unique's sort of it again)
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+    gid = g[first]
     max_alive = np.maximum.reduceat(alive, first)
     step = np.zeros(len(t), dtype=np.int64)
     step[:-1] = np.where((alive[:-1] > 0) & (g[1:] == g[:-1]), t[1:] - t[:-1], 0)
