@@ -44,6 +44,8 @@ def expand_lifetimes(buffer, num_ctas: int) -> np.ndarray:
             k = min(len(part) // LIFETIME_DTYPE.itemsize, num_ctas - at)
             native_decode.expand_lifetimes(part, k, out[at:at + k])
             at += k
+        if at != num_ctas:  # (decode._check_size has checked each launch's buffer: not reached)
+            raise ValueError(f"lifetime blocks for {at} CTAs where {num_ctas} were expected")
         return out.view(np.uint8)
     lt = np.frombuffer(b"".join(parts) if len(parts) > 1 else parts[0], LIFETIME_DTYPE, num_ctas)
     ran = _written(lt)

@@ -201,7 +201,8 @@ def test_packed_planes_are_the_byte_planes():
     for plane b, written here by shifts: the packed bytes, inflated."""
     rng = np.random.default_rng(8)
     n = 1000
-    cols = {"a": rng.integers(0, 1 << 62, n, dtype=np.uint64), "b": rng.random(n), "c": rng.integers(-9, 9, n, dtype=np.int32)}
+    cols = {"a": rng.integers(0, 1 << 62, n, dtype=np.uint64), "b": rng.random(n),
+            "c": rng.integers(-9, 9, n, dtype=np.int32)}
     got = zlib.decompress(base64.b64decode(meta._pack_columns(cols)["data"]))
     want = b""
     for name in sorted(cols):

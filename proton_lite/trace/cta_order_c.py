@@ -71,7 +71,10 @@ static PyObject *launch_ranks(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     give_buffers(v, 4);
-    if (bad == 1) { PyErr_SetString(PyExc_ValueError, "launch_ranks: array lengths or offsets do not fit"); return NULL; }
+    if (bad == 1) {
+        PyErr_SetString(PyExc_ValueError, "launch_ranks: array lengths or offsets do not fit");
+        return NULL;
+    }
     if (bad == 2) return PyErr_NoMemory();
     return Py_BuildValue("nL", state, (long long)top_sm);
 }
@@ -131,7 +134,10 @@ static PyObject *cta_order(PyObject *self, PyObject *args) {
     give_buffers(v, 4);
     if (bad == 1) { PyErr_SetString(PyExc_ValueError, "cta_order: array lengths or offsets do not fit"); return NULL; }
     if (bad == 2) return PyErr_NoMemory();
-    if (bad == 3) { PyErr_SetString(PyExc_IndexError, "cta_order: a top group or SM id outside its range"); return NULL; }
+    if (bad == 3) {
+        PyErr_SetString(PyExc_IndexError, "cta_order: a top group or SM id outside its range");
+        return NULL;
+    }
     return PyLong_FromLong(identity);
 }
 

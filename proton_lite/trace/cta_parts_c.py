@@ -12,19 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 SOURCE = r"""
-typedef struct { int64_t *key, *before; Py_ssize_t n, cap; } KeyCounts;
-
-static int key_counts_push(KeyCounts *kc, int64_t key, int64_t before) {
-    if (kc->n == kc->cap) {
-        Py_ssize_t cap = kc->cap ? 2 * kc->cap : 1024;
-        int64_t *k = realloc(kc->key, (size_t)cap * 8), *b;
-        if (!k) return -1;
-        kc->key = k;
-        if (!(b = realloc(kc->before, (size_t)cap * 8))) return -1;
-        kc->before = b;
-        kc->cap = cap;
-    }
-    kc->key[kc->n] = key; kc->before[kc->n++] = before;
+/* (slots_c's Heap as a plain list of (key, count before) pairs, grown by its pairs_room) */
+static int key_counts_push(Heap *kc, int64_t key, int64_t before) {
+    if (pairs_room(kc) < 0) return -1;
+    kc->k[kc->n] = key; kc->v[kc->n++] = before;
     return 0;
 }
 
@@ -54,7 +45,7 @@ static PyObject *cta_part_cut(PyObject *self, PyObject *args) {
     int bad = v[0].len != 2 * n * 2 || v[2].len != n * 8 || v[3].len != n * (wide[0] ? 8 : 4) ||
               v[4].len != n * (wide[1] ? 8 : 4) || v[5].len != 2 * n * 4 || v[6].len != (n_parts + 1) * 8 ||
               v[7].len != n_parts * 8 || n_parts < 1 || n_keys[0] < 0 || n_keys[1] < 0 || 2 * n > INT32_MAX;
-    KeyCounts kc[2] = {{0}, {0}};
+    Heap kc[2] = {{0}, {0}};
     int64_t *first[2] = {NULL, NULL};
     if (!bad) {
         const uint16_t *part = v[0].buf;
@@ -117,12 +108,12 @@ static PyObject *cta_part_cut(PyObject *self, PyObject *args) {
     else {
         static const char none[8] = {0};  /* (y# makes None of a NULL buffer) */
 #define KC_BYTES(p) ((p) ? (const char *)(p) : none)
-        out = Py_BuildValue("y#y#y#y#y#y#", KC_BYTES(kc[0].key), kc[0].n * 8, KC_BYTES(kc[0].before), kc[0].n * 8,
-                            (const char *)first[0], (n_parts + 1) * 8, KC_BYTES(kc[1].key), kc[1].n * 8,
-                            KC_BYTES(kc[1].before), kc[1].n * 8, (const char *)first[1], (n_parts + 1) * 8);
+        out = Py_BuildValue("y#y#y#y#y#y#", KC_BYTES(kc[0].k), kc[0].n * 8, KC_BYTES(kc[0].v), kc[0].n * 8,
+                            (const char *)first[0], (n_parts + 1) * 8, KC_BYTES(kc[1].k), kc[1].n * 8,
+                            KC_BYTES(kc[1].v), kc[1].n * 8, (const char *)first[1], (n_parts + 1) * 8);
 #undef KC_BYTES
     }
-    for (int c = 0; c < 2; c++) { free(kc[c].key); free(kc[c].before); free(first[c]); }
+    for (int c = 0; c < 2; c++) { free(kc[c].k); free(kc[c].v); free(first[c]); }
     return out;
 }
 """

@@ -30,7 +30,8 @@ class CtaView:
         is not the source's own: ``cta_order_c``)."""
         self.source = source
         self.dtype = source.dtype
-        identity = gathered is None and len(order) == len(source) and bool(np.array_equal(order, np.arange(len(order))))
+        identity = gathered is None and len(order) == len(source) and \
+            bool(np.array_equal(order, np.arange(len(order))))
         self.order = None if identity else np.asarray(order, np.int32 if len(order) < 2**31 else np.int64)
         self._n = len(order)
         kept = [name for name in KEPT if name in source.dtype.names]

@@ -105,8 +105,8 @@ def _packing(arrays: dict[str, np.ndarray], submit, fetch=None):
         elif a:
             w = w[1:]
         size = little[i].itemsize  # byte b of a little-endian word is its plane b: one transpose
-        planes_ = np.ascontiguousarray(np.ascontiguousarray(w, f"<u{size}").view(np.uint8).reshape(-1, size).T)
-        return [plane.tobytes() for plane in planes_]
+        by_plane = np.ascontiguousarray(np.ascontiguousarray(w, f"<u{size}").view(np.uint8).reshape(-1, size).T)
+        return [plane.tobytes() for plane in by_plane]
 
     def packed(data: bytes) -> str:  # trace/deflate.py: zlib's level 6 was 19% smaller, 5x slower than level 1
         return base64.b64encode(deflate(data)).decode("ascii")
@@ -171,6 +171,7 @@ def cta_extras_queued(ctas_sorted, extent_lo: np.ndarray, submit):
     them), and a function that returns the packed value."""
     fields = ("cycles_per_ns", "finished_units", "measured_cycles_per_ns", "start_clock")  # (sorted, as packed)
     column = ctas_sorted.column  # ``plan.ctas``, a CtaView: the rows of a block read once for all its fields
+    lo = column("start_ns") if extent_lo is None else extent_lo  # (without intervals an extent starts at its CTA)
 
     def fetch(lo: int, hi: int) -> list:
         got = ctas_sorted.take_rows(fields, slice(lo, hi))
@@ -181,8 +182,7 @@ def cta_extras_queued(ctas_sorted, extent_lo: np.ndarray, submit):
                      "cycles_per_ns": column("cycles_per_ns"),
                      "measured_cycles_per_ns": column("measured_cycles_per_ns"),
                      "finished_units": column("finished_units"),
-                     "extent_lead_ns": _Lead(column("start_ns"), extent_lo if extent_lo is not None else
-                                             column("start_ns"))}, submit, fetch)
+                     "extent_lead_ns": _Lead(column("start_ns"), lo)}, submit, fetch)
 
 
 class _Lead:

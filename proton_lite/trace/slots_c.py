@@ -20,7 +20,9 @@ SOURCE = r"""
 /* a binary min-heap of (key, value) pairs, ordered by key then value */
 typedef struct { int64_t *k, *v; Py_ssize_t n, cap; } Heap;
 
-static int heap_push(Heap *h, int64_t k, int64_t v) {
+/* room for one more pair in h's arrays, grown together (-1: no memory); cta_parts_c's lists of
+   (key, count) pairs use it too */
+static int pairs_room(Heap *h) {
     if (h->n == h->cap) {
         Py_ssize_t cap = h->cap ? 2 * h->cap : 64;
         int64_t *nk = realloc(h->k, (size_t)cap * 8), *nv;
@@ -30,6 +32,11 @@ static int heap_push(Heap *h, int64_t k, int64_t v) {
         h->v = nv;
         h->cap = cap;
     }
+    return 0;
+}
+
+static int heap_push(Heap *h, int64_t k, int64_t v) {
+    if (pairs_room(h) < 0) return -1;
     Py_ssize_t i = h->n++;
     while (i > 0) {
         Py_ssize_t p = (i - 1) / 2;
