@@ -76,3 +76,26 @@ def test_sweep_is_a_sweep_written_here_on_random_spans(seed):
 def test_sweep_of_no_span_has_no_group():
     gid, most, busy = sweep(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     assert len(gid) == len(most) == len(busy) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sweep_of_packed_events_is_the_sweep_by_an_order(seed, monkeypatch):
+    """The events packed as values and sorted (``_sorted_events``) against the sweep that
+    orders the three columns by an argsort, on spans with ties of every kind; and groups or
+    times too wide to pack take the latter."""
+    from viewer import summary_arrays
+    rng = np.random.default_rng(seed)
+    n = 3000
+    g = rng.integers(0, 40, n) * 3
+    start = rng.integers(-20, 200, n)
+    end = start + rng.integers(-3, 30, n)
+    fast = sweep(g, start, end)
+    with monkeypatch.context() as m:
+        m.setattr(summary_arrays, "_sorted_events", lambda *a: None)
+        slow = sweep(g, start, end)
+    for a, b in zip(fast, slow):
+        assert np.array_equal(a, b)
+    wide = (start.astype(np.int64) << 40, end.astype(np.int64) << 40)  # 2^48 ns apart at most: no room for groups
+    assert summary_arrays._sorted_events(g.astype(np.int64) << 20, *wide) is None
+    gid, most, busy = sweep(g.astype(np.int64) << 20, *wide)
+    assert np.array_equal(gid, slow[0] << 20) and np.array_equal(most, slow[1]) and np.array_equal(busy, slow[2] << 40)

@@ -51,11 +51,15 @@ def sweep(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     """
     ends = np.maximum(ends, starts)
     n = len(starts)
-    g = np.concatenate([groups, groups]).astype(np.int64)
-    t = np.concatenate([starts, ends]).astype(np.int64)
-    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    order = group_time_order(g, t, delta)  # by group, then time, ends (-1) before starts (+1)
-    g, t, delta = g[order], t[order], delta[order]
+    events = _sorted_events(groups, starts, ends)
+    if events is not None:
+        g, t, delta = events
+    else:
+        g = np.concatenate([groups, groups]).astype(np.int64)
+        t = np.concatenate([starts, ends]).astype(np.int64)
+        delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+        order = group_time_order(g, t, delta)  # by group, then time, ends (-1) before starts (+1)
+        g, t, delta = g[order], t[order], delta[order]
     alive = np.cumsum(delta)  # each group nets to zero, so the sum restarts at every group
     # (g sorted: each group's first event, without np.unique's sort of it again)
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
@@ -65,3 +69,29 @@ def sweep(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     step[:-1] = np.where((alive[:-1] > 0) & (g[1:] == g[:-1]), t[1:] - t[:-1], 0)
     busy = np.add.reduceat(step, first)
     return gid, max_alive, busy
+
+
+def _sorted_events(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """The sweep's events (group, time, +1 for a start or -1 for an end) in (group, time, ends
+    first) order, sorted as values packed in one int64 (group, time, start bit) and unpacked:
+    no order to gather three columns by (events alike in all three may come in any order, so no
+    position bits either).  None where they do not fit 63 bits."""
+    if not len(starts):
+        return None
+    g0, t0 = int(groups.min()), min(int(starts.min()), int(ends.min()))
+    t_bits = (int(ends.max()) - t0).bit_length()  # (ends >= starts here)
+    g_bits = (int(groups.max()) - g0).bit_length()
+    if g_bits + t_bits + 1 > 63:
+        return None
+    g = np.asarray(groups, np.int64) - g0
+    g <<= t_bits + 1
+    keys = np.concatenate([g | ((np.asarray(starts, np.int64) - t0) << 1) | 1,
+                           g | ((np.asarray(ends, np.int64) - t0) << 1)])
+    del g
+    keys.sort(kind="stable")  # (merges the runs that rows in launch order bring)
+    delta = (keys & 1) * 2 - 1
+    t = (keys >> 1) & ((1 << t_bits) - 1)
+    t += t0
+    keys >>= t_bits + 1
+    keys += g0
+    return keys, t, delta
