@@ -156,7 +156,7 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
     parts = [kernel_unit_partitions(k) for k in kernels]
     # denominator of the share: units * CTA lifetime, per kernel name (and partition)
     unit_time: dict[tuple[str, str | None], int] = {}
-    if len(ctas):
+    if len(ctas) and len(intervals):  # (only the scopes' rows read it: none without intervals)
         units = np.array([_units_per_cta(k) for k in kernels], dtype=np.int64)
         life = np.maximum(ctas["end_ns"] - ctas["start_ns"], 0)
         per_kernel = np.bincount(kernel_of_cta, weights=life * units[kernel_of_cta], minlength=len(kernels))
