@@ -172,13 +172,21 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
 
     rows: list[dict] = []
     if len(intervals):
-        part = np.full(len(intervals), -1, np.int64)
-        for i, pu in enumerate(parts):
-            if pu is not None:
-                mine = kernel_of_interval == i
-                part[mine] = pu[1][np.minimum(intervals["unit"][mine].astype(np.int64), len(pu[1]) - 1)]
-        pair = (kernel_of_interval << 40) | ((part + 1) << 32) | intervals["scope"].astype(np.int64)
-        pairs, inverse = dense_unique(pair, kernel_of_interval, part + 1, intervals["scope"])
+        scope = intervals["scope"].astype(np.int64)
+        if any(pu is not None for pu in parts):  # warp-specialized kernels: the partition in bits 32-39
+            part = np.full(len(intervals), -1, np.int64)
+            for i, pu in enumerate(parts):
+                if pu is not None:
+                    mine = kernel_of_interval == i
+                    part[mine] = pu[1][np.minimum(intervals["unit"][mine].astype(np.int64), len(pu[1]) - 1)]
+            part += 1
+            pair = (kernel_of_interval << 40) | (part << 32) | scope
+            pairs, inverse = dense_unique(pair, kernel_of_interval, part, scope)
+            del part
+        else:  # (no partition: bits 32-39 stay 0, three passes over every interval fewer)
+            pair = (kernel_of_interval << 40) | scope
+            pairs, inverse = dense_unique(pair, kernel_of_interval, scope)
+        del pair, scope
         labels: dict[tuple[str, str, str | None], int] = {}
         pair_label = np.empty(len(pairs), dtype=np.int64)
         for j, p in enumerate(pairs):
@@ -190,7 +198,7 @@ def _scope_rows(kernels, intervals, kernel_of_interval, ctas, kernel_of_cta, sco
         # a stable sort of 16-bit labels is a radix sort (of 64-bit ones, a merge sort: 2 s for 21 M)
         order = np.argsort(label.astype(np.uint16) if len(labels) <= 1 << 16 else label, kind="stable")
         bounds = np.searchsorted(label[order], np.arange(len(labels) + 1))
-        durations = (intervals["end_ns"] - intervals["start_ns"]).astype(np.int64)
+        durations = np.subtract(intervals["end_ns"], intervals["start_ns"], dtype=np.int64)
         cycles = intervals["cycles"].astype(np.int64)
         depth0 = intervals["depth"] == 0
         for (kname, sname, plabel), li in labels.items():
