@@ -128,7 +128,12 @@ def _perfetto_columns(data: bytes, path) -> tuple[dict, np.ndarray, dict]:
     t_rank = events.t_rank
     c, u, sl = _slices(events, meta, by_gpu)  # (the events' columns go: ~45 bytes an event)
     del events
-    rank = lambda i: np.where(i >= 0, t_rank[np.maximum(i, 0)], 0)
+    ranked = np.r_[t_rank, 0]  # a descriptor's rank; index -1 (above the root) the 0 at the end
+
+    def rank(i: np.ndarray) -> np.ndarray:  # (one gather where a where of a clipped gather made three passes)
+        if len(i) and int(i.min()) < -1:
+            raise ValueError("a track's ancestor index below -1")
+        return ranked[i]
     start, end, cycles = sl.pop("start"), sl.pop("end"), sl.pop("cycles")
     table, lo_ns, order = _cta_table(meta, {"launch": sl.pop("cta_launch") if by_gpu else rank(sl.pop("launch_c")),
                                             "smid": rank(sl.pop("sm_c")), "cta": sl.pop("cta_c"),
