@@ -16,7 +16,11 @@ from proton_lite.trace import plan as plan_module
 from proton_lite.trace.cta_view import KEPT
 from proton_lite.trace.perfetto import write_perfetto
 from proton_lite.trace.readback import load_trace
-from proton_lite.trace.tree import _dense_limit, _sorted_launches
+from proton_lite.trace.tree import _launch_table, _sorted_launches
+
+
+def _ranks(ctas, launches):
+    return cta_order_c.launch_ranks(ctas, _launch_table(launches["launch"].astype(np.int64)), len(launches))
 
 
 def _native_or_skip():
@@ -90,7 +94,7 @@ def test_the_order_in_c_is_the_numpy_order(monkeypatch, layout, devices, scopes)
     rng = np.random.default_rng(devices * 10 + scopes)
     p = _profile(rng, devices=devices, scopes=scopes)
     launches = _sorted_launches(p)
-    ranks = cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches))
+    ranks = _ranks(p.ctas, launches)
     assert ranks is not None and ranks.in_order
     # the SMs of each launch, counted in C, are those the CTAs name
     want = [len(np.unique(p.ctas["smid"][p.ctas["launch"] == la])) for la in launches["launch"]]
@@ -108,7 +112,7 @@ def test_rows_out_of_order_take_the_numpy_forms(monkeypatch):
     p = _profile(rng, devices=2)
     p.ctas = p.ctas[rng.permutation(len(p.ctas))]
     launches = _sorted_launches(p)
-    ranks = cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches))
+    ranks = _ranks(p.ctas, launches)
     assert not ranks.in_order and ranks.sms is None
     assert cta_order_c.cta_order(p.ctas, ranks, None) is None
     assert np.array_equal(ranks.lr, np.searchsorted(launches["launch"], p.ctas["launch"]))
@@ -143,7 +147,7 @@ def test_the_layouts_track_bound_from_each_launchs_sms_is_the_count():
     rng = np.random.default_rng(5)
     p = _profile(rng, n_launches=40, sms=9, scopes=True)
     launches = _sorted_launches(p)
-    ranks = cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches))
+    ranks = _ranks(p.ctas, launches)
     full = plan_module.launch_layout_tracks(p, launches)
     # the launches, the (launch, SM) groups, and a slot and a unit track for each group
     one_slot = len(launches) + 3 * int(ranks.sms.sum())
@@ -164,7 +168,7 @@ def test_an_order_that_is_the_rows_own_keeps_views(monkeypatch):
         sel = p.ctas["launch"] == la
         p.ctas["smid"][sel] = np.sort(p.ctas["smid"][sel])
     launches = _sorted_launches(p)
-    ranks = cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches))
+    ranks = _ranks(p.ctas, launches)
     order, kept, lr_s = cta_order_c.cta_order(p.ctas, ranks, None)
     assert np.array_equal(order, np.arange(len(p.ctas))) and kept is None and lr_s is None
     fast, slow = _plans(p, "launch", monkeypatch)
@@ -223,12 +227,12 @@ def test_launch_ids_past_a_table_or_sm_ids_past_a_gpus_take_the_numpy_forms(monk
     p.ctas["launch"] = big[np.searchsorted(p.launches["launch"], p.ctas["launch"])]
     p.launches["launch"] = big
     launches = _sorted_launches(p)
-    assert cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches)) is None
+    assert _ranks(p.ctas, launches) is None
     _same_plans(*_plans(p, "sm", monkeypatch))
     p = _profile(rng)
     p.ctas["smid"][::7] += 70_000
     launches = _sorted_launches(p)
-    ranks = cta_order_c.launch_ranks(p.ctas, launches, _dense_limit(launches))
+    ranks = _ranks(p.ctas, launches)
     assert ranks is not None and not ranks.in_order and cta_order_c.cta_order(p.ctas, ranks, None) is None
     _same_plans(*_plans(p, "launch", monkeypatch))
 

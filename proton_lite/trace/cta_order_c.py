@@ -217,17 +217,14 @@ class LaunchRanks:
     width: int  # the largest SM id + 1
 
 
-def launch_ranks(ctas: np.ndarray, launches: np.ndarray, dense_limit: int) -> LaunchRanks | None:
-    """Each CTA's rank in ``launches`` (sorted by launch id) in C, or None where not built, the
-    rows are not laid out as CTA_DTYPE or the launch ids are too large for a table of
-    ``dense_limit``; a CTA of a launch not in ``launches`` is a ValueError."""
+def launch_ranks(ctas: np.ndarray, table: np.ndarray | None, n_launches: int) -> LaunchRanks | None:
+    """Each CTA's launch rank in C, from ``table`` (``tree._launch_table`` of the profile's
+    ``n_launches`` launches), or None where not built, the rows are not laid out as CTA_DTYPE or
+    there is no table (ids too large for one); a CTA of a launch not in it is a ValueError."""
     mod, off = _module(), _row_fields(ctas)
-    keys = launches["launch"].astype(np.int64)
-    if mod is None or off is None or not len(ctas) or not len(keys) or int(keys.max()) >= dense_limit:
+    if mod is None or off is None or table is None or not len(ctas):
         return None
-    table = np.full(int(keys.max()) + 1, -1, np.int64)
-    table[keys] = np.arange(len(keys))
-    lr, sms = np.empty(len(ctas), np.int64), np.empty(len(keys), np.int64)
+    lr, sms = np.empty(len(ctas), np.int64), np.empty(n_launches, np.int64)
     state, top_sm = mod.launch_ranks(ctas.view(np.uint8).reshape(-1), ctas.dtype.itemsize, off["launch"], off["cta"],
                                      off["smid"], table, lr, sms)
     if state < 0:

@@ -31,7 +31,7 @@ from proton_lite.trace.cta_view import CtaView
 from proton_lite.trace.rows import SlotLayout, pack_slots, slot_layout
 from proton_lite.trace.nesting import _unique
 from proton_lite.trace import cta_order_c
-from proton_lite.trace.tree import _cta_layout, _dense_limit, _launch_rank, launch_titles
+from proton_lite.trace.tree import _cta_layout, _launch_rank, _launch_table, launch_titles
 
 LAYOUTS = ("auto", "launch", "sm")
 # Perfetto's UI v52 (headless Chromium, 2026-11-28): 27,960 tracks drew in 6.1 s, 55,920 in 12.8 s
@@ -108,7 +108,8 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
     if layout not in LAYOUTS:
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
     # each CTA's launch rank (both steps below read it): in C where built, with each launch's SMs
-    ranks = cta_order_c.launch_ranks(profile.ctas, launches, _dense_limit(launches))
+    table = _launch_table(launches["launch"].astype(np.int64))
+    ranks = cta_order_c.launch_ranks(profile.ctas, table, len(launches))
     lr = ranks.lr if ranks is not None else _launch_rank(launches, profile.ctas["launch"], "CTAs")
     if layout == "auto":
         layout = choose_layout(profile, launches, lr, ranks.sms if ranks is not None else None)

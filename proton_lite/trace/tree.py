@@ -67,16 +67,26 @@ def _dense_limit(*arrays) -> int:
     return 4 * sum(len(a) for a in arrays) + (1 << 16)
 
 
+def _launch_table(keys: np.ndarray) -> np.ndarray | None:
+    """Each launch id's position in ``keys`` (the sorted launch ids) as a table indexed by id:
+    -1 for ids no launch has, and one -1 past the largest (for ids above it, clipped); None
+    where the ids are too large for a table."""
+    top = int(keys.max()) if len(keys) else -1
+    if not 0 <= top < _dense_limit(keys):
+        return None
+    table = np.full(top + 2, -1, np.int64)
+    table[keys] = np.arange(len(keys))
+    return table
+
+
 def _launch_rank(launches: np.ndarray, launch_ids: np.ndarray, what: str) -> np.ndarray:
     """Position in ``launches`` (sorted) of each launch id; unknown ids are an error."""
     if not len(launch_ids):
         return np.zeros(0, np.int64)
     keys = launches["launch"].astype(np.int64)
-    top = int(keys.max()) if len(keys) else -1
-    if 0 <= top < _dense_limit(keys) and launch_ids.dtype.kind == "u":  # small indices: a table lookup
-        table = np.full(top + 2, -1, np.int64)
-        table[keys] = np.arange(len(keys))
-        pos = table[np.minimum(launch_ids, top + 1)]  # (no 64-bit copy of a column per CTA first)
+    table = _launch_table(keys) if launch_ids.dtype.kind == "u" else None
+    if table is not None:  # small indices: a table lookup
+        pos = table[np.minimum(launch_ids, len(table) - 1)]  # (no 64-bit copy of a column per CTA first)
         if pos.min() < 0:
             raise ValueError(f"{what} refer to a launch missing from profile.launches")
         return pos
