@@ -38,14 +38,7 @@ def expand_lifetimes(buffer, num_ctas: int) -> np.ndarray:
     threads (memory: the batches in flight)."""
     out = np.zeros(num_ctas, _ONE_UNIT)
     parts = buffer if isinstance(buffer, list) else [buffer]
-    if native_decode.module() is not None:  # one pass in C (native_lifetimes_c), each launch's blocks in place
-        at = 0
-        for part in parts:
-            k = min(len(part) // LIFETIME_DTYPE.itemsize, num_ctas - at)
-            native_decode.expand_lifetimes(part, k, out[at:at + k])
-            at += k
-        if at != num_ctas:  # (decode._check_size has checked each launch's buffer: not reached)
-            raise ValueError(f"lifetime blocks for {at} CTAs where {num_ctas} were expected")
+    if native_decode.expand_lifetimes(parts, out):  # one pass in C (native_lifetimes_c), each launch's in place
         return out.view(np.uint8)
     lt = np.frombuffer(b"".join(parts) if len(parts) > 1 else parts[0], LIFETIME_DTYPE, num_ctas)
     ran = _written(lt)

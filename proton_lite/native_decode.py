@@ -260,9 +260,10 @@ def sm_fit(inv: np.ndarray, k: int, clk: np.ndarray, gt: np.ndarray):
     return c_ref, g_ref, slope, intercept, rmax
 
 
-def expand_lifetimes(buffer, num_ctas: int, out: np.ndarray) -> bool:
-    """``cta_blocks.expand_lifetimes`` into ``out`` (zeros, its one-unit header dtype) in C;
-    False where the extension is not built (the numpy form fills it then)."""
+def expand_lifetimes(parts: list, out: np.ndarray) -> bool:
+    """``cta_blocks.expand_lifetimes`` in C: the 32-byte lifetime blocks of ``parts`` (bytes-like,
+    one launch's each) into ``out``'s rows in turn (zeros, its one-unit header dtype, a row a
+    block); False where the extension is not built (the numpy form fills it then)."""
     mod = module()
     if mod is None:
         return False
@@ -271,6 +272,12 @@ def expand_lifetimes(buffer, num_ctas: int, out: np.ndarray) -> bool:
     unit_at, unit = f["unit"][1], f["unit"][0].base.fields
     offsets = (f["magic"][1], f["smid"][1], f["start_gt"][1], f["start_clk"][1], f["version"][1], f["units"][1],
                unit_at + unit["magic"][1], unit_at + unit["end_gt"][1], unit_at + unit["end_clk"][1])
-    mod.expand_lifetimes(np.frombuffer(buffer, np.uint8, 32 * num_ctas), out.view(np.uint8), offsets,
-                         LIFETIME_TAG, CTA_MAGIC, UNIT_MAGIC)
+    at = 0
+    for part in parts:
+        k = min(len(part) // 32, len(out) - at)
+        mod.expand_lifetimes(np.frombuffer(part, np.uint8, 32 * k), out[at:at + k].view(np.uint8), offsets,
+                             LIFETIME_TAG, CTA_MAGIC, UNIT_MAGIC)
+        at += k
+    if at != len(out):  # (decode._check_size has checked each launch's buffer: not reached)
+        raise ValueError(f"lifetime blocks for {at} CTAs where {len(out)} were expected")
     return True
