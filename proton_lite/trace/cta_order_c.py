@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from proton_lite.trace.cta_view import GATHER_ROWS  # rows per part of the gather, as the view's own
+
 SOURCE = r"""
 static inline uint32_t row_u32(const uint8_t *rows, Py_ssize_t size, Py_ssize_t i, Py_ssize_t off) {
     uint32_t x; memcpy(&x, rows + i * size + off, 4); return x;
@@ -188,7 +190,6 @@ METHODS = r"""
     {"cta_gather", cta_gather, METH_VARARGS, "the plan's kept CTA columns for a part of its order, without the GIL"},
 """
 
-GATHER_ROWS = 1 << 16  # rows per part of the gather (as cta_view's)
 ORDER_LIMIT = 2**31 - 1  # rows beyond it: the order is not int32, the numpy forms take them
 
 

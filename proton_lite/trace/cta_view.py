@@ -56,7 +56,7 @@ class CtaView:
         out = {name: np.empty(self._n, self.dtype[name]) for name in names}
 
         def part(lo: int):
-            rows = np.take(self.source, self.order[lo:lo + GATHER_ROWS])
+            rows = self.take_rows(names, slice(lo, lo + GATHER_ROWS))
             for name in names:
                 out[name][lo:lo + GATHER_ROWS] = rows[name]
         for _ in pmap(part, range(0, self._n, GATHER_ROWS)):
