@@ -71,7 +71,14 @@ def test_slots_and_cta_order_in_parts_match_one_pass(monkeypatch, threads):
     monkeypatch.setattr(ir, "PART", 7)
     with ThreadPoolExecutor(threads) as pool:
         pmap = pool.map if threads > 1 else map
-        assert np.array_equal(rows._pack_slots_in_parts(group, lo, hi, pmap), rows.pack_slots(group, lo, hi))
+        slot = rows.pack_slots(group, lo, hi)
+        assert np.array_equal(rows._pack_slots_in_parts(group, lo, hi, pmap), slot)
+        # each CTA's row: its group's first row plus its slot, added in place a run of groups at a time
+        group_first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+        row_base = rng.integers(0, 1 << 40, len(group_first))
+        row = slot.copy()
+        rows._add_row_base(row, row_base, group_first, pmap)
+        assert np.array_equal(row, row_base[group] + slot)
         order = tree._cta_order(ctas, lr, pmap)
         assert np.array_equal(order, np.lexsort((ctas["cta"], ctas["smid"], lr)))
         assert ir.take_parts(ctas, order, pmap).tobytes() == ctas[order].tobytes()

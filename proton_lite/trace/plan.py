@@ -115,6 +115,7 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
         layout = choose_layout(profile, launches, lr, ranks.sms if ranks is not None else None)
     tops = top_groups(profile, launches, layout)
     ctas, cta_lr, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr, ranks)
+    del lr, ranks  # the ranks in the rows' order: a column per CTA, not needed past the order
     if on_order is not None:
         on_order(ctas)
     lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), runs, pmap)

@@ -78,15 +78,14 @@ def slot_layout(profile: Profile, ctas: np.ndarray, cta_top: np.ndarray, runs: t
     group_first = np.flatnonzero(new_group)
     del new_group
     lo, hi = cta_extents(ctas, profile.intervals, runs, pmap)
-    slot = _pack_slots_in_parts(group, lo, hi, pmap)
+    row = _pack_slots_in_parts(group, lo, hi, pmap)  # each CTA's slot, made its row in place below
+    if not len(profile.intervals):
+        del hi  # (only the pieces read it again: a column per CTA fewer at the plan's peak)
     # groups are runs of CTAs: a group's slots are its largest slot + 1
-    n_slots = np.maximum.reduceat(slot, group_first).astype(np.int64) + 1 if n else np.zeros(0, np.int64)
+    n_slots = np.maximum.reduceat(row, group_first).astype(np.int64) + 1 if n else np.zeros(0, np.int64)
     row_base = np.cumsum(n_slots) - n_slots
-    row = row_base[group]
-    row += slot
-    del slot
+    _add_row_base(row, row_base, group_first, pmap)
     piece_ok = _in_group_parts(piece_starts, group, (row, lo, hi), pmap) if len(profile.intervals) else None
-    del hi
     row_group = np.repeat(np.arange(len(n_slots)), n_slots)
     row_slot = np.arange(len(row_group)) - row_base[row_group]
     return SlotLayout(group=group, group_first=group_first, row=row, row_group=row_group,
@@ -153,17 +152,36 @@ def _pack_slots_in_parts(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, pmap
 
 def _in_group_parts(step, group: np.ndarray, columns: tuple, pmap=map) -> np.ndarray:
     """``step(*columns)`` over parts of about ``PACK_PART`` CTAs cut between groups, on
-    ``pmap``, joined: for steps that treat each group on its own (slots and rows never span
-    two groups)."""
+    ``pmap``, each part's result written into one output as it comes (no list of the parts
+    beside their join: a column per CTA less at the plan's peak): for steps that treat each
+    group on its own (slots and rows never span two groups)."""
     if len(group) <= PACK_PART:
         return step(*columns)
-    return np.concatenate(list(pmap(lambda b: step(*(c[b[0]:b[1]] for c in columns)), key_parts(group, PACK_PART))))
+    parts = key_parts(group, PACK_PART)
+    out = None
+    for (a, b), got in zip(parts, pmap(lambda ab: step(*(c[ab[0]:ab[1]] for c in columns)), parts)):
+        if out is None:
+            out = np.empty(len(group), got.dtype)
+        out[a:b] = got
+    return out
 
 
-def _occupied_end(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """End of the half-open span a slice occupies: a zero-length one still takes 1 ns, so that
-    it cannot touch, and be confused with, a CTA that starts at that very ns."""
-    return np.maximum(end, start + 1)
+def _add_row_base(slot: np.ndarray, row_base: np.ndarray, group_first: np.ndarray, pmap=map) -> None:
+    """``slot += row_base[group]`` in place, a run of whole groups at a time on ``pmap`` (the
+    gather of every CTA's base at once was a column per CTA at the plan's peak)."""
+    bounds = np.r_[group_first, len(slot)]
+    if len(slot) <= PACK_PART:
+        slot += np.repeat(row_base, np.diff(bounds))
+        return
+    cuts = np.unique(np.r_[np.searchsorted(bounds, np.arange(0, len(slot), PACK_PART), "right") - 1,
+                           len(group_first)])
+
+    def part(k: int):
+        g0, g1 = int(cuts[k]), int(cuts[k + 1])
+        a, b = int(bounds[g0]), int(bounds[g1])
+        slot[a:b] += np.repeat(row_base[g0:g1], np.diff(bounds[g0:g1 + 1]))
+    for _ in pmap(part, range(len(cuts) - 1)):
+        pass
 
 
 def cta_extents(ctas: np.ndarray, intervals: np.ndarray, runs: tuple, pmap=map) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +190,11 @@ def cta_extents(ctas: np.ndarray, intervals: np.ndarray, runs: tuple, pmap=map) 
     intervals ``lo`` is the start column itself: no copy of a column per CTA)."""
     start = np.asarray(ctas["start_ns"], np.int64)
     lo = start.copy() if len(intervals) else start
-    hi = _occupied_end(start, np.asarray(ctas["end_ns"], np.int64))
+    # the end of the span each occupies: a zero-length one still takes 1 ns, so that it cannot
+    # touch, and be confused with, a CTA that starts at that very ns (made in place: no
+    # temporary column beside it)
+    hi = np.add(start, 1)
+    np.maximum(hi, ctas["end_ns"], out=hi)
     if len(intervals):  # per run of one CTA's intervals first (they usually come so), then per CTA
         first, owner = runs
         # straight from the int64 fields, in chunks on ``pmap``: no copy of a column;
