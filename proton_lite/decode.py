@@ -29,7 +29,8 @@ import numpy as np
 from proton_lite.clock_axis import align_devices
 from proton_lite.decode_assemble import assemble, interval_bounds, write_ctas, write_intervals
 from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes, start_end_gt  # noqa: F401  (public)
-from proton_lite.decode_batch import _decode_batch
+from proton_lite import native_decode
+from proton_lite.decode_batch import _decode_batch, decode_lifetime_launches
 from proton_lite.decode_pool import PoolState, read_prefix
 from proton_lite.layout import LAUNCH_PREFIX_BYTES, BufferLayout, read_capacity_word
 from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, KernelInfo, Profile
@@ -75,6 +76,10 @@ BATCH_BYTES = 8 << 20
 # 0.58 s at twice the memory; tests/benchmarks/decode_batches.py).
 COMPACT_IN_FLIGHT = 16 << 20
 COMPACT_THREADS = 8
+# Since the thirty-sixth session such batches decode in one C call without the GIL
+# (decode_batch.decode_lifetime_launches), on every thread; the numpy path, where the
+# extension is not built or this is False, keeps the limit above.
+LIFETIMES_IN_C = True
 
 
 def _batches(launches: list, launch_layouts: list, threads: int = 1):
@@ -157,13 +162,26 @@ def decode(capture: RawCapture, progress=None) -> Profile:
 
     compact_slots = threading.BoundedSemaphore(COMPACT_THREADS)
 
+    lifetimes_in_c = LIFETIMES_IN_C and native_decode.module() is not None
+
     def decode_one(idx):
-        if launch_layouts[idx[0]].compact:
+        if launch_layouts[idx[0]].compact and not lifetimes_in_c:
             with compact_slots:
                 return decode_batch(idx)
         return decode_batch(idx)
 
     def decode_batch(idx):
+        kid = launches_in[idx[0]].kernel_id
+        at = np.asarray(idx, np.int64)
+        if launch_layouts[idx[0]].compact and lifetimes_in_c:  # lifetime blocks: one call in C per batch
+            rooms = [cta_out[cta_first[i]:cta_first[i] + cta_room[i]] for i in idx]
+            r = decode_lifetime_launches([launches_in[i] for i in idx], launch_layouts[idx[0]], tick, max_rate, rooms,
+                                         launch_ids[at], lambda j: decode_batch_numpy([idx[j]]))
+            if r is not None:
+                return r
+        return decode_batch_numpy(idx)
+
+    def decode_batch_numpy(idx):
         kid = launches_in[idx[0]].kernel_id
         at = np.asarray(idx, np.int64)
         r = _decode_batch([launches_in[i] for i in idx], launch_layouts[idx[0]], len(kinfo[kid].scopes), tick,

@@ -10,7 +10,7 @@ from proton_lite import decode_slices, native_decode
 from proton_lite.cta_blocks import cta_block_dtype, expand_lifetimes
 from proton_lite.decode_pool import PoolState, pool_regions
 from proton_lite.decode_records import _BEFORE_START, _records_and_pairs, _segment_sums, room_error
-from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, UNIT_MAGIC, BufferLayout
+from proton_lite.layout import CTA_MAGIC, LAYOUT_VERSION, LIFETIME_TAG, UNIT_MAGIC, BufferLayout
 
 # A rate is taken from a time span only if the span is at least this many %globaltimer
 # ticks long: each end of a span is off by up to one tick, so 200 ticks bound the error at 1%.
@@ -293,3 +293,42 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
             "unmatched": unmatched, "missing_ctas": n_ctas - m_l, "unfinished_units": unfinished,
             "unit_records_max": most, "torn_chunks": np.array([torn] * n_l, np.int64),
             "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs, "iv_rows": iv_rows}
+
+
+def decode_lifetime_launches(batch, layout: BufferLayout, tick: float, max_rate: float, rooms: list,
+                             launch_ids: np.ndarray, write_alone) -> dict | None:
+    """A batch of a compact layout's launches (lifetime blocks, no records) decoded in C, each
+    launch's CTA rows written to its room (``rooms``: CTA_DTYPE, a row per CTA), as
+    ``_decode_batch`` and ``decode_assemble.write_ctas`` do it, to the bit
+    (``tests/test_decode_native.py``); None where the extension is not built.  Why: in numpy a
+    batch is ~600 calls, each holding the GIL between its loops, so the decode of a capture of
+    lifetimes did not gain past a few threads; here a batch is one call without it.  A launch
+    whose short CTAs' pooled rate is not exact in C goes to ``write_alone(j)`` (the numpy path,
+    that launch alone), which returns its ``_decode_batch`` result after writing its rows."""
+    if not layout.compact or layout.capacity or not len(batch):
+        return None
+    tick_or_default = tick if np.isfinite(tick) else 32.0
+    early_gt, early_clk, most = np.uint64(_BEFORE_START_NS), np.uint64(_BEFORE_START), np.uint64(_MAX_CTA_NS)
+    consts = (LIFETIME_TAG, LAYOUT_VERSION, layout.units, int(most), int(most + early_gt), int(early_gt),
+              int(np.uint64(4 * _MAX_CTA_NS) + early_clk), int(early_clk), float(tick_or_default),
+              float(MIN_RATE_SPAN_TICKS * tick_or_default), float(1.0 / max_rate))
+    got = native_decode.lifetime_launches([la.buffer[:32 * la.num_ctas] for la in batch], rooms, launch_ids, consts)
+    if got is None:
+        return None
+    ires, fres = got
+    n_l = len(batch)
+    m_l = ires[:, 1].copy()
+    refs = [int(r) % (1 << 64) for r in ires[:, 2].tolist()]
+    cta_min, cta_max = fres[:, 0].copy(), fres[:, 1].copy()
+    for j in np.flatnonzero(ires[:, 0] == 2).tolist():
+        raise MemoryError(f"decoding the lifetime blocks of launch {batch[j].launch_index}")
+    for j in np.flatnonzero(ires[:, 0] == 1).tolist():  # (rare: numpy's path for that launch)
+        r = write_alone(j)
+        m_l[j], refs[j], cta_min[j], cta_max[j] = r["rows"][0], r["ref_gt"][0], r["cta_min"][0], r["cta_max"][0]
+    n_ctas = np.array([la.num_ctas for la in batch], np.int64)
+    zeros = np.zeros(n_l, np.int64)
+    m_l = np.where(m_l > 0, m_l, 0)
+    return {"ref_gt": [r if m else 0 for r, m in zip(refs, m_l.tolist())], "records": zeros, "dropped": zeros,
+            "unmatched": zeros, "missing_ctas": n_ctas - m_l, "unfinished_units": zeros, "unit_records_max": zeros,
+            "torn_chunks": zeros, "row_start": np.cumsum(m_l) - m_l, "rows": m_l, "pairs": None,
+            "iv_rows": zeros, "cta_min": np.where(m_l > 0, cta_min, 0.0), "cta_max": np.where(m_l > 0, cta_max, 0.0)}

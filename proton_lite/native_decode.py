@@ -23,7 +23,7 @@ import numpy as np
 from proton_lite import fresh_memory
 from proton_lite.native_build import BUFFERS_C, CExtension
 from proton_lite.native_fit_c import FIT_C
-from proton_lite.native_lifetimes_c import LIFETIMES_C, LIFETIMES_METHODS
+from proton_lite.native_lifetimes_c import LAUNCH_C, LIFETIMES_C, LIFETIMES_METHODS
 from proton_lite.native_rows_c import ROWS_C
 from proton_lite.profile_data import INTERVAL_DTYPE
 
@@ -35,7 +35,7 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 """ + BUFFERS_C + r"""
-""" + ROWS_C + FIT_C + LIFETIMES_C + r"""
+""" + ROWS_C + FIT_C + LIFETIMES_C + LAUNCH_C + r"""
 
 /* pair(words, group, n_scopes, e_out, x_out, level_out) -> number of pairs.  words: the
    records (tag in the low 32 bits), group: each record's (CTA, unit), non-decreasing.  As
@@ -281,3 +281,24 @@ def expand_lifetimes(parts: list, out: np.ndarray) -> bool:
     if at != len(out):  # (decode._check_size has checked each launch's buffer: not reached)
         raise ValueError(f"lifetime blocks for {at} CTAs where {len(out)} were expected")
     return True
+
+
+_CTA_FIELDS = ("launch", "cta", "smid", "start_ns", "end_ns", "start_clock", "end_clock", "cycles_per_ns",
+               "measured_cycles_per_ns", "finished_units")
+
+
+def lifetime_launches(parts: list, rooms: list, launch_ids: np.ndarray, consts: tuple):
+    """Launches of lifetime blocks decoded in C (``native_lifetimes_c.LAUNCH_C``): ``parts`` each
+    launch's blocks (bytes-like), ``rooms`` its CTA rows (CTA_DTYPE, one per block), ``consts``
+    (tag, version, units, max CTA ns, plausibility limits and margins, tick, least span, rate
+    floor).  Returns (status, rows, reference) and (earliest start, latest end) per launch, or
+    None where the extension is not built."""
+    mod = module()
+    if mod is None:
+        return None
+    f = rooms[0].dtype.fields
+    offsets = tuple(f[name][1] for name in _CTA_FIELDS)
+    ires, fres = np.zeros((len(parts), 3), np.int64), np.zeros((len(parts), 2))
+    mod.lifetime_launches(list(parts), [r.view(np.uint8).reshape(-1) for r in rooms], rooms[0].dtype.itemsize,
+                          offsets, np.ascontiguousarray(launch_ids, np.uint32), *consts, ires, fres)
+    return ires, fres

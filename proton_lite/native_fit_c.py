@@ -9,6 +9,52 @@ fits are numpy's to the bit (``tests/test_decode_native.py``).
 """
 
 FIT_C = r"""
+/* fit_groups: sm_fit's arithmetic on C arrays (also the lifetime launches' fits,
+   native_lifetimes_c): n points, inv[i] their group in [0, k).  0, or 2: no memory, 3: a group
+   outside [0, k).  Called without the GIL. */
+static int fit_groups(Py_ssize_t n, const int64_t *inv, const uint64_t *clk, const int64_t *gt, Py_ssize_t k,
+                      uint64_t *c_ref, int64_t *g_ref, double *slope, double *intercept, double *rmax) {
+    double *acc = malloc((size_t)(k ? k : 1) * 5 * sizeof(double));
+    if (!acc) return 2;
+    double *cnt = acc, *mx = acc + k, *my = acc + 2 * k, *sxx = acc + 3 * k, *sxy = acc + 4 * k;
+    for (Py_ssize_t g = 0; g < k; g++) {
+        c_ref[g] = UINT64_MAX; g_ref[g] = INT64_MAX;
+        cnt[g] = mx[g] = my[g] = sxx[g] = sxy[g] = 0.0; rmax[g] = 0.0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t g = inv[i];
+        if (g < 0 || g >= k) { free(acc); return 3; }
+        if (clk[i] < c_ref[g]) c_ref[g] = clk[i];
+        if (gt[i] < g_ref[g]) g_ref[g] = gt[i];
+        cnt[g] += 1.0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t g = inv[i];
+        mx[g] += (double)(int64_t)(clk[i] - c_ref[g]);
+        my[g] += (double)(gt[i] - g_ref[g]);
+    }
+    for (Py_ssize_t g = 0; g < k; g++) { mx[g] = mx[g] / cnt[g]; my[g] = my[g] / cnt[g]; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t g = inv[i];
+        double xc = (double)(int64_t)(clk[i] - c_ref[g]) - mx[g], yc = (double)(gt[i] - g_ref[g]) - my[g];
+        sxx[g] += xc * xc;
+        sxy[g] += xc * yc;
+    }
+    for (Py_ssize_t g = 0; g < k; g++) {
+        slope[g] = sxx[g] > 0 ? sxy[g] / sxx[g] : NAN;
+        intercept[g] = my[g] - slope[g] * mx[g];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t g = inv[i];
+        double x = (double)(int64_t)(clk[i] - c_ref[g]), y = (double)(gt[i] - g_ref[g]);
+        double r = fabs(y - (intercept[g] + slope[g] * x));
+        if (isnan(r)) r = INFINITY;
+        if (r > rmax[g]) rmax[g] = r;
+    }
+    free(acc);
+    return 0;
+}
+
 /* sm_fit(inv, clk, gt, c_ref, g_ref, slope, intercept, rmax) -> 0: per group g (inv's values,
    0 <= g < len(c_ref)): c_ref = min clk, g_ref = min gt, and over its points x = (double)
    (int64)(clk - c_ref), y = (double)(gt - g_ref): the least-squares line y = intercept +
@@ -24,54 +70,8 @@ static PyObject *sm_fit(PyObject *self, PyObject *args) {
     for (int i = 4; i < 8 && !bad; i++)
         if (v[i].len != k * 8) bad = 1;
     if (!bad) {
-        const int64_t *inv = v[0].buf, *gt = v[2].buf;
-        const uint64_t *clk = v[1].buf;
-        uint64_t *c_ref = v[3].buf;
-        int64_t *g_ref = v[4].buf;
-        double *slope = v[5].buf, *intercept = v[6].buf, *rmax = v[7].buf;
         Py_BEGIN_ALLOW_THREADS
-        double *acc = malloc((size_t)(k ? k : 1) * 5 * sizeof(double));
-        if (!acc) bad = 2;
-        else {
-            double *cnt = acc, *mx = acc + k, *my = acc + 2 * k, *sxx = acc + 3 * k, *sxy = acc + 4 * k;
-            for (Py_ssize_t g = 0; g < k; g++) {
-                c_ref[g] = UINT64_MAX; g_ref[g] = INT64_MAX;
-                cnt[g] = mx[g] = my[g] = sxx[g] = sxy[g] = 0.0; rmax[g] = 0.0;
-            }
-            for (Py_ssize_t i = 0; i < n; i++) {
-                int64_t g = inv[i];
-                if (g < 0 || g >= k) { bad = 3; break; }
-                if (clk[i] < c_ref[g]) c_ref[g] = clk[i];
-                if (gt[i] < g_ref[g]) g_ref[g] = gt[i];
-                cnt[g] += 1.0;
-            }
-            if (!bad) {
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    int64_t g = inv[i];
-                    mx[g] += (double)(int64_t)(clk[i] - c_ref[g]);
-                    my[g] += (double)(gt[i] - g_ref[g]);
-                }
-                for (Py_ssize_t g = 0; g < k; g++) { mx[g] = mx[g] / cnt[g]; my[g] = my[g] / cnt[g]; }
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    int64_t g = inv[i];
-                    double xc = (double)(int64_t)(clk[i] - c_ref[g]) - mx[g], yc = (double)(gt[i] - g_ref[g]) - my[g];
-                    sxx[g] += xc * xc;
-                    sxy[g] += xc * yc;
-                }
-                for (Py_ssize_t g = 0; g < k; g++) {
-                    slope[g] = sxx[g] > 0 ? sxy[g] / sxx[g] : NAN;
-                    intercept[g] = my[g] - slope[g] * mx[g];
-                }
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    int64_t g = inv[i];
-                    double x = (double)(int64_t)(clk[i] - c_ref[g]), y = (double)(gt[i] - g_ref[g]);
-                    double r = fabs(y - (intercept[g] + slope[g] * x));
-                    if (isnan(r)) r = INFINITY;
-                    if (r > rmax[g]) rmax[g] = r;
-                }
-            }
-            free(acc);
-        }
+        bad = fit_groups(n, v[0].buf, v[1].buf, v[2].buf, k, v[3].buf, v[4].buf, v[5].buf, v[6].buf, v[7].buf);
         Py_END_ALLOW_THREADS
     }
     give_buffers(v, 8);

@@ -258,3 +258,91 @@ def test_lifetime_blocks_expand_in_c_as_in_numpy(monkeypatch):
         unit = row["unit"][0]
         assert (int(unit["magic"]), int(unit["end_gt"]), int(unit["end_clk"]), int(unit["count"])) == \
             (UNIT_MAGIC, end_gt, end_clk, 0)
+
+
+def _lifetimes_capture(path, rng, session: dict):
+    """Launches of lifetime blocks (format.md §1.2a, written by ``synth.launch_buffer`` from
+    its byte offsets) of every shape the decoder treats apart, as ``(path, launches whose short
+    CTAs' pooled rate is not finite)``: CTAs on steady SM clocks; short CTAs on SMs whose clock
+    jumps (no fit, too short for their own rate: the launch's pooled rate); CTAs of zero cycles
+    (no pooled rate: numpy's path); a launch whose blocks were never written; CTAs missing, of
+    another layout version, or with an end anchor hours from the others'."""
+    from dataclasses import replace
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout
+    from proton_lite.raw_format import RawWriter
+    layout = replace(BufferLayout("cta", 4, 0, "global"), compact=True)
+    g0, c0 = 1_764_000_000_000_000_000, 7_000_000_000
+    w = RawWriter(path, session)
+    w.kernel(kernel_meta(0, "k", [], layout))
+    odd = []
+    for n in range(14):
+        shape = n % 7
+        n_ctas = int(rng.integers(1, 400))
+        t = g0 + n * 10**7
+        ctas = []
+        for i in range(n_ctas):
+            sm = int(rng.integers(0, 9 if shape else 132))
+            start = t + 32 * int(rng.integers(0, 3_000)) + 32 * i
+            span = 32 * int(rng.integers(1, 4_000)) if shape not in (1, 2) else 32 * int(rng.integers(0, 40))
+            rate = 1.98 if shape != 3 else 1.2 + 0.1 * sm
+            clk = c0 + sm * 10**9 + int((start - g0) * rate)
+            if shape == 1:  # the SM's clock jumps between CTAs: no steady line
+                clk += int(rng.integers(0, 10**6))
+            if shape == 3:  # readings off the SM's line by up to ~4 timer ticks: some SMs steady, some not
+                clk += int(rng.integers(0, 300))
+            cycles = 0 if shape == 2 else int(span * rate) + int(rng.integers(0, 3))
+            ctas.append({"smid": sm, "start_gt": start, "start_clk": clk, "units": [(0, start + span, clk + cycles, [])]})
+        if shape == 4:  # some never ran, one anchored hours away
+            for i in rng.integers(0, n_ctas, n_ctas // 3):
+                ctas[i] = None
+            far = 0 if n == 4 else int(rng.integers(0, n_ctas))  # (the first CTA: not the launch's reference)
+            if ctas[far] is not None:
+                ctas[far] = {**ctas[far], "start_gt": ctas[far]["start_gt"] + 5 * 3600 * 10**9,
+                             "units": [(0, ctas[far]["units"][0][1] + 5 * 3600 * 10**9, *ctas[far]["units"][0][2:])]}
+        if shape == 5:
+            ctas = [None] * n_ctas
+        raw = bytearray(launch_buffer(layout, ctas))
+        if shape == 6 and n_ctas > 2:
+            raw[32 * 1 + 28] = 2  # a layout version this decoder does not know
+        if shape == 2:
+            odd.append(n)
+        w.launch(0, 0, n, (n_ctas, 1, 1), n_ctas, 0, 0, bytes(raw))
+    w.close()
+    return odd
+
+
+@pytest.mark.parametrize("threads,batch", [(1, 8 << 20), (3, 2048)])
+def test_lifetime_launches_decode_in_c_as_in_numpy(tmp_path, monkeypatch, threads, batch):
+    """A capture of lifetime blocks decodes in C (``decode_batch.decode_lifetime_launches``, a
+    batch a call without the GIL) to the profile of the numpy path, byte for byte: the CTA rows,
+    each launch's row and the session's time 0, with and without a rate floor from the GPU's
+    highest clock, whole batches and batches of one launch on several threads; a launch whose
+    CTAs all have zero cycles goes to numpy's path alone (its pooled rate is not finite), and
+    only such launches do."""
+    import proton_lite.decode as D
+    from proton_lite.decode import decode
+    from proton_lite.raw_format import read_raw
+    monkeypatch.setattr(D, "DECODE_WORKERS", threads)
+    monkeypatch.setattr(D, "BATCH_BYTES", batch)
+    for seed, session in enumerate(({"name": "s"}, {"name": "s", "sm_clock_max_khz": 1_980_000})):
+        path = str(tmp_path / f"{seed}.plraw")
+        odd = _lifetimes_capture(path, np.random.default_rng(seed), session)
+        monkeypatch.setattr(D, "LIFETIMES_IN_C", False)
+        want = decode(read_raw(path))
+        monkeypatch.setattr(D, "LIFETIMES_IN_C", True)
+        alone, inner = [], D._decode_batch
+
+        def counted(batch_, *a, **k):
+            alone.extend(la.launch_index for la in batch_)
+            return inner(batch_, *a, **k)
+        monkeypatch.setattr(D, "_decode_batch", counted)
+        got = decode(read_raw(path))
+        monkeypatch.setattr(D, "_decode_batch", inner)
+        assert sorted(alone) == odd and odd
+        assert got.ctas.tobytes() == want.ctas.tobytes() and len(want.ctas) > 1000
+        assert got.launches.tobytes() == want.launches.tobytes() and got.t0_ns == want.t0_ns
+        assert got.session == want.session
+        missing = want.launches["missing_ctas"]
+        assert (missing == want.launches["num_ctas"]).any() and ((missing > 0) & (missing < want.launches["num_ctas"])).any()
+        assert np.isfinite(want.ctas["measured_cycles_per_ns"]).any() and np.isnan(want.ctas["measured_cycles_per_ns"]).any()
