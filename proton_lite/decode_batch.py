@@ -312,7 +312,7 @@ def decode_lifetime_launches(batch, layout: BufferLayout, tick: float, max_rate:
     consts = (LIFETIME_TAG, LAYOUT_VERSION, layout.units, int(most), int(most + early_gt), int(early_gt),
               int(np.uint64(4 * _MAX_CTA_NS) + early_clk), int(early_clk), float(tick_or_default),
               float(MIN_RATE_SPAN_TICKS * tick_or_default), float(1.0 / max_rate))
-    got = native_decode.lifetime_launches([la.buffer[:32 * la.num_ctas] for la in batch], rooms, launch_ids, consts)
+    got = native_decode.lifetime_launches([la.buffer for la in batch], rooms, launch_ids, consts)  # (sizes checked)
     if got is None:
         return None
     ires, fres = got
