@@ -83,6 +83,9 @@ def _workers() -> ThreadPoolExecutor:
     return _pool
 
 
+_CRC_THREADS = max(1, min(8, os.cpu_count() or 1))  # (os.cpu_count() per call: 7 us, a capture's every chunk)
+
+
 def _native():
     """The C checksum (``native_write``: carry-less folding, several threads, no GIL), or None
     where it does not build (no compiler, no ``libz``): zlib's crc32 on a thread pool then."""
@@ -96,7 +99,7 @@ def crc32(data, value: int = 0) -> int:
     n = len(view)
     native = _native() if n >= 128 else None
     if native is not None:
-        return native.crc32(view, value, max(1, min(8, os.cpu_count() or 1)), BLOCK)
+        return native.crc32(view, value, _CRC_THREADS, BLOCK)
     if n < PARALLEL_MIN:
         return zlib.crc32(view, value)
     t0, t1, t2, t3 = _block_tables()

@@ -174,9 +174,8 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         kid = launches_in[idx[0]].kernel_id
         at = np.asarray(idx, np.int64)
         if launch_layouts[idx[0]].compact and lifetimes_in_c:  # lifetime blocks: one call in C per batch
-            rooms = [cta_out[cta_first[i]:cta_first[i] + cta_room[i]] for i in idx]
-            r = decode_lifetime_launches([launches_in[i] for i in idx], launch_layouts[idx[0]], tick, max_rate, rooms,
-                                         launch_ids[at], lambda j: decode_batch_numpy([idx[j]]))
+            r = decode_lifetime_launches([launches_in[i] for i in idx], launch_layouts[idx[0]], tick, max_rate, cta_out,
+                                         cta_first[at], launch_ids[at], lambda j: decode_batch_numpy([idx[j]]))
             if r is not None:
                 return r
         return decode_batch_numpy(idx)

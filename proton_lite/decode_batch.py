@@ -295,10 +295,10 @@ def _decode_batch(batch, layout: BufferLayout, n_scopes: int, tick: float, max_r
             "row_start": row_start, "rows": m_l, "ctas": ctas, "pairs": pairs, "iv_rows": iv_rows}
 
 
-def decode_lifetime_launches(batch, layout: BufferLayout, tick: float, max_rate: float, rooms: list,
-                             launch_ids: np.ndarray, write_alone) -> dict | None:
+def decode_lifetime_launches(batch, layout: BufferLayout, tick: float, max_rate: float, out: np.ndarray,
+                             first: np.ndarray, launch_ids: np.ndarray, write_alone) -> dict | None:
     """A batch of a compact layout's launches (lifetime blocks, no records) decoded in C, each
-    launch's CTA rows written to its room (``rooms``: CTA_DTYPE, a row per CTA), as
+    launch's CTA rows written to its room (``out``, CTA_DTYPE, from row ``first``: a row per CTA), as
     ``_decode_batch`` and ``decode_assemble.write_ctas`` do it, to the bit
     (``tests/test_decode_native.py``); None where the extension is not built.  Why: in numpy a
     batch is ~600 calls, each holding the GIL between its loops, so the decode of a capture of
@@ -312,7 +312,7 @@ def decode_lifetime_launches(batch, layout: BufferLayout, tick: float, max_rate:
     consts = (LIFETIME_TAG, LAYOUT_VERSION, layout.units, int(most), int(most + early_gt), int(early_gt),
               int(np.uint64(4 * _MAX_CTA_NS) + early_clk), int(early_clk), float(tick_or_default),
               float(MIN_RATE_SPAN_TICKS * tick_or_default), float(1.0 / max_rate))
-    got = native_decode.lifetime_launches([la.buffer for la in batch], rooms, launch_ids, consts)  # (sizes checked)
+    got = native_decode.lifetime_launches([la.buffer for la in batch], out, first, launch_ids, consts)  # (sizes checked)
     if got is None:
         return None
     ires, fres = got

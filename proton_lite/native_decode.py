@@ -287,18 +287,19 @@ _CTA_FIELDS = ("launch", "cta", "smid", "start_ns", "end_ns", "start_clock", "en
                "measured_cycles_per_ns", "finished_units")
 
 
-def lifetime_launches(parts: list, rooms: list, launch_ids: np.ndarray, consts: tuple):
+def lifetime_launches(parts: list, out: np.ndarray, first: np.ndarray, launch_ids: np.ndarray, consts: tuple):
     """Launches of lifetime blocks decoded in C (``native_lifetimes_c.LAUNCH_C``): ``parts`` each
-    launch's blocks (bytes-like), ``rooms`` its CTA rows (CTA_DTYPE, one per block), ``consts``
-    (tag, version, units, max CTA ns, plausibility limits and margins, tick, least span, rate
-    floor).  Returns (status, rows, reference) and (earliest start, latest end) per launch, or
-    None where the extension is not built."""
+    launch's blocks (bytes-like), its CTA rows written to ``out`` (CTA_DTYPE) from row ``first``
+    (room for a row per block), ``consts`` (tag, version, units, max CTA ns, plausibility limits
+    and margins, tick, least span, rate floor).  Returns (status, rows, reference) and (earliest
+    start, latest end) per launch, or None where the extension is not built."""
     mod = module()
     if mod is None:
         return None
-    f = rooms[0].dtype.fields
+    f = out.dtype.fields
     offsets = tuple(f[name][1] for name in _CTA_FIELDS)
     ires, fres = np.zeros((len(parts), 3), np.int64), np.zeros((len(parts), 2))
-    mod.lifetime_launches(list(parts), [r.view(np.uint8).reshape(-1) for r in rooms], rooms[0].dtype.itemsize,
-                          offsets, np.ascontiguousarray(launch_ids, np.uint32), *consts, ires, fres)
+    mod.lifetime_launches(list(parts), out.view(np.uint8).reshape(-1), out.dtype.itemsize, offsets,
+                          np.ascontiguousarray(first, np.int64), np.ascontiguousarray(launch_ids, np.uint32), *consts,
+                          ires, fres)
     return ires, fres

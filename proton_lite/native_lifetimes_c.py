@@ -246,67 +246,69 @@ static int lifetime_launch(const uint8_t *in, Py_ssize_t n, uint8_t *out, Py_ssi
     return status;
 }
 
-/* lifetime_launches(blocks list, out list, size, offsets, launch ids, consts..., results) -> 0:
-   lifetime_launch for each launch of a batch without the GIL; results (int64 [n, 3]: status,
-   rows, reference; float64 [n, 2]: earliest start, latest end) */
+/* lifetime_launches(blocks list, out, size, offsets, first rows, launch ids, consts..., results) -> 0:
+   lifetime_launch for each launch of a batch without the GIL, launch i's rows at row first[i] of
+   ``out`` (CTA_DTYPE rows of ``size`` bytes); results (int64 [n, 3]: status, rows, reference;
+   float64 [n, 2]: earliest start, latest end) */
 static PyObject *lifetime_launches(PyObject *self, PyObject *args) {
-    PyObject *blocks, *outs, *ids_o, *ires_o, *fres_o;
+    PyObject *blocks, *small[5];
     Py_ssize_t size, off[10];
     lt_consts c;
-    if (!PyArg_ParseTuple(args, "OOn(nnnnnnnnnn)OKKKKKKKKdddOO", &blocks, &outs, &size, &off[0], &off[1], &off[2],
-                          &off[3], &off[4], &off[5], &off[6], &off[7], &off[8], &off[9], &ids_o, &c.tag,
-                          &c.version, &c.units, &c.max_cta_ns, &c.limit_gt, &c.early_gt, &c.limit_clk, &c.early_clk,
-                          &c.tick, &c.min_span, &c.floor, &ires_o, &fres_o))
+    if (!PyArg_ParseTuple(args, "OOn(nnnnnnnnnn)OOKKKKKKKKdddOO", &blocks, &small[0], &size, &off[0], &off[1],
+                          &off[2], &off[3], &off[4], &off[5], &off[6], &off[7], &off[8], &off[9], &small[1],
+                          &small[2], &c.tag, &c.version, &c.units, &c.max_cta_ns, &c.limit_gt, &c.early_gt,
+                          &c.limit_clk, &c.early_clk, &c.tick, &c.min_span, &c.floor, &small[3], &small[4]))
         return NULL;
-    if (!PyList_Check(blocks) || !PyList_Check(outs) || PyList_GET_SIZE(blocks) != PyList_GET_SIZE(outs)) {
-        PyErr_SetString(PyExc_TypeError, "lifetime_launches: two lists of one length");
+    if (!PyList_Check(blocks)) {
+        PyErr_SetString(PyExc_TypeError, "lifetime_launches: a list of the launches' blocks");
         return NULL;
     }
     Py_ssize_t nl = PyList_GET_SIZE(blocks);
     for (int f = 0; f < 10; f++)
-        if (off[f] < 0 || off[f] + ((f >= 3 && f <= 8) ? 8 : 4) > size) {
+        if (size <= 0 || off[f] < 0 || off[f] + ((f >= 3 && f <= 8) ? 8 : 4) > size) {
             PyErr_SetString(PyExc_ValueError, "lifetime_launches: a field past the row");
             return NULL;
         }
-    PyObject *small[3] = {ids_o, ires_o, fres_o};
-    Py_buffer sv[3];
-    if (take_buffers(small, sv, 3, 1, 3) < 0) return NULL;
-    Py_buffer *bv = calloc((size_t)(nl ? nl : 1) * 2, sizeof(Py_buffer));
-    Py_ssize_t taken = 0, most = 0;
-    int bad = !bv || sv[0].len != nl * 4 || sv[1].len != nl * 3 * 8 || sv[2].len != nl * 2 * 8;
+    Py_buffer sv[5];  /* out (written), first rows, launch ids, results (written) */
+    if (take_buffers(small, sv, 5, 0, 1) < 0) return NULL;
+    Py_buffer ir, fr;
+    if (PyObject_GetBuffer(small[3], &ir, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) { give_buffers(sv, 5); return NULL; }
+    if (PyObject_GetBuffer(small[4], &fr, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&ir); give_buffers(sv, 5); return NULL;
+    }
+    Py_buffer *bv = calloc((size_t)(nl ? nl : 1), sizeof(Py_buffer));
+    Py_ssize_t taken = 0, most = 0, rows_out = sv[0].len / size;
+    const int64_t *first = sv[1].buf;
+    int bad = !bv || sv[1].len != nl * 8 || sv[2].len != nl * 4 || ir.len != nl * 3 * 8 || fr.len != nl * 2 * 8;
     for (; !bad && taken < nl; taken++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(blocks, taken), &bv[2 * taken], PyBUF_SIMPLE) < 0) { bad = 2; break; }
-        if (PyObject_GetBuffer(PyList_GET_ITEM(outs, taken), &bv[2 * taken + 1], PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) {
-            PyBuffer_Release(&bv[2 * taken]); bad = 2; break;
-        }
-        if (bv[2 * taken].len % 32 || bv[2 * taken + 1].len < (bv[2 * taken].len / 32) * size) {
-            taken++; bad = 1; break;
-        }
-        if (bv[2 * taken].len / 32 > most) most = bv[2 * taken].len / 32;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(blocks, taken), &bv[taken], PyBUF_SIMPLE) < 0) { bad = 2; break; }
+        Py_ssize_t n = bv[taken].len / 32;
+        if (bv[taken].len % 32 || first[taken] < 0 || first[taken] + n > rows_out) { taken++; bad = 1; break; }
+        if (n > most) most = n;
     }
     lt_scratch scratch = {0};
     if (!bad && lt_scratch_init(&scratch, most)) bad = 3;
     if (!bad) {
-        const uint32_t *ids = sv[0].buf;
-        int64_t *ires = sv[1].buf;
-        double *fres = sv[2].buf;
+        const uint32_t *ids = sv[2].buf;
+        int64_t *ires = ir.buf;
+        double *fres = fr.buf;
+        uint8_t *out = sv[0].buf;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < nl; i++) {
             lt_result r;
-            int st = lifetime_launch(bv[2 * i].buf, bv[2 * i].len / 32, bv[2 * i + 1].buf, size, off, ids[i], &c,
+            int st = lifetime_launch(bv[i].buf, bv[i].len / 32, out + size * first[i], size, off, ids[i], &c,
                                      &scratch, &r);
             ires[3 * i] = st; ires[3 * i + 1] = r.m; ires[3 * i + 2] = (int64_t)r.ref;
             fres[2 * i] = r.cta_min; fres[2 * i + 1] = r.cta_max;
         }
         Py_END_ALLOW_THREADS
     }
-    for (Py_ssize_t i = 0; i < taken && bv; i++) {
-        if (bv[2 * i].obj) PyBuffer_Release(&bv[2 * i]);
-        if (bv[2 * i + 1].obj) PyBuffer_Release(&bv[2 * i + 1]);
-    }
+    for (Py_ssize_t i = 0; i < taken && bv; i++)
+        if (bv[i].obj) PyBuffer_Release(&bv[i]);
     free(bv);
     free(scratch.mem);
-    give_buffers(sv, 3);
+    PyBuffer_Release(&ir); PyBuffer_Release(&fr);
+    give_buffers(sv, 5);
     if (bad == 3) return PyErr_NoMemory();
     if (bad == 2) return NULL;
     if (bad) { PyErr_SetString(PyExc_ValueError, "lifetime_launches: blocks or rows of the wrong size"); return NULL; }

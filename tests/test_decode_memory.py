@@ -182,3 +182,33 @@ def test_ctas_missing_in_some_launches_leave_no_gap_whatever_the_batches(tmp_pat
         alone.append(np.stack([rows["start_ns"] + p.t0_ns, rows["end_ns"] + p.t0_ns]))
     assert (np.concatenate(alone, axis=1) == np.stack([first["start_ns"] + runs[0].t0_ns,
                                                        first["end_ns"] + runs[0].t0_ns])).all()
+
+
+@pytest.mark.parametrize("span", [1, 7, 1 << 12])
+def test_ctas_settle_launch_by_launch_or_many_launches_in_one_pass_alike(monkeypatch, span):
+    """``_settle_ctas`` finishes runs of launches whose rows lie end to end in one pass (each
+    row's launch offset repeated over its rows), launch by launch where rows are missing between
+    them: the times are ``rint(t + offset)`` of every kept launch's rows, as one launch at a time
+    gives them, and the kept rows end up together in launch order, whatever the span and parts."""
+    from proton_lite.profile_data import CTA_DTYPE
+    rng = np.random.default_rng(span)
+    n_launch = 300
+    room = rng.integers(1, 40, n_launch)
+    rows = np.where(rng.random(n_launch) < 0.2, rng.integers(0, room + 1), room)  # some launches miss CTAs
+    first = np.cumsum(room) - room
+    out = np.zeros(int(room.sum()), CTA_DTYPE)
+    out["start_ns"].view(np.float64)[:] = rng.random(len(out)) * 1e6
+    out["end_ns"].view(np.float64)[:] = out["start_ns"].view(np.float64) + rng.random(len(out)) * 1e4
+    out["cta"] = np.arange(len(out))
+    offset = rng.integers(-10**9, 10**9, n_launch).astype(np.float64) + rng.random(n_launch)
+    keep = rng.random(n_launch) < 0.9
+    want = []
+    for i in np.flatnonzero(keep & (rows > 0)).tolist():
+        block = out[first[i]:first[i] + rows[i]].copy()
+        for name in ("start_ns", "end_ns"):
+            block[name] = np.rint(block[name].view(np.float64) + offset[i]).astype(np.int64)
+        want.append(block)
+    monkeypatch.setattr(A, "SETTLE_SPAN", span)
+    monkeypatch.setattr(A, "SETTLE_ROWS", 97)
+    n = A._settle_ctas(out, first, rows, offset, keep)
+    assert out[:n].tobytes() == np.concatenate(want).tobytes()

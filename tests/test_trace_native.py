@@ -215,3 +215,15 @@ def test_a_pieces_event_order_in_c_names_crossing_scopes_as_numpy_does():
             f()
     with pytest.raises(ValueError, match="interval 2: a slice ends before it starts"):
         piece_events(track, start, np.array([10, 15, -1], np.int64), depth, lambda i: f"interval {i}")
+
+
+def test_interned_strings_are_the_field_builders_bytes():
+    """``perfetto_pieces.interned_strings`` lays out each (iid, name) message by hand: the same
+    bytes as ``_proto``'s field builders give, for iids and names of one, two and three varint
+    bytes, ASCII and not."""
+    from proton_lite.trace._proto import field_bytes, field_varint
+    from proton_lite.trace.perfetto_pieces import interned_strings
+    items = [(i, n) for i in (0, 1, 127, 128, 300, 16383, 16384, 2**21 + 5)
+             for n in ("", "k", "matmul #3", "x" * 127, "y" * 128, "kernel é #9", "z" * 20000)]
+    want = b"".join(field_bytes(2, field_varint(1, i) + field_bytes(2, n)) for i, n in items)
+    assert interned_strings(2, items) == want

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proton_lite.trace import event_order_c, native_events
-from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
+from proton_lite.trace._proto import WIRE_LEN, Rows, field_bytes, field_varint, tag, varint
 from proton_lite.trace.nesting import _nesting, _unique
 from proton_lite.trace.rows import unit_tracks_of
 from proton_lite.trace.perfetto_fields import (ANNOTATION_NAMES, ANN_CYCLES, ANN_DEPTH, ANN_NOTE, BOOTTIME, CLK_ID,
@@ -283,11 +283,26 @@ def deflated(data: bytes, ends: np.ndarray) -> bytes:
     return b"".join(out)
 
 
+def interned_strings(field: int, items) -> bytes:
+    """``field`` messages {1: iid, 2: name} for each (iid, name): the same bytes as
+    ``field_bytes(field, field_varint(1, iid) + field_bytes(2, name))``, without its three calls
+    and six varints per name (a sm layout's CTA sequence interns a name per launch: 65 K
+    launches took 0.47 s that way)."""
+    head, out = tag(field, WIRE_LEN), bytearray()
+    for i, n in items:
+        b = n.encode() if isinstance(n, str) else n
+        iid = bytes((i, )) if i < 0x80 else bytes((i & 0x7F | 0x80, i >> 7)) if i < 0x4000 else varint(i)
+        inner = b"\x08" + iid + b"\x12" + (bytes((len(b), )) if len(b) < 0x80 else varint(len(b))) + b
+        out += head
+        out += bytes((len(inner), )) if len(inner) < 0x80 else varint(len(inner))
+        out += inner
+    return bytes(out)
+
+
 def sequence_start(seq_id: int, event_names: dict[int, str], notes: dict[int, str] | None = None) -> bytes:
     """First packets of a sequence: cleared state, interned names (iid -> name) and note
     strings, defaults, the clock (64, incremental; its 0 is BOOTTIME 0)."""
-    interned = b"".join(field_bytes(ID_EVENT_NAMES, field_varint(1, i) + field_bytes(2, n))
-                        for i, n in sorted(event_names.items()))
+    interned = interned_strings(ID_EVENT_NAMES, sorted(event_names.items()))
     interned += b"".join(field_bytes(ID_ANNOTATION_NAMES, field_varint(1, k) + field_bytes(2, v))
                          for k, v in ANNOTATION_NAMES.items())
     interned += b"".join(field_bytes(ID_ANNOTATION_STRINGS, field_varint(1, i) + field_bytes(2, n))

@@ -257,4 +257,4 @@ def lane_name(lane: int) -> str:
 
 def launch_names(kernels, launches) -> list[str]:
     """``matmul #3``: the name of a launch's CTA slices in the sm layout (both writers)."""
-    return [f"{kernels[int(la['kernel'])].name} #{int(la['launch'])}" for la in launches]
+    return [f"{kernels[k].name} #{n}" for k, n in zip(launches["kernel"].tolist(), launches["launch"].tolist())]

@@ -14,22 +14,23 @@ from proton_lite.trace.interval_runs import key_parts, run_starts
 CTA_PART = 1 << 16  # CTAs per part sorted on a worker
 
 
-def _launch_title(kernel: KernelInfo, launch, show_device: bool = False) -> str:
-    """Track / process title of one launch, e.g. ``#3 matmul grid=(32,32,1) warps=8``,
-    ``... graph 1 replay 17`` for a replay of a CUDA graph, and ``... GPU 1`` when the
-    capture holds launches of more than one device."""
-    title = (f"#{int(launch['launch'])} {kernel.name} "
-             f"grid=({int(launch['grid_x'])},{int(launch['grid_y'])},{int(launch['grid_z'])}) "
-             f"warps={kernel.num_warps}")
-    if int(launch["graph"]):
-        title += f" graph {int(launch['graph'])} replay {int(launch['replay'])}"
-    return title + f" GPU {int(launch['device'])}" if show_device else title
-
-
 def launch_titles(kernels: list[KernelInfo], launches) -> list[str]:
-    """Every launch's title (``_launch_title``), naming its GPU where the launches ran on several."""
+    """Every launch's track / process title, e.g. ``#3 matmul grid=(32,32,1) warps=8``, ``...
+    graph 1 replay 17`` for a replay of a CUDA graph, and ``... GPU 1`` where the launches ran
+    on several GPUs; made from the columns as lists (a numpy row's fields read one by one took
+    ~5 us a launch)."""
     show_device = _several_devices(launches)
-    return [_launch_title(kernels[int(la["kernel"])], la, show_device) for la in launches]
+    if not len(launches):
+        return []
+    cols = [launches[name].tolist() for name in ("launch", "kernel", "grid_x", "grid_y", "grid_z", "graph", "replay",
+                                                 "device")]
+    out = []
+    for launch, k, gx, gy, gz, graph, replay, device in zip(*cols):
+        title = f"#{launch} {kernels[k].name} grid=({gx},{gy},{gz}) warps={kernels[k].num_warps}"
+        if graph:
+            title += f" graph {graph} replay {replay}"
+        out.append(title + f" GPU {device}" if show_device else title)
+    return out
 
 
 def _several_devices(launches) -> bool:

@@ -58,7 +58,7 @@ from proton_lite.decode import cta_block_dtype, decode  # noqa: E402
 from proton_lite.layout import (CHUNK_TAG, CTA_MAGIC, LAUNCH_PREFIX_BYTES, LAYOUT_VERSION, UNIT_MAGIC,  # noqa: E402
                                 BufferLayout, capacity_word, encode_tag, read_capacity_word)
 from proton_lite.passes.config import CALIBRATION_KERNEL, CALIBRATION_SCOPES  # noqa: E402
-from proton_lite.raw_format import RawWriter, read_raw  # noqa: E402
+from proton_lite.raw_format import BATCH_ENTRY, RawWriter, read_raw  # noqa: E402
 from proton_lite.trace.perfetto import write_perfetto  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -68,7 +68,8 @@ N_SMS = 132
 WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
-SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "onelaunch", "persistent")
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "steps", "onelaunch",
+          "persistent")
 LIFETIME = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                      ("clock_length", "<u4"), ("version", "<u4")])  # docs/format.md §1.2a
 
@@ -204,6 +205,8 @@ class Capture:
         self.kernels: dict[str, int] = {}
         self.launches = 0
         self.records = 0
+        self.batch_bytes = 0  # > 0: launches written in BATCH chunks of about this many bytes, as a session's drain does
+        self._pending: list = []
 
     def launch(self, name: str, scopes, layout: BufferLayout, n_ctas: int, tags, long_tags=None) -> None:
         if name not in self.kernels:
@@ -213,7 +216,12 @@ class Capture:
             buf, end = synth_lifetimes(self.rng, n_ctas, self.gt, self.sm_clk)
         else:
             buf, end = synth_launch(self.rng, layout, n_ctas, tags, long_tags, self.gt, self.sm_clk)
-        self.w.launch(self.kernels[name], 0, self.launches, (n_ctas, 1, 1), n_ctas, 7, 0, buf)
+        if self.batch_bytes:
+            self._pending.append((self.kernels[name], self.launches, n_ctas, buf))
+            if sum(len(b) for *_, b in self._pending) >= self.batch_bytes:
+                self._flush()
+        else:
+            self.w.launch(self.kernels[name], 0, self.launches, (n_ctas, 1, 1), n_ctas, 7, 0, buf)
         gap = end + 20_000 - self.gt  # ns until the next launch starts
         self.sm_clk = self.sm_clk + int(gap * RATE)
         self.gt += gap
@@ -232,7 +240,23 @@ class Capture:
         self.gt += gap
         self.launches += 1
 
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        entries = np.zeros(len(self._pending), BATCH_ENTRY)
+        sizes = np.array([len(b) for *_, b in self._pending], np.uint64)
+        entries["kernel_id"] = [k for k, *_ in self._pending]
+        entries["launch_index"] = [i for _, i, *_ in self._pending]
+        entries["grid"][:, 0] = entries["num_ctas"] = [n for _, _, n, _ in self._pending]
+        entries["grid"][:, 1:] = 1
+        entries["stream"] = 7
+        entries["buffer_offset"] = np.cumsum(sizes) - sizes
+        entries["buffer_bytes"] = sizes
+        self.w.batch(entries, b"".join(b for *_, b in self._pending))
+        self._pending = []
+
     def close(self) -> None:
+        self._flush()
         self.w.end({"launches": self.launches})
         self.w.close()
 
@@ -277,6 +301,11 @@ def _add_shape(c: Capture, shape: str) -> None:
         compact = BufferLayout("cta", 8, 0, "global", compact=True)
         for i in range(256):
             c.launch(f"triton_poi_fused_{i % 24}", [], compact, 4096, None)
+    elif shape == "steps":  # a compiled training loop's many short scope-less launches: 65,536 of 64 CTAs, 4 M
+        compact = BufferLayout("cta", 4, 0, "global", compact=True)  # lifetimes, in BATCH chunks as a session writes them
+        c.batch_bytes = 16 << 20
+        for i in range(65536):
+            c.launch(f"triton_poi_fused_{i % 48}", [], compact, 64, None)
     elif shape == "onelaunch":  # one large launch: 1 M CTAs of vector add, 16.8 M records (decode_slices)
         vadd(1 << 20)
     elif shape == "persistent":  # one launch of a persistent kernel with a run-time loop: 16.9 M records in chunks
