@@ -10,5 +10,5 @@ D.DECODE_WORKERS = W
 cap = read_raw(sys.argv[1])
 for i in range(3):
     t = time.perf_counter(); p = D.decode(cap); td = time.perf_counter() - t
-    t = time.perf_counter(); st = write_perfetto(p, "/tmp/w/ph.pftrace", workers=W); tw = time.perf_counter() - t
+    t = time.perf_counter(); st = write_perfetto(p, "/tmp/stop_phases.pftrace", workers=W); tw = time.perf_counter() - t
     print(f"decode {td:.3f} write {tw:.3f}", st["phase_s"])

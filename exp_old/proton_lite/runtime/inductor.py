@@ -1,0 +1,347 @@
+"""torch.compile (Inductor) kernels inside a session.
+
+Inductor compiles and launches Triton kernels its own way, and each of these alone keeps
+them out of a profile (read from PyTorch 2.11 and Triton 3.6/3.9, docs/design.md §4b):
+  1. it calls ``triton.compile`` with options that carry no instrumentation mode;
+  2. it compiles in subprocess workers, which see none of this process's hooks;
+  3. its static CUDA launcher passes no profile buffer and runs no launch hooks;
+  4. warm caches (FX graph, AOTAutograd, autotune) bring back plain binaries with no compile;
+  5. a launch is attributed through its JIT function's ``launch_metadata``, which only
+     Triton's JIT sets for us.
+While a session runs, the bridge therefore sets a few of torch's settings (``SETTINGS``:
+compile in this process, Triton's launcher, no graph caches, the post-compile hook that
+names each compiled kernel's JIT function), the stage hook forces the session's mode on
+compiles that carry none (``stage_hook.force``), and kernels compiled before the session are recompiled instrumented
+at their first launch in it.  At stop every setting is restored, those kernels get their
+own launchers back, and kernels compiled inside the session go back to plain binaries at
+their first launch after it (no instrumented binary keeps running outside a session).
+
+Nothing here imports torch: the bridge acts only when the program already has.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+import weakref
+
+from proton_lite import compat
+
+SETTINGS = (  # (config module, names: the first it has is set, value while a session runs)
+    ("torch._inductor.config", ("compile_threads", ), 1),  # compile here, where the stage hook is (2)
+    ("torch._inductor.config", ("use_static_cuda_launcher", "use_static_triton_launcher"), False),  # Triton's (3)
+    # no cache hands back a compiled graph with plain binaries (4); Triton's own disk cache stays
+    # (salted while forcing): force_disable_caches would compile every kernel cold, in fresh directories
+    ("torch._inductor.config", ("fx_graph_cache", ), False),
+    ("torch._inductor.config", ("fx_graph_remote_cache", ), False),
+    ("torch._functorch.config", ("enable_autograd_cache", ), False),
+    ("torch._inductor.config", ("run_jit_post_compile_hook", ), True),  # each kernel's JIT function (5)
+)
+
+
+TIMING_MODULES = (  # (module, prefix of the functions that time kernels in it)
+    ("torch._inductor.runtime.benchmarking", ""),
+    ("torch._inductor.codegen.triton", "benchmark"),
+    ("torch._inductor.codegen.simd", "benchmark"),
+    ("torch._inductor.codegen.cuda_combined_scheduling", "benchmark"),
+    ("torch._inductor.scheduler", "benchmark"),
+    ("torch._inductor.select_algorithm", "benchmark"),
+    ("torch._inductor.autotune_process", "benchmark"),
+)
+
+
+class InductorBridge:
+    """Installs and removes what a session needs from Inductor (see the module docstring)."""
+
+    def __init__(self, attach, mark_trials) -> None:
+        self._attach = attach  # ATTACHER.attach: a JIT function's launches become attributable
+        self._mark_trials = mark_trials  # a JIT function whose launches may be autotuning trials
+        self._saved: dict[tuple[str, str], object] = {}  # (config module, name) -> the user's value
+        self._saved_post_hook = None
+        self._post_hook = None
+        self._lock = threading.Lock()
+        # autotuners compiled before the session and re-instrumented in it: their own state
+        self._swapped: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.compiled: "weakref.WeakSet" = weakref.WeakSet()  # autotuners compiled inside the session
+        self._timing_known: set = set()  # autotuner classes and timing modules registered
+        self.reinstrumented = 0
+        self.failures: dict[str, str] = {}  # kernel name -> why it could not be re-instrumented
+        self.from_cpp: dict[str, int] = {}  # kernel name -> compiles kept plain for Inductor's C++ launcher
+        self.installed = False
+        self.used = False  # installed in this session (torch was in use at start)
+
+    # -- session start ---------------------------------------------------------------------------
+    def install(self) -> bool:
+        """Take over Inductor's settings; False (nothing done) when torch is not in use."""
+        if "torch" not in sys.modules:
+            return False
+        if compat.inductor_config("torch._inductor.config") is None:  # a torch without Inductor
+            return False
+        for module_name, names, value in SETTINGS:
+            config = compat.inductor_config(module_name)
+            if config is None:
+                continue
+            name = next((n for n in names if hasattr(config, n)), None)
+            if name is not None:
+                self._saved[(module_name, name)] = getattr(config, name)
+                setattr(config, name, value)
+        self._saved_post_hook = compat.get_knob("runtime", "jit_post_compile_hook")
+        previous = self._saved_post_hook
+
+        def jit_post_compile_hook(*args, **kwargs):
+            fn = kwargs.get("fn")
+            if fn is not None and not hasattr(fn, "jit_function"):  # Inductor passes the JITFunction itself
+                self._note_compiled(fn, compat.caller_frame(1))
+            return previous(*args, **kwargs) if previous is not None else None
+
+        compat.set_knob("runtime", "jit_post_compile_hook", jit_post_compile_hook)
+        self._post_hook = jit_post_compile_hook
+        for autotuner in _live_autotuners():
+            self._note_trials(type(autotuner))
+            pending = getattr(autotuner.__dict__.get("run"), "first", None)
+            if isinstance(pending, _FirstRun):  # compiled in an earlier session, not launched since
+                pending.remove()
+                if pending.plain:  # still holds that session's instrumented launchers
+                    self.compiled.add(autotuner)
+                    continue
+            if autotuner.launchers and autotuner not in self._swapped:
+                _FirstRun(self, autotuner, plain=False).install()
+        self.installed = self.used = True
+        return True
+
+    def _note_compiled(self, fn, frame) -> None:
+        """A kernel Inductor compiled in this session: attributable, and its launches checked
+        for trials (Inductor times kernels while it compiles: configs, fusions, templates;
+        a kernel module it timed is reused for the real kernel of the same source)."""
+        self._attach(fn)
+        self._mark_trials(fn)
+        autotuner = frame.f_locals.get("self") if frame is not None else None
+        if autotuner is None or not hasattr(autotuner, "launchers"):
+            return
+        self._note_trials(type(autotuner))
+        self.compiled.add(autotuner)
+
+    def _note_trials(self, autotuner_class) -> None:
+        """Launches from its ``bench``, from Inductor's benchmarker and from the functions that
+        time fusions and templates while Inductor compiles (a warm-up call comes before the
+        benchmarker) are trials."""
+        from proton_lite.runtime.trials import add_trial_functions
+        if autotuner_class not in self._timing_known:
+            self._timing_known.add(autotuner_class)
+            add_trial_functions(getattr(autotuner_class, "bench", None))
+        for name, prefix in TIMING_MODULES:
+            module = sys.modules.get(name)
+            if module is not None and name not in self._timing_known:
+                self._timing_known.add(name)
+                add_trial_functions(*_module_functions(module, prefix))
+
+    def launched_from_cpp(self, kernel_name, count: bool = False) -> bool:
+        """Called while a kernel compiles in the session: True when Inductor compiles it for its
+        C++ wrapper or AOTInductor (``store_cubin``), which launch the cubin themselves and
+        would hand an instrumented kernel a profile buffer of one CTA's size.  Such kernels
+        stay plain and are named at stop."""
+        frame, depth = compat.caller_frame(1), 0
+        while frame is not None and depth < 40:  # compile time: a deep look costs nothing
+            if frame.f_code.co_name == "_precompile_config":
+                meta = getattr(frame.f_locals.get("self"), "inductor_meta", None) or {}
+                if meta.get("store_cubin"):
+                    if count:
+                        name = meta.get("kernel_name") or kernel_name or "triton kernel"
+                        self.from_cpp[name] = self.from_cpp.get(name, 0) + 1
+                    return True
+                return False
+            frame, depth = frame.f_back, depth + 1
+        return False
+
+    # -- re-instrumenting kernels compiled before the session -----------------------------------
+    def reinstrument(self, autotuner) -> None:
+        """Compile the autotuner's configs again (the session's stage hook instruments them) and
+        launch those until stop; its own launchers are kept for stop."""
+        with self._lock:
+            if autotuner in self._swapped or not self.installed:
+                return
+            name = _kernel_name(autotuner)
+            saved = (autotuner.launchers, autotuner.compile_results, autotuner.fn)
+            try:
+                _recompile(autotuner, saved[0])
+            except Exception as e:  # keeps its plain launchers: named at stop
+                autotuner.launchers, autotuner.compile_results, autotuner.fn = saved
+                self.failures[name] = f"{type(e).__name__}: {e}"
+                return
+            self._swapped[autotuner] = (saved, autotuner.launchers)
+            self.reinstrumented += 1
+
+    # -- session stop ----------------------------------------------------------------------------
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        with self._lock:
+            self.installed = False
+            for (module_name, name), value in self._saved.items():
+                setattr(sys.modules[module_name], name, value)
+            self._saved.clear()
+            if compat.get_knob("runtime", "jit_post_compile_hook") is self._post_hook:
+                compat.set_knob("runtime", "jit_post_compile_hook", self._saved_post_hook)
+            for autotuner in _live_autotuners():
+                pending = getattr(autotuner.__dict__.get("run"), "first", None)
+                if isinstance(pending, _FirstRun):
+                    pending.remove()  # never launched in the session
+            restored = set()
+            for autotuner, (saved, ours) in list(self._swapped.items()):
+                if _restore(autotuner, saved, ours):
+                    restored.add(id(autotuner))
+            self._swapped.clear()
+            for autotuner in list(self.compiled):  # plain again at their first launch after stop
+                if autotuner.launchers and id(autotuner) not in restored:
+                    _FirstRun(self, autotuner, plain=True).install()
+            self.compiled = weakref.WeakSet()
+
+    def warnings(self) -> list[str]:
+        lines = []
+        if self.from_cpp:
+            names = sorted(self.from_cpp)
+            lines.append(f"{len(names)} torch.compile kernel(s) compiled in the session for Inductor's C++ wrapper "
+                         f"(cpp_wrapper=True or AOTInductor) were kept plain and are not in the profile: "
+                         + ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                         + ". That wrapper launches them itself, without a profile buffer; compile without "
+                         "cpp_wrapper to profile them")
+        if self.failures:
+            names = sorted(self.failures)
+            lines.append(f"{len(names)} torch.compile kernel(s) compiled before the session could not be "
+                         f"recompiled with instrumentation and ran plain (not in the profile): "
+                         + "; ".join(f"{n}: {self.failures[n]}" for n in names[:4])
+                         + (f" and {len(names) - 4} more" if len(names) > 4 else ""))
+        return lines
+
+
+class _FirstRun:
+    """Stands in for an autotuner's ``run`` and ``precompile`` until either is called: swaps
+    its launchers (instrumented in a session, ``plain`` after one), removes itself, and
+    calls through.  ``precompile`` too: Inductor reuses a kernel module it loaded before
+    (same source) and precompiles it again, which must not find static launchers in a
+    session (Inductor asserts the static launcher is on then)."""
+
+    METHODS = ("run", "precompile")
+
+    def __init__(self, bridge: InductorBridge, autotuner, plain: bool) -> None:
+        self.bridge, self.autotuner, self.plain = bridge, weakref.ref(autotuner), plain
+
+    def install(self) -> None:
+        autotuner = self.autotuner()
+        for method in self.METHODS:
+            setattr(autotuner, method, _Call(self, method))
+
+    def remove(self) -> bool:
+        """Take the stand-ins away; False when another call already did."""
+        autotuner = self.autotuner()
+        mine = autotuner is not None and getattr(autotuner.__dict__.get("run"), "first", None) is self
+        if mine:
+            for method in self.METHODS:
+                autotuner.__dict__.pop(method, None)
+        return mine
+
+    def call(self, method: str, args, kwargs):
+        autotuner = self.autotuner()
+        if self.remove():
+            if self.plain:
+                _to_plain(autotuner)
+            else:
+                self.bridge.reinstrument(autotuner)
+        return getattr(autotuner, method)(*args, **kwargs)
+
+
+class _Call:
+    __slots__ = ("first", "method")
+
+    def __init__(self, first: _FirstRun, method: str) -> None:
+        self.first, self.method = first, method
+
+    def __call__(self, *args, **kwargs):
+        return self.first.call(self.method, args, kwargs)
+
+
+def _recompile(autotuner, launchers) -> None:
+    """New launchers for the configs of ``launchers``, compiled now (Inductor's own path)."""
+    if getattr(autotuner.fn, "fn", None) is None:  # compiled in a worker: its source is reloaded here
+        reload = getattr(autotuner, "_reload_kernel", None)
+        if reload is None:
+            raise RuntimeError("its JIT function was not kept and cannot be reloaded")
+        autotuner.fn = reload().fn
+    autotuner.compile_results = []  # (compiles here are not configs added for autotuning: _note_compiled)
+    autotuner.compile_results = [autotuner._precompile_config(launcher.config) for launcher in launchers]
+    autotuner.launchers = []
+    autotuner._make_launchers()
+
+
+def _restore(autotuner, saved, ours) -> bool:
+    """Its own launchers back; when it chose a config in the session, that config's own one.
+    False when a launcher of a config it found in the session (coordinate descent) stays."""
+    launchers, compile_results, fn = saved
+    if autotuner.launchers is not ours:
+        by_config = {id(launcher.config): launcher for launcher in launchers}
+        chosen = autotuner.launchers
+        launchers = [by_config.get(id(launcher.config), launcher) for launcher in chosen]
+        if any(id(launcher.config) not in by_config for launcher in chosen):
+            autotuner.launchers, autotuner.fn = launchers, fn
+            return False
+    autotuner.launchers, autotuner.compile_results, autotuner.fn = launchers, compile_results, fn
+    return True
+
+
+def _to_plain(autotuner) -> None:
+    """A kernel compiled in a session, at its first launch after it: its chosen configs
+    compiled plain (outside a session: Triton's cache and Inductor's static launcher apply)."""
+    try:
+        _recompile(autotuner, list(autotuner.launchers))
+    except Exception as e:  # keeps the instrumented launchers; the after-stop allocator serves them
+        import warnings
+
+        from proton_lite.passes.kernel_facts import ProtonLiteWarning
+        warnings.warn(f"proton_lite: {_kernel_name(autotuner)} (compiled in a profiling session) could not be "
+                      f"compiled plain again after it and keeps its instrumented binary: {type(e).__name__}: {e}",
+                      ProtonLiteWarning, stacklevel=3)
+
+
+def _live_autotuners() -> list:
+    """Inductor's kernels in the modules it has loaded (each generated module holds its
+    kernels as globals), without importing anything."""
+    internals = compat.inductor_kernel_cache()
+    if internals is None:
+        return []
+    cache, autotuner_class = internals
+    modules = list(getattr(cache, "modules", ())) + list(getattr(cache, "modules_no_attr", {}).values())
+    found, seen = [], set()
+    for module in modules:
+        if not isinstance(module, types.ModuleType):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, autotuner_class) and id(value) not in seen:
+                seen.add(id(value))
+                found.append(value)
+    return found
+
+
+def _module_functions(module, prefix: str = "") -> list:
+    """The functions and methods a module defines whose names start with ``prefix``."""
+    if module is None:
+        return []
+    found = []
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        members = vars(value).items() if isinstance(value, type) else ((getattr(value, "__name__", ""), value), )
+        for name, member in members:
+            if not str(name).startswith(prefix):
+                continue
+            member = getattr(member, "__func__", member)
+            while hasattr(member, "__wrapped__"):
+                found.append(member)
+                member = member.__wrapped__
+            if hasattr(member, "__code__"):
+                found.append(member)
+    return found
+
+
+def _kernel_name(autotuner) -> str:
+    meta = getattr(autotuner, "inductor_meta", {}) or {}
+    return meta.get("kernel_name") or getattr(getattr(autotuner, "fn", None), "__name__", "triton kernel")
