@@ -93,6 +93,12 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         clock.mark("index")
         tracks = Tracks(profile, launches, plan, spans, compress, finish, units=unit_list)
         descriptors = [run(t) for t in tracks.tasks]
+
+        def launch_slice_bytes() -> bytes:  # (a title and a slice a launch: 65 K launches, 0.1 s of one thread)
+            titles = [t.encode() for t in launch_titles(profile.kernels, launches)]
+            return finish(launch_span_rows(spans, titles, launches["launch"].astype(np.int64), tracks.lane_uuid,
+                                           shift), compress)
+        launch_slices = run(launch_slice_bytes) if spans is not None else None
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
         cta_events = run(clock.busy("cta_parts", lambda: CtaEvents(launches, plan, shift, profile.kernels, workers)
                                     .after_units(len(unit_list[0]))))
@@ -149,11 +155,9 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             put("head", packet(field_bytes(META_FIELD, meta.result())))
             for d in descriptors:
                 put("descriptors", d.result())
-            if spans is not None:  # the sm layout's launch slices: few, a sequence of their own
-                titles = [t.encode() for t in launch_titles(profile.kernels, launches)]
+            if spans is not None:  # the sm layout's launch slices: a sequence of their own
                 put("head", sequence_start(SEQ_LAUNCHES, {}))
-                put("events", finish(launch_span_rows(spans, titles, launches["launch"].astype(np.int64),
-                                                      tracks.lane_uuid, shift), compress))
+                put("events", launch_slices.result())
             clock.mark("head")
             done = 0
             for results in (pieces, cta_parts):
