@@ -167,8 +167,9 @@ def cta_extras_queued(ctas_sorted, extent_lo: np.ndarray, submit):
     their CTA: ``rows.cta_by_time``; 0 unless a unit recorded before the CTA's start, and 0
     throughout where ``extent_lo`` is None: a profile without intervals): its
     blocks queued by ``submit`` at once (the .pftrace writer queues them on its pool ahead of
-    the CTA sequence, whose parts would otherwise hold up the head of the file that waits for
-    them), and a function that returns the packed value."""
+    the CTA sequence's parts, which would otherwise hold up the head of the file that waits for
+    them, but behind the sequence's cut, which every part waits for), and a function that
+    returns the packed value."""
     fields = ("cycles_per_ns", "finished_units", "measured_cycles_per_ns", "start_clock")  # (sorted, as packed)
     column = ctas_sorted.column  # ``plan.ctas``, a CtaView: the rows of a block read once for all its fields
     lo = column("start_ns") if extent_lo is None else extent_lo  # (without intervals an extent starts at its CTA)

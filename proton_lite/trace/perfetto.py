@@ -45,10 +45,6 @@ from proton_lite.trace.plan import launch_spans, plan_trace
 
 
 CTA_AHEAD = 8  # parts of the CTA sequence in flight per worker where the trace has no pieces
-# without intervals, when the metadata's per-CTA columns are queued: "order" (as soon as the
-# plan's order is known, beside the slots' packing), "plan" (after the plan, as with intervals)
-# or "events" (after the CTA sequence's cut, which the sequence's parts wait for)
-EXTRAS_WHEN = "order"
 
 
 def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, workers: int | None = None,
@@ -69,22 +65,17 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
     run = pool.submit if pool else (lambda f: _Done(f()))
     pmap = pool.map if pool else map
     try:
-        early = {}
-
-        def on_order(ctas) -> None:  # without intervals a CTA's extent starts at its start: no lead to wait for
-            if not len(profile.intervals) and EXTRAS_WHEN == "order":
-                early["extras"] = cta_extras_queued(ctas, None, run)
-        plan = plan_trace(profile, launches, layout, pmap, on_order)
+        plan = plan_trace(profile, launches, layout, pmap)
         ctas, cta_lr, lay = plan.ctas, plan.cta_lr, plan.lay
         spans = launch_spans(plan, len(launches)) if plan.layout == "sm" else None
         clock.mark("slots")
         iv = profile.intervals
         n_iv, n_cta = len(iv), len(ctas)
         cut = Pieces(lay.group, plan.runs, n_iv, lay.piece_ok)  # each piece's CTA ranks from the runs
-        # packed and deflated while the slots are packed (no intervals) or the pieces indexed: its blocks
-        # queued first (the head waits for them)
-        late = not n_iv and EXTRAS_WHEN == "events"
-        extras = early.get("extras") or (None if late else cta_extras_queued(ctas, lay.extent_lo, run))
+        # the metadata's per-CTA columns, packed and deflated while the pieces are indexed (the head waits
+        # for them); without pieces, after the CTA sequence's cut is queued, which every part of the
+        # sequence waits for (below)
+        extras = cta_extras_queued(ctas, lay.extent_lo, run) if n_iv else None
         clock.mark("pieces")
         # phase one, per piece on the workers: unit tracks and (kernel, scope) pairs
         piece_index, n_scopes = piece_indexer(iv, lay.row, cta_lr, launches["kernel"].astype(np.int64),
@@ -102,7 +93,9 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         # made after the index step, not beside it: its numpy calls took the GIL from the index step's threads
         cta_events = run(clock.busy("cta_parts", lambda: CtaEvents(launches, plan, shift, profile.kernels, workers)
                                     .after_units(len(unit_list[0]))))
-        if extras is None:
+        if extras is None:  # (queued before the cut, as they were until the thirty-sixth session, they held the
+            # cut and the slots' packing back behind them on the pool: 4.19 M lifetimes on 16 threads, the write
+            # 1.22-1.47 s against 1.26-1.60 s; docs/results/gpu-2026-11-29f/call4.txt, call5.txt)
             extras = cta_extras_queued(ctas, lay.extent_lo, run)
 
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``

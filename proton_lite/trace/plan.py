@@ -100,11 +100,9 @@ class TracePlan:
         return _top_of_ctas(self.tops.of_launch, self.cta_lr)
 
 
-def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pmap=map, on_order=None) -> TracePlan:
+def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pmap=map) -> TracePlan:
     """The layout's plan (``auto``: ``choose_layout``); the CTAs are ordered and packed into
-    slots once, in the layout chosen.  ``on_order(ctas)``: called with the CTAs in the plan's
-    order as soon as it is known, before the slots (the .pftrace writer queues the metadata's
-    per-CTA columns there)."""
+    slots once, in the layout chosen."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown trace layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
     # each CTA's launch rank (both steps below read it): in C where built, with each launch's SMs
@@ -116,8 +114,6 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
     tops = top_groups(profile, launches, layout)
     ctas, cta_lr, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr, ranks)
     del lr, ranks  # the ranks in the rows' order: a column per CTA, not needed past the order
-    if on_order is not None:
-        on_order(ctas)
     lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), runs, pmap)
     return TracePlan(tops, ctas, cta_lr, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
 
