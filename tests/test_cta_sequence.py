@@ -259,7 +259,7 @@ def test_packed_columns_in_pieces_read_back_exactly(tmp_path, monkeypatch):
     monkeypatch.setattr(meta, "PACK_PIECE", 4096)
     monkeypatch.setattr(meta, "PACK_ROWS", 4096)
     pieces = meta._pack_columns(cols, workers=3)
-    assert isinstance(one["data"], str) and isinstance(pieces["data"], list) and len(pieces["data"]) > 50
+    assert isinstance(one["data"], bytes) and isinstance(pieces["data"], list) and len(pieces["data"]) > 50
     inflate = lambda data: b"".join(zlib.decompress(base64.b64decode(d)) for d in data)  # noqa: E731
     assert inflate(pieces["data"]) == inflate([one["data"]])  # the same bytes, in streams of byte planes
     for packed in (one, pieces):

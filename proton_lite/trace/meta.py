@@ -3,12 +3,14 @@ per-CTA clocks), so that ``summary`` and ``diff`` can read a trace back."""
 from __future__ import annotations
 
 import json
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from proton_lite.json_values import plain
 from proton_lite.profile_data import LAUNCH_DTYPE, KernelInfo, Profile
+from proton_lite.trace.text_c import LIST_MIN, int_list_json
 
 META_FORMAT = "proton-lite-trace"  # marks files written here; the reader refuses others
 META_VERSION = 2  # 2: CTAs packed into slots (trace/rows.py); 1: one track per CTA
@@ -25,16 +27,75 @@ def _metadata(profile: Profile, launches: np.ndarray, shift: int, **extra) -> di
         "kernels": [{"name": k.name, "scopes": list(k.scopes), "num_warps": k.num_warps,
                      "granularity": k.granularity, "unit_warps": k.unit_warps,
                      "capacity": k.capacity, "meta": k.meta} for k in profile.kernels],
-        "launches": {name: launches[name].tolist() for name in LAUNCH_DTYPE.names},
+        "launches": {name: launches[name] for name in LAUNCH_DTYPE.names},  # (columns: _meta_json lists them)
     }
     meta.update(extra)
     return meta
 
 
 def _meta_json(meta: dict) -> str:
-    """Deterministic strict JSON (sorted keys; nan/inf become null, which JSON lacks)."""
-    return json.dumps(plain(meta), sort_keys=True, allow_nan=False,
-                      separators=(",", ":"), ensure_ascii=False)
+    """Deterministic strict JSON (sorted keys; nan/inf become null, which JSON lacks): ``meta_json_parts`` joined."""
+    return b"".join(meta_json_parts(meta)).decode()
+
+
+def meta_json_parts(meta: dict) -> list[bytes]:
+    """The metadata as deterministic strict JSON, in byte strings to write one after the other:
+    the text of ``json.dumps(plain(meta), sort_keys=True, ...)``, its large parts made apart and
+    never joined (``_Spots``): integer columns of a dict (the launch table: 65 K launches, ~1.4 M
+    integers) by ``text_c``, and the packed CTA columns' streams (4 M CTAs: 42 MB of base64) as
+    they are.  Through ``json.dumps`` and as one string encoded and framed, these took ~0.4 s of
+    one thread holding the GIL at the head of the trace, which every other step waits behind.
+    ``meta["ctas"]`` may be a function that returns the packed columns: the rest is laid out
+    before it is called (the .pftrace writer's task, while the columns are still packed)."""
+    spots = _Spots()
+    meta = spots.columns(meta)
+    if "ctas" in meta:
+        ctas = meta["ctas"]
+        meta["ctas"] = spots.spot(lambda: _packed_parts(ctas() if callable(ctas) else ctas))
+    return spots.json_parts(meta)
+
+
+class _Spots:
+    """Placeholders in a value for ``json.dumps``, each replaced in its text by byte strings
+    made apart (a list, or a function that returns one, called in the text's order)."""
+
+    def __init__(self):
+        self.token = f"\x00{secrets.token_hex(8)}:"  # (no value of the user's holds it)
+        self.parts: dict[str, object] = {}
+
+    def spot(self, parts) -> str:
+        key = f"{self.token}{len(self.parts)}\x00"
+        self.parts[json.dumps(key)] = parts  # (its JSON form: what the text holds)
+        return key
+
+    def columns(self, value):
+        """``value`` with every long integer array in it, at any depth of dicts, a placeholder."""
+        if isinstance(value, dict):
+            return {k: self.columns(v) for k, v in value.items()}
+        if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu" and len(value) >= LIST_MIN:
+            return self.spot([int_list_json(value).encode()])
+        return value
+
+    def json_parts(self, value) -> list[bytes]:
+        text = json.dumps(plain(value), sort_keys=True, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        out, at = [], 0
+        for where, key in sorted((text.index(key), key) for key in self.parts):
+            parts = self.parts[key]
+            out.append(text[at:where].encode())
+            out += parts() if callable(parts) else parts
+            at = where + len(key)
+        out.append(text[at:].encode())
+        return out
+
+
+def _packed_parts(packed: dict) -> list[bytes]:
+    """``_packing``'s value as JSON bytes: its streams (base64: nothing to escape) quoted as they are."""
+    data = packed["data"]
+    streams = [d.encode() if isinstance(d, str) else d for d in ([data] if isinstance(data, (str, bytes)) else data)]
+    quoted = [b'"'] + [part for d in streams for part in (d, b'","')][:-1] + [b'"']
+    spots = _Spots()
+    rest = dict(packed, data=spots.spot(quoted if isinstance(data, (str, bytes)) else [b"["] + quoted + [b"]"]))
+    return spots.json_parts(rest)
 
 
 def _check_meta(meta, path) -> dict:
@@ -68,13 +129,14 @@ PACK_ROWS = 1 << 15  # rows per piece: a piece is one byte plane of that many ro
 
 
 def _pack_columns(arrays: dict[str, np.ndarray], workers: int = 1, fetch=None) -> dict:
-    """Numeric columns as one compact JSON-able value (``_packing``'s, on ``workers`` threads)."""
+    """Numeric columns as one compact value (``_packing``'s, on ``workers`` threads)."""
     with ThreadPoolExecutor(max(1, workers)) as pool:
         return _packing(arrays, pool.submit, fetch)()
 
 
 def _packing(arrays: dict[str, np.ndarray], submit, fetch=None):
-    """Numeric columns as one compact JSON-able value (exact; dtypes kept): its blocks queued
+    """Numeric columns as one compact value for the metadata's JSON (exact; dtypes kept; its streams
+    base64 bytes, which ``meta_json_parts`` writes as they are): its blocks queued
     at once by ``submit`` (a zero-argument callable in, a future out), and a function that
     waits for them and returns the value.
 
@@ -108,8 +170,8 @@ def _packing(arrays: dict[str, np.ndarray], submit, fetch=None):
         by_plane = np.ascontiguousarray(np.ascontiguousarray(w, f"<u{size}").view(np.uint8).reshape(-1, size).T)
         return [plane.tobytes() for plane in by_plane]
 
-    def packed(data: bytes) -> str:  # trace/deflate.py: zlib's level 6 was 19% smaller, 5x slower than level 1
-        return base64.b64encode(deflate(data)).decode("ascii")
+    def packed(data: bytes) -> bytes:  # trace/deflate.py: zlib's level 6 was 19% smaller, 5x slower than level 1
+        return base64.b64encode(deflate(data))  # (bytes: meta_json_parts writes them as they are)
     cols = [[name, dt.str] for name, dt in zip(names, little)]
     if n * sum(dt.itemsize for dt in little) <= PACK_PIECE:
         def whole() -> dict:
@@ -140,7 +202,7 @@ def _unpack_columns(packed: dict) -> dict[str, np.ndarray]:
     import base64
     import zlib
     data = packed["data"]
-    raw = b"".join(zlib.decompress(base64.b64decode(d)) for d in ([data] if isinstance(data, str) else data))
+    raw = b"".join(zlib.decompress(base64.b64decode(d)) for d in ([data] if isinstance(data, (str, bytes)) else data))
     n, off, out = int(packed["rows"]), 0, {}
     for name, dts in packed["columns"]:
         dt = np.dtype(dts)
@@ -207,7 +269,7 @@ def layout_meta(plan) -> dict:
     layout, the top group (GPU) of each launch, in launch order."""
     out = {"name": plan.layout}
     if plan.layout == "sm":
-        out["top"] = plan.tops.of_launch.tolist()
+        out["top"] = np.asarray(plan.tops.of_launch)  # (a column: meta_json_parts lists it)
     return out
 
 

@@ -26,6 +26,7 @@ from proton_lite.trace.cta_events_c import METHODS as CTA_METHODS, SOURCE as CTA
 from proton_lite.trace.event_order_c import METHODS as ORDER_METHODS, SOURCE as ORDER_C
 from proton_lite.trace.cta_order_c import METHODS as CTA_ORDER_METHODS, SOURCE as CTA_ORDER_C
 from proton_lite.trace.cta_parts_c import METHODS as CTA_PARTS_METHODS, SOURCE as CTA_PARTS_C
+from proton_lite.trace.text_c import METHODS as TEXT_METHODS, SOURCE as TEXT_C
 
 _SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -363,7 +364,7 @@ static PyObject *release(PyObject *self, PyObject *unused) {  /* this thread's w
     Py_RETURN_NONE;
 }
 
-""" + DEFLATE_PY_C + ROWS_C + SLOTS_C + ORDER_C + CTA_C + CTA_ORDER_C + CTA_PARTS_C + r"""
+""" + DEFLATE_PY_C + ROWS_C + SLOTS_C + ORDER_C + CTA_C + CTA_ORDER_C + CTA_PARTS_C + TEXT_C + r"""
 static PyObject *init_zlib(PyObject *self, PyObject *arg) {
     const char *path = PyUnicode_AsUTF8(arg);
     if (!path) return NULL;
@@ -382,7 +383,7 @@ static PyMethodDef methods[] = {
     {"keys", keys, METH_VARARGS, "unit-track and (kernel, scope) keys of a piece's intervals, without the GIL"},
     {"dense_unique", dense_unique, METH_VARARGS, "np.unique with inverse by a presence table, without the GIL"},
     {"rows_bytes", rows_bytes, METH_VARARGS, "Rows.tobytes: the present bytes of the rows, without the GIL"},
-""" + SLOTS_METHODS + CTA_METHODS + ORDER_METHODS + CTA_ORDER_METHODS + CTA_PARTS_METHODS + r"""    {NULL, NULL, 0, NULL}};
+""" + SLOTS_METHODS + CTA_METHODS + ORDER_METHODS + CTA_ORDER_METHODS + CTA_PARTS_METHODS + TEXT_METHODS + r"""    {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "proton_lite_native_events", NULL, -1, methods};
 

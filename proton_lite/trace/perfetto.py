@@ -32,12 +32,12 @@ import numpy as np
 
 from proton_lite.profile_data import Profile
 from proton_lite.stop_threads import stop_threads
-from proton_lite.trace.meta import _meta_json, _metadata, cta_extras_queued, layout_meta
+from proton_lite.trace.meta import _metadata, cta_extras_queued, layout_meta, meta_json_parts
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _Done, _ordered
 from proton_lite.trace import native_events
-from proton_lite.trace._proto import field_bytes
-from proton_lite.trace.perfetto_fields import FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES, packet
+from proton_lite.trace.perfetto_fields import (FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES,
+                                               packet_field_head)
 from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, number_pieces,
                                                piece_indexer, sequence_start)
 from proton_lite.trace.perfetto_tree import CtaEvents, Tracks, launch_span_rows
@@ -101,8 +101,9 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         # scope names interned per (kernel, scope): iid = 1 + the pair's index in ``names``
         names = [[int(k // n_scopes), int(k % n_scopes)] for k in pair_keys.tolist()]
         event_names = [_scope_names(profile.kernels[k], s)[s] for k, s in names]
-        meta = run(lambda: _meta_json(_metadata(profile, launches, shift, names=names, ctas=extras(),
-                                                layout=layout_meta(plan))))
+        # laid out up to the per-CTA columns while they are packed (meta_json_parts calls ``extras`` last)
+        meta = run(lambda: meta_json_parts(_metadata(profile, launches, shift, names=names, ctas=extras,
+                                                     layout=layout_meta(plan))))
         note, notes = _scope_notes(profile, names, event_names)
         columns = IntervalColumns(start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"], cycles=iv["cycles"],
                                   shift=shift, note=note, notes=notes)
@@ -145,7 +146,11 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
             # the metadata: a finished part holds only its deflated bytes (~150 KB at PART_EVENTS)
             cta_parts = _ordered(run, cta_tasks, (2 if len(cut) else CTA_AHEAD) * workers)
             n_tasks = len(cut) + len(cta_tasks)
-            put("head", packet(field_bytes(META_FIELD, meta.result())))
+            meta_parts = meta.result()  # (42 MB for 4 M CTAs: written as made, never joined)
+            put("head", packet_field_head(META_FIELD, sum(map(len, meta_parts))))
+            for part in meta_parts:
+                put("head", part)
+            del meta_parts
             for d in descriptors:
                 put("descriptors", d.result())
             if spans is not None:  # the sm layout's launch slices: a sequence of their own

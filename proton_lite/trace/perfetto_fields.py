@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proton_lite.trace._proto import Rows, field_bytes, field_varint, tag
+from proton_lite.trace._proto import WIRE_LEN, Rows, field_bytes, field_varint, tag, varint
 
 META_FIELD = 9001  # outside Perfetto's own fields (< 1000) and its extension range (1000-1999): skipped
 SEQ_LAUNCHES = 1  # the sm layout's launch slices (trace/plan.py)
@@ -40,6 +40,13 @@ CHILD_ORDERING_EXPLICIT, SIBLING_MERGE_NONE = 3, 2
 def packet(*parts: bytes) -> bytes:
     """One ``Trace.packet`` holding ``parts`` (encoded TracePacket fields)."""
     return field_bytes(1, b"".join(parts))
+
+
+def packet_field_head(num: int, length: int) -> bytes:
+    """The bytes before a payload of ``length`` bytes in ``packet(field_bytes(num, payload))``:
+    the payload is written after it as it is (the metadata's parts, never joined)."""
+    inner = tag(num, WIRE_LEN) + varint(length)
+    return tag(1, WIRE_LEN) + varint(len(inner) + length) + inner
 
 
 def slice_event_start(r: Rows, seq_id: int, dts, is_end, track, wide: bool = False) -> tuple[int, int, int, int]:

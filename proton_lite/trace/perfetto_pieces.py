@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proton_lite.trace import event_order_c, native_events
+from proton_lite.trace import event_order_c, native_events, text_c
 from proton_lite.trace._proto import WIRE_LEN, Rows, field_bytes, field_varint, tag, varint
 from proton_lite.trace.nesting import _nesting, _unique
 from proton_lite.trace.rows import unit_tracks_of
@@ -289,6 +289,10 @@ def interned_strings(field: int, items) -> bytes:
     and six varints per name (a sm layout's CTA sequence interns a name per launch: 65 K
     launches took 0.47 s that way)."""
     head, out = tag(field, WIRE_LEN), bytearray()
+    items = list(items)
+    fast = text_c.interned_names(head, items)  # (one C call where there are many: 65 K names, 0.2 s -> 0.01 s)
+    if fast is not None:
+        return fast
     for i, n in items:
         b = n.encode() if isinstance(n, str) else n
         iid = bytes((i, )) if i < 0x80 else bytes((i & 0x7F | 0x80, i >> 7)) if i < 0x4000 else varint(i)
