@@ -528,6 +528,51 @@ def test_lifetime_blocks_in_flight_are_shared_between_the_threads():
     assert {sizes[False, t] for t in (1, 2, 16, 64)} == {D.BATCH_BYTES}
 
 
+@pytest.mark.parametrize("in_c", [True, False])
+def test_lifetime_launches_of_many_kernels_share_batches(tmp_path, monkeypatch, in_c):
+    """Lifetime blocks are batched by layout across kernels (a compiled model launches thousands
+    of kernels a few times each), records by kernel: launches of six kernels interleaved, two
+    layouts (4 and 8 warps) and a kernel with records, make one batch per layout and the records'
+    kernel its own; the profile is the one decoded a launch a batch, in C and in numpy."""
+    from dataclasses import replace
+    import proton_lite.decode as D
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout, encode_tag
+    from proton_lite.raw_format import RawWriter
+    four, eight = (replace(BufferLayout("cta", w, 0, "global"), compact=True) for w in (4, 8))
+    records = BufferLayout("warp", 4, 4, "global")
+    layouts = [four, eight, four, eight, four, records]
+    g0, c0 = 1_764_000_000_000_000_000, 5_000_000_000
+    path = str(tmp_path / "k.plraw")
+    w = RawWriter(path, {"name": "synth"})
+    for k, lay in enumerate(layouts):
+        w.kernel(kernel_meta(k, f"k{k}", ["s"] if lay is records else [], lay))
+    for n in range(24):
+        k, lay = n % 6, layouts[n % 6]
+
+        def unit(i, u):
+            clk = c0 + n * 10**6 + 1_780 * i
+            recs = [(encode_tag(0, False), clk + 100 + u), (encode_tag(0, True), clk + 900 + 7 * u)] if lay is records \
+                else []
+            return (len(recs), g0 + n * 10**5 + 900 * i + 2_000 + 3 * u + k, clk + 3_960 + 5 * u, recs)
+        ctas = [{"smid": (i + n) % 4, "start_gt": g0 + n * 10**5 + 900 * i, "start_clk": c0 + n * 10**6 + 1_780 * i,
+                 "units": [unit(i, u) for u in range(lay.units)]} for i in range(8 + n % 5)]
+        w.launch(k, 0, n, (len(ctas), 1, 1), len(ctas), 0, 0, launch_buffer(lay, ctas))
+    w.close()
+    capture = read_raw(path)
+    monkeypatch.setattr(D, "LIFETIMES_IN_C", in_c)
+    batches = D._batches(list(capture.launches), [layouts[la.kernel_id] for la in capture.launches])
+    kernels_of = [sorted({capture.launches[i].kernel_id for i in b}) for b in batches]
+    assert sorted(kernels_of) == [[0, 2, 4], [1, 3], [5]]
+    together = decode(capture)
+    monkeypatch.setattr(D, "BATCH_BYTES", 1)  # a launch a batch
+    assert all(len(b) == 1 for b in D._batches(list(capture.launches), [layouts[la.kernel_id] for la in capture.launches]))
+    alone = decode(capture)
+    assert len(together.ctas) == sum(8 + n % 5 for n in range(24))
+    assert together.ctas.tobytes() == alone.ctas.tobytes() and together.launches.tobytes() == alone.launches.tobytes()
+    assert together.intervals.tobytes() == alone.intervals.tobytes() and len(together.intervals) > 0
+
+
 def test_at_most_compact_threads_batches_of_lifetime_blocks_decode_at_once(tmp_path, monkeypatch):
     """Lifetime blocks' batches wait for one of COMPACT_THREADS slots (past that, their numpy
     calls wait for the GIL and hold their batches' memory): on 8 threads with 2 slots, never

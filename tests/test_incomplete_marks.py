@@ -118,3 +118,42 @@ def test_diff_of_a_real_capture_with_drops_against_a_whole_one_gives_no_verdict(
     assert rows and all(r["verdict"] == "incomplete" and "b" in r["incomplete"] for r in rows)
     rc, out, _ = _run(capsys, "diff", WHOLE, DROPPED)
     assert "no clear change" not in out and "incomplete" in out
+
+
+def test_kernel_losses_per_kernel_of_many_kernels():
+    """Each kernel's losses over its own launches, for many kernels interleaved (two ids sharing
+    a name add up under it, as they always did): against a plain loop over the launches."""
+    import numpy as np
+
+    from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
+    from viewer.completeness import kernel_losses
+    rng = np.random.default_rng(5)
+    n, n_k = 3000, 300
+    launches = np.zeros(n, LAUNCH_DTYPE)
+    launches["launch"] = np.arange(n)
+    launches["kernel"] = rng.integers(0, n_k, n)
+    for field in ("dropped", "unmatched", "missing_ctas", "torn_chunks"):
+        launches[field] = np.where(rng.random(n) < 0.02, rng.integers(1, 1 << 20, n), 0)
+    launches["dropped"][launches["kernel"] == 7] = 2**40  # past 32 bits
+    launches["unmatched"][::97] = 1
+    kernels = [KernelInfo(name=f"k{k % 280}", scopes=[], num_warps=4, granularity="cta", unit_warps=4, capacity=0,
+                          meta={}) for k in range(n_k + 5)]  # (ids 280-299 share names with 0-19; 300-304 unused)
+    profile = Profile(kernels=kernels, launches=launches, ctas=np.zeros(0, CTA_DTYPE),
+                      intervals=np.zeros(0, INTERVAL_DTYPE))
+    whats = {"dropped": "records dropped (buffer full)", "unmatched": "records without a partner",
+             "missing_ctas": "CTAs missing (no header)", "torn_chunks": "pool chunks torn"}
+    want: dict = {}
+    for k in range(n_k + 5):
+        mine = [row for row in launches.tolist() if row[1] == k]
+        if not mine:
+            continue
+        reasons = want.setdefault(f"k{k % 280}", [])
+        for field, what in whats.items():
+            col = LAUNCH_DTYPE.names.index(field)
+            values = [row[col] for row in mine]
+            if sum(values):
+                reasons.append(f"{sum(values):,} {what} in {sum(v > 0 for v in values):,} of {len(mine):,} launch(es)")
+    got = kernel_losses(profile)
+    assert got == want
+    assert int(got["k7"][0].split()[0].replace(",", "")) >= 2**40 and sum(map(len, got.values())) > 50
+    assert kernel_losses(profile, launches[:0]) == {}

@@ -27,6 +27,9 @@ before thread 0's start anchor):
 - ``small``: 1,024 launches of a 64-CTA ``vadd``: 1.05 M records, per-launch costs.
 - ``lifetimes``: a compiled program's kernels without scopes, 256 launches of 4,096 CTAs
   in 24 kernels, each CTA a 32-byte lifetime block (no records: its rates count CTAs).
+- ``steps``: a compiled training loop's launches, 65,536 of 64 CTAs in 48 kernels (4.19 M
+  lifetimes), written in BATCH chunks as a session's drain writes them: per-launch costs.
+- ``kernels``: as ``steps``, over 4,096 kernels (16 launches each, interleaved): per-kernel costs.
 - ``onelaunch``: one launch of 1 M ``vadd`` CTAs: 16.8 M records, 268 MB in one launch (its
   records paired in slices, ``decode_slices``).
 - ``persistent``: one launch of a persistent kernel whose loop is bounded at run time (264
@@ -68,8 +71,8 @@ N_SMS = 132
 WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
-SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "steps", "onelaunch",
-          "persistent")
+SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "steps", "kernels",
+          "onelaunch", "persistent")
 LIFETIME = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                      ("clock_length", "<u4"), ("version", "<u4")])  # docs/format.md §1.2a
 
@@ -306,6 +309,11 @@ def _add_shape(c: Capture, shape: str) -> None:
         c.batch_bytes = 16 << 20
         for i in range(65536):
             c.launch(f"triton_poi_fused_{i % 48}", [], compact, 64, None)
+    elif shape == "kernels":  # a large compiled model's step: as many launches as ``steps``, of 4,096 kernels
+        compact = BufferLayout("cta", 4, 0, "global", compact=True)  # (16 launches each, interleaved)
+        c.batch_bytes = 16 << 20
+        for i in range(65536):
+            c.launch(f"triton_red_fused_{i % 4096}", [], compact, 64, None)
     elif shape == "onelaunch":  # one large launch: 1 M CTAs of vector add, 16.8 M records (decode_slices)
         vadd(1 << 20)
     elif shape == "persistent":  # one launch of a persistent kernel with a run-time loop: 16.9 M records in chunks
