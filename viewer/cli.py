@@ -215,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", help="only kernels whose name contains this text (case-insensitive)")
     p.add_argument("--threshold-factor", type=_non_negative_float, default=2.0, metavar="F",
                    help="a verdict needs |change of the mean| > F x noise (default 2)")
+    p.add_argument("--all", action="store_true", help="draw every kernel's table (past 20 kernels, by default, only "
+                   "those with a verdict or on one side, the largest change first)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (schema proton_lite.diff/1)")
     p.set_defaults(func=cmd_diff)
 

@@ -206,7 +206,7 @@ def cmd_diff(args) -> int:
     if args.json:
         _print_json(result)
     else:
-        render_diff(result, _console())
+        render_diff(result, _console(), every_kernel=args.all)
     return EXIT_OK
 
 

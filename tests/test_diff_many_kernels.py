@@ -1,0 +1,112 @@
+"""`diff` of captures with many kernels (a large compiled model launches thousands): each
+kernel's numbers are its own launches' and CTAs' (against a plain loop), and the text draws
+the kernels that changed, the largest change first, counting the rest."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from rich.console import Console
+
+from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
+from proton_lite.viewer import diff as D
+
+N_KERNELS = 60
+
+
+def _profile(seed: int, slower: dict[int, float], kernels: range) -> Profile:
+    """Launches of ``kernels`` interleaved (kernel k: 1 + k % 4 launches of 3 + k % 5 CTAs),
+    kernel k's durations times ``slower.get(k, 1)``; every launch's CTAs its rows."""
+    rng = np.random.default_rng(seed)
+    order = [k for r in range(4) for k in kernels if r < 1 + k % 4]
+    launches = np.zeros(len(order), LAUNCH_DTYPE)
+    ctas = []
+    t = 0
+    for i, k in enumerate(order):
+        n = 3 + k % 5
+        life = (1000 + 37 * k + rng.integers(0, 60, n)) * slower.get(k, 1.0)
+        rows = np.zeros(n, CTA_DTYPE)
+        rows["launch"], rows["cta"] = i, np.arange(n)
+        rows["start_ns"] = t + rng.integers(0, 20, n)
+        rows["end_ns"] = rows["start_ns"] + life.astype(np.int64)
+        launches[i]["launch"], launches[i]["kernel"], launches[i]["num_ctas"] = i, k, n
+        launches[i]["start_ns"], launches[i]["end_ns"] = rows["start_ns"].min(), rows["end_ns"].max()
+        ctas.append(rows)
+        t = int(rows["end_ns"].max()) + 500
+    names = [KernelInfo(name=f"triton_k{k:03d}", scopes=[], num_warps=4, granularity="cta", unit_warps=4, capacity=0,
+                        meta={}) for k in range(N_KERNELS + 2)]
+    return Profile(kernels=names, launches=launches, ctas=np.concatenate(ctas), intervals=np.zeros(0, INTERVAL_DTYPE),
+                   session={"name": f"run{seed}"})
+
+
+SLOWER = {7: 3.0, 21: 1.5, 33: 2.0, 50: 1.3, 58: 5.0}
+
+
+def _pair():
+    a = _profile(1, {}, range(N_KERNELS))  # kernel 60 only in b, 59 only in a
+    b = _profile(2, SLOWER, [k for k in range(N_KERNELS + 1) if k != 59])
+    return a, b
+
+
+def test_each_kernels_numbers_are_its_own_launches_and_ctas():
+    a, b = _pair()
+    d = D.diff_profiles(a, b)
+    rows = {r["kernel"]: r for r in d["kernels"]}
+    assert len(rows) == N_KERNELS + 1
+    for side, p in (("a", a), ("b", b)):
+        for k in range(N_KERNELS + 1):
+            name = f"triton_k{k:03d}"
+            mine = [row for row in p.launches.tolist() if row[1] == k]
+            got = rows[name][side]
+            if not mine:
+                assert got is None
+                continue
+            dur = [row[LAUNCH_DTYPE.names.index("end_ns")] - row[LAUNCH_DTYPE.names.index("start_ns")] for row in mine]
+            assert got["count"] == len(dur) and got["total_ns"] == sum(dur)
+            assert math.isclose(got["mean_ns"], sum(dur) / len(dur))
+            if len(dur) >= 2:
+                assert math.isclose(got["spread_ns"], float(np.std(dur, ddof=1)))
+            else:  # one launch: the spread from its CTAs' lifetimes
+                ids = {row[0] for row in mine}
+                life = np.array([c["end_ns"] - c["start_ns"] for c in p.ctas if c["launch"] in ids], np.float64)
+                rel = np.std(life, ddof=1) / math.sqrt(len(life)) / life.mean()
+                assert got["spread_basis"] == "cta_lifetimes" and math.isclose(got["spread_ns"], dur[0] * rel)
+    assert rows["triton_k059"]["verdict"] == "only in a" and rows["triton_k060"]["verdict"] == "only in b"
+    assert all(rows[f"triton_k{k:03d}"]["verdict"] == D.SLOWER for k in SLOWER if 1 + k % 4 >= 2)
+
+
+def _drawn(d: dict, every: bool = False) -> tuple[list[str], str]:
+    console = Console(record=True, width=80)
+    D.render_diff(d, console, every_kernel=every)
+    text = console.export_text()
+    titles = [line.strip() for line in text.splitlines() if line.strip().startswith("triton_k")]
+    return titles, text
+
+
+def test_past_twenty_kernels_the_text_draws_the_changes_largest_first():
+    a, b = _pair()
+    d = D.diff_profiles(a, b)
+    titles, text = _drawn(d)
+    changed = [r for r in d["kernels"] if r["verdict"] != D.NO_CHANGE]
+    size = {r["kernel"]: abs(r["delta_total_ns"]) if r["delta_total_ns"] is not None else
+            max(s["total_ns"] for s in (r["a"], r["b"]) if s) for r in changed}
+    assert titles == sorted(size, key=lambda n: (-size[n], n))
+    assert f"{len(d['kernels']) - len(changed)} kernel(s) with no clear change" in text and "--all" in text
+    every, text = _drawn(d, every=True)
+    assert every == [r["kernel"] for r in d["kernels"]] and "not shown" not in text
+
+
+def test_past_twenty_kernels_with_changes_at_most_twenty_are_drawn(monkeypatch):
+    monkeypatch.setattr(D, "KERNELS_SHOWN", 3)
+    a, b = _pair()
+    d = D.diff_profiles(a, b)
+    titles, text = _drawn(d)
+    changed = [r for r in d["kernels"] if r["verdict"] != D.NO_CHANGE]
+    assert len(titles) == 3 and f"{len(changed) - 3} more with a change or on one side" in text
+
+
+def test_up_to_twenty_kernels_every_one_is_drawn():
+    a, b = _pair()
+    d = D.diff_profiles(a, b, kernel="triton_k00")  # ten kernels, one of them slower
+    titles, text = _drawn(d)
+    assert titles == [f"triton_k{k:03d}" for k in range(10)] and "not shown" not in text
