@@ -2,13 +2,18 @@
 them, CTA and unit headers, into which a compact layout's lifetime blocks are expanded."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from proton_lite import native_decode
 from proton_lite.layout import CTA_MAGIC, LIFETIME_TAG, UNIT_MAGIC, BufferLayout
 
 
+@functools.lru_cache(maxsize=256)
 def cta_block_dtype(layout: BufferLayout) -> np.dtype:
+    """A CTA block's numpy dtype (made once a layout: a capture of many launches asked for it a
+    launch, 16 K launches 0.3 s)."""
     unit = np.dtype([("count", "<u4"), ("magic", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                      ("rec", "<u4", (layout.capacity, 2)), ("sink", "<u4", (layout.sink_slots, 2))])
     dt = np.dtype([("magic", "<u4"), ("smid", "<u4"), ("start_gt", "<u8"), ("start_clk", "<u8"),

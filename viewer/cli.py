@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_non_negative_int, metavar="N", help="keep the first N scope rows")
     p.add_argument("--tables", type=_tables, default=TABLES, metavar="LIST",
                    help=f"tables to show, comma separated, of {','.join(TABLES)} (default: all)")
+    p.add_argument("--all", action="store_true", help="draw every kernel's scope tables (by default those of the "
+                   "20 kernels of the first rows) and, with several files, every kernel's row")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (schema proton_lite.summary/1; "
                    "several files: proton_lite.summary_set/1)")
     p.set_defaults(func=cmd_summary)

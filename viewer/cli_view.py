@@ -169,7 +169,7 @@ def cmd_summary(args) -> int:
         if args.json:
             _print_json(result)
         else:
-            render_summary_set(result, _console(), tables=args.tables, each=args.each)
+            render_summary_set(result, _console(), tables=args.tables, each=args.each, every_kernel=args.all)
         return EXIT_OK
     profile = load_input(files[0])
     try:
@@ -179,7 +179,7 @@ def cmd_summary(args) -> int:
     if args.json:
         _print_json(summary)
     else:
-        render_summary(summary, _console(), tables=args.tables, source=files[0])
+        render_summary(summary, _console(), tables=args.tables, source=files[0], every_kernel=args.all)
     return EXIT_OK
 
 

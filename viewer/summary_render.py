@@ -13,13 +13,17 @@ from proton_lite.viewer.render import compact_table, fmt_count, fmt_cycles, fmt_
 
 
 TABLES = ("launches", "scopes", "percentiles", "sms")
+KERNEL_TABLES = 20  # kernels whose scope tables are drawn, unless every_kernel (the rest are counted)
 
 
 def render_summary(summary: dict, console: Console, max_launch_rows: int = 20, tables=TABLES,
-                   source: str | None = None) -> None:
+                   source: str | None = None, every_kernel: bool = False) -> None:
     """Draw ``summary`` (from :func:`summarize`) on ``console`` for >= 80 columns: the header,
     the warnings, then the ``tables`` asked for (any of TABLES), rows built from lost records
-    marked ``*`` with one legend line.  ``source``: the file summarized (shown in the header)."""
+    marked ``*`` with one legend line.  ``source``: the file summarized (shown in the header).
+    The scope tables of at most KERNEL_TABLES kernels, those of the first rows in the rows'
+    order (a compiled model's capture of 2,048 kernels with scopes drew 30 K lines), unless
+    ``every_kernel``."""
     s = summary["session"]
     head = Text("proton-lite summary", style="bold")
     name = s.get("name")
@@ -45,7 +49,9 @@ def render_summary(summary: dict, console: Console, max_launch_rows: int = 20, t
         console.print(Text(LEGEND, style="yellow"))
     if summary["launches"] and "launches" in tables:
         console.print(_launch_table(summary["launches"], max_launch_rows))
-    for kernel_name, rows in _by_kernel(summary["scopes"]):
+    groups = _by_kernel(summary["scopes"])
+    drawn = groups if every_kernel else groups[:KERNEL_TABLES]
+    for kernel_name, rows in drawn:
         parts = [Text(kernel_name, style="bold")]
         if "scopes" in tables:
             parts.append(_scope_time_table(rows))
@@ -53,6 +59,10 @@ def render_summary(summary: dict, console: Console, max_launch_rows: int = 20, t
             parts.append(_scope_dist_table(rows))
         if len(parts) > 1:
             console.print(Group(*parts))
+    if len(drawn) < len(groups) and ("scopes" in tables or "percentiles" in tables):
+        console.print(Text(f"{len(groups) - len(drawn):,} more kernels' scope tables not shown (those drawn hold "
+                           f"the first rows by {summary['filters']['sort']}): --all draws every kernel's, --kernel TEXT "
+                           "the kernels whose name holds it, --json gives every row", style="dim"))
     shown, total = len(summary["scopes"]), summary.get("scopes_total", len(summary["scopes"]))
     if shown < total and ("scopes" in tables or "percentiles" in tables):
         console.print(Text(f"showing {shown} of {total} scopes (sorted by {summary['filters']['sort']})",

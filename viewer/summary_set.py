@@ -21,7 +21,7 @@ from proton_lite.profile_merge import rank_names
 from proton_lite.viewer.completeness import LEGEND
 from proton_lite.viewer.render import fmt_ns as _fmt_ns
 from proton_lite.viewer.summary import summarize
-from proton_lite.viewer.summary_render import render_summary
+from proton_lite.viewer.summary_render import KERNEL_TABLES, render_summary
 
 SCHEMA = "proton_lite.summary_set/1"
 
@@ -77,9 +77,11 @@ def summarize_set(profiles: list, sources: list[str], **filters) -> dict:
             "across": across, "warnings": warnings}
 
 
-def render_summary_set(result: dict, console: Console, tables=None, each: bool = False) -> None:
-    """The warnings, one line per capture, the per-kernel comparison, then (``each``) every
-    capture's own summary with the ``tables`` asked for."""
+def render_summary_set(result: dict, console: Console, tables=None, each: bool = False,
+                       every_kernel: bool = False) -> None:
+    """The warnings, one line per capture, the per-kernel comparison (the KERNEL_TABLES kernels
+    of the most device time, unless ``every_kernel``), then (``each``) every capture's own
+    summary with the ``tables`` asked for."""
     caps = result["captures"]
     console.print(Text("proton-lite summary", style="bold").append(f"  {len(caps)} captures", style="dim"))
     for w in result["warnings"]:
@@ -104,7 +106,11 @@ def render_summary_set(result: dict, console: Console, tables=None, each: bool =
     for col in ("kernel", "in", "launches", "min", "median", "max", "max/med", "slowest"):  # names give way first
         t.add_column(col, justify="right" if col in numeric else "left", no_wrap=True, min_width=numeric.get(col),
                      overflow="ellipsis")
-    for r in result["across"]:
+    across = result["across"] if every_kernel else result["across"][:KERNEL_TABLES]
+    if len(across) < len(result["across"]):
+        t.caption = (f"{len(result['across']) - len(across):,} more kernels not shown: --all shows every one, "
+                     "--kernel TEXT the kernels whose name holds it")
+    for r in across:
         ratio = r["slowest_over_median"]
         t.add_row(("* " if r["incomplete"] else "") + r["kernel"], f"{r['captures']}/{len(caps)}", f"{r['launches']:,}",
                   _fmt_ns(r["time_ns"]["min"]), _fmt_ns(r["time_ns"]["median"]), _fmt_ns(r["time_ns"]["max"]),
@@ -113,4 +119,4 @@ def render_summary_set(result: dict, console: Console, tables=None, each: bool =
     if each:
         for c in caps:
             console.print()
-            render_summary(c["summary"], console, tables=tables, source=c["source"])
+            render_summary(c["summary"], console, tables=tables, source=c["source"], every_kernel=every_kernel)

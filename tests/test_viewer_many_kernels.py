@@ -1,6 +1,7 @@
-"""`diff` of captures with many kernels (a large compiled model launches thousands): each
-kernel's numbers are its own launches' and CTAs' (against a plain loop), and the text draws
-the kernels that changed, the largest change first, counting the rest."""
+"""`diff` and `summary` of captures with many kernels (a large compiled model launches
+thousands): each kernel's numbers are its own launches' and CTAs' (against a plain loop); the
+diff's text draws the kernels that changed, the largest change first, the summary's the scope
+tables of the kernels of its first rows, each counting the rest."""
 from __future__ import annotations
 
 import math
@@ -14,9 +15,10 @@ from proton_lite.viewer import diff as D
 N_KERNELS = 60
 
 
-def _profile(seed: int, slower: dict[int, float], kernels: range) -> Profile:
+def _profile(seed: int, slower: dict[int, float], kernels: range, scoped: bool = False) -> Profile:
     """Launches of ``kernels`` interleaved (kernel k: 1 + k % 4 launches of 3 + k % 5 CTAs),
-    kernel k's durations times ``slower.get(k, 1)``; every launch's CTAs its rows."""
+    kernel k's durations times ``slower.get(k, 1)``; every launch's CTAs its rows (``scoped``:
+    and each CTA an interval of scope "body" over its first half)."""
     rng = np.random.default_rng(seed)
     order = [k for r in range(4) for k in kernels if r < 1 + k % 4]
     launches = np.zeros(len(order), LAUNCH_DTYPE)
@@ -33,10 +35,16 @@ def _profile(seed: int, slower: dict[int, float], kernels: range) -> Profile:
         launches[i]["start_ns"], launches[i]["end_ns"] = rows["start_ns"].min(), rows["end_ns"].max()
         ctas.append(rows)
         t = int(rows["end_ns"].max()) + 500
-    names = [KernelInfo(name=f"triton_k{k:03d}", scopes=[], num_warps=4, granularity="cta", unit_warps=4, capacity=0,
-                        meta={}) for k in range(N_KERNELS + 2)]
-    return Profile(kernels=names, launches=launches, ctas=np.concatenate(ctas), intervals=np.zeros(0, INTERVAL_DTYPE),
-                   session={"name": f"run{seed}"})
+    names = [KernelInfo(name=f"triton_k{k:03d}", scopes=["body"] if scoped else [], num_warps=4, granularity="cta",
+                        unit_warps=4, capacity=4 if scoped else 0, meta={}) for k in range(N_KERNELS + 2)]
+    ctas = np.concatenate(ctas)
+    intervals = np.zeros(len(ctas) if scoped else 0, INTERVAL_DTYPE)
+    if scoped:
+        intervals["launch"], intervals["cta"] = ctas["launch"], ctas["cta"]
+        intervals["start_ns"] = ctas["start_ns"]
+        intervals["end_ns"] = ctas["start_ns"] + (ctas["end_ns"] - ctas["start_ns"]) // 2
+        intervals["cycles"] = 2 * (intervals["end_ns"] - intervals["start_ns"])
+    return Profile(kernels=names, launches=launches, ctas=ctas, intervals=intervals, session={"name": f"run{seed}"})
 
 
 SLOWER = {7: 3.0, 21: 1.5, 33: 2.0, 50: 1.3, 58: 5.0}
@@ -110,3 +118,47 @@ def test_up_to_twenty_kernels_every_one_is_drawn():
     d = D.diff_profiles(a, b, kernel="triton_k00")  # ten kernels, one of them slower
     titles, text = _drawn(d)
     assert titles == [f"triton_k{k:03d}" for k in range(10)] and "not shown" not in text
+
+
+def _summary_text(summary: dict, every: bool = False) -> str:
+    from proton_lite.viewer.summary import render_summary
+    console = Console(record=True, width=80)
+    render_summary(summary, console, every_kernel=every)
+    return console.export_text()
+
+
+def test_past_twenty_kernels_the_summary_draws_the_scope_tables_of_its_first_rows():
+    """The scope rows sorted by total over every kernel: the tables of the kernels of the first
+    rows, KERNEL_TABLES of them, in that order, and a line counting the others; --all every one."""
+    from proton_lite.viewer import summary_render
+    from proton_lite.viewer.summary import summarize
+    s = summarize(_profile(2, SLOWER, range(N_KERNELS), scoped=True))
+    order = list(dict.fromkeys(r["kernel"] for r in s["scopes"]))  # kernels in the rows' order
+    assert len(order) == N_KERNELS and order[0] == "triton_k058"  # (5x slower: the largest total)
+    text = _summary_text(s)
+    drawn = [line.strip() for line in text.splitlines() if line.strip().startswith("triton_k")]
+    assert drawn == order[:summary_render.KERNEL_TABLES]
+    assert f"{N_KERNELS - summary_render.KERNEL_TABLES} more kernels' scope tables not shown" in text
+    text = _summary_text(s, every=True)
+    assert [line.strip() for line in text.splitlines() if line.strip().startswith("triton_k")] == order
+    assert "not shown (those drawn" not in text
+    few = summarize(_profile(2, SLOWER, range(N_KERNELS), scoped=True), kernel="triton_k00")
+    assert "scope tables not shown" not in _summary_text(few)
+
+
+def test_past_twenty_kernels_the_comparison_of_captures_shows_the_most_device_time():
+    """Several captures (e.g. one per rank): the kernels of the most device time, KERNEL_TABLES
+    of them, and a caption counting the others; --all every one."""
+    from proton_lite.viewer.summary_render import KERNEL_TABLES
+    from proton_lite.viewer.summary_set import render_summary_set, summarize_set
+    a, b = _pair()
+    result = summarize_set([a, b], ["rank0.plraw", "rank1.plraw"])
+    want = [r["kernel"] for r in result["across"]]
+    assert len(want) == N_KERNELS + 1
+    for every, n in ((False, KERNEL_TABLES), (True, len(want))):
+        console = Console(record=True, width=100)
+        render_summary_set(result, console, every_kernel=every)
+        text = console.export_text()
+        rows = [line.split()[0] for line in text.splitlines() if line.lstrip().startswith("triton_k")]
+        assert rows == want[:n]
+        assert (f"{len(want) - KERNEL_TABLES} more kernels not shown" in text) == (not every)
