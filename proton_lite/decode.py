@@ -76,37 +76,46 @@ BATCH_BYTES = 8 << 20
 # 0.58 s at twice the memory; tests/benchmarks/decode_batches.py).
 COMPACT_IN_FLIGHT = 16 << 20
 COMPACT_THREADS = 8
+# Launches with records, shared among the threads the same way: batches of many small launches
+# (a kernel's launches, or since the thirty-seventh session several kernels' of one layout) hold
+# ~3x their bytes while they decode, 16 of 8 MiB ~0.4 GB (a launch of half a batch or more is
+# decoded alone, its records in slices past decode_slices.SLICE_RECORDS).
+RECORDS_IN_FLIGHT = 32 << 20
 # Since the thirty-sixth session such batches decode in one C call without the GIL
 # (decode_batch.decode_lifetime_launches), on every thread; the numpy path, where the
 # extension is not built or this is False, keeps the limit above.
 LIFETIMES_IN_C = True
 
 
-def _batches(launches: list, launch_layouts: list, threads: int = 1):
-    """Launch indices grouped by kernel and layout, in launch order, each group small enough to
-    copy (lifetime blocks: their share of COMPACT_IN_FLIGHT among ``threads``, at most
-    COMPACT_THREADS); a launch with a pool alone.  Lifetime blocks are grouped by layout alone,
-    across kernels: nothing of a kernel but its layout decodes them, and a large compiled model
-    launches thousands of kernels a few times each (4,096 kernels' 65,536 launches of 64 CTAs
-    made 4,096 batches of 32 KB, each a call's set-up: the decode 1.1-1.5 s against 0.7-0.9 s
-    for as many launches of 48 kernels, CPU host)."""
+def _batches(launches: list, launch_layouts: list, threads: int = 1, scope_counts: list | None = None):
+    """Launch indices grouped by layout, in launch order, each group small enough to copy
+    (lifetime blocks: their share of COMPACT_IN_FLIGHT among ``threads``, at most
+    COMPACT_THREADS); a launch with a pool alone.  Launches are grouped across kernels: nothing
+    of a kernel but its layout and its number of scopes (``scope_counts``, a launch's kernel's;
+    without it, launches with records are grouped by kernel) decodes them, and a large compiled
+    model launches thousands of kernels a few times each (4,096 kernels' 65,536 launches of 64
+    CTAs made 4,096 batches of 32 KB, each a call's set-up: the decode 1.1-1.5 s against
+    0.7-0.9 s for as many launches of 48 kernels, CPU host)."""
     by_kernel: dict = {}
-    same: dict = {}  # a lifetime layout -> its number (equal layouts of several kernels: one number)
-    seen: dict = {}  # id of a layout object -> its key: each hashed once, not once a launch (65 K launches: 0.1 s)
+    same: dict = {}  # (layout, scopes) -> its number (equal ones of several kernels: one number)
+    seen: dict = {}  # (id of a layout object, scopes) -> its key: a layout hashed once, not once a launch (65 K: 0.1 s)
     for i, launch in enumerate(launches):
         lay = launch_layouts[i]
-        if lay.compact and not lay.capacity and not lay.pool:
-            key = seen.get(id(lay))
+        if lay.pool:
+            key = (launch.kernel_id, lay.capacity, i)
+        elif lay.compact and not lay.capacity or scope_counts is not None:
+            scopes = scope_counts[i] if scope_counts is not None else 0
+            key = seen.get((id(lay), scopes))
             if key is None:
-                key = seen[id(lay)] = ("lifetimes", same.setdefault(lay, len(same)))
+                key = seen[id(lay), scopes] = ("layout", same.setdefault((lay, scopes), len(same)))
         else:
-            key = (launch.kernel_id, lay.capacity, i if lay.pool else -1)
+            key = (launch.kernel_id, lay.capacity, -1)
         by_kernel.setdefault(key, []).append(i)
     out = []
     for idx in by_kernel.values():
         cur, size = [], 0
         limit = min(BATCH_BYTES, max(1 << 20, COMPACT_IN_FLIGHT // max(min(threads, COMPACT_THREADS), 1))) \
-            if launch_layouts[idx[0]].compact else BATCH_BYTES
+            if launch_layouts[idx[0]].compact else min(BATCH_BYTES, max(1 << 20, RECORDS_IN_FLIGHT // max(threads, 1)))
         for i in idx:
             b = len(launches[i].buffer)
             if cur and (size + b > limit or 2 * b >= limit):
@@ -159,7 +168,7 @@ def decode(capture: RawCapture, progress=None) -> Profile:
     max_khz = capture.session.get("sm_clock_max_khz")
     max_rate = max_khz / 1e6 if isinstance(max_khz, (int, float)) and max_khz > 0 else np.inf  # cycles per ns
     threads = DECODE_WORKERS or stop_threads()
-    batches = _batches(launches_in, launch_layouts, threads)
+    batches = _batches(launches_in, launch_layouts, threads, [len(kinfo[la.kernel_id].scopes) for la in launches_in])
 
     # the intervals' one array, each launch's room in it from its units' counts: every batch
     # writes its rows there as it is decoded, so no batch's pairs wait for the others

@@ -508,8 +508,8 @@ def test_a_loop_kernel_s_start_is_placed_only_where_its_cta_lived_less_than_the_
 def test_lifetime_blocks_in_flight_are_shared_between_the_threads():
     """Batches of lifetime blocks (compact layouts) hold about COMPACT_IN_FLIGHT bytes across
     the threads that decode them at once (at most COMPACT_THREADS; each batch expands ~5x
-    while it decodes): more threads, smaller batches, never under 1 MiB; layouts with records
-    keep BATCH_BYTES whatever the threads."""
+    while it decodes), layouts with records RECORDS_IN_FLIGHT across every thread: more
+    threads, smaller batches, never under 1 MiB nor over BATCH_BYTES."""
     from dataclasses import replace
     from types import SimpleNamespace
     import proton_lite.decode as D
@@ -525,35 +525,41 @@ def test_lifetime_blocks_in_flight_are_shared_between_the_threads():
             sizes[layout.compact, threads] = max(len(b) for b in batches) * (256 << 10)
     assert sizes[True, 1] == sizes[True, 2] == D.BATCH_BYTES
     assert sizes[True, 16] == sizes[True, 64] == max(1 << 20, D.COMPACT_IN_FLIGHT // D.COMPACT_THREADS) < D.BATCH_BYTES
-    assert {sizes[False, t] for t in (1, 2, 16, 64)} == {D.BATCH_BYTES}
+    assert sizes[False, 1] == sizes[False, 2] == D.BATCH_BYTES
+    assert sizes[False, 16] == D.RECORDS_IN_FLIGHT // 16 < D.BATCH_BYTES and sizes[False, 64] == 1 << 20
 
 
 @pytest.mark.parametrize("in_c", [True, False])
-def test_lifetime_launches_of_many_kernels_share_batches(tmp_path, monkeypatch, in_c):
-    """Lifetime blocks are batched by layout across kernels (a compiled model launches thousands
-    of kernels a few times each), records by kernel: launches of six kernels interleaved, two
-    layouts (4 and 8 warps) and a kernel with records, make one batch per layout and the records'
-    kernel its own; the profile is the one decoded a launch a batch, in C and in numpy."""
+def test_launches_of_many_kernels_share_batches(tmp_path, monkeypatch, in_c):
+    """Launches are batched by layout and number of scopes across kernels (a compiled model
+    launches thousands of kernels a few times each): nine kernels interleaved, lifetime blocks
+    of 4 and 8 warps, records of one scope (two kernels, one of them writing a record of a scope
+    it does not have) and of two, CTA headers without records (a loop kernel's) make one batch per
+    (layout, scopes); without the scope counts, launches with records are batched by kernel. The
+    profile is the one decoded a launch a batch, in C and in numpy."""
     from dataclasses import replace
     import proton_lite.decode as D
     from synth import kernel_meta, launch_buffer
     from proton_lite.layout import BufferLayout, encode_tag
     from proton_lite.raw_format import RawWriter
     four, eight = (replace(BufferLayout("cta", w, 0, "global"), compact=True) for w in (4, 8))
-    records = BufferLayout("warp", 4, 4, "global")
-    layouts = [four, eight, four, eight, four, records]
+    records, headers = BufferLayout("warp", 4, 4, "global"), BufferLayout("cta", 8, 0, "global")
+    layouts = [four, eight, four, eight, four, records, records, records, headers]
+    scopes = [[]] * 5 + [["s"], ["s"], ["s", "t"], []]
     g0, c0 = 1_764_000_000_000_000_000, 5_000_000_000
     path = str(tmp_path / "k.plraw")
     w = RawWriter(path, {"name": "synth"})
     for k, lay in enumerate(layouts):
-        w.kernel(kernel_meta(k, f"k{k}", ["s"] if lay is records else [], lay))
-    for n in range(24):
-        k, lay = n % 6, layouts[n % 6]
+        w.kernel(kernel_meta(k, f"k{k}", scopes[k], lay))
+    for n in range(36):
+        k, lay = n % 9, layouts[n % 9]
 
         def unit(i, u):
             clk = c0 + n * 10**6 + 1_780 * i
             recs = [(encode_tag(0, False), clk + 100 + u), (encode_tag(0, True), clk + 900 + 7 * u)] if lay is records \
                 else []
+            if k in (6, 7):  # scope 1: kernel 7's second scope; none of kernel 6's (not paired)
+                recs += [(encode_tag(1, False), clk + 1_000), (encode_tag(1, True), clk + 1_200)]
             return (len(recs), g0 + n * 10**5 + 900 * i + 2_000 + 3 * u + k, clk + 3_960 + 5 * u, recs)
         ctas = [{"smid": (i + n) % 4, "start_gt": g0 + n * 10**5 + 900 * i, "start_clk": c0 + n * 10**6 + 1_780 * i,
                  "units": [unit(i, u) for u in range(lay.units)]} for i in range(8 + n % 5)]
@@ -561,16 +567,23 @@ def test_lifetime_launches_of_many_kernels_share_batches(tmp_path, monkeypatch, 
     w.close()
     capture = read_raw(path)
     monkeypatch.setattr(D, "LIFETIMES_IN_C", in_c)
-    batches = D._batches(list(capture.launches), [layouts[la.kernel_id] for la in capture.launches])
-    kernels_of = [sorted({capture.launches[i].kernel_id for i in b}) for b in batches]
-    assert sorted(kernels_of) == [[0, 2, 4], [1, 3], [5]]
+    lays, counts = [layouts[la.kernel_id] for la in capture.launches], [len(scopes[la.kernel_id]) for la in capture.launches]
+
+    def kernels_of(batches):
+        return sorted(sorted({capture.launches[i].kernel_id for i in b}) for b in batches)
+    assert kernels_of(D._batches(list(capture.launches), lays, 1, counts)) == [[0, 2, 4], [1, 3], [5, 6], [7], [8]]
+    assert kernels_of(D._batches(list(capture.launches), lays)) == [[0, 2, 4], [1, 3], [5], [6], [7], [8]]
     together = decode(capture)
     monkeypatch.setattr(D, "BATCH_BYTES", 1)  # a launch a batch
-    assert all(len(b) == 1 for b in D._batches(list(capture.launches), [layouts[la.kernel_id] for la in capture.launches]))
+    assert all(len(b) == 1 for b in D._batches(list(capture.launches), lays, 1, counts))
     alone = decode(capture)
-    assert len(together.ctas) == sum(8 + n % 5 for n in range(24))
+    assert len(together.ctas) == sum(8 + n % 5 for n in range(36))
     assert together.ctas.tobytes() == alone.ctas.tobytes() and together.launches.tobytes() == alone.launches.tobytes()
-    assert together.intervals.tobytes() == alone.intervals.tobytes() and len(together.intervals) > 0
+    assert together.intervals.tobytes() == alone.intervals.tobytes()
+    kernel_of = together.launches["kernel"][together.intervals["launch"]]
+    assert set(together.intervals["scope"][kernel_of == 7].tolist()) == {0, 1}
+    assert set(together.intervals["scope"][kernel_of == 6].tolist()) == {0}
+    assert int(together.launches["unmatched"][together.launches["kernel"] == 6].sum()) > 0
 
 
 def test_at_most_compact_threads_batches_of_lifetime_blocks_decode_at_once(tmp_path, monkeypatch):
