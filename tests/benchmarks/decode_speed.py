@@ -30,6 +30,8 @@ before thread 0's start anchor):
 - ``steps``: a compiled training loop's launches, 65,536 of 64 CTAs in 48 kernels (4.19 M
   lifetimes), written in BATCH chunks as a session's drain writes them: per-launch costs.
 - ``kernels``: as ``steps``, over 4,096 kernels (16 launches each, interleaved): per-kernel costs.
+- ``kernel_scopes``: 16,384 launches of a 64-CTA ``vadd`` over 2,048 kernels (16.8 M records):
+  per-kernel costs with records.
 - ``onelaunch``: one launch of 1 M ``vadd`` CTAs: 16.8 M records, 268 MB in one launch (its
   records paired in slices, ``decode_slices``).
 - ``persistent``: one launch of a persistent kernel whose loop is bounded at run time (264
@@ -72,7 +74,7 @@ WARPS = 4
 RATE = 1.755  # cycles per ns
 TICK = 32  # ns per %globaltimer update
 SHAPES = ("mixed", "vadd", "matmul", "nested", "launches", "sparse", "small", "lifetimes", "steps", "kernels",
-          "onelaunch", "persistent")
+          "kernel_scopes", "onelaunch", "persistent")
 LIFETIME = np.dtype([("tag_smid", "<u4"), ("gt_length", "<u4"), ("end_gt", "<u8"), ("end_clk", "<u8"),
                      ("clock_length", "<u4"), ("version", "<u4")])  # docs/format.md §1.2a
 
@@ -314,6 +316,11 @@ def _add_shape(c: Capture, shape: str) -> None:
         c.batch_bytes = 16 << 20
         for i in range(65536):
             c.launch(f"triton_red_fused_{i % 4096}", [], compact, 64, None)
+    elif shape == "kernel_scopes":  # many kernels with scopes: 16,384 launches of a 64-CTA vadd, 2,048 kernels
+        c.batch_bytes = 16 << 20
+        for i in range(16384):
+            c.launch(f"fused_attn_{i % 2048}", ["load", "store"], BufferLayout("warp", WARPS, 4, "shared"), 64,
+                     _tags([(0, False), (0, True), (1, False), (1, True)]))
     elif shape == "onelaunch":  # one large launch: 1 M CTAs of vector add, 16.8 M records (decode_slices)
         vadd(1 << 20)
     elif shape == "persistent":  # one launch of a persistent kernel with a run-time loop: 16.9 M records in chunks
