@@ -132,6 +132,11 @@ def test_metadata_parts_are_the_json_text(pieces, deferred, monkeypatch):
         np.testing.assert_array_equal(col, cols[name])
 
 
+def test_packed_columns_without_streams_are_an_empty_list():
+    packed = {"rows": 0, "columns": [["a", "<i8"]], "data": []}
+    assert b"".join(meta._packed_parts(packed)).decode() == _dumps(packed)
+
+
 def test_metadata_without_packed_columns_or_long_columns_is_one_dumps():
     value = {"format": "x", "launches": {"launch": np.arange(3, dtype=np.uint32)}, "t0_ns": 5}
     assert b"".join(meta.meta_json_parts(value)).decode() == _dumps(value)

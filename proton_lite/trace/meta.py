@@ -92,7 +92,7 @@ def _packed_parts(packed: dict) -> list[bytes]:
     """``_packing``'s value as JSON bytes: its streams (base64: nothing to escape) quoted as they are."""
     data = packed["data"]
     streams = [d.encode() if isinstance(d, str) else d for d in ([data] if isinstance(data, (str, bytes)) else data)]
-    quoted = [b'"'] + [part for d in streams for part in (d, b'","')][:-1] + [b'"']
+    quoted = [b'"'] + [part for d in streams for part in (d, b'","')][:-1] + [b'"'] if streams else []
     spots = _Spots()
     rest = dict(packed, data=spots.spot(quoted if isinstance(data, (str, bytes)) else [b"["] + quoted + [b"]"]))
     return spots.json_parts(rest)
