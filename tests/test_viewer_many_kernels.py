@@ -162,3 +162,45 @@ def test_past_twenty_kernels_the_comparison_of_captures_shows_the_most_device_ti
         rows = [line.split()[0] for line in text.splitlines() if line.lstrip().startswith("triton_k")]
         assert rows == want[:n]
         assert (f"{len(want) - KERNEL_TABLES} more kernels not shown" in text) == (not every)
+
+
+def _many_kernel_capture(path, slower: float = 1.0, n_kernels: int = 25):
+    """A capture of ``n_kernels`` scope-less kernels (lifetime blocks, 3 launches each, built to
+    the documented layout by ``synth``), kernel 0's CTAs ``slower`` times longer."""
+    from dataclasses import replace
+    from synth import kernel_meta, launch_buffer
+    from proton_lite.layout import BufferLayout
+    from proton_lite.raw_format import RawWriter
+    compact = replace(BufferLayout("cta", 4, 0, "global"), compact=True)
+    g0, c0 = 1_764_000_000_000_000_000, 5_000_000_000
+    w = RawWriter(str(path), {"name": path.stem})
+    for k in range(n_kernels):
+        w.kernel(kernel_meta(k, f"triton_k{k:03d}", [], compact))
+    for n in range(3 * n_kernels):
+        k = n % n_kernels
+        span = int(2_000 * (slower if k == 0 else 1))
+        ctas = [{"smid": i % 8, "start_gt": g0 + n * 10**5 + 50 * i, "start_clk": c0 + n * 10**6 + 99 * i,
+                 "units": [(0, g0 + n * 10**5 + 50 * i + span + 3 * i, c0 + n * 10**6 + 99 * i + 2 * span, [])]}
+                for i in range(16)]
+        w.launch(k, 0, n, (16, 1, 1), 16, 0, 0, launch_buffer(compact, ctas))
+    w.end({"launches": 3 * n_kernels})
+    w.close()
+    return str(path)
+
+
+def test_the_cli_draws_every_kernel_with_all(tmp_path, capsys):
+    """`summary` of several captures and `diff` of 25 kernels: the kernels past 20 counted, and
+    drawn with --all (through the command line's flags)."""
+    from proton_lite.viewer import cli
+    a = _many_kernel_capture(tmp_path / "a.plraw")
+    b = _many_kernel_capture(tmp_path / "b.plraw", slower=3.0)
+
+    def run(*args):
+        assert cli.main([str(x) for x in args]) == 0
+        return capsys.readouterr().out
+    text = run("diff", a, b)
+    assert "triton_k000" in text and "24 kernel(s) with no clear change not shown" in text
+    assert "triton_k024" in run("diff", a, b, "--all") and "not shown" not in run("diff", a, b, "--all")
+    text = run("summary", a, b)
+    assert "5 more kernels not shown" in text
+    assert "more kernels not shown" not in run("summary", a, b, "--all")
