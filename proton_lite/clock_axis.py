@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from proton_lite.arrays import distinct
+
 
 @dataclass(frozen=True)
 class DeviceClock:
@@ -88,7 +90,7 @@ def align_devices(profile):
     clocks = device_clocks(session.get("clock_anchors"))
     ref = reference_device(profile)
     la = profile.launches
-    devices = sorted({int(d) for d in np.unique(la["device"])}) if len(la) else []
+    devices = distinct(la["device"]).tolist() if len(la) else []
     if len(devices) < 2 or ref not in clocks:
         return profile
     timed = (la["start_ns"] != 0) | (la["end_ns"] != 0)  # a launch with no CTA has no time

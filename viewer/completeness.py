@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite.arrays import distinct
 from proton_lite.profile_data import Profile
 
 _PER_LAUNCH = (("dropped", "records dropped (buffer full)"), ("unmatched", "records without a partner"),
@@ -32,7 +33,7 @@ def kernel_losses(profile: Profile, launches: np.ndarray | None = None) -> dict[
     # per kernel at once (a large compiled model's capture: 4,096 kernels' 65,536 launches took
     # 1.2 s as a selection of the launches a kernel)
     kernel = launches["kernel"].astype(np.int64)
-    present = np.unique(kernel)
+    present = distinct(kernel)
     n_k = int(present[-1]) + 1 if len(present) else 0
     n_launches = np.bincount(kernel, minlength=n_k)
     lost = []

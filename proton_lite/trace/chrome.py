@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from proton_lite.arrays import distinct
 from proton_lite.profile_data import Profile
 from proton_lite.stop_threads import stop_threads
 from proton_lite.trace import event_order_c
@@ -361,5 +362,5 @@ def _sms_of_launches(cta_lr: np.ndarray, ctas, n_launches: int) -> np.ndarray:
     sms = np.zeros(n_launches, np.int64)
     if len(cta_lr):
         width = int(ctas["smid"].max()) + 1
-        np.add.at(sms, np.unique(cta_lr.astype(np.int64) * width + ctas["smid"]) // width, 1)
+        np.add.at(sms, distinct(cta_lr.astype(np.int64) * width + ctas["smid"]) // width, 1)
     return sms

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite.arrays import distinct
 from proton_lite.native_build import BUFFERS_C, CExtension
 
 _SOURCE = r"""
@@ -116,7 +117,7 @@ def track_index(track: np.ndarray, keys: np.ndarray) -> np.ndarray | None:
 def dense_tracks(track: np.ndarray, uuids: np.ndarray):
     """(the descriptors' distinct uuids sorted, each event's track as its rank among them), or
     None where an event's track has no descriptor (the numpy path reports it)."""
-    keys = np.unique(uuids)
+    keys = distinct(uuids)
     dense = track_index(track, keys)
     return None if dense is None else (keys, dense)
 
