@@ -18,3 +18,4 @@ def test_distinct_is_np_unique(dtype, n):
     want = np.unique(values)
     assert got.dtype == want.dtype and np.array_equal(got, want)
     assert np.array_equal(distinct(values.reshape(-1, 1)), want)  # (any shape: its values)
+

@@ -383,3 +383,25 @@ def test_the_buffer_copies_of_a_kernel_staged_in_blocks_are_named_with_their_tim
     assert note["count"] == 2 and note["kernel"] == "rows" and note["ns"] == 2 * 1000  # 1,500 cycles at 1.5/ns
     assert COPY_SCOPE in note["message"]
     assert {r["scope"] for r in s["scopes"]} >= {"row", COPY_SCOPE}
+
+
+def test_the_clock_rate_check_takes_each_sms_median_of_its_measured_ctas():
+    """``summary``'s clock check (``summary_checks.clock_warning``): CTAs whose measured rate is
+    off their SM's median, against the median of each SM's measured CTAs taken one by one."""
+    from proton_lite.profile_data import CTA_DTYPE
+    from viewer.summary_checks import CLOCK_RATE_SM_TOLERANCE, clock_warning
+    rng = np.random.default_rng(3)
+    n = 20_000
+    ctas = np.zeros(n, CTA_DTYPE)
+    ctas["smid"] = rng.integers(0, 9, n)
+    rate = 1.98 + rng.normal(0, 0.002, n) + 0.05 * (ctas["smid"] == 4)  # SM 4 runs faster: not off its median
+    rate[rng.random(n) < 0.01] *= 0.8  # off their SM's median
+    rate[rng.random(n) < 0.3] = np.nan  # too short to measure
+    ctas["measured_cycles_per_ns"] = rate
+    medians = {s: np.median(rate[(ctas["smid"] == s) & ~np.isnan(rate)]) for s in range(9)}
+    off = [i for i in range(n) if not np.isnan(rate[i])
+           and abs(rate[i] - medians[int(ctas["smid"][i])]) / medians[int(ctas["smid"][i])] > CLOCK_RATE_SM_TOLERANCE]
+    w = clock_warning(ctas)
+    assert w["checked"] == int((~np.isnan(rate)).sum()) and w["off_sm_median"] == len(off) > 100
+    for e in w["examples"]:
+        assert e["sm_median"] == medians[e["sm"]]

@@ -37,9 +37,11 @@ def clock_warning(ctas) -> dict | None:
         return None
     smid = ctas["smid"].astype(np.int64)
     median = np.full(len(rate), np.nan)
-    for s in np.unique(smid[ok]):
-        on = ok & (smid == s)
-        median[on] = np.median(rate[on])
+    # each SM's CTAs by one stable sort (a pass over every CTA per SM: 4 M CTAs, 1.9 s)
+    measured = np.flatnonzero(ok)
+    by_sm = measured[np.argsort(smid[measured], kind="stable")]
+    for mine in np.split(by_sm, np.flatnonzero(np.diff(smid[by_sm])) + 1):
+        median[mine] = np.median(rate[mine])
     lo, hi = CLOCK_RATE_RANGE
     with np.errstate(invalid="ignore", divide="ignore"):
         deviation = np.abs(rate - median) / median
