@@ -338,3 +338,25 @@ def test_a_profile_without_ctas_in_the_sm_layout(tmp_path, fmt, ext):
     assert write_trace(p, path, fmt, layout="sm")["layout"] == "sm"
     assert tp.query(str(path), [tp.BAD_STATS]) == [[]]
     assert_same_profile(p, load_trace(path))
+
+
+def test_launches_are_sorted_and_duplicate_ids_refused():
+    """``tree._sorted_launches``: the launch rows in launch order (the other fields in any order),
+    a duplicate launch id or a kernel index past the table refused."""
+    import numpy as np
+    import pytest
+    from proton_lite.profile_data import CTA_DTYPE, INTERVAL_DTYPE, LAUNCH_DTYPE, KernelInfo, Profile
+    from proton_lite.trace.tree import _sorted_launches
+    kernels = [KernelInfo(name="k", scopes=[], num_warps=4, granularity="cta", unit_warps=4, capacity=0, meta={})]
+    launches = np.zeros(5, LAUNCH_DTYPE)
+    launches["launch"], launches["num_ctas"] = [3, 0, 4, 1, 2], [9, 8, 7, 6, 5]
+    profile = Profile(kernels=kernels, launches=launches, ctas=np.zeros(0, CTA_DTYPE),
+                      intervals=np.zeros(0, INTERVAL_DTYPE))
+    got = _sorted_launches(profile)
+    assert got["launch"].tolist() == [0, 1, 2, 3, 4] and got["num_ctas"].tolist() == [8, 6, 5, 9, 7]
+    launches["launch"][2] = 0
+    with pytest.raises(ValueError, match="duplicate launch indices"):
+        _sorted_launches(profile)
+    launches["launch"][2], launches["kernel"][4] = 4, 1
+    with pytest.raises(ValueError, match="outside profile.kernels"):
+        _sorted_launches(profile)

@@ -55,7 +55,7 @@ def _time_shift(profile: Profile) -> int:
 
 def _sorted_launches(profile: Profile) -> np.ndarray:
     """Launch rows in launch order; checks that kernel indices are valid."""
-    launches = np.sort(profile.launches, order="launch") if len(profile.launches) else profile.launches
+    launches = profile.launches[np.argsort(profile.launches["launch"], kind="stable")]  # (order=: every field compared)
     if len(launches) and int(launches["kernel"].max()) >= len(profile.kernels):
         raise ValueError("a launch refers to a kernel index outside profile.kernels")
     if len(launches) > 1 and (launches["launch"][1:] == launches["launch"][:-1]).any():  # (sorted: neighbours)
