@@ -74,12 +74,35 @@ def test_interned_names_refuse_bad_layouts():
     _native_or_skip()
     mod = native_events.module()
     iids = np.arange(3, dtype=np.int64)
+    starts = np.array([0, 2, 4], np.int64)
     with pytest.raises(ValueError, match="out of order"):
-        mod.interned_names(b"\x12", iids, b"abcdef", np.array([2, 1, 6], np.int64))
+        mod.interned_names(b"\x12", iids, b"abcdef", starts, np.array([2, 1, 6], np.int64))
     with pytest.raises(ValueError, match="past the names"):
-        mod.interned_names(b"\x12", iids, b"abcdef", np.array([2, 4, 7], np.int64))
+        mod.interned_names(b"\x12", iids, b"abcdef", starts, np.array([2, 4, 7], np.int64))
     with pytest.raises(ValueError, match="negative"):
-        mod.interned_names(b"\x12", np.array([0, -1, 2], np.int64), b"abcdef", np.array([2, 4, 6], np.int64))
+        mod.interned_names(b"\x12", np.array([0, -1, 2], np.int64), b"abcdef", starts, np.array([2, 4, 6], np.int64))
+
+
+def test_a_name_table_interns_the_names_a_sequence_uses(monkeypatch):
+    """``text_c.NameTable``: the names laid out once, any ascending subset of iids interned in
+    one call, as ``perfetto_pieces.sequence_start`` lays out the same names from a dict; without
+    the extension, None (the writer then goes the dict's way)."""
+    _native_or_skip()
+    from proton_lite.trace.perfetto_pieces import sequence_start
+    from proton_lite.trace.perfetto_fields import ID_EVENT_NAMES
+    names = [n for _, n in _items(3000)]
+    table = text_c.NameTable(names)
+    assert len(table) == 3000 and table[5] == names[5]
+    rng = np.random.default_rng(1)
+    for used in (np.array([], np.int64), np.array([1]), np.sort(rng.choice(np.arange(1, 3001), 700, replace=False)),
+                 np.arange(1, 3001)):
+        want = interned_strings(ID_EVENT_NAMES, [(int(i), names[i - 1]) for i in used.tolist()])
+        got = table.messages(tag(ID_EVENT_NAMES, WIRE_LEN), used)
+        assert got == want
+        assert sequence_start(7, got, {1: "note"}) == sequence_start(7, {int(i): names[i - 1] for i in used.tolist()},
+                                                                    {1: "note"})
+    monkeypatch.setattr(text_c, "_module", lambda: None)
+    assert table.messages(tag(ID_EVENT_NAMES, WIRE_LEN), np.array([1, 2])) is None
 
 
 def _packed(monkeypatch, n: int, pieces: bool) -> tuple[dict, dict]:

@@ -36,6 +36,7 @@ from proton_lite.trace.meta import _metadata, cta_extras_queued, layout_meta, me
 from proton_lite.trace.tree import _scope_names, _scope_note, _sorted_launches, _time_shift, launch_titles
 from proton_lite.trace.workers import _Done, _ordered
 from proton_lite.trace import native_events
+from proton_lite.trace.text_c import NameTable
 from proton_lite.trace.perfetto_fields import (FIRST_PIECE_SEQ, META_FIELD, SEQ_CTAS, SEQ_LAUNCHES,
                                                packet_field_head)
 from proton_lite.trace.perfetto_pieces import (IntervalColumns, Pieces, encode_piece, finish, number_pieces,
@@ -105,6 +106,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
         meta = run(lambda: meta_json_parts(_metadata(profile, launches, shift, names=names, ctas=extras,
                                                      layout=layout_meta(plan))))
         note, notes = _scope_notes(profile, names, event_names)
+        name_table = NameTable(event_names)  # (laid out once: each piece interns the names it uses in one call)
         columns = IntervalColumns(start=iv["start_ns"], end=iv["end_ns"], depth=iv["depth"], cycles=iv["cycles"],
                                   shift=shift, note=note, notes=notes)
 
@@ -119,7 +121,7 @@ def write_perfetto(profile: Profile, path: str | Path, compress: bool = True, wo
                 iid = np.searchsorted(pair_keys, pairs)[pair_inv] + 1
                 track = ut_number[ut_first[k] + ut[3]] + 1
                 del ut, pairs, pair_inv
-                return encode_piece(FIRST_PIECE_SEQ + k, sel, columns, event_names, compress, where, track, iid)
+                return encode_piece(FIRST_PIECE_SEQ + k, sel, columns, name_table, compress, where, track, iid)
             return clock.busy("pieces", encode)
 
         def cta_task(task: tuple):

@@ -229,7 +229,10 @@ def encode_piece(seq_id: int, sel: np.ndarray, cols: IntervalColumns, event_name
     used = np.flatnonzero(np.bincount(iid, minlength=len(event_names) + 1))
     note = cols.note[iid] if cols.note is not None else np.zeros(len(iid), np.int64)
     notes_used = {int(k): cols.notes[k - 1] for k in np.unique(note[note > 0]).tolist()}
-    parts = [sequence_start(seq_id, {int(i): event_names[i - 1] for i in used.tolist()}, notes_used)]
+    named = event_names.messages(tag(ID_EVENT_NAMES, WIRE_LEN), used) if isinstance(event_names, text_c.NameTable) \
+        else None  # (a trace's names laid out once: one C call a piece)
+    parts = [sequence_start(seq_id, named if named is not None else {int(i): event_names[i - 1] for i in used.tolist()},
+                            notes_used)]
     arg_bytes = 0
     native = native_events.module() is not None
     for lo in range(0, len(ev), CHUNK):
@@ -303,10 +306,12 @@ def interned_strings(field: int, items) -> bytes:
     return bytes(out)
 
 
-def sequence_start(seq_id: int, event_names: dict[int, str], notes: dict[int, str] | None = None) -> bytes:
-    """First packets of a sequence: cleared state, interned names (iid -> name) and note
-    strings, defaults, the clock (64, incremental; its 0 is BOOTTIME 0)."""
-    interned = interned_strings(ID_EVENT_NAMES, sorted(event_names.items()))
+def sequence_start(seq_id: int, event_names: dict[int, str] | bytes, notes: dict[int, str] | None = None) -> bytes:
+    """First packets of a sequence: cleared state, interned names (iid -> name, or their
+    messages laid out already: ``text_c.NameTable``) and note strings, defaults, the clock (64,
+    incremental; its 0 is BOOTTIME 0)."""
+    interned = bytes(event_names) if isinstance(event_names, (bytes, bytearray)) else \
+        interned_strings(ID_EVENT_NAMES, sorted(event_names.items()))
     interned += b"".join(field_bytes(ID_ANNOTATION_NAMES, field_varint(1, k) + field_bytes(2, v))
                          for k, v in ANNOTATION_NAMES.items())
     interned += b"".join(field_bytes(ID_ANNOTATION_STRINGS, field_varint(1, i) + field_bytes(2, n))

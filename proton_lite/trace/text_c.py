@@ -57,20 +57,20 @@ static inline char *text_varint(char *p, uint64_t v) {
     return p;
 }
 
-/* interned_names(tag, iids, blob, ends) -> bytes: for each name i (blob[ends[i - 1]:ends[i]], from 0), the message
-   tag + len(inner) + inner, inner = {1: iids[i] (varint), 2: the name (bytes)}; iids and ends int64, iids >= 0 */
+/* interned_names(tag, iids, blob, starts, ends) -> bytes: for each name i (blob[starts[i]:ends[i]]), the message
+   tag + len(inner) + inner, inner = {1: iids[i] (varint), 2: the name (bytes)}; iids, starts and ends int64, iids >= 0 */
 static PyObject *interned_names(PyObject *self, PyObject *args) {
-    Py_buffer v[4];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*", &v[0], &v[1], &v[2], &v[3])) return NULL;
+    Py_buffer v[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*", &v[0], &v[1], &v[2], &v[3], &v[4])) return NULL;
     Py_ssize_t n = v[1].len / 8;
-    const int64_t *iid = v[1].buf, *ends = v[3].buf;
-    int bad = v[1].len % 8 || v[3].len != v[1].len;
-    Py_ssize_t total = 0, prev = 0;
+    const int64_t *iid = v[1].buf, *starts = v[3].buf, *ends = v[4].buf;
+    int bad = v[1].len % 8 || v[3].len != v[1].len || v[4].len != v[1].len;
+    Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n && !bad; i++) {
-        if (iid[i] < 0 || ends[i] < prev || ends[i] > v[2].len) { bad = 1; break; }
-        Py_ssize_t len = ends[i] - prev, inner = 2 + text_varint_len((uint64_t)iid[i]) + text_varint_len((uint64_t)len) + len;
+        if (iid[i] < 0 || starts[i] < 0 || ends[i] < starts[i] || ends[i] > v[2].len) { bad = 1; break; }
+        Py_ssize_t len = ends[i] - starts[i];
+        Py_ssize_t inner = 2 + text_varint_len((uint64_t)iid[i]) + text_varint_len((uint64_t)len) + len;
         total += v[0].len + text_varint_len((uint64_t)inner) + inner;
-        prev = ends[i];
     }
     PyObject *out = bad ? NULL : PyBytes_FromStringAndSize(NULL, total);
     if (out) {
@@ -78,24 +78,23 @@ static PyObject *interned_names(PyObject *self, PyObject *args) {
         const char *blob = v[2].buf, *tag = v[0].buf;
         Py_ssize_t tag_len = v[0].len;
         Py_BEGIN_ALLOW_THREADS
-        prev = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t len = ends[i] - prev, inner = 2 + text_varint_len((uint64_t)iid[i]) + text_varint_len((uint64_t)len) + len;
+            Py_ssize_t len = ends[i] - starts[i];
+            Py_ssize_t inner = 2 + text_varint_len((uint64_t)iid[i]) + text_varint_len((uint64_t)len) + len;
             memcpy(p, tag, tag_len);
             p = text_varint(p + tag_len, (uint64_t)inner);
             *p++ = 0x08;
             p = text_varint(p, (uint64_t)iid[i]);
             *p++ = 0x12;
             p = text_varint(p, (uint64_t)len);
-            memcpy(p, blob + prev, len);
+            memcpy(p, blob + starts[i], len);
             p += len;
-            prev = ends[i];
         }
         Py_END_ALLOW_THREADS
     } else if (bad) {
-        PyErr_SetString(PyExc_ValueError, "interned_names: negative iid, ends out of order or past the names");
+        PyErr_SetString(PyExc_ValueError, "interned_names: negative iid, or a name's bounds out of order or past the names");
     }
-    for (int i = 0; i < 4; i++) PyBuffer_Release(&v[i]);
+    for (int i = 0; i < 5; i++) PyBuffer_Release(&v[i]);
     return out;
 }
 """
@@ -134,5 +133,35 @@ def interned_names(tag: bytes, items) -> bytes | None:
         return None
     iids, names = zip(*items)
     blobs = [n.encode() if isinstance(n, str) else n for n in names]
-    ends = np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)))
-    return mod.interned_names(tag, np.asarray(iids, np.int64), b"".join(blobs), ends)
+    lens = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    ends = np.cumsum(lens)
+    return mod.interned_names(tag, np.asarray(iids, np.int64), b"".join(blobs), ends - lens, ends)
+
+
+class NameTable:
+    """A trace's names (iid ``i + 1`` for ``names[i]``), laid out once so that each sequence's
+    interned-name messages are one C call on the iids it uses: a trace of 2,048 kernels with
+    scopes interned ~4 K names in each of its 128 pieces, 0.75 s of Python holding the GIL."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        blobs = [n.encode() for n in names]
+        lens = np.fromiter(map(len, blobs), np.int64, len(blobs))
+        self.ends = np.cumsum(lens)
+        self.starts = self.ends - lens
+        self.blob = b"".join(blobs)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> str:
+        return self.names[i]
+
+    def messages(self, tag: bytes, iids: np.ndarray) -> bytes | None:
+        """The interned-name messages of ``iids`` (ascending, >= 1) as ``interned_strings`` lays
+        them out, or None where the extension is not built."""
+        mod = _module()
+        if mod is None:
+            return None
+        at = np.asarray(iids, np.int64) - 1
+        return mod.interned_names(tag, at + 1, self.blob, self.starts[at], self.ends[at])
