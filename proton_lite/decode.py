@@ -192,7 +192,6 @@ def decode(capture: RawCapture, progress=None) -> Profile:
         return decode_batch(idx)
 
     def decode_batch(idx):
-        kid = launches_in[idx[0]].kernel_id
         at = np.asarray(idx, np.int64)
         if launch_layouts[idx[0]].compact and lifetimes_in_c:  # lifetime blocks: one call in C per batch
             r = decode_lifetime_launches([launches_in[i] for i in idx], launch_layouts[idx[0]], tick, max_rate, cta_out,
