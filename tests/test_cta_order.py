@@ -102,6 +102,10 @@ def test_the_order_in_c_is_the_numpy_order(monkeypatch, layout, devices, scopes)
     fast, slow = _plans(p, layout, monkeypatch)
     assert fast.ctas.order is not None  # (an order other than the rows' own: the gathered columns are compared)
     _same_plans(fast, slow)
+    # the plan keeps them (the Chrome JSON's launch slices show them); without C, counted there
+    from proton_lite.trace.chrome import _sms_of_launches
+    assert fast.launch_sms.tolist() == want and slow.launch_sms is None
+    assert _sms_of_launches(slow.cta_lr, slow.ctas, len(launches)).tolist() == want
 
 
 def test_rows_out_of_order_take_the_numpy_forms(monkeypatch):

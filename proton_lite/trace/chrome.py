@@ -289,7 +289,7 @@ def _write(profile: Profile, path, workers: int, pool, progress, layout: str) ->
 
     # each launch's span, on a thread of its top group's process: drawn in its row while collapsed
     spans = launch_spans(plan, len(launches))
-    sms = _sms_of_launches(cta_lr, ctas, len(launches))
+    sms = plan.launch_sms if plan.launch_sms is not None else _sms_of_launches(cta_lr, ctas, len(launches))
     span_tid = n_pid + 1 + n_rows + n_ut + (spans.row_top[spans.row] if by_launch else spans.row)
     titles_of_launch = _after_capture(profile, launch_titles(kernels, launches),
                                       launch_captures(profile.session, launches["launch"]))

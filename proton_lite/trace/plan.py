@@ -82,6 +82,7 @@ class TracePlan:
     runs: tuple  # runs of one CTA's intervals: (first interval, CTA rank)
     lay: SlotLayout
     row_kernels: Callable[[], np.ndarray] = field(repr=False)  # makes ``row_kernel``
+    launch_sms: np.ndarray | None = None  # each launch's distinct SMs, where the C order found them
 
     @functools.cached_property
     def row_kernel(self) -> np.ndarray:
@@ -113,9 +114,10 @@ def plan_trace(profile: Profile, launches: np.ndarray, layout: str = "auto", pma
         layout = choose_layout(profile, launches, lr, ranks.sms if ranks is not None else None)
     tops = top_groups(profile, launches, layout)
     ctas, cta_lr, runs = _cta_layout(profile, launches, pmap, tops.of_launch if layout == "sm" else None, lr, ranks)
+    launch_sms = ranks.sms if ranks is not None else None
     del lr, ranks  # the ranks in the rows' order: a column per CTA, not needed past the order
     lay = slot_layout(profile, ctas, _top_of_ctas(tops.of_launch, cta_lr), runs, pmap)
-    return TracePlan(tops, ctas, cta_lr, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay))
+    return TracePlan(tops, ctas, cta_lr, runs, lay, lambda: _row_kernels(profile, launches, cta_lr, lay), launch_sms)
 
 
 def _top_of_ctas(of_launch: np.ndarray, cta_lr: np.ndarray) -> np.ndarray:
