@@ -19,3 +19,13 @@ def test_distinct_is_np_unique(dtype, n):
     assert got.dtype == want.dtype and np.array_equal(got, want)
     assert np.array_equal(distinct(values.reshape(-1, 1)), want)  # (any shape: its values)
 
+
+
+@pytest.mark.parametrize("n", [0, 1, 500])
+def test_groups_are_each_keys_positions_in_order(n):
+    """``groups``: every distinct key once, in key order, with the positions that hold it
+    ascending: against a selection per key."""
+    from proton_lite.arrays import groups
+    keys = np.random.default_rng(n).integers(-3, 40, n)
+    got = [(k, at.tolist()) for k, at in groups(keys)]
+    assert got == [(int(k), np.flatnonzero(keys == k).tolist()) for k in np.unique(keys)]

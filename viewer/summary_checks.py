@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from proton_lite.arrays import groups
 from proton_lite.layout import COPY_SCOPE
 from proton_lite.profile_data import Profile, copy_intervals
 
@@ -37,10 +38,9 @@ def clock_warning(ctas) -> dict | None:
         return None
     smid = ctas["smid"].astype(np.int64)
     median = np.full(len(rate), np.nan)
-    # each SM's CTAs by one stable sort (a pass over every CTA per SM: 4 M CTAs, 1.9 s)
     measured = np.flatnonzero(ok)
-    by_sm = measured[np.argsort(smid[measured], kind="stable")]
-    for mine in np.split(by_sm, np.flatnonzero(np.diff(smid[by_sm])) + 1):
+    for _, at in groups(smid[measured]):
+        mine = measured[at]
         median[mine] = np.median(rate[mine])
     lo, hi = CLOCK_RATE_RANGE
     with np.errstate(invalid="ignore", divide="ignore"):
