@@ -132,20 +132,19 @@ def interned_names(tag: bytes, items) -> bytes | None:
     if mod is None or len(items) < LIST_MIN:
         return None
     iids, names = zip(*items)
-    blobs = [n.encode() if isinstance(n, str) else n for n in names]
-    lens = np.fromiter(map(len, blobs), np.int64, len(blobs))
-    ends = np.cumsum(lens)
-    return mod.interned_names(tag, np.asarray(iids, np.int64), b"".join(blobs), ends - lens, ends)
+    table = NameTable(names)
+    return mod.interned_names(tag, np.asarray(iids, np.int64), table.blob, table.starts, table.ends)
 
 
 class NameTable:
-    """A trace's names (iid ``i + 1`` for ``names[i]``), laid out once so that each sequence's
-    interned-name messages are one C call on the iids it uses: a trace of 2,048 kernels with
-    scopes interned ~4 K names in each of its 128 pieces, 0.75 s of Python holding the GIL."""
+    """A trace's names (iid ``i + 1`` for ``names[i]``; str or bytes), laid out once so that
+    each sequence's interned-name messages are one C call on the iids it uses: a trace of 2,048
+    kernels with scopes interned ~4 K names in each of its 128 pieces, 0.75 s of Python holding
+    the GIL."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names):
         self.names = names
-        blobs = [n.encode() for n in names]
+        blobs = [n.encode() if isinstance(n, str) else n for n in names]
         lens = np.fromiter(map(len, blobs), np.int64, len(blobs))
         self.ends = np.cumsum(lens)
         self.starts = self.ends - lens
