@@ -1,0 +1,4 @@
+# 2026-11-29, thirty-eighth session, call 4 (H200, started fresh), tree e9c5ac7 (the code of 3b8b5e9); .whl carried
+# the rest of the GPU suite (parts 1 and 2 without call 1's four files), on the code of sessions 36-37
+OUT=$OUT TESTS="tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_pipelined.py tests/test_docs.py tests/test_gpu_unusual.py tests/test_gpu_inductor.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_gpu_clocks.py" NO_BENCH=1 TEST_TIMEOUT=540 bash tests/run_gpu.sh
+# -> 90 tests: 86 passed, 4 skipped (they need two GPUs in one process), 292 s (call4-gpu-tests.xml, call4-fidelity.json)
