@@ -34,8 +34,8 @@ PT="python3 -m pytest -m gpu -q --no-header -p no:cacheprovider -rfE"
 # device time left than that, run PART=1 and PART=2 as two calls (an earlier 'more than 9 min' was a hang, since fixed)
 PART1="tests/test_gpu.py tests/test_fidelity.py tests/test_gpu_reliability.py tests/test_gpu_warp_specialized.py tests/test_gpu_pool.py tests/test_gpu_library.py tests/test_gpu_pipelined.py tests/test_docs.py tests/test_gpu_lifetimes.py tests/test_gpu_unusual.py"
 PART2="tests/test_gpu_many_launches.py tests/test_gpu_inductor.py tests/test_gpu_inductor_programs.py tests/test_gpu_liger.py tests/test_gpu_launch_paths.py tests/test_gpu_ranks.py tests/test_gpu_graphs.py tests/test_gpu_profiler_merge.py tests/test_gpu_clocks.py"
-# PART=3: flash-linear-attention and FlagGems (~260 s on the H100, most of it fla's autotuning), its own call
-PART3="tests/test_gpu_libraries.py"
+# PART=3: flash-linear-attention and FlagGems (~260 s on the H100, most of it fla's autotuning), its own call; torchao
+PART3="tests/test_gpu_libraries.py tests/test_gpu_torchao.py"
 case "${PART:-}" in 1) LIST=$PART1 ;; 2) LIST=$PART2 ;; 3) LIST=$PART3 ;; *) LIST="$PART1 $PART2" ;; esac
 PROTON_LITE_CAPTURE_DIR=$OUT/captures PROTON_LITE_RESULTS_DIR=$OUT timeout ${TEST_TIMEOUT:-480} \
   $PT --junitxml="$OUT/gpu-tests.xml" ${TESTS:-$LIST} 2>&1 | tail -40
