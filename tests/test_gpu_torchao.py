@@ -56,7 +56,7 @@ def test_a_torchao_op_runs_unchanged_and_every_launch_and_cta_is_recorded(op, tm
     profile = decode(cap)
     launches = profile.launches
     ctas = Counter(profile.ctas["launch"].tolist())
-    for row in launches:  # every CTA of every launch: its lifetime, on an SM
+    for row in launches:  # every CTA of every launch has its lifetime
         assert ctas[int(row["launch"])] == int(row["num_ctas"]), (profile.kernels[int(row["kernel"])].name, row)
     assert (profile.ctas["end_ns"] >= profile.ctas["start_ns"]).all()
     _same(profiled, plain, steady)
