@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from proton_lite.arrays import distinct
 from proton_lite.json_values import plain
 from proton_lite.partition_map import kernel_unit_partitions
 from proton_lite.profile_data import KernelInfo, Profile
@@ -279,7 +280,7 @@ def _sm_rows(ctas) -> list[dict]:
 def _warnings(profile: Profile, kernels, launches, ctas) -> list[dict]:
     out: list[dict] = []
     # each launch's kernel name, as an index into the sorted names (kernels of one name count together)
-    names = sorted({kernels[int(i)].name for i in np.unique(launches["kernel"])}) if len(launches) else []
+    names = sorted({kernels[i].name for i in distinct(launches["kernel"]).tolist()}) if len(launches) else []
     name_at = {n: j for j, n in enumerate(names)}
     name_of = np.array([name_at.get(k.name, -1) for k in kernels], np.int64)[launches["kernel"].astype(np.int64)] \
         if len(launches) else np.zeros(0, np.int64)

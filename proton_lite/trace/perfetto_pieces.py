@@ -312,10 +312,8 @@ def sequence_start(seq_id: int, event_names: dict[int, str] | bytes, notes: dict
     incremental; its 0 is BOOTTIME 0)."""
     interned = bytes(event_names) if isinstance(event_names, (bytes, bytearray)) else \
         interned_strings(ID_EVENT_NAMES, sorted(event_names.items()))
-    interned += b"".join(field_bytes(ID_ANNOTATION_NAMES, field_varint(1, k) + field_bytes(2, v))
-                         for k, v in ANNOTATION_NAMES.items())
-    interned += b"".join(field_bytes(ID_ANNOTATION_STRINGS, field_varint(1, i) + field_bytes(2, n))
-                         for i, n in sorted((notes or {}).items()))
+    interned += interned_strings(ID_ANNOTATION_NAMES, ANNOTATION_NAMES.items())
+    interned += interned_strings(ID_ANNOTATION_STRINGS, sorted((notes or {}).items()))
     seq = field_varint(P_SEQ_ID, seq_id)
     clocks = (field_bytes(CS_CLOCKS, field_varint(CLK_ID, CLOCK_ID) + field_varint(CLK_TS, 0) +
                           field_varint(CLK_INCREMENTAL, 1)) +
