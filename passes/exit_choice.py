@@ -24,8 +24,8 @@ from __future__ import annotations
 import struct
 import threading
 
-from proton_lite.passes.register_cap import (FRAME_SIZE, MAX_REGS, ctas_per_sm, cubin_attribute, elf_section,
-                                             keep_occupancy)
+from proton_lite.passes.register_cap import (FRAME_SIZE, MAX_REGS, PlainBuild, ctas_per_sm, cubin_attribute,
+                                             elf_section, keep_occupancy)
 
 LDG_OPCODE = 0x981
 LATE = 16  # instructions: a load issued this much later inline than with the call is one ptxas held back
@@ -90,7 +90,7 @@ class CallBuild:
         return self.cubin
 
 
-def choose(cubin: bytes, decided: dict, call: CallBuild, plain_ptx: str, make_cubin, metadata,
+def choose(cubin: bytes, decided: dict, call: CallBuild, plain: PlainBuild, make_cubin, metadata,
            threads: int) -> tuple[bytes, dict]:
     """The inline build ``cubin`` or the call build, whichever ``prefer_call`` says, never one
     that spills more or keeps fewer CTAs per SM.  ``decided["exit"]`` says which."""
@@ -100,8 +100,7 @@ def choose(cubin: bytes, decided: dict, call: CallBuild, plain_ptx: str, make_cu
         if call.error is not None:
             decided["exit_schedule"] = {"why": f"the call form did not build: {type(call.error).__name__}"}
         return cubin, decided
-    other, facts = keep_occupancy(call.ptx, plain_ptx, make_cubin, metadata, threads, built=built,
-                                  plain_registers=decided.get("plain"))
+    other, facts = keep_occupancy(call.ptx, plain, make_cubin, metadata, threads, built=built)
     spills = [cubin_attribute(c, FRAME_SIZE) or 0 for c in (cubin, other)]
     ctas = [ctas_per_sm(d["registers"] or MAX_REGS, threads) for d in (decided, facts)]
     better, measures = prefer_call(cubin, other, metadata.get("name", ""))

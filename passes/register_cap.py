@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import struct
+import threading
 
 REGS_PER_SM = 65536
 THREADS_PER_SM = 2048
@@ -98,27 +99,46 @@ def cubin_registers(cubin: bytes) -> int | None:
     return cubin_attribute(cubin, REGCOUNT)
 
 
-def keep_occupancy(src: str, plain_ptx: str, make_cubin, metadata, threads: int,
-                   built: bytes | None = None, plain_registers: int | None = None) -> tuple[bytes, dict]:
+class PlainBuild:
+    """The plain PTX's ptxas run, started on a thread of its own when the cubin stage begins:
+    ``keep_occupancy`` compares against its registers for most kernels (all but those at their
+    thread limit), and waiting for it after the instrumented build put a second ptxas run on the
+    compile's path (a session's first launch of each kernel; design.md §4b, "Compile time").
+    Triton's ``make_cubin`` writes only temporary files of its own, so the builds may overlap."""
+
+    def __init__(self, ptx: str, make_cubin, metadata):
+        self._regs, self._error = None, None
+        self._thread = threading.Thread(target=self._build, args=(ptx, make_cubin, metadata), daemon=True)
+        self._thread.start()
+
+    def _build(self, ptx, make_cubin, metadata) -> None:
+        try:
+            self._regs = cubin_registers(make_cubin(ptx, metadata))
+        except Exception as e:  # noqa: BLE001 - a plain build that fails here would fail without us too
+            self._error = e
+
+    def registers(self) -> int | None:
+        self._thread.join()
+        return self._regs
+
+
+def keep_occupancy(src: str, plain: PlainBuild, make_cubin, metadata, threads: int,
+                   built: bytes | None = None) -> tuple[bytes, dict]:
     """Triton's cubin of the instrumented ``src``, at the plain kernel's occupancy where the
-    instrumentation cost resident CTAs, and what was decided.  One build when the kernel
-    already has as many resident CTAs as its threads allow (then registers cannot be what
-    limits it); two when the plain kernel has no more; three when the cap is needed.
-    ``built``: ``src``'s cubin, where it was built already; ``plain_registers``: the plain
-    build's, where another form built it already."""
+    instrumentation cost resident CTAs, and what was decided.  The plain build's registers
+    (``plain``, building beside it) are asked for only when the kernel has fewer resident CTAs
+    than its threads allow (otherwise registers cannot be what limits it); a third build when
+    the cap is needed.  ``built``: ``src``'s cubin, where it was built already."""
     cubin = make_cubin(src, metadata) if built is None else built
     regs = cubin_registers(cubin)
     decided = {"registers": regs, "plain": None, "cap": None}
     if regs is None or ctas_per_sm(regs, threads) >= min(THREADS_PER_SM // max(1, threads), MAX_CTAS_PER_SM):
         return cubin, decided
-    try:
-        plain = plain_registers or cubin_registers(make_cubin(plain_ptx, metadata))
-    except Exception:  # noqa: BLE001 - a plain build that fails here would fail without us too
-        plain = None
-    decided["plain"] = plain
-    if plain is None or ctas_per_sm(plain, threads) <= ctas_per_sm(regs, threads):
+    plain_regs = plain.registers()
+    decided["plain"] = plain_regs
+    if plain_regs is None or ctas_per_sm(plain_regs, threads) <= ctas_per_sm(regs, threads):
         return cubin, decided
-    cap = occupancy_cap(plain, threads)
+    cap = occupancy_cap(plain_regs, threads)
     capped = make_cubin(with_cap(src, cap), metadata)
     if (cubin_attribute(capped, FRAME_SIZE) or 0) > (cubin_attribute(cubin, FRAME_SIZE) or 0):
         decided["spilled_at"] = cap  # kept uncapped: one CTA per SM fewer beats spilling
@@ -131,17 +151,18 @@ def _spills(cubin: bytes) -> int:
     return cubin_attribute(cubin, FRAME_SIZE) or 0
 
 
-def build_best(sources: list[str], plain_ptx: str, make_cubin, metadata, threads: int) -> tuple[bytes, dict]:
+def build_best(sources: list[str], plain: PlainBuild, make_cubin, metadata, threads: int) -> tuple[bytes, dict]:
     """``keep_occupancy`` of the first of ``sources`` (forms of one instrumented kernel, the
     preferred first); the next ones are built only while the kept one spills or was left
     below the plain occupancy, and one replaces it only if it spills less, or as much with
-    more resident CTAs.  ``decided["form"]`` is the index of the form kept."""
-    best, decided = keep_occupancy(sources[0], plain_ptx, make_cubin, metadata, threads)
+    more resident CTAs.  ``decided["form"]`` is the index of the form kept.  Every form is
+    compared against the one plain build."""
+    best, decided = keep_occupancy(sources[0], plain, make_cubin, metadata, threads)
     decided["form"] = 0
     for form, src in enumerate(sources[1:], 1):
         if not _spills(best) and "spilled_at" not in decided:
             break
-        cubin, other = keep_occupancy(src, plain_ptx, make_cubin, metadata, threads)
+        cubin, other = keep_occupancy(src, plain, make_cubin, metadata, threads)
         mine = (_spills(cubin), -ctas_per_sm(other["registers"] or MAX_REGS, threads))
         kept = (_spills(best), -ctas_per_sm(decided["registers"] or MAX_REGS, threads))
         if mine < kept:

@@ -38,7 +38,7 @@ from proton_lite.passes import ws_scopes
 from proton_lite.passes.layout_choice import choose_layout  # (tests find it here too)
 from proton_lite.passes.ptx_staging import sparse_loops
 from proton_lite.passes import exit_choice, ptx_lifetimes
-from proton_lite.passes.register_cap import build_best
+from proton_lite.passes.register_cap import PlainBuild, build_best
 from proton_lite.passes.pool import PoolPlan
 from proton_lite.passes.pool import plan as plan_pool
 from proton_lite.passes.ptx_instrument import (PtxScan, fold_exit_branches, lifetimes_only, rewrite, scan,
@@ -279,14 +279,13 @@ def _hook(*args):
             if plain is None or "proton_lite" not in metadata:
                 return make_cubin(src, metadata)
             warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
+            plain_build = PlainBuild(strip_markers(plain), make_cubin, metadata)  # beside ours: register_cap.py
             call = exit_choice.CallBuild(exit_calls[0], make_cubin, metadata, capability) if exit_calls else None
-            cubin, decided = build_best([src, *(f[0] for f in fallbacks)], strip_markers(plain), make_cubin,
-                                        metadata, 32 * warps)
+            cubin, decided = build_best([src, *(f[0] for f in fallbacks)], plain_build, make_cubin, metadata, 32 * warps)
             if decided["form"] > 0:  # ptxas spilled less for another form (the header at entry, global stores)
                 metadata.update(fallbacks[decided["form"] - 1][1])
             elif call is not None:  # the exit inline or as a call, by the two builds' schedules
-                cubin, decided = exit_choice.choose(cubin, decided, call, strip_markers(plain), make_cubin, metadata,
-                                                    32 * warps)
+                cubin, decided = exit_choice.choose(cubin, decided, call, plain_build, make_cubin, metadata, 32 * warps)
             metadata["proton_lite"]["registers"] = decided
             return cubin
 

@@ -4,6 +4,7 @@ cold caches; outputs unchanged; every setting given back at stop.
 
 Launches made are counted outside any session by CUPTI (torch.profiler), launches recorded
 from the raw capture."""
+import os
 from collections import Counter
 
 import pytest
@@ -190,3 +191,40 @@ def test_kernels_for_the_cpp_wrapper_stay_plain_and_are_named(tmp_path, caches):
         torch.testing.assert_close(out, pointwise(*args), rtol=2e-3, atol=2e-3)
     line = s.result.summary_line
     assert s.result.launches == 0 and "cpp_wrapper" in line and "triton_poi_fused" in line, line
+
+
+def several_kernels(x, w, b):
+    a = torch.softmax(x * w, dim=-1)
+    c = torch.nn.functional.layer_norm(a + b, (a.shape[-1], ))
+    return (torch.relu(c) @ w.t()).sigmoid().sum(-1)
+
+
+def test_a_graphs_kernels_compiled_before_the_session_are_compiled_again_on_threads(tmp_path, caches, monkeypatch):
+    """At the first call in a session of a graph compiled before it, the graph's other kernels
+    compile on the bridge's threads while its first one compiles (InductorBridge.prefetch):
+    every kernel is instrumented, every launch recorded, the outputs exact, and no compile
+    thread outlives the stop."""
+    import threading
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    args = _args("pointwise")
+    fn = torch.compile(several_kernels)
+    plain = fn(*args)
+    per_call = _triton_launches(fn, args)
+    assert len(per_call) >= 2, per_call  # a graph of several kernels
+    threads = Counter()
+    original = CachingAutotuner._precompile_config
+
+    def noted(self, *a, **k):
+        threads[threading.current_thread().name.startswith("proton_lite-compile")] += 1
+        return original(self, *a, **k)
+    monkeypatch.setattr(CachingAutotuner, "_precompile_config", noted)
+    result, outs = _session(tmp_path, fn, args)
+    assert _recorded(result) == Counter({k: v * CALLS for k, v in per_call.items()}), result.summary_line
+    assert sum(threads.values()) >= len(per_call)  # each kernel compiled again in the session
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert threads[True] >= 1, threads  # some on the bridge's threads
+    assert not [t for t in threading.enumerate() if t.name.startswith("proton_lite-compile")]
+    for out in outs:
+        assert torch.equal(out, plain)
+    assert "not in the profile" not in result.summary_line, result.summary_line

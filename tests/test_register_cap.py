@@ -2,6 +2,7 @@
 sm_90 without a GPU, assembled by Triton's ptxas, registers read from the cubins."""
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -103,7 +104,8 @@ def test_the_form_that_spills_less_is_kept():
 
     def best(sources):
         built.clear()
-        cubin, decided = register_cap.build_best(sources, plain.asm["ptx"], counting, {"name": inst.name}, 256)
+        plain_build = register_cap.PlainBuild(plain.asm["ptx"], make_cubin, {"name": inst.name})
+        cubin, decided = register_cap.build_best(sources, plain_build, counting, {"name": inst.name}, 256)
         return register_cap.cubin_attribute(cubin, register_cap.FRAME_SIZE) or 0, decided["form"], set(built)
 
     spills, form, _ = best([squeezed, ptx])
@@ -113,6 +115,30 @@ def test_the_form_that_spills_less_is_kept():
     spills, form, _ = best([squeezed, squeezed])
     assert spills > 0 and form == 0  # as much spilling: the first form stays
 
+
+
+def test_the_plain_build_runs_beside_the_instrumented_one_and_serves_every_form():
+    """The plain PTX is assembled on a thread of its own from the cubin stage's start, so the
+    compile waits for one ptxas run where it waited for two in a row; every form (and the exit
+    call's build, exit_choice.py) compares against that one build."""
+    inst = proton_lite.compile(*RMS, instrument=True, num_warps=8, divisible_by_16=("stride", ))
+    plain = proton_lite.compile(*RMS, instrument=False, num_warps=8, divisible_by_16=("stride", ))
+    make_cubin, spans, metadata = _triton_make_cubin(), [], {"name": inst.name}
+
+    def timed(src, md):
+        began = time.perf_counter()
+        out = make_cubin(src, md)
+        spans.append((src, began, time.perf_counter()))
+        return out
+
+    plain_build = register_cap.PlainBuild(plain.asm["ptx"], timed, metadata)
+    _, first = register_cap.keep_occupancy(inst.asm["ptx"], plain_build, timed, metadata, 256)
+    _, second = register_cap.keep_occupancy(register_cap.with_cap(inst.asm["ptx"], 64), plain_build, timed, metadata, 256)
+    plains = [span for span in spans if span[0] == plain.asm["ptx"]]
+    ours = [span for span in spans if span[0] != plain.asm["ptx"]]
+    assert len(plains) == 1 and len(ours) >= 2
+    assert plains[0][1] < ours[0][2]  # it began before the instrumented build ended
+    assert first["plain"] == second["plain"] == register_cap.cubin_registers(plain.asm["cubin"])
 
 @pytest.mark.parametrize("granularity,compact", [("cta", True), ("auto", True), ("warp", False)])
 def test_a_straight_line_kernel_without_scopes_gets_one_lifetime_block_per_cta(granularity, compact):

@@ -69,6 +69,8 @@ class InductorBridge:
         self.from_cpp: dict[str, int] = {}  # kernel name -> compiles kept plain for Inductor's C++ launcher
         self.installed = False
         self.used = False  # installed in this session (torch was in use at start)
+        self._pool = None  # threads that compile a graph's other kernels while its first one compiles
+        self._builds: dict = {}  # autotuner -> the future of its build on those threads
 
     # -- session start ---------------------------------------------------------------------------
     def install(self) -> bool:
@@ -96,6 +98,7 @@ class InductorBridge:
 
         compat.set_knob("runtime", "jit_post_compile_hook", jit_post_compile_hook)
         self._post_hook = jit_post_compile_hook
+        installed = {}  # id(autotuner) -> its stand-in
         for autotuner in _live_autotuners():
             self._note_trials(type(autotuner))
             pending = getattr(autotuner.__dict__.get("run"), "first", None)
@@ -105,7 +108,12 @@ class InductorBridge:
                     self.compiled.add(autotuner)
                     continue
             if autotuner.launchers and autotuner not in self._swapped:
-                _FirstRun(self, autotuner, plain=False).install()
+                installed[id(autotuner)] = _FirstRun(self, autotuner, plain=False)
+                installed[id(autotuner)].install()
+        for group in _autotuners_by_module():  # a graph's kernels: its wrapper module's globals
+            mine = [installed[id(a)] for a in group if id(a) in installed]
+            for first in mine:
+                first.siblings.extend(weakref.ref(other.autotuner()) for other in mine if other is not first)
         self.installed = self.used = True
         return True
 
@@ -156,18 +164,55 @@ class InductorBridge:
     # -- re-instrumenting kernels compiled before the session -----------------------------------
     def reinstrument(self, autotuner) -> None:
         """Compile the autotuner's configs again (the session's stage hook instruments them) and
-        launch those until stop; its own launchers are kept for stop."""
+        launch those until stop; its own launchers are kept for stop.  Where its graph's first
+        kernel queued it on the threads (``prefetch``), that build is waited for, or taken back
+        and done here if no thread has begun it."""
+        with self._lock:
+            build = self._builds.get(autotuner)
+        if build is not None and not build.cancel():
+            build.result()
+            return
+        self._build(autotuner)
+
+    def prefetch(self, autotuners) -> None:
+        """Queue the compiles of ``autotuners`` (a graph's other kernels, still waiting for their
+        first call) on threads of their own: a graph's kernels run one after the other in every
+        call, so at its first kernel's first call the rest are about to be needed, and their
+        compiles (ptxas, Triton's launcher build: processes of their own) overlap.  Measured on
+        the H200 host, a compiled stack of 25 kernels (design.md §4b, "Compile time")."""
+        workers = _compile_workers()
+        if workers < 2:
+            return
+        with self._lock:
+            if not self.installed:
+                return
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="proton_lite-compile")
+            for autotuner in autotuners:
+                first = getattr(autotuner.__dict__.get("run"), "first", None) if autotuner is not None else None
+                if isinstance(first, _FirstRun) and not first.plain and autotuner not in self._swapped \
+                        and autotuner not in self._builds:
+                    self._builds[autotuner] = self._pool.submit(self._build, autotuner, _device_of(autotuner))
+
+    def _build(self, autotuner, device: int | None = None) -> None:
+        """``reinstrument``'s compile, on the calling thread or one of ``prefetch``'s (``device``:
+        the GPU whose context Triton loads the binaries into, as on the launching thread)."""
         with self._lock:
             if autotuner in self._swapped or not self.installed:
                 return
-            name = _kernel_name(autotuner)
-            saved = (autotuner.launchers, autotuner.compile_results, autotuner.fn)
-            try:
-                _recompile(autotuner, saved[0])
-            except Exception as e:  # keeps its plain launchers: named at stop
-                autotuner.launchers, autotuner.compile_results, autotuner.fn = saved
+        name = _kernel_name(autotuner)
+        saved = (autotuner.launchers, autotuner.compile_results, autotuner.fn)
+        try:
+            if device is not None:
+                sys.modules["torch"].cuda.set_device(device)
+            _recompile(autotuner, saved[0])
+        except Exception as e:  # keeps its plain launchers: named at stop
+            autotuner.launchers, autotuner.compile_results, autotuner.fn = saved
+            with self._lock:
                 self.failures[name] = f"{type(e).__name__}: {e}"
-                return
+            return
+        with self._lock:
             self._swapped[autotuner] = (saved, autotuner.launchers)
             self.reinstrumented += 1
 
@@ -175,7 +220,11 @@ class InductorBridge:
     def uninstall(self) -> None:
         if not self.installed:
             return
+        if self._pool is not None:  # builds begun finish (and are restored below); queued ones are dropped
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         with self._lock:
+            self._builds = {}
             self.installed = False
             for (module_name, name), value in self._saved.items():
                 setattr(sys.modules[module_name], name, value)
@@ -225,6 +274,7 @@ class _FirstRun:
 
     def __init__(self, bridge: InductorBridge, autotuner, plain: bool) -> None:
         self.bridge, self.autotuner, self.plain = bridge, weakref.ref(autotuner), plain
+        self.siblings: list = []  # weak references to the other kernels of its graph (InductorBridge.prefetch)
 
     def install(self) -> None:
         autotuner = self.autotuner()
@@ -246,6 +296,7 @@ class _FirstRun:
             if self.plain:
                 _to_plain(autotuner)
             else:
+                self.bridge.prefetch([ref() for ref in self.siblings])
                 self.bridge.reinstrument(autotuner)
         return getattr(autotuner, method)(*args, **kwargs)
 
@@ -302,23 +353,55 @@ def _to_plain(autotuner) -> None:
                       ProtonLiteWarning, stacklevel=3)
 
 
-def _live_autotuners() -> list:
-    """Inductor's kernels in the modules it has loaded (each generated module holds its
-    kernels as globals), without importing anything."""
+def _autotuners_by_module() -> list[list]:
+    """Inductor's kernels in each module it has loaded (a graph's wrapper module holds all its
+    kernels as globals, a kernel's own module just that one), without importing anything."""
     internals = compat.inductor_kernel_cache()
     if internals is None:
         return []
     cache, autotuner_class = internals
     modules = list(getattr(cache, "modules", ())) + list(getattr(cache, "modules_no_attr", {}).values())
-    found, seen = [], set()
+    groups = []
     for module in modules:
-        if not isinstance(module, types.ModuleType):
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, autotuner_class) and id(value) not in seen:
-                seen.add(id(value))
-                found.append(value)
+        if isinstance(module, types.ModuleType):
+            found = {id(v): v for v in list(vars(module).values()) if isinstance(v, autotuner_class)}
+            if found:
+                groups.append(list(found.values()))
+    return groups
+
+
+def _live_autotuners() -> list:
+    """Inductor's kernels in the modules it has loaded, each once."""
+    found, seen = [], set()
+    for group in _autotuners_by_module():
+        for autotuner in group:
+            if id(autotuner) not in seen:
+                seen.add(id(autotuner))
+                found.append(autotuner)
     return found
+
+
+def _compile_workers() -> int:
+    """Threads for ``InductorBridge.prefetch``: the cores this process may run on, at most 8
+    (each compile holds the GIL in Triton's passes; what overlaps is its ptxas and C compiler runs)."""
+    import os
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return min(cores, 8)
+
+
+def _device_of(autotuner) -> int | None:
+    """The CUDA device an autotuner's binaries are loaded on: its own, else the launching
+    thread's current one (a new thread's would be device 0)."""
+    index = getattr(getattr(autotuner, "device_props", None), "index", None)
+    if index is not None:
+        return int(index)
+    try:
+        return int(sys.modules["torch"].cuda.current_device())
+    except Exception:  # noqa: BLE001 - no CUDA here: the build finds out itself
+        return None
 
 
 def _module_functions(module, prefix: str = "") -> list:
