@@ -46,6 +46,15 @@ class _Bar:
             self.bar.stop()
 
 
+def build_stop_extensions(formats=("perfetto", )) -> None:
+    """The C extensions that decoding and writing ``formats`` use, built on threads now
+    (``native_build.build_soon``): at a session's start, and before a capture's decode."""
+    from proton_lite import native_decode
+    from proton_lite.native_build import build_soon
+    from proton_lite.trace import native_events
+    build_soon([native_decode._EXTENSION] + ([native_events._EXTENSION] if formats else []))
+
+
 def load_profile(raw_path: str, progress: bool = False) -> Profile:
     capture = read_raw(raw_path)
     if not progress or len(capture.launches) < 2:
@@ -107,6 +116,7 @@ def raw_to_traces(raw_path, base: str, formats, progress: bool = False, cut=None
     gets a line for each trace with more tracks than Perfetto's UI draws in good time;
     ``layout``: the traces' track tree (``trace.plan``); ``notes`` gets a line where ``auto``
     chose the sm layout (SM rows shared by the launches)."""
+    build_stop_extensions(formats)  # the writer's while the decode runs
     if isinstance(raw_path, (list, tuple)):
         from proton_lite.profile_merge import merge_profiles
         profile = merge_profiles(load_profiles(list(raw_path)), align_on=align_on)

@@ -223,6 +223,9 @@ class Session:
         self._hooks = TritonHooks(self._collector, self.options.instrument_config().to_mode())
         self._hooks.install()
         self._installed = True
+        if self.options.decode:  # what the stop will compile on a machine new to proton_lite, built meanwhile
+            from proton_lite.pipeline import build_stop_extensions
+            build_stop_extensions(self.options.formats)
 
     def _uninstall(self) -> None:
         self._hooks.uninstall()

@@ -14,7 +14,10 @@ does not.  Each case runs in a fresh process with fresh Triton and Inductor cach
 - ``inductor_cold``: a torch.compile program (a small transformer stack, forward and
   backward) compiled at its first call, plain and inside a session;
 - ``inductor_before``: the same program compiled and warmed plain, then a session started:
-  its first and second call in the session, and the first call of a second session.
+  its first and second call in the session, and the first call of a second session;
+- ``first_stop``: proton-lite's own C extensions, on a machine where they were never built
+  (an empty ``PROTON_LITE_CACHE_DIR``): a session of 2 s, its stop, then ``proton-lite trace``
+  of the capture in a fresh cache again, and once more with the cache warm.
 
 Usage: python tests/benchmarks/compile_time.py [--only kernels,autotune,...] [--json FILE]
 """
@@ -30,7 +33,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-CASES = ("kernels", "autotune", "inductor_cold", "inductor_before")
+CASES = ("kernels", "autotune", "inductor_cold", "inductor_before", "first_stop")
 
 
 def _paths() -> None:
@@ -240,7 +243,41 @@ def case_inductor_before(tmp: str) -> dict:
             "session_launches": launches}
 
 
+def case_first_stop(tmp: str) -> dict:
+    _paths()
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    x = torch.ones(1 << 20, device="cuda")
+    scale[(1024, )](x, x.numel(), BLOCK=1024)  # compiled plain: not what is timed
+    torch.cuda.synchronize()
+    import proton_lite
+    session = proton_lite.start(os.path.join(tmp, "first"), quiet=True, calibrate=False)
+    for _ in range(3):
+        scale[(1024, )](x, x.numel(), BLOCK=1024)
+    torch.cuda.synchronize()
+    time.sleep(2.0)  # the program's own work
+    t = time.perf_counter()
+    proton_lite.stop()
+    stop_s = time.perf_counter() - t
+    cli = [sys.executable, "-m", "proton_lite", "trace", session.raw_path, "-o", os.path.join(tmp, "again")]
+    times = []
+    for cache in ("trace-cold", "trace-cold", "trace-cold"):  # warm after the first
+        t = time.perf_counter()
+        subprocess.run(cli, check=True, capture_output=True, env=dict(os.environ, PROTON_LITE_CACHE_DIR=os.path.join(tmp, cache)))
+        times.append(time.perf_counter() - t)
+    return {"stop_s": stop_s, "trace_cold_s": times[0], "trace_warm_s": min(times[1:])}
+
+
 def run_case(name: str, tmp: str):
+    if name == "first_stop":
+        return case_first_stop(tmp)
     if name == "kernels":
         return case_kernels()
     if name == "autotune":
@@ -258,7 +295,8 @@ def in_fresh_process(name: str, timeout: float) -> dict:
     """``name`` in a new interpreter with its own, empty Triton and Inductor caches."""
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+                   PROTON_LITE_CACHE_DIR=os.path.join(tmp, "proton_lite"))
         out = os.path.join(tmp, "case.json")
         proc = subprocess.run([sys.executable, __file__, "--case", name, "--case-out", out], env=env,
                               timeout=timeout, capture_output=True, text=True)
