@@ -1,0 +1,160 @@
+"""Inductor's kernels compiled before a session (or inside one): found in the modules Inductor
+loaded, compiled again at their first call (a graph's other kernels on threads meanwhile), and
+given their own launchers back at stop (``InductorBridge`` in ``inductor.py`` decides when)."""
+from __future__ import annotations
+
+import sys
+import types
+import weakref
+from typing import TYPE_CHECKING
+
+from proton_lite import compat
+
+if TYPE_CHECKING:
+    from proton_lite.runtime.inductor import InductorBridge
+
+
+class _FirstRun:
+    """Stands in for an autotuner's ``run`` and ``precompile`` until either is called: swaps
+    its launchers (instrumented in a session, ``plain`` after one), removes itself, and
+    calls through.  ``precompile`` too: Inductor reuses a kernel module it loaded before
+    (same source) and precompiles it again, which must not find static launchers in a
+    session (Inductor asserts the static launcher is on then)."""
+
+    METHODS = ("run", "precompile")
+
+    def __init__(self, bridge: InductorBridge, autotuner, plain: bool) -> None:
+        self.bridge, self.autotuner, self.plain = bridge, weakref.ref(autotuner), plain
+        self.siblings: list = []  # weak references to the other kernels of its graph (InductorBridge.prefetch)
+
+    def install(self) -> None:
+        autotuner = self.autotuner()
+        for method in self.METHODS:
+            setattr(autotuner, method, _Call(self, method))
+
+    def remove(self) -> bool:
+        """Take the stand-ins away; False when another call already did."""
+        autotuner = self.autotuner()
+        mine = autotuner is not None and getattr(autotuner.__dict__.get("run"), "first", None) is self
+        if mine:
+            for method in self.METHODS:
+                autotuner.__dict__.pop(method, None)
+        return mine
+
+    def call(self, method: str, args, kwargs):
+        autotuner = self.autotuner()
+        if self.remove():
+            if self.plain:
+                _to_plain(autotuner)
+            else:
+                self.bridge.prefetch([ref() for ref in self.siblings])
+                self.bridge.reinstrument(autotuner)
+        return getattr(autotuner, method)(*args, **kwargs)
+
+
+class _Call:
+    __slots__ = ("first", "method")
+
+    def __init__(self, first: _FirstRun, method: str) -> None:
+        self.first, self.method = first, method
+
+    def __call__(self, *args, **kwargs):
+        return self.first.call(self.method, args, kwargs)
+
+
+def _recompile(autotuner, launchers) -> None:
+    """New launchers for the configs of ``launchers``, compiled now (Inductor's own path)."""
+    if getattr(autotuner.fn, "fn", None) is None:  # compiled in a worker: its source is reloaded here
+        reload = getattr(autotuner, "_reload_kernel", None)
+        if reload is None:
+            raise RuntimeError("its JIT function was not kept and cannot be reloaded")
+        autotuner.fn = reload().fn
+    autotuner.compile_results = []  # (compiles here are not configs added for autotuning: _note_compiled)
+    autotuner.compile_results = [autotuner._precompile_config(launcher.config) for launcher in launchers]
+    autotuner.launchers = []
+    autotuner._make_launchers()
+
+
+def _restore(autotuner, saved, ours) -> bool:
+    """Its own launchers back; when it chose a config in the session, that config's own one.
+    False when a launcher of a config it found in the session (coordinate descent) stays."""
+    launchers, compile_results, fn = saved
+    if autotuner.launchers is not ours:
+        by_config = {id(launcher.config): launcher for launcher in launchers}
+        chosen = autotuner.launchers
+        launchers = [by_config.get(id(launcher.config), launcher) for launcher in chosen]
+        if any(id(launcher.config) not in by_config for launcher in chosen):
+            autotuner.launchers, autotuner.fn = launchers, fn
+            return False
+    autotuner.launchers, autotuner.compile_results, autotuner.fn = launchers, compile_results, fn
+    return True
+
+
+def _to_plain(autotuner) -> None:
+    """A kernel compiled in a session, at its first launch after it: its chosen configs
+    compiled plain (outside a session: Triton's cache and Inductor's static launcher apply)."""
+    try:
+        _recompile(autotuner, list(autotuner.launchers))
+    except Exception as e:  # keeps the instrumented launchers; the after-stop allocator serves them
+        import warnings
+
+        from proton_lite.passes.kernel_facts import ProtonLiteWarning
+        warnings.warn(f"proton_lite: {_kernel_name(autotuner)} (compiled in a profiling session) could not be "
+                      f"compiled plain again after it and keeps its instrumented binary: {type(e).__name__}: {e}",
+                      ProtonLiteWarning, stacklevel=3)
+
+
+def _autotuners_by_module() -> list[list]:
+    """Inductor's kernels in each module it has loaded (a graph's wrapper module holds all its
+    kernels as globals, a kernel's own module just that one), without importing anything."""
+    internals = compat.inductor_kernel_cache()
+    if internals is None:
+        return []
+    cache, autotuner_class = internals
+    modules = list(getattr(cache, "modules", ())) + list(getattr(cache, "modules_no_attr", {}).values())
+    groups = []
+    for module in modules:
+        if isinstance(module, types.ModuleType):
+            found = {id(v): v for v in list(vars(module).values()) if isinstance(v, autotuner_class)}
+            if found:
+                groups.append(list(found.values()))
+    return groups
+
+
+def _live_autotuners() -> list:
+    """Inductor's kernels in the modules it has loaded, each once."""
+    found, seen = [], set()
+    for group in _autotuners_by_module():
+        for autotuner in group:
+            if id(autotuner) not in seen:
+                seen.add(id(autotuner))
+                found.append(autotuner)
+    return found
+
+
+def _compile_workers() -> int:
+    """Threads for ``InductorBridge.prefetch``: the cores this process may run on, at most 8
+    (each compile holds the GIL in Triton's passes; what overlaps is its ptxas and C compiler runs)."""
+    import os
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return min(cores, 8)
+
+
+def _device_of(autotuner) -> int | None:
+    """The CUDA device an autotuner's binaries are loaded on: its own, else the launching
+    thread's current one (a new thread's would be device 0)."""
+    index = getattr(getattr(autotuner, "device_props", None), "index", None)
+    if index is not None:
+        return int(index)
+    try:
+        return int(sys.modules["torch"].cuda.current_device())
+    except Exception:  # noqa: BLE001 - no CUDA here: the build finds out itself
+        return None
+
+
+def _kernel_name(autotuner) -> str:
+    meta = getattr(autotuner, "inductor_meta", {}) or {}
+    return meta.get("kernel_name") or getattr(getattr(autotuner, "fn", None), "__name__", "triton kernel")
