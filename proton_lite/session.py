@@ -239,6 +239,8 @@ class Session:
                 return self.result
             graphs = self._collector.graphs
             before, replays_before = self._collector.launches, graphs.recorded
+            compiled = self._hooks.compiled if self._hooks is not None else None
+            compiles = (compiled.compiles, compiled.seconds) if compiled is not None else (0, 0.0)  # not the calibration's
             if self._installed and self.options.calibrate and (before or graphs.nodes):
                 self._calibrate()
             # the record-cost launches (graph replays drained meanwhile are the user's)
@@ -279,7 +281,8 @@ class Session:
                           "host_end_ns": time.time_ns()})
         self._writer.close()
         result = SessionResult(self.raw_path, launches=user_launches, lost=collector.lost,
-                               errors=list(collector.errors), records=None, dropped=None, unmatched=None)
+                               errors=list(collector.errors), records=None, dropped=None, unmatched=None,
+                               compiles=compiles[0], compile_seconds=compiles[1])
         trace_warnings: list[str] = []
         trace_notes: list[str] = []
         if self.options.decode:

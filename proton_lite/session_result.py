@@ -22,6 +22,9 @@ class SessionResult:
         ``uninstrumented_launches``, ``graph_captured_launches``, ``lost_launches``).
     errors: what went wrong (a kernel fault, a failed copy); summary_line: the text printed.
     keep_all_hint: the ``start()`` option that would have kept every dropped record.
+    compiles, compile_seconds: kernels compiled with instrumentation during the session (not
+        found in Triton's cache) and the seconds those compiles took, summed: the first launch
+        of each waited for its compile (said at stop from ``COMPILE_NOTE_S``).
     """
 
     raw_path: str
@@ -36,10 +39,13 @@ class SessionResult:
     counters: dict[str, int] = field(default_factory=dict)
     summary_line: str = ""
     keep_all_hint: str | None = None
+    compiles: int = 0
+    compile_seconds: float = 0.0
 
 
 
 WAIT_NOTE_NS = 50_000_000  # launches that waited this long in all for the disk are told at stop
+COMPILE_NOTE_S = 0.5  # compiles that took this long in all are told at stop
 
 
 def _counters(collector) -> dict[str, int]:
@@ -108,6 +114,12 @@ def _summary_line(result: SessionResult, collector, inductor=None, inductor_new:
                  f"written ({drain.peak_queued_bytes / 2**20:,.0f} MiB of records waited on the GPU); the program's "
                  "host timing was slowed by that much. A larger device_buffer_mb= keeps more on the GPU, a faster "
                  "disk for the capture, fewer records (granularity='cta', fewer kernels=) need less")
+    if result.compile_seconds >= COMPILE_NOTE_S:
+        line += (f"\nproton_lite: note: {result.compiles:,} kernel{'s were' if result.compiles != 1 else ' was'} "
+                 f"compiled with instrumentation in the session ({result.compile_seconds:.1f} s of compiling; the "
+                 "first launch of each waited for it), so the host time of the steps that first launched them "
+                 "includes it: run a step before start(), or time the steps after the first. Triton's cache keeps "
+                 "these binaries for the next session")
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line

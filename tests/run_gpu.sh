@@ -15,7 +15,8 @@
 # kernel's configs, so that the forms' processes compare the same one),
 # STOP_LAYOUTS="launch,auto" (STOP_BENCH's trace layouts, alternating; the phases print each kind of task's busy time),
 # STOP_SHAPE=lifetimes STOP_REPEAT=4 (decode_speed.py's capture: 4 M scope-less CTA lifetimes instead of 21 M records),
-# STOP_MEMORY=1 (with STOP_BENCH: decode_memory.py's peak of the stop against the capture's size, 16 threads).
+# STOP_MEMORY=1 (with STOP_BENCH: decode_memory.py's peak of the stop against the capture's size, 16 threads),
+# COMPILE_TIME=1 (compile_time.py: per kernel, an autotuner, a torch.compile stack, a fresh machine's first stop; ~4 min).
 # Output under $OUT: captures.tgz (raw captures for tests/data), fidelity.json, bench.json, junit xml.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -122,6 +123,10 @@ if [ -n "${LNORM_AB:-}" ]; then  # issue 24: where the layer norm's cost is (hea
     timeout 120 python3 tests/benchmarks/bench.py --only lnorm,smax $args --out "$OUT/bench_lnorm${args// /_}.json" \
       2>&1 | grep -E "^(layernorm|softmax)" | sed "s/^/[$args] /"
   done
+fi
+if [ -n "${COMPILE_TIME:-}" ]; then  # issue 22's host path before the first launch: what a session adds to compiling
+  timeout ${COMPILE_TIME_TIMEOUT:-400} python3 tests/benchmarks/compile_time.py --json "$OUT/compile_time.json" \
+    2>&1 | grep -v -i warn | tail -24
 fi
 if [ -n "${LIBRARY_BENCH:-}" ]; then
   timeout ${LIBRARY_TIMEOUT:-420} python3 tests/benchmarks/library.py --out "$OUT/library.json" 2>&1 | grep -v -i warn | tail -60

@@ -213,3 +213,34 @@ def test_clock_anchors_are_taken_at_start_and_stop_unless_turned_off(tmp_path, m
     assert calls == ([([0], "start"), ([1], "stop")] if anchors else [])
     end = read_raw(str(tmp_path / "x.plraw")).end
     assert [(a["device"], a["when"]) for a in end["clock_anchors"]] == ([(0, "start"), (1, "stop")] if anchors else [])
+
+
+def test_the_session_tallies_its_instrumented_compiles_and_tells_them_at_stop(monkeypatch, tmp_path):
+    """Triton's compilation listener reports each compile and its time: the session's tally
+    counts the instrumented ones that Triton's cache did not answer, and the stop line says
+    what they cost the program's first steps once they add up (COMPILE_NOTE_S)."""
+    from proton_lite import compat
+    from proton_lite.runtime.triton_hooks import CompileTally
+    from proton_lite.session_result import COMPILE_NOTE_S
+    import fixed_cost_kernels as F
+    rms = (F.rms_norm_fwd, {"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32", "rstd_ptr": "*fp32",
+                            "stride": "i32", "n_cols": "i32", "eps": "fp32"}, {"BLOCK": 1024})
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    tally, saved = CompileTally(), compat.get_knob("compilation", "listener")
+    compat.set_knob("compilation", "listener", tally)
+    try:
+        proton_lite.compile(*rms, instrument=False, num_warps=4)  # plain: not the session's
+        assert tally.compiles == 0
+        proton_lite.compile(*rms, instrument=True, num_warps=4)
+        assert tally.compiles == 1 and 0 < tally.seconds < 60
+        proton_lite.compile(*rms, instrument=True, num_warps=4)  # Triton's cache answers: no compile
+        assert tally.compiles == 1
+    finally:
+        compat.set_knob("compilation", "listener", saved)
+    counters = SimpleNamespace()
+    quick = SessionResult("s.plraw", launches=5, compiles=2, compile_seconds=COMPILE_NOTE_S / 2)
+    assert "compiled with instrumentation" not in _summary_line(quick, counters)
+    slow = SessionResult("s.plraw", launches=5, compiles=25, compile_seconds=2.94)
+    (note, ) = [ln for ln in _summary_line(slow, counters).split("\n") if "compiled with instrumentation" in ln]
+    assert note.startswith("proton_lite: note: 25 kernels were compiled with instrumentation in the session (2.9 s")
+    assert "run a step before start()" in note

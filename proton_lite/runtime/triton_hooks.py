@@ -18,8 +18,30 @@ was, the after-stop one stays (``runtime/after_stop.py``).
 """
 from __future__ import annotations
 
+import threading
+
 from proton_lite import compat
 from proton_lite.passes import stage_hook
+
+
+class CompileTally:
+    """The instrumented compiles a session made (not those Triton's cache answered) and the
+    seconds they took, as Triton's compilation listener reports them (its ``times``, summed
+    over threads: the bridge's compile threads overlap).  Said at stop when it adds up: the
+    first launch of each kernel waited for its compile, so the program's first steps in a
+    session are slower by that much (docs/design.md §4b, "Compile time")."""
+
+    def __init__(self) -> None:
+        self.compiles, self.seconds = 0, 0.0
+        self._lock = threading.Lock()  # compiles of a graph's kernels run on several threads
+
+    def __call__(self, **kwargs) -> None:
+        if kwargs.get("cache_hit") or "proton_lite" not in (kwargs.get("metadata") or {}):
+            return
+        total = getattr(kwargs.get("times"), "total", 0) or 0  # microseconds
+        with self._lock:
+            self.compiles += 1
+            self.seconds += total / 1e6
 
 
 class TritonHooks:
@@ -28,6 +50,7 @@ class TritonHooks:
         self.fastpath = None  # runtime/fastpath.FastPath when the C hooks are in use
         self.inductor = None  # runtime/inductor.InductorBridge
         self.trial_gate = False  # trials.watch() held: launches walk frames only while a timing function runs
+        self.compiled = CompileTally()
 
     def install(self) -> None:
         from proton_lite.runtime import fastpath
@@ -67,10 +90,13 @@ class TritonHooks:
         compat.set_knob("runtime", "jit_cache_hook", jit_cache_hook)
         self._saved_listener = previous_listener = compat.get_knob("compilation", "listener")
 
+        tally = self.compiled
+
         def listener(*args, **kwargs):
             fn = getattr(kwargs.get("src"), "fn", None)
             if fn is not None and hasattr(fn, "launch_metadata"):  # a CompiledKernel launched directly
                 ATTACHER.attach(fn)
+            tally(**kwargs)
             return previous_listener(*args, **kwargs) if previous_listener is not None else None
 
         self._listener = listener
