@@ -62,3 +62,23 @@ def test_a_switched_off_or_failing_extension_builds_nothing_and_says_why(builds,
     for t in build_soon([broken]):
         t.join()
     assert broken.module() is None and broken.error and len(builds) == 1  # tried once, not again
+
+
+def test_writing_a_capture_starts_the_decoders_and_the_writers_builds_first(monkeypatch, tmp_path):
+    """``raw_to_traces`` (a stop's, ``proton-lite trace``'s) asks for both extensions at once,
+    before it decodes: the writer's builds while the decode runs."""
+    from proton_lite import native_decode, pipeline
+    from proton_lite.trace import native_events
+    asked = []
+    monkeypatch.setattr(native_build, "build_soon", lambda extensions: asked.append(list(extensions)) or [])
+    real_load = pipeline.load_profile
+
+    def load(*args, **kwargs):
+        asked.append("decode")
+        return real_load(*args, **kwargs)
+    monkeypatch.setattr(pipeline, "load_profile", load)
+    pipeline.raw_to_traces("docs/examples/matmul.plraw", str(tmp_path / "m"), ("perfetto", ))
+    assert asked == [[native_decode._EXTENSION, native_events._EXTENSION], "decode"]
+    asked.clear()
+    pipeline.raw_to_traces("docs/examples/matmul.plraw", str(tmp_path / "m"), ())
+    assert asked == [[native_decode._EXTENSION], "decode"]  # no trace: the decoder's alone
