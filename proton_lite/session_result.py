@@ -118,8 +118,8 @@ def _summary_line(result: SessionResult, collector, inductor=None, inductor_new:
         line += (f"\nproton_lite: note: {result.compiles:,} kernel{'s were' if result.compiles != 1 else ' was'} "
                  f"compiled with instrumentation in the session ({result.compile_seconds:.1f} s of compiling; the "
                  "first launch of each waited for it), so the host time of the steps that first launched them "
-                 "includes it: run a step before start(), or time the steps after the first. Triton's cache keeps "
-                 "these binaries for the next session")
+                 "includes it: time the steps after the first. Triton's cache keeps these binaries, so the next "
+                 "session compiles little")
     for err in result.errors:
         line += f"\nproton_lite: error: {err}"
     return line

@@ -243,4 +243,4 @@ def test_the_session_tallies_its_instrumented_compiles_and_tells_them_at_stop(mo
     slow = SessionResult("s.plraw", launches=5, compiles=25, compile_seconds=2.94)
     (note, ) = [ln for ln in _summary_line(slow, counters).split("\n") if "compiled with instrumentation" in ln]
     assert note.startswith("proton_lite: note: 25 kernels were compiled with instrumentation in the session (2.9 s")
-    assert "run a step before start()" in note
+    assert "time the steps after the first" in note
