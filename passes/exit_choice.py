@@ -22,9 +22,8 @@ checks both against ``cuobjdump``'s listing.
 from __future__ import annotations
 
 import struct
-import threading
 
-from proton_lite.passes.register_cap import (FRAME_SIZE, MAX_REGS, PlainBuild, ctas_per_sm, cubin_attribute,
+from proton_lite.passes.register_cap import (FRAME_SIZE, MAX_REGS, Build, PlainBuild, ctas_per_sm, cubin_attribute,
                                              elf_section, keep_occupancy)
 
 LDG_OPCODE = 0x981
@@ -66,28 +65,13 @@ def prefer_call(inline: bytes, call: bytes, kernel: str) -> tuple[bool, dict]:
     return len(behind_a) > len(behind_b) or (len(behind_a) == len(behind_b) and late >= LATE), facts
 
 
-class CallBuild:
+class CallBuild(Build):
     """The call form's first ptxas run, on a thread of its own while the cubin stage builds the
-    inline form (Triton's ``make_cubin`` writes only temporary files of its own): the choice
-    then adds little to a compile's wall time where a second core is free."""
+    inline form: the choice then adds little to a compile's wall time where a second core is
+    free.  Begun only for the encodings ``schedule`` reads (``ARCHS``)."""
 
     def __init__(self, call_ptx: str, make_cubin, metadata, arch: int):
-        self.ptx, self.cubin, self.error = call_ptx, None, None
-        self._thread = None
-        if arch in ARCHS:
-            self._thread = threading.Thread(target=self._build, args=(make_cubin, metadata), daemon=True)
-            self._thread.start()
-
-    def _build(self, make_cubin, metadata) -> None:
-        try:
-            self.cubin = make_cubin(self.ptx, metadata)
-        except Exception as e:  # noqa: BLE001 - the inline form is kept (choose)
-            self.error = e
-
-    def result(self) -> bytes | None:
-        if self._thread is not None:
-            self._thread.join()
-        return self.cubin
+        super().__init__(call_ptx, make_cubin, metadata, start=arch in ARCHS)
 
 
 def choose(cubin: bytes, decided: dict, call: CallBuild, plain: PlainBuild, make_cubin, metadata,

@@ -99,27 +99,40 @@ def cubin_registers(cubin: bytes) -> int | None:
     return cubin_attribute(cubin, REGCOUNT)
 
 
-class PlainBuild:
-    """The plain PTX's ptxas run, started on a thread of its own when the cubin stage begins:
-    ``keep_occupancy`` compares against its registers for most kernels (all but those at their
-    thread limit), and waiting for it after the instrumented build put a second ptxas run on the
-    compile's path (a session's first launch of each kernel; design.md §4b, "Compile time").
-    Triton's ``make_cubin`` writes only temporary files of its own, so the builds may overlap."""
+class Build:
+    """One ptxas run (Triton's ``make_cubin``) of ``ptx`` on a thread of its own, begun at once
+    (``start``) while the cubin stage builds something else: Triton's ``make_cubin`` writes
+    only temporary files of its own, so builds may overlap.  ``result()`` waits for the cubin
+    (None where it failed, ``error`` then says why, or was never begun)."""
 
-    def __init__(self, ptx: str, make_cubin, metadata):
-        self._regs, self._error = None, None
-        self._thread = threading.Thread(target=self._build, args=(ptx, make_cubin, metadata), daemon=True)
-        self._thread.start()
+    def __init__(self, ptx: str, make_cubin, metadata, start: bool = True):
+        self.ptx, self.cubin, self.error = ptx, None, None
+        self._thread = None
+        if start:
+            self._thread = threading.Thread(target=self._build, args=(make_cubin, metadata), daemon=True)
+            self._thread.start()
 
-    def _build(self, ptx, make_cubin, metadata) -> None:
+    def _build(self, make_cubin, metadata) -> None:
         try:
-            self._regs = cubin_registers(make_cubin(ptx, metadata))
-        except Exception as e:  # noqa: BLE001 - a plain build that fails here would fail without us too
-            self._error = e
+            self.cubin = make_cubin(self.ptx, metadata)
+        except Exception as e:  # noqa: BLE001 - the caller keeps what it has (a failed plain build would fail without us too)
+            self.error = e
+
+    def result(self) -> bytes | None:
+        if self._thread is not None:
+            self._thread.join()
+        return self.cubin
+
+
+class PlainBuild(Build):
+    """The plain PTX's build, begun when the cubin stage begins: ``keep_occupancy`` compares
+    against its registers for most kernels (all but those at their thread limit), and waiting
+    for it after the instrumented build put a second ptxas run on the compile's path (a
+    session's first launch of each kernel; design.md §4b, "Compile time")."""
 
     def registers(self) -> int | None:
-        self._thread.join()
-        return self._regs
+        cubin = self.result()
+        return cubin_registers(cubin) if cubin is not None else None
 
 
 def keep_occupancy(src: str, plain: PlainBuild, make_cubin, metadata, threads: int,

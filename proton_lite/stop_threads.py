@@ -27,8 +27,12 @@ def stop_threads() -> int:
             raise SettingError(f"proton_lite: PROTON_LITE_THREADS must be a whole number of at least 1 (got {raw!r}); "
                              f"unset it to use every core, at most {MOST}")
         return int(raw)
+    return max(1, min(usable_cores(), MOST))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: a container's or taskset's, not the host's."""
     try:
-        n = len(os.sched_getaffinity(0))  # a container's or taskset's cores, not the host's
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, MOST))
+        return os.cpu_count() or 1

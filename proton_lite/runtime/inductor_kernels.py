@@ -135,12 +135,8 @@ def _live_autotuners() -> list:
 def _compile_workers() -> int:
     """Threads for ``InductorBridge.prefetch``: the cores this process may run on, at most 8
     (each compile holds the GIL in Triton's passes; what overlaps is its ptxas and C compiler runs)."""
-    import os
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return min(cores, 8)
+    from proton_lite.stop_threads import usable_cores
+    return min(usable_cores(), 8)
 
 
 def _device_of(autotuner) -> int | None:
