@@ -278,19 +278,29 @@ def _hook(*args):
             plain, fallbacks, exit_calls = plains.pop(id(metadata), (None, (), ()))
             if plain is None or "proton_lite" not in metadata:
                 return make_cubin(src, metadata)
-            warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
-            plain_build = PlainBuild(strip_markers(plain), make_cubin, metadata)  # beside ours: register_cap.py
-            call = exit_choice.CallBuild(exit_calls[0], make_cubin, metadata, capability) if exit_calls else None
-            cubin, decided = build_best([src, *(f[0] for f in fallbacks)], plain_build, make_cubin, metadata, 32 * warps)
-            if decided["form"] > 0:  # ptxas spilled less for another form (the header at entry, global stores)
-                metadata.update(fallbacks[decided["form"] - 1][1])
-            elif call is not None:  # the exit inline or as a call, by the two builds' schedules
-                cubin, decided = exit_choice.choose(cubin, decided, call, plain_build, make_cubin, metadata, 32 * warps)
-            metadata["proton_lite"]["registers"] = decided
-            return cubin
+            return build_cubin(src, metadata, plain, fallbacks, exit_calls, make_cubin, capability)
 
         stages["cubin"] = cubin_stage
     return None
+
+
+def build_cubin(src: str, metadata: dict, plain: str, fallbacks, exit_calls, make_cubin, capability,
+                plain_cubin: bytes | None = None) -> bytes:
+    """The instrumented kernel's cubin, from ``src`` (``instrument_ptx``'s PTX) or one of its other
+    forms, kept at the occupancy of ``plain`` (the PTX before the pass; its cubin ``plain_cubin``
+    where Triton built it already); what was decided goes into ``metadata``."""
+    warps = metadata["proton_lite"]["layout"]["num_warps"]  # as launched (warp specialization adds some)
+    plain_build = PlainBuild(strip_markers(plain), make_cubin, metadata, start=plain_cubin is None)  # beside ours
+    if plain_cubin is not None:
+        plain_build.cubin = plain_cubin
+    call = exit_choice.CallBuild(exit_calls[0], make_cubin, metadata, capability) if exit_calls else None
+    cubin, decided = build_best([src, *(f[0] for f in fallbacks)], plain_build, make_cubin, metadata, 32 * warps)
+    if decided["form"] > 0:  # ptxas spilled less for another form (the header at entry, global stores)
+        metadata.update(fallbacks[decided["form"] - 1][1])
+    elif call is not None:  # the exit inline or as a call, by the two builds' schedules
+        cubin, decided = exit_choice.choose(cubin, decided, call, plain_build, make_cubin, metadata, 32 * warps)
+    metadata["proton_lite"]["registers"] = decided
+    return cubin
 
 
 def install() -> None:
@@ -378,3 +388,13 @@ def unforce() -> None:
 
 def forced_mode() -> str:
     return _forced_mode
+
+
+def plain_cache(key: str):
+    """Triton's cache manager for a plain compile's ``key`` (its hash), as Triton's
+    ``get_cache_manager`` makes it, not salted while forcing (runtime/rebuild.py reads a plain
+    binary's files there)."""
+    manager = compat.get_knob("cache", "manager_class")
+    if isinstance(manager, _SaltedCache):
+        manager = manager.inner
+    return (manager or compat.file_cache_manager_class())(compat.cache_key_path(key))

@@ -34,6 +34,9 @@ Every internal below exists in both Triton versions unless its line says otherwi
   language.str_to_ty                                  viewer/cli_compile              error
   compiler.errors.CompilationError                    viewer/cli_compile              error
   runtime.cache.FileCacheManager                      passes/stage_hook               error
+  runtime.cache.get_cache_manager, _base32,           runtime/rebuild                 Triton's pipeline instead
+    compiler.compiler.CompiledKernel (its __init__(src, metadata_group, hash)),
+    compiler.compiler.make_backend, backend.parse_options and make_cubin
   _C.libtriton.ir.parse_mlir_module, module.context   passes/unpipeline (ttir stage)   error (pipelined=False)
   _C.libtriton.passes.ttgpuir.add_allocate_warp_groups passes/partitions                no partition names
     (3.9: (pm, consan); 3.6: (pm)), pass_manager.run (3.9: (mod, name); 3.6: (mod))
@@ -45,6 +48,10 @@ Every internal below exists in both Triton versions unless its line says otherwi
   torch._inductor.codecache.PyCodeCache,              runtime/inductor                error once loaded
     torch._inductor.runtime.triton_heuristics.CachingAutotuner
   torch._inductor.metrics.generated_kernel_count      session                         counted as 0
+  torch._inductor.runtime.triton_heuristics           runtime/inductor_kernels        Triton's pipeline instead
+    .TritonCompileResult(kernel, config, compile_meta, inductor_meta)
+  torch._dynamo.callback.callback_handler              runtime/inductor                compile in this process
+    (register_/remove_start_callback, register_/remove_end_callback)
 
   CPython internal
   sys._getframe                                       runtime/launch_info, trials,   error
@@ -238,6 +245,26 @@ def file_cache_manager_class():
     return _internal("triton.runtime.cache", "FileCacheManager")
 
 
+def compiled_kernel_class():
+    """Triton's ``CompiledKernel``, built from a cache group (runtime/rebuild.py)."""
+    return _internal("triton.compiler.compiler", "CompiledKernel")
+
+
+def make_backend(target):
+    """Triton's backend for a ``GPUTarget`` (its ``parse_options`` and ``make_cubin``)."""
+    return _internal("triton.compiler.compiler", "make_backend")(target)
+
+
+def cache_manager(key: str):
+    """Triton's cache manager for ``key`` (the class the program configured, if any)."""
+    return _internal("triton.runtime.cache", "get_cache_manager")(key)
+
+
+def cache_key_path(key: str) -> str:
+    """What Triton's ``get_cache_manager`` hands its manager class for ``key``."""
+    return _internal("triton.runtime.cache", "_base32")(key)
+
+
 # -- PyTorch (torch.compile's Inductor): never imported here ---------------------------------
 def inductor_config(module: str):
     """A config module of torch's (``torch._inductor.config``, ``torch._functorch.config``), or
@@ -256,6 +283,25 @@ def inductor_kernel_cache():
         return None
     return (_internal("torch._inductor.codecache", "PyCodeCache", owner="PyTorch"),
             _internal("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", owner="PyTorch"))
+
+
+def inductor_compile_result_class():
+    """Inductor's ``TritonCompileResult`` (a compiled config launched by Triton's launcher), or
+    None when its module is not loaded or lacks it."""
+    return getattr(sys.modules.get("torch._inductor.runtime.triton_heuristics"), "TritonCompileResult", None)
+
+
+def dynamo_compile_callbacks():
+    """Dynamo's compile callbacks (``register_end_callback``: called when a frame's compile, or
+    a backward compiled lazily, ends), or None when ``torch._dynamo`` is not loaded or has none."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        handler = importlib.import_module("torch._dynamo.callback").callback_handler
+    except Exception:  # noqa: BLE001 - a torch without it: the session compiles in this process
+        return None
+    needs = ("register_start_callback", "register_end_callback", "remove_start_callback", "remove_end_callback")
+    return handler if all(hasattr(handler, n) for n in needs) else None
 
 
 def inductor_kernels_compiled() -> int:
