@@ -1450,6 +1450,22 @@ def test_launches_without_a_profile_buffer_are_counted_by_kernel_name(tmp_path, 
     assert col.launches == 1
 
 
+def test_plain_launches_while_torch_compile_compiles_are_trials_not_misses(tmp_path, sim):
+    """Inductor's workers compile plain; while dynamo compiles, Inductor launches those binaries
+    only to time them (InductorBridge.compiling): counted as trials, not named as missed."""
+    from triton.compiler.compiler import LazyDict
+    col = Collector(RawWriter(tmp_path / "c.plraw", {}), host_limit_bytes=64 << 20)
+    _, on_exit = hooks(col)
+    compiling = [True]
+    col.compiling = lambda: compiling[0]
+    for _ in range(4):
+        on_exit(LazyDict({"name": "triton_poi_fused_0", "function": 1, "stream": 0}))
+    compiling[0] = False
+    on_exit(LazyDict({"name": "triton_poi_fused_0", "function": 1, "stream": 0}))
+    finish(col, tmp_path)
+    assert col.skipped_autotune == 4 and col.uninstrumented == {"triton_poi_fused_0": 1}
+
+
 def test_the_scratch_left_after_stop_is_zeroed_grown_and_kept_per_device(sim):
     from proton_lite.runtime.after_stop import ScratchAfterStop
     scratch = ScratchAfterStop()

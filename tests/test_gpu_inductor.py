@@ -19,7 +19,7 @@ import proton_lite  # noqa: E402
 from proton_lite.passes import stage_hook  # noqa: E402
 from proton_lite.decode import decode  # noqa: E402
 from proton_lite.raw_format import read_raw  # noqa: E402
-from proton_lite.runtime.inductor import SETTINGS, _live_autotuners  # noqa: E402
+from proton_lite.runtime.inductor import SERIAL, SETTINGS, _live_autotuners  # noqa: E402
 
 CALLS = 3
 
@@ -67,7 +67,7 @@ def _settings():
     import importlib
 
     from triton import knobs
-    values = {(m, n): getattr(importlib.import_module(m), n) for m, names, _ in SETTINGS for n in names
+    values = {(m, n): getattr(importlib.import_module(m), n) for m, names, _ in SETTINGS + (SERIAL, ) for n in names
               if hasattr(importlib.import_module(m), n)}
     return values, knobs.runtime.jit_post_compile_hook, knobs.cache.manager_class, knobs.compilation.instrumentation_mode
 
@@ -127,9 +127,11 @@ def test_kernels_go_back_to_plain_and_the_next_compile_is_static(tmp_path, cache
     fn = torch.compile(pointwise)
     result, _ = _session(tmp_path, fn, args)
     assert result.launches == CALLS
-    ours = [a for a in _live_autotuners() if id(a) not in before]
-    assert ours and all(not isinstance(r, StaticTritonCompileResult) and r.kernel.metadata.profile_scratch_size > 0
-                        for a in ours for r in a.compile_results)
+    ours = [a for a in _live_autotuners() if id(a) not in before and a.launchers]
+    # compiled instrumented in this process, or plain by Inductor's workers (their plain binaries
+    # back at stop): either way for Triton's launcher, until their first call after stop
+    assert ours and all(not isinstance(r, StaticTritonCompileResult) for a in ours for r in a.compile_results)
+    assert all("run" in vars(a) for a in ours)
     fn(*args)  # the first launch after stop compiles them plain, as outside any session
     # (Inductor launches a kernel statically only when its profile scratch size is 0)
     for a in ours:
@@ -190,7 +192,9 @@ def test_kernels_for_the_cpp_wrapper_stay_plain_and_are_named(tmp_path, caches):
     for out in outs:
         torch.testing.assert_close(out, pointwise(*args), rtol=2e-3, atol=2e-3)
     line = s.result.summary_line
-    assert s.result.launches == 0 and "cpp_wrapper" in line and "triton_poi_fused" in line, line
+    seen = [(getattr(a, "inductor_meta", {}).get("kernel_name"), getattr(a, "inductor_meta", {}).get("store_cubin"),
+             len(a.launchers)) for a in _live_autotuners()]
+    assert s.result.launches == 0 and "cpp_wrapper" in line and "triton_poi_fused" in line, (line, seen)
 
 
 def several_kernels(x, w, b):
@@ -201,31 +205,84 @@ def several_kernels(x, w, b):
 
 def test_a_graphs_kernels_compiled_before_the_session_are_compiled_again_on_threads(tmp_path, caches, monkeypatch):
     """At the first call in a session of a graph compiled before it, the graph's other kernels
-    compile on the bridge's threads while its first one compiles (InductorBridge.prefetch):
-    every kernel is instrumented, every launch recorded, the outputs exact, and no compile
-    thread outlives the stop."""
+    are built again on the bridge's threads while its first one is (InductorBridge.prefetch),
+    from their plain PTX (runtime/rebuild.py): every kernel is instrumented, every launch
+    recorded, the outputs exact, and no compile thread outlives the stop."""
     import threading
 
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     args = _args("pointwise")
     fn = torch.compile(several_kernels)
     plain = fn(*args)
     per_call = _triton_launches(fn, args)
     assert len(per_call) >= 2, per_call  # a graph of several kernels
-    threads = Counter()
-    original = CachingAutotuner._precompile_config
-
-    def noted(self, *a, **k):
-        threads[threading.current_thread().name.startswith("proton_lite-compile")] += 1
-        return original(self, *a, **k)
-    monkeypatch.setattr(CachingAutotuner, "_precompile_config", noted)
+    threads, pipeline = _builds_by_thread(monkeypatch)
     result, outs = _session(tmp_path, fn, args)
     assert _recorded(result) == Counter({k: v * CALLS for k, v in per_call.items()}), result.summary_line
-    assert sum(threads.values()) >= len(per_call)  # each kernel compiled again in the session
-    assert result.compiles >= len(per_call) and result.compile_seconds > 0  # Triton's listener, the session's tally
+    assert sum(threads.values()) >= len(per_call) and not pipeline  # each kernel built again, from its PTX
+    assert result.compiles >= len(per_call) and result.compile_seconds > 0  # the session's tally of its builds
     if len(os.sched_getaffinity(0)) >= 2:
         assert threads[True] >= 1, threads  # some on the bridge's threads
     assert not [t for t in threading.enumerate() if t.name.startswith("proton_lite-compile")]
     for out in outs:
         assert torch.equal(out, plain)
     assert "not in the profile" not in result.summary_line, result.summary_line
+
+
+def _builds_by_thread(monkeypatch):
+    """Counts the kernels built from their plain PTX (runtime/rebuild.py), by whether a compile
+    thread of the bridge built them, and those compiled through Triton's pipeline again."""
+    import threading
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    from proton_lite.runtime import rebuild
+    threads, pipeline = Counter(), Counter()
+    real, original = rebuild.instrumented, CachingAutotuner._precompile_config
+
+    def counted(*a, **k):
+        out = real(*a, **k)
+        if out is not None:
+            threads[threading.current_thread().name.startswith("proton_lite-compile")] += 1
+        return out
+
+    def noted(self, *a, **k):
+        if stage_hook.forced_mode():
+            pipeline[threading.current_thread().name] += 1
+        return original(self, *a, **k)
+    monkeypatch.setattr(rebuild, "instrumented", counted)
+    monkeypatch.setattr(CachingAutotuner, "_precompile_config", noted)
+    return threads, pipeline
+
+
+def test_a_graph_compiled_in_the_session_by_inductors_workers_is_built_from_their_ptx(tmp_path, caches, monkeypatch):
+    """Inside a session Inductor still compiles in its worker processes, which never see the
+    stage hook: at the end of dynamo's compile the kernels they compiled plain are built again
+    from their PTX on the bridge's threads (InductorBridge.compile_ended), so every launch is
+    recorded, the outputs are exact and the plain binaries are the program's again after stop."""
+    import threading
+
+    from torch._inductor import config
+    from torch._inductor.async_compile import AsyncCompile
+    if config.compile_threads < 2:
+        pytest.skip("Inductor compiles in this process here (compile_threads < 2)")
+    AsyncCompile.warm_pool()
+    AsyncCompile.wait_pool_ready()  # else its first kernels compile in this process, instrumented at once
+    args = _args("pointwise")
+    threads, pipeline = _builds_by_thread(monkeypatch)
+    fn = torch.compile(several_kernels)
+    with proton_lite.start(str(tmp_path / "workers"), quiet=True, formats=(), calibrate=False) as s:
+        workers = config.compile_threads
+        outs = [fn(*args) for _ in range(CALLS)]
+    torch.cuda.synchronize()
+    plain = fn(*args)
+    per_call = _triton_launches(fn, args)
+    assert len(per_call) >= 2 and workers >= 2, (per_call, workers)
+    assert _recorded(s.result) == Counter({k: v * CALLS for k, v in per_call.items()}), s.result.summary_line
+    assert sum(threads.values()) >= len(per_call) and not pipeline, (threads, pipeline)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert threads[True] >= 1, threads  # begun on the bridge's threads at the compile's end
+    assert s.result.compiles >= len(per_call) and s.result.dropped == 0
+    for out in outs:
+        assert torch.equal(out, plain)
+    assert not [t for t in threading.enumerate() if t.name.startswith("proton_lite-compile")]
+    assert "not in the profile" not in s.result.summary_line, s.result.summary_line

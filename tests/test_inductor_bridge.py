@@ -115,3 +115,66 @@ def test_stop_waits_for_the_builds_begun_and_drops_those_queued(graph):
     assert 1 <= len(built) <= 3 and not _compile_threads()
     for k in kernels:  # none is left instrumented or with a stand-in
         assert "run" not in vars(k) and k.run() == "plain"
+
+
+def test_kernels_compiled_plain_in_the_session_are_built_when_the_compile_ends(graph, monkeypatch):
+    """Inductor's workers compile plain (they never see the stage hook): at dynamo's end of the
+    compile, those kernels get stand-ins and their builds begin on the threads before any call;
+    kernels compiled instrumented in this process, kernels its C++ wrapper launches and kernels
+    not loaded yet are left alone."""
+    bridge, make = graph
+    before = make(Autotuner("before"))[0]  # compiled before the session: its stand-in is there already
+    bridge._seen.add(before)
+    plain, other = Autotuner("plain", 0.05), Autotuner("other", 0.05)
+    done = Autotuner("done")
+    done.compile_results = [SimpleNamespace(kernel=SimpleNamespace(metadata=SimpleNamespace(_fields=("proton_lite", ))))]
+    cpp = Autotuner("cpp")
+    cpp.inductor_meta["store_cubin"] = True
+    unloaded = Autotuner("unloaded")
+    unloaded.launchers = []
+    monkeypatch.setattr(inductor, "_live_autotuners", lambda: [before, plain, other, done, cpp, unloaded])
+    bridge.compile_ended()
+    for k in (plain, other):  # begun at once, on the threads
+        bridge._builds[k].result(timeout=5)
+        assert len(k.compiled_on) == 1 and k.compiled_on[0].startswith("proton_lite-compile")
+    assert "run" not in vars(done) and "run" not in vars(cpp) and "run" not in vars(unloaded)
+    assert bridge.from_cpp == {"cpp": 1}
+    assert plain.run() == other.run() == "instrumented" and len(plain.compiled_on) == 1
+    assert done.run() == "plain" and cpp.run() == "plain"  # (the fakes' own launchers)
+    unloaded.launchers = [Launcher(object(), "plain")]  # loaded by a later compile
+    bridge.compile_ended()
+    assert "run" in vars(unloaded) and unloaded.run() == "instrumented"
+    bridge.compile_ended()  # nothing new: nothing built again
+    assert len(plain.compiled_on) == 1 and before.compiled_on == []
+    bridge.uninstall()
+    for k in (plain, other, unloaded):  # their plain launchers back at stop, compiled again (static) at the next call
+        assert k.launchers[0].kind == "plain" and isinstance(getattr(vars(k).get("run"), "first", None), _FirstRun)
+        assert vars(k)["run"].first.plain
+    bridge.compile_ended()  # after stop: nothing
+    assert bridge.from_cpp == {"cpp": 1} and not bridge.compiling()
+
+
+def test_plain_launches_while_dynamo_compiles_are_trials(graph):
+    bridge, _ = graph
+    assert not bridge.compiling()
+    bridge.compile_started()
+    assert bridge.compiling()
+    cpp = Autotuner("for_cpp")
+    cpp.inductor_meta["store_cubin"] = True
+
+    def launched_by(self):  # a launch by a kernel compiled for Inductor's C++ wrapper, while compiling
+        return bridge.compiling()
+    assert launched_by(cpp) and bridge.from_cpp == {"for_cpp": 1}
+    assert launched_by(Autotuner("python_wrapper")) and bridge.from_cpp == {"for_cpp": 1}
+    bridge.compile_ended()
+    assert not bridge.compiling()
+    bridge.compile_ended()  # an end whose start came before the session: never below zero
+    bridge.compile_started()
+    assert bridge.compiling()
+    cpp = Autotuner("for_cpp")
+    cpp.inductor_meta["store_cubin"] = True
+
+    def launched_by(self):  # a launch by a kernel compiled for Inductor's C++ wrapper, while compiling
+        return bridge.compiling()
+    assert launched_by(cpp) and bridge.from_cpp == {"for_cpp": 1}
+    assert launched_by(Autotuner("python_wrapper")) and bridge.from_cpp == {"for_cpp": 1}

@@ -80,6 +80,7 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
                  graph_slots: int | None = None) -> None:
         self.writer = writer
         self.selects = selects or (lambda name: True)  # the session's kernels= patterns
+        self.compiling = lambda: False  # while torch.compile compiles, its plain launches time kernels (inductor.py)
         self.uninstrumented: dict[str, int] = {}  # kernel name -> launches that ran without a profile buffer
         self.captured: dict[str, int] = {}  # kernel name -> plain launches captured into CUDA graphs (not recorded)
         self.graphs = GraphRecorder(self, graph_slots)  # instrumented launches captured into graphs
@@ -264,7 +265,8 @@ class Collector(LaunchSizing, ChunkBook, CollectorStop, CaptureHooks):
         name = data.get("name") if isinstance(data, dict) else None
         if not name or not self.selects(name):
             return
-        if self._benchmarking and _in_autotuner_benchmark(helper=True):  # a tuner's flush, by a plain binary
+        if (self._benchmarking and _in_autotuner_benchmark(helper=True)) or self.compiling():
+            # a tuner's flush by a plain binary, or Inductor timing its workers' plain binaries as it compiles
             with self._lock:
                 self.skipped_autotune += 1
             return

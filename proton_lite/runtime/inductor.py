@@ -9,10 +9,12 @@ them out of a profile (read from PyTorch 2.11 and Triton 3.6/3.9, docs/design.md
   5. a launch is attributed through its JIT function's ``launch_metadata``, which only
      Triton's JIT sets for us.
 While a session runs, the bridge therefore sets a few of torch's settings (``SETTINGS``:
-compile in this process, Triton's launcher, no graph caches, the post-compile hook that
-names each compiled kernel's JIT function), the stage hook forces the session's mode on
-compiles that carry none (``stage_hook.force``), and kernels compiled before the session are recompiled instrumented
-at their first launch in it.  At stop every setting is restored, those kernels get their
+Triton's launcher, no graph caches, the post-compile hook that names each compiled kernel's
+JIT function), the stage hook forces the session's mode on compiles that carry none
+(``stage_hook.force``), and kernels compiled plain (before the session, or by Inductor's
+workers in it: ``compile_ended``) are built again instrumented, from their PTX where they
+allow it, by their first launch in it; a torch whose dynamo cannot say when a compile ended
+compiles in this process instead (``SERIAL``).  At stop every setting is restored, those kernels get their
 own launchers back, and kernels compiled inside the session go back to plain binaries at
 their first launch after it (no instrumented binary keeps running outside a session).
 
@@ -25,11 +27,15 @@ import threading
 import weakref
 
 from proton_lite import compat
+from proton_lite.passes import stage_hook
 from proton_lite.runtime.inductor_kernels import (_FirstRun, _autotuners_by_module, _compile_workers, _device_of,
-                                                  _kernel_name, _live_autotuners, _recompile, _restore)
+                                                  _kernel_name, _live_autotuners, _recompile, _restore, from_plain,
+                                                  instrumented_result)
 
+# compile here, where the stage hook is (2): only where dynamo cannot say when a compile ended, so
+# that the kernels its workers compiled plain are instrumented from their PTX (``compile_ended``)
+SERIAL = ("torch._inductor.config", ("compile_threads", ), 1)
 SETTINGS = (  # (config module, names: the first it has is set, value while a session runs)
-    ("torch._inductor.config", ("compile_threads", ), 1),  # compile here, where the stage hook is (2)
     ("torch._inductor.config", ("use_static_cuda_launcher", "use_static_triton_launcher"), False),  # Triton's (3)
     # no cache hands back a compiled graph with plain binaries (4); Triton's own disk cache stays
     # (salted while forcing): force_disable_caches would compile every kernel cold, in fresh directories
@@ -54,9 +60,10 @@ TIMING_MODULES = (  # (module, prefix of the functions that time kernels in it)
 class InductorBridge:
     """Installs and removes what a session needs from Inductor (see the module docstring)."""
 
-    def __init__(self, attach, mark_trials) -> None:
+    def __init__(self, attach, mark_trials, built=None) -> None:
         self._attach = attach  # ATTACHER.attach: a JIT function's launches become attributable
         self._mark_trials = mark_trials  # a JIT function whose launches may be autotuning trials
+        self._built = built  # told the seconds of each kernel built from its plain PTX (CompileTally)
         self._saved: dict[tuple[str, str], object] = {}  # (config module, name) -> the user's value
         self._saved_post_hook = None
         self._post_hook = None
@@ -72,6 +79,10 @@ class InductorBridge:
         self.used = False  # installed in this session (torch was in use at start)
         self._pool = None  # threads that compile a graph's other kernels while its first one compiles
         self._builds: dict = {}  # autotuner -> the future of its build on those threads
+        self._seen: "weakref.WeakSet" = weakref.WeakSet()  # autotuners looked at (start, each compile's end)
+        self._from_workers: "weakref.WeakSet" = weakref.WeakSet()  # compiled plain in the session (compile_ended)
+        self._callbacks = None  # dynamo's compile callbacks, where the session compiles in Inductor's workers
+        self._compiles_running = 0  # between dynamo's start and end callbacks
 
     # -- session start ---------------------------------------------------------------------------
     def install(self) -> bool:
@@ -80,7 +91,8 @@ class InductorBridge:
             return False
         if compat.inductor_config("torch._inductor.config") is None:  # a torch without Inductor
             return False
-        for module_name, names, value in SETTINGS:
+        self._callbacks = compat.dynamo_compile_callbacks()
+        for module_name, names, value in SETTINGS + (() if self._callbacks is not None else (SERIAL, )):
             config = compat.inductor_config(module_name)
             if config is None:
                 continue
@@ -101,6 +113,7 @@ class InductorBridge:
         self._post_hook = jit_post_compile_hook
         installed = {}  # id(autotuner) -> its stand-in
         for autotuner in _live_autotuners():
+            self._seen.add(autotuner)
             self._note_trials(type(autotuner))
             pending = getattr(autotuner.__dict__.get("run"), "first", None)
             if isinstance(pending, _FirstRun):  # compiled in an earlier session, not launched since
@@ -111,12 +124,64 @@ class InductorBridge:
             if autotuner.launchers and autotuner not in self._swapped:
                 installed[id(autotuner)] = _FirstRun(self, autotuner, plain=False)
                 installed[id(autotuner)].install()
-        for group in _autotuners_by_module():  # a graph's kernels: its wrapper module's globals
-            mine = [installed[id(a)] for a in group if id(a) in installed]
-            for first in mine:
-                first.siblings.extend(weakref.ref(other.autotuner()) for other in mine if other is not first)
+        _siblings(installed)
+        if self._callbacks is not None:
+            self._callbacks.register_start_callback(self.compile_started)
+            self._callbacks.register_end_callback(self.compile_ended)
         self.installed = self.used = True
         return True
+
+    def compile_started(self, _args=None) -> None:
+        with self._lock:
+            self._compiles_running += 1
+
+    def compiling(self) -> bool:
+        """Whether dynamo is compiling (on any thread): Inductor then launches kernels only to
+        time them (fusions, configs, a C++ wrapper's choice of configs), and those its workers
+        compiled are plain binaries, counted as trials rather than as kernels the session missed.
+        A plain launch then by a kernel compiled for Inductor's C++ wrapper (``store_cubin``, the
+        autotuner among the launching frames) names it for stop, as ``launched_from_cpp`` does for
+        those compiled in this process."""
+        if self._compiles_running <= 0:
+            return False
+        frame, depth = compat.caller_frame(1), 0
+        while frame is not None and depth < 24:  # compile time: a walk costs nothing
+            meta = getattr(frame.f_locals.get("self"), "inductor_meta", None)
+            if isinstance(meta, dict):
+                if meta.get("store_cubin"):
+                    name = meta.get("kernel_name") or "triton kernel"
+                    with self._lock:
+                        self.from_cpp.setdefault(name, 1)
+                break
+            frame, depth = frame.f_back, depth + 1
+        return True
+
+    def compile_ended(self, _args=None) -> None:
+        """Dynamo's callback at the end of a compile (a frame's, or a backward's compiled
+        lazily): the kernels Inductor's workers compiled plain in it (they never see the stage
+        hook) get the stand-ins of kernels compiled before the session, and their builds from
+        the plain PTX begin at once on the compile threads; their first call waits for its own.
+        Kernels compiled here (the workers not ready yet) are instrumented already."""
+        installed = {}
+        with self._lock:
+            self._compiles_running = max(0, self._compiles_running - 1)
+            if not self.installed:
+                return
+            for autotuner in _live_autotuners():
+                if autotuner in self._seen or not autotuner.launchers:  # (not loaded yet: seen at a later end)
+                    continue
+                self._seen.add(autotuner)
+                self._note_trials(type(autotuner))
+                meta = getattr(autotuner, "inductor_meta", None) or {}
+                if meta.get("store_cubin"):  # launched from C++: plain, named at stop (launched_from_cpp)
+                    name = _kernel_name(autotuner)
+                    self.from_cpp[name] = self.from_cpp.get(name, 0) + len(autotuner.launchers)
+                elif not all(instrumented_result(r) for r in autotuner.compile_results or ()):
+                    installed[id(autotuner)] = _FirstRun(self, autotuner, plain=False)
+                    installed[id(autotuner)].install()
+                    self._from_workers.add(autotuner)
+            _siblings(installed)
+        self.prefetch([first.autotuner() for first in installed.values()])
 
     def _note_compiled(self, fn, frame) -> None:
         """A kernel Inductor compiled in this session: attributable, and its launches checked
@@ -215,7 +280,9 @@ class InductorBridge:
         try:
             if device is not None:
                 sys.modules["torch"].cuda.set_device(device)
-            _recompile(autotuner, saved[0])
+            _recompile(autotuner, saved[0], self._from_plain)
+            self._attach(autotuner.fn)  # (built from the PTX: no post-compile hook named it)
+            self._mark_trials(autotuner.fn)
         except Exception as e:  # keeps its plain launchers: named at stop
             autotuner.launchers, autotuner.compile_results, autotuner.fn = saved
             with self._lock:
@@ -225,10 +292,22 @@ class InductorBridge:
             self._swapped[autotuner] = (saved, autotuner.launchers)
             self.reinstrumented += 1
 
+    def _from_plain(self, autotuner, launchers):
+        return from_plain(autotuner, launchers, stage_hook.forced_mode(), self._built)
+
     # -- session stop ----------------------------------------------------------------------------
     def uninstall(self) -> None:
         if not self.installed:
             return
+        if self._callbacks is not None:
+            for remove, callback in ((self._callbacks.remove_start_callback, self.compile_started),
+                                     (self._callbacks.remove_end_callback, self.compile_ended)):
+                try:
+                    remove(callback)
+                except ValueError:  # removed by someone else (dynamo's handler.clear())
+                    pass
+            self._callbacks = None
+            self._compiles_running = 0
         if self._pool is not None:  # builds begun finish (and are restored below); queued ones are dropped
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -249,10 +328,13 @@ class InductorBridge:
                 if _restore(autotuner, saved, ours):
                     restored.add(id(autotuner))
             self._swapped.clear()
-            for autotuner in list(self.compiled):  # plain again at their first launch after stop
-                if autotuner.launchers and id(autotuner) not in restored:
+            # plain again at their first launch after stop; those Inductor's workers compiled in the
+            # session have their plain binaries back, but for Triton's launcher (Inductor's static one
+            # then: compiled again, from Triton's cache)
+            for autotuner in list(self.compiled) + list(self._from_workers):
+                if autotuner.launchers and (id(autotuner) not in restored or autotuner in self._from_workers):
                     _FirstRun(self, autotuner, plain=True).install()
-            self.compiled = weakref.WeakSet()
+            self.compiled, self._from_workers = weakref.WeakSet(), weakref.WeakSet()
 
     def warnings(self) -> list[str]:
         lines = []
@@ -270,6 +352,14 @@ class InductorBridge:
                          + "; ".join(f"{n}: {self.failures[n]}" for n in names[:4])
                          + (f" and {len(names) - 4} more" if len(names) > 4 else ""))
         return lines
+
+
+def _siblings(installed: dict) -> None:
+    """Each stand-in learns the other kernels of its graph (its wrapper module's globals)."""
+    for group in _autotuners_by_module():
+        mine = [installed[id(a)] for a in group if id(a) in installed]
+        for first in mine:
+            first.siblings.extend(weakref.ref(other.autotuner()) for other in mine if other is not first)
 
 
 def _module_functions(module, prefix: str = "") -> list:

@@ -62,17 +62,60 @@ class _Call:
         return self.first.call(self.method, args, kwargs)
 
 
-def _recompile(autotuner, launchers) -> None:
-    """New launchers for the configs of ``launchers``, compiled now (Inductor's own path)."""
-    if getattr(autotuner.fn, "fn", None) is None:  # compiled in a worker: its source is reloaded here
-        reload = getattr(autotuner, "_reload_kernel", None)
-        if reload is None:
-            raise RuntimeError("its JIT function was not kept and cannot be reloaded")
-        autotuner.fn = reload().fn
-    autotuner.compile_results = []  # (compiles here are not configs added for autotuning: _note_compiled)
-    autotuner.compile_results = [autotuner._precompile_config(launcher.config) for launcher in launchers]
+def _recompile(autotuner, launchers, rebuild=None) -> None:
+    """New launchers for the configs of ``launchers``: ``rebuild(autotuner, launchers)``'s compile
+    results where it gives them (``from_plain``), else compiled now through Inductor's own path."""
+    results = rebuild(autotuner, launchers) if rebuild is not None else None
+    if results is None:
+        if getattr(autotuner.fn, "fn", None) is None:  # compiled in a worker: its source is reloaded here
+            reload = getattr(autotuner, "_reload_kernel", None)
+            if reload is None:
+                raise RuntimeError("its JIT function was not kept and cannot be reloaded")
+            autotuner.fn = reload().fn
+        autotuner.compile_results = []  # (compiles here are not configs added for autotuning: _note_compiled)
+        results = [autotuner._precompile_config(launcher.config) for launcher in launchers]
+    autotuner.compile_results = results
     autotuner.launchers = []
     autotuner._make_launchers()
+
+
+def from_plain(autotuner, launchers, mode: str, built=None) -> list | None:
+    """The compile results of ``launchers``' configs, instrumented in ``mode`` from their plain
+    binaries (runtime/rebuild.py: the pass and ptxas, not Triton's pipeline again); None where
+    one cannot be, and the caller compiles them through Triton's pipeline: a kernel the user
+    wrote (it may have scopes, which a plain compile drops), one launched from C++
+    (``store_cubin``), a binary whose PTX is gone from Triton's cache, a torch this does not know."""
+    from proton_lite.runtime.rebuild import PlainKernel, instrumented
+    result_class = compat.inductor_compile_result_class()
+    kind = getattr(getattr(autotuner, "heuristic_type", None), "name", "")
+    if result_class is None or not mode or (getattr(autotuner, "inductor_meta", None) or {}).get("store_cubin") \
+            or str(kind).upper() == "USER_AUTOTUNE":
+        return None
+    by_config = {id(result.config): result for result in getattr(autotuner, "compile_results", None) or ()}
+    results = []
+    try:
+        for launcher in launchers:
+            plain = by_config.get(id(launcher.config))
+            if plain is None:
+                return None
+            if instrumented_result(plain):  # compiled in the session in this process (Triton's pipeline)
+                results.append(plain)
+                continue
+            found = PlainKernel.of(plain.kernel)
+            meta = plain.compile_meta
+            src = compat.ast_source_class()(autotuner.fn, meta["signature"], meta["constants"], meta["configs"][0])
+            kernel = instrumented(found, src, mode, built) if found is not None else None
+            if kernel is None:
+                return None
+            results.append(result_class(kernel, plain.config, meta, plain.inductor_meta))
+    except (KeyError, AttributeError, TypeError, IndexError, OSError, ValueError):  # a shape this does not know
+        return None
+    return results
+
+
+def instrumented_result(result) -> bool:
+    """Whether an Inductor compile result holds an instrumented binary."""
+    return "proton_lite" in getattr(getattr(getattr(result, "kernel", None), "metadata", None), "_fields", ())
 
 
 def _restore(autotuner, saved, ours) -> bool:

@@ -39,9 +39,14 @@ class CompileTally:
         if kwargs.get("cache_hit") or "proton_lite" not in (kwargs.get("metadata") or {}):
             return
         total = getattr(kwargs.get("times"), "total", 0) or 0  # microseconds
+        self.add(total / 1e6)
+
+    def add(self, seconds: float) -> None:
+        """One instrumented build of ``seconds`` (also those from a plain kernel's PTX, which
+        Triton's listener never hears of: runtime/rebuild.py)."""
         with self._lock:
             self.compiles += 1
-            self.seconds += total / 1e6
+            self.seconds += seconds
 
 
 class TritonHooks:
@@ -64,8 +69,9 @@ class TritonHooks:
         self._saved_mode = compat.get_knob("compilation", "instrumentation_mode")
         compat.set_knob("compilation", "instrumentation_mode", self.mode)
         stage_hook.install()
-        self.inductor = InductorBridge(ATTACHER.attach, mark_trials)
+        self.inductor = InductorBridge(ATTACHER.attach, mark_trials, self.compiled.add)
         self.inductor.install()  # only when the program uses torch
+        self.collector.compiling = self.inductor.compiling
         # compiles that carry no mode (Inductor's, a direct triton.compile), except those that
         # Inductor launches from C++
         stage_hook.force(self.mode, veto=self.inductor.launched_from_cpp if self.inductor.used else None)
