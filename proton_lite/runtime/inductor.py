@@ -14,9 +14,10 @@ JIT function), the stage hook forces the session's mode on compiles that carry n
 (``stage_hook.force``), and kernels compiled plain (before the session, or by Inductor's
 workers in it: ``compile_ended``) are built again instrumented, from their PTX where they
 allow it, by their first launch in it; a torch whose dynamo cannot say when a compile ended
-compiles in this process instead (``SERIAL``).  At stop every setting is restored, those kernels get their
-own launchers back, and kernels compiled inside the session go back to plain binaries at
-their first launch after it (no instrumented binary keeps running outside a session).
+compiles in this process instead (``SERIAL``).  At stop every setting is restored, those
+kernels get their own launchers back, and kernels compiled inside the session go back to
+plain binaries at their first launch after it (no instrumented binary keeps running outside
+a session).
 
 Nothing here imports torch: the bridge acts only when the program already has.
 """
@@ -331,7 +332,7 @@ class InductorBridge:
             # plain again at their first launch after stop; those Inductor's workers compiled in the
             # session have their plain binaries back, but for Triton's launcher (Inductor's static one
             # then: compiled again, from Triton's cache)
-            for autotuner in list(self.compiled) + list(self._from_workers):
+            for autotuner in {id(a): a for a in [*self.compiled, *self._from_workers]}.values():
                 if autotuner.launchers and (id(autotuner) not in restored or autotuner in self._from_workers):
                     _FirstRun(self, autotuner, plain=True).install()
             self.compiled, self._from_workers = weakref.WeakSet(), weakref.WeakSet()
