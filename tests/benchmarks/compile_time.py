@@ -65,6 +65,58 @@ class PtxasCounter:
         subprocess.run = self._real
 
 
+class BuildParts:
+    """Seconds spent, summed over threads, in the parts of a session's builds: kernels built from
+    their plain PTX (runtime/rebuild.py), Triton's pipeline (Inductor's ``_precompile_config``),
+    the launchers made (Triton's C launcher compiled there), the C compiler's and ptxas's runs."""
+
+    def __init__(self):
+        import threading
+        self.seconds, self.counts, self._lock = {}, {}, threading.Lock()
+        self._undo = []
+
+    def _add(self, part, seconds):
+        with self._lock:
+            self.seconds[part] = self.seconds.get(part, 0.0) + seconds
+            self.counts[part] = self.counts.get(part, 0) + 1
+
+    def _wrap(self, owner, name, part, which=None):
+        real = getattr(owner, name)
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return real(*a, **k)
+            finally:
+                label = which(a) if which is not None else part
+                if label:
+                    self._add(label, time.perf_counter() - t)
+        setattr(owner, name, timed)
+        self._undo.append((owner, name, real))
+
+    def __enter__(self):
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        from proton_lite.runtime import rebuild
+        self._wrap(rebuild, "instrumented", "from_ptx")
+        self._wrap(CachingAutotuner, "_precompile_config", "pipeline")
+        self._wrap(CachingAutotuner, "_make_launchers", "launchers")
+        def tool(a):
+            cmd = a[0] if a else ""
+            exe = os.path.basename(str(cmd[0] if isinstance(cmd, (list, tuple)) and cmd else cmd))
+            return "ptxas" if "ptxas" in exe else "cc" if exe in ("cc", "gcc", "clang", "g++") or exe.startswith("gcc") else None
+        self._wrap(subprocess, "run", None, tool)
+        self._wrap(subprocess, "check_call", None, tool)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, real in reversed(self._undo):
+            setattr(owner, name, real)
+
+    def line(self) -> str:
+        return ", ".join(f"{k} {self.counts[k]} x {v:.2f} s" for k, v in sorted(self.seconds.items()))
+
+
 def case_kernels() -> list[dict]:
     _paths()
     os.environ["TRITON_ALWAYS_COMPILE"] = "1"
@@ -113,12 +165,38 @@ def case_kernels() -> list[dict]:
             row[key] = {"s": best[0], "ptxas_runs": best[1], "ptxas_s": best[2]}
             if inst:
                 row["registers"] = (k.profile or {}).get("registers")
+            else:
+                plain = k.triton_kernel
+        row["from_plain"] = None if constexprs.get("PROF") else _from_plain_build(plain)  # (scopes: the pipeline)
         rows.append(row)
+        fp = row["from_plain"]
         print(f"  {name:38s} plain {row['plain']['s'] * 1e3:6.0f} ms ({row['plain']['ptxas_runs']} ptxas) | "
               f"instrumented {row['instrumented']['s'] * 1e3:6.0f} ms ({row['instrumented']['ptxas_runs']} ptxas, "
               f"{row['instrumented']['ptxas_s'] * 1e3:.0f} ms of them) "
-              f"{row['instrumented']['s'] / row['plain']['s']:.2f}x", flush=True)
+              f"{row['instrumented']['s'] / row['plain']['s']:.2f}x | "
+              + (f"from the plain binary {fp['s'] * 1e3:.0f} ms ({fp['ptxas_runs']} ptxas)" if fp else "(scopes: pipeline)"),
+              flush=True)
     return rows
+
+
+def _from_plain_build(plain) -> dict | None:
+    """The fastest of three builds of ``plain`` (a Triton CompiledKernel of a kernel without
+    scopes) instrumented from its PTX (runtime/rebuild.py), each in an empty cache directory."""
+    from proton_lite.passes.config import InstrumentConfig
+    from proton_lite.runtime.rebuild import PlainKernel, instrumented
+    best = None
+    for _ in range(3):
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["TRITON_CACHE_DIR"] = cache
+            with PtxasCounter() as c:
+                t = time.perf_counter()
+                built = instrumented(PlainKernel.of(plain), plain.src, InstrumentConfig().to_mode())
+                dt = time.perf_counter() - t
+        if built is None:
+            return None
+        if best is None or dt < best[0]:
+            best = (dt, c.runs)
+    return {"s": best[0], "ptxas_runs": best[1]}
 
 
 def _session(tmp: str, name: str):
@@ -206,13 +284,15 @@ def case_inductor_cold(tmp: str, in_session: bool) -> dict:
     _paths()
     fn, args = _program()
     if in_session:
-        with _session(tmp, "cold") as s:
+        with _session(tmp, "cold") as s, BuildParts() as parts:
             first = _timed_call(fn, args)
             second = _timed_call(fn, args)
-        launches = s.result.launches
+        print("  parts (summed over threads):", parts.line())
+        launches, builds = s.result.launches, (s.result.compiles, s.result.compile_seconds)
     else:
-        first, second, launches = _timed_call(fn, args), _timed_call(fn, args), None
-    return {"first_s": first, "second_s": second, "session_launches": launches}
+        first, second, launches, builds = _timed_call(fn, args), _timed_call(fn, args), None, (None, None)
+    return {"first_s": first, "second_s": second, "session_launches": launches, "session_builds": builds[0],
+            "session_build_s": builds[1]}
 
 
 def case_inductor_before(tmp: str) -> dict:
@@ -232,15 +312,17 @@ def case_inductor_before(tmp: str) -> dict:
             print(f"  first call {first:.2f} s, ptxas {ptxas.runs} runs, {ptxas.seconds:.2f} s")
             pstats.Stats(prof).sort_stats("cumulative").print_stats(int(os.environ["COMPILE_TIME_PROFILE"]))
         else:
-            first = _timed_call(fn, args)
+            with BuildParts() as parts:
+                first = _timed_call(fn, args)
+            print("  parts (summed over threads):", parts.line())
         second = _timed_call(fn, args)
-    launches = s.result.launches
+    launches, builds = s.result.launches, (s.result.compiles, s.result.compile_seconds)
     after_stop = _timed_call(fn, args)  # its configs compiled plain again (Triton's cache)
     with _session(tmp, "before2"):
         again = _timed_call(fn, args)  # the instrumented binaries from Triton's cache
     return {"plain_compile_s": compile_s, "plain_steady_s": steady, "session_first_s": first,
             "session_second_s": second, "after_stop_s": after_stop, "second_session_first_s": again,
-            "session_launches": launches}
+            "session_launches": launches, "session_builds": builds[0], "session_build_s": builds[1]}
 
 
 def case_first_stop(tmp: str) -> dict:
