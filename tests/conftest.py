@@ -28,3 +28,13 @@ def direct_loop_stores(monkeypatch):
     setting is part of the compile options, so no binary built with blocks is reused."""
     from proton_lite.passes import ptx_staging
     monkeypatch.setattr(ptx_staging, "FLUSH_SLOTS", 0)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty Triton cache directory for the test (compiles of its own, no binary of another's)."""
+    from triton import knobs
+    if "dir" in vars(knobs.cache):
+        pytest.skip("knobs.cache.dir is set explicitly in this process")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"

@@ -2,7 +2,6 @@
 salted cache that keeps those binaries apart from plain ones.  Real compiles for sm_90, no GPU."""
 import os
 
-import pytest
 import triton
 from triton import knobs
 from triton.backends.compiler import GPUTarget
@@ -13,14 +12,6 @@ from proton_lite.passes import stage_hook
 from proton_lite.passes.config import InstrumentConfig
 
 TARGET = GPUTarget("cuda", 90, 32)
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    if "dir" in vars(knobs.cache):
-        pytest.skip("knobs.cache.dir is set explicitly in this process")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def _compile(options=None):

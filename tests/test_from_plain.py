@@ -7,7 +7,6 @@ import os
 import pytest
 import triton
 import triton.language as tl
-from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -52,14 +51,6 @@ SHAPES = {  # name -> (kernel, signature, constants, num_warps)
     "loop bounded by data": (segment_sums, {"x_ptr": F32, "offsets_ptr": "*i32", "out_ptr": F32,
                                             "BLOCK": "constexpr"}, {"BLOCK": 512}, 4),
 }
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    if "dir" in vars(knobs.cache):
-        pytest.skip("knobs.cache.dir is set explicitly in this process")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def _source(shape):
