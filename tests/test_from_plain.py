@@ -168,3 +168,10 @@ def test_an_inductor_kernels_configs_are_built_from_their_plain_binaries(cache_d
     assert from_plain(cpp, cpp.launchers, MODE) is None
     monkeypatch.setattr(compat, "inductor_compile_result_class", lambda: None)  # a torch without the class
     assert from_plain(tuner, tuner.launchers, MODE) is None
+    monkeypatch.setattr(compat, "inductor_compile_result_class", lambda: Result)
+
+    def missing(target):
+        raise compat.missing_internal("triton.compiler.compiler.make_backend")
+    monkeypatch.setattr(compat, "make_backend", missing)  # a Triton without it: the pipeline, not a failure
+    fresh = _autotuner(["grid-stride tiles"])
+    assert from_plain(fresh, fresh.launchers, MODE) is None

@@ -108,8 +108,8 @@ def from_plain(autotuner, launchers, mode: str, built=None) -> list | None:
             if kernel is None:
                 return None
             results.append(result_class(kernel, plain.config, meta, plain.inductor_meta))
-    except (KeyError, AttributeError, TypeError, IndexError, OSError, ValueError):  # a shape this does not know
-        return None
+    except (KeyError, AttributeError, TypeError, IndexError, OSError, ValueError, compat.MissingInternal):
+        return None  # a shape or a version this does not know: Triton's pipeline
     return results
 
 
