@@ -63,7 +63,7 @@ def graph(monkeypatch):
             first.siblings.extend(weakref.ref(o.autotuner()) for o in firsts if o is not first)
         made.extend(autotuners)
         return autotuners
-    monkeypatch.setattr(inductor, "_live_autotuners", lambda: list(made))
+    monkeypatch.setattr(inductor, "_live_autotuners", lambda *_: list(made))
     yield bridge, make
     bridge.uninstall()
 
@@ -132,7 +132,7 @@ def test_kernels_compiled_plain_in_the_session_are_built_when_the_compile_ends(g
     cpp.inductor_meta["store_cubin"] = True
     unloaded = Autotuner("unloaded")
     unloaded.launchers = []
-    monkeypatch.setattr(inductor, "_live_autotuners", lambda: [before, plain, other, done, cpp, unloaded])
+    monkeypatch.setattr(inductor, "_live_autotuners", lambda *_: [before, plain, other, done, cpp, unloaded])
     bridge.compile_ended()
     for k in (plain, other):  # begun at once, on the threads
         bridge._builds[k].result(timeout=5)

@@ -113,7 +113,8 @@ class InductorBridge:
         compat.set_knob("runtime", "jit_post_compile_hook", jit_post_compile_hook)
         self._post_hook = jit_post_compile_hook
         installed = {}  # id(autotuner) -> its stand-in
-        for autotuner in _live_autotuners():
+        groups = _autotuners_by_module()  # a graph's kernels: its wrapper module's globals
+        for autotuner in _live_autotuners(groups):
             self._seen.add(autotuner)
             self._note_trials(type(autotuner))
             pending = getattr(autotuner.__dict__.get("run"), "first", None)
@@ -125,7 +126,7 @@ class InductorBridge:
             if autotuner.launchers and autotuner not in self._swapped:
                 installed[id(autotuner)] = _FirstRun(self, autotuner, plain=False)
                 installed[id(autotuner)].install()
-        _siblings(installed)
+        _siblings(installed, groups)
         if self._callbacks is not None:
             self._callbacks.register_start_callback(self.compile_started)
             self._callbacks.register_end_callback(self.compile_ended)
@@ -168,7 +169,8 @@ class InductorBridge:
             self._compiles_running = max(0, self._compiles_running - 1)
             if not self.installed:
                 return
-            for autotuner in _live_autotuners():
+            groups = _autotuners_by_module()
+            for autotuner in _live_autotuners(groups):
                 if autotuner in self._seen or not autotuner.launchers:  # (not loaded yet: seen at a later end)
                     continue
                 self._seen.add(autotuner)
@@ -181,7 +183,7 @@ class InductorBridge:
                     installed[id(autotuner)] = _FirstRun(self, autotuner, plain=False)
                     installed[id(autotuner)].install()
                     self._from_workers.add(autotuner)
-            _siblings(installed)
+            _siblings(installed, groups)
         self.prefetch([first.autotuner() for first in installed.values()])
 
     def _note_compiled(self, fn, frame) -> None:
@@ -355,9 +357,10 @@ class InductorBridge:
         return lines
 
 
-def _siblings(installed: dict) -> None:
-    """Each stand-in learns the other kernels of its graph (its wrapper module's globals)."""
-    for group in _autotuners_by_module():
+def _siblings(installed: dict, groups: list) -> None:
+    """Each stand-in learns the other kernels of its graph (``groups``: each module's kernels, a
+    wrapper module's being its graph's)."""
+    for group in groups:
         mine = [installed[id(a)] for a in group if id(a) in installed]
         for first in mine:
             first.siblings.extend(weakref.ref(other.autotuner()) for other in mine if other is not first)

@@ -164,10 +164,11 @@ def _autotuners_by_module() -> list[list]:
     return groups
 
 
-def _live_autotuners() -> list:
-    """Inductor's kernels in the modules it has loaded, each once."""
+def _live_autotuners(groups: list | None = None) -> list:
+    """Inductor's kernels in the modules it has loaded (``groups``, where the caller has them
+    already from ``_autotuners_by_module``), each once."""
     found, seen = [], set()
-    for group in _autotuners_by_module():
+    for group in _autotuners_by_module() if groups is None else groups:
         for autotuner in group:
             if id(autotuner) not in seen:
                 seen.add(id(autotuner))
