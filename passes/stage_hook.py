@@ -390,10 +390,10 @@ def forced_mode() -> str:
     return _forced_mode
 
 
-def plain_cache(key: str):
-    """Triton's cache manager for a plain compile's ``key`` (its hash), as Triton's
-    ``get_cache_manager`` makes it, not salted while forcing (runtime/rebuild.py reads a plain
-    binary's files there)."""
+def unsalted_cache(key: str):
+    """Triton's cache manager for ``key`` as Triton's ``get_cache_manager`` makes it, never salted
+    while forcing: where runtime/rebuild.py reads a plain compile's files (by its hash) and keeps
+    its own builds (under keys of its own, which no salt needs to tell apart)."""
     manager = compat.get_knob("cache", "manager_class")
     if isinstance(manager, _SaltedCache):
         manager = manager.inner

@@ -34,7 +34,7 @@ Every internal below exists in both Triton versions unless its line says otherwi
   language.str_to_ty                                  viewer/cli_compile              error
   compiler.errors.CompilationError                    viewer/cli_compile              error
   runtime.cache.FileCacheManager                      passes/stage_hook               error
-  runtime.cache.get_cache_manager, _base32,           runtime/rebuild                 Triton's pipeline instead
+  runtime.cache._base32 (get_cache_manager's key),    passes/stage_hook (rebuild)     Triton's pipeline instead
     compiler.compiler.CompiledKernel (its __init__(src, metadata_group, hash)),
     compiler.compiler.make_backend, backend.parse_options and make_cubin
   _C.libtriton.ir.parse_mlir_module, module.context   passes/unpipeline (ttir stage)   error (pipelined=False)
@@ -253,11 +253,6 @@ def compiled_kernel_class():
 def make_backend(target):
     """Triton's backend for a ``GPUTarget`` (its ``parse_options`` and ``make_cubin``)."""
     return _internal("triton.compiler.compiler", "make_backend")(target)
-
-
-def cache_manager(key: str):
-    """Triton's cache manager for ``key`` (the class the program configured, if any)."""
-    return _internal("triton.runtime.cache", "get_cache_manager")(key)
 
 
 def cache_key_path(key: str) -> str:

@@ -54,7 +54,7 @@ class PlainKernel:
     @classmethod
     def in_cache(cls, name: str, kernel_hash: str) -> PlainKernel | None:
         """The files of a plain compile of hash ``kernel_hash`` in Triton's cache."""
-        group = stage_hook.plain_cache(kernel_hash).get_group(f"{name}.json") or {}
+        group = stage_hook.unsalted_cache(kernel_hash).get_group(f"{name}.json") or {}
 
         def read(ext: str, binary: bool = False):
             path = group.get(f"{name}.{ext}")
@@ -85,7 +85,7 @@ def instrumented(plain: PlainKernel, src, mode: str, built=None):
     if not plain.usable():
         return None
     key = hashlib.sha256(f"{plain.hash}-{PASS_VERSION}-{mode}-from-plain".encode()).hexdigest()
-    cache = compat.cache_manager(key)
+    cache = stage_hook.unsalted_cache(key)
     filename = f"{plain.name}.json"
     group = cache.get_group(filename)
     if group is None:
