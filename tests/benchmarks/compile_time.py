@@ -42,38 +42,25 @@ def _paths() -> None:
             sys.path.insert(0, p)
 
 
-class PtxasCounter:
-    """Counts the ptxas runs (Triton's ``make_cubin`` runs it by ``subprocess.run``) and their time."""
-
-    def __init__(self):
-        self.runs, self.seconds = 0, 0.0
-        self._real = subprocess.run
-
-    def __enter__(self):
-        def run(*a, **k):
-            t = time.perf_counter()
-            try:
-                return self._real(*a, **k)
-            finally:
-                if a and "ptxas" in str(a[0][0] if isinstance(a[0], (list, tuple)) else a[0]):
-                    self.runs += 1
-                    self.seconds += time.perf_counter() - t
-        subprocess.run = run
-        return self
-
-    def __exit__(self, *exc):
-        subprocess.run = self._real
-
-
 class BuildParts:
     """Seconds spent, summed over threads, in the parts of a session's builds: kernels built from
     their plain PTX (runtime/rebuild.py), Triton's pipeline (Inductor's ``_precompile_config``),
-    the launchers made (Triton's C launcher compiled there), the C compiler's and ptxas's runs."""
+    the launchers made (Triton's C launcher compiled there), the C compiler's and ptxas's runs
+    (Triton's ``make_cubin`` runs ptxas by ``subprocess.run``, its launcher build the C compiler by
+    ``check_call``).  ``inductor=False``: those runs only (no torch needed)."""
 
-    def __init__(self):
+    def __init__(self, inductor: bool = True):
         import threading
         self.seconds, self.counts, self._lock = {}, {}, threading.Lock()
-        self._undo = []
+        self._undo, self.inductor = [], inductor
+
+    @property
+    def ptxas_runs(self) -> int:
+        return self.counts.get("ptxas", 0)
+
+    @property
+    def ptxas_s(self) -> float:
+        return self.seconds.get("ptxas", 0.0)
 
     def _add(self, part, seconds):
         with self._lock:
@@ -95,12 +82,14 @@ class BuildParts:
         self._undo.append((owner, name, real))
 
     def __enter__(self):
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        if self.inductor:
+            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-        from proton_lite.runtime import rebuild
-        self._wrap(rebuild, "instrumented", "from_ptx")
-        self._wrap(CachingAutotuner, "_precompile_config", "pipeline")
-        self._wrap(CachingAutotuner, "_make_launchers", "launchers")
+            from proton_lite.runtime import rebuild
+            self._wrap(rebuild, "instrumented", "from_ptx")
+            self._wrap(CachingAutotuner, "_precompile_config", "pipeline")
+            self._wrap(CachingAutotuner, "_make_launchers", "launchers")
+
         def tool(a):
             cmd = a[0] if a else ""
             exe = os.path.basename(str(cmd[0] if isinstance(cmd, (list, tuple)) and cmd else cmd))
@@ -155,12 +144,12 @@ def case_kernels() -> list[dict]:
         for inst in (False, True):
             best = None
             for _ in range(3):  # the fastest of three: the first pays imports and warm-up
-                with PtxasCounter() as c:
+                with BuildParts(inductor=False) as c:
                     t = time.perf_counter()
                     k = proton_lite.compile(fn, signature, constexprs, instrument=inst, num_warps=warps)
                     dt = time.perf_counter() - t
                 if best is None or dt < best[0]:
-                    best = (dt, c.runs, c.seconds)
+                    best = (dt, c.ptxas_runs, c.ptxas_s)
             key = "instrumented" if inst else "plain"
             row[key] = {"s": best[0], "ptxas_runs": best[1], "ptxas_s": best[2]}
             if inst:
@@ -188,14 +177,14 @@ def _from_plain_build(plain) -> dict | None:
     for _ in range(3):
         with tempfile.TemporaryDirectory() as cache:
             os.environ["TRITON_CACHE_DIR"] = cache
-            with PtxasCounter() as c:
+            with BuildParts(inductor=False) as c:
                 t = time.perf_counter()
                 built = instrumented(PlainKernel.of(plain), plain.src, InstrumentConfig().to_mode())
                 dt = time.perf_counter() - t
         if built is None:
             return None
         if best is None or dt < best[0]:
-            best = (dt, c.runs)
+            best = (dt, c.ptxas_runs)
     return {"s": best[0], "ptxas_runs": best[1]}
 
 
@@ -305,11 +294,11 @@ def case_inductor_before(tmp: str) -> dict:
             import cProfile
             import pstats
             prof = cProfile.Profile()
-            with PtxasCounter() as ptxas:
+            with BuildParts() as parts:
                 prof.enable()
                 first = _timed_call(fn, args)
                 prof.disable()
-            print(f"  first call {first:.2f} s, ptxas {ptxas.runs} runs, {ptxas.seconds:.2f} s")
+            print(f"  first call {first:.2f} s; parts (summed over threads): {parts.line()}")
             pstats.Stats(prof).sort_stats("cumulative").print_stats(int(os.environ["COMPILE_TIME_PROFILE"]))
         else:
             with BuildParts() as parts:
